@@ -1,1 +1,101 @@
-"""TODO"""
+"""Node scorers: the baseline heuristics and the registry that builds any policy by name.
+
+Every scorer implements :class:`~rlsched.policy.scorers.base.Scorer`; learned policies loaded with
+``ppo:PATH`` implement the same interface, so the simulator and the extender call them alike.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ..typical import TypicalPods
+from .base import MAX_NODE_SCORE, NodeScores, Scorer, TieBreak, normalize_min_max
+from .bestfit import BestFitScorer
+from .dotprod import DotProductScorer
+from .fgd import FgdScorer
+from .gpuclustering import GpuClusteringScorer
+from .gpupacking import GpuPackingScorer
+from .kubernetes import BalancedAllocationScorer, LeastAllocatedScorer, MostAllocatedScorer, ResourceWeights
+from .random import RandomScorer
+
+__all__ = [
+    "MAX_NODE_SCORE",
+    "NodeScores",
+    "Scorer",
+    "TieBreak",
+    "normalize_min_max",
+    "BestFitScorer",
+    "DotProductScorer",
+    "FgdScorer",
+    "GpuClusteringScorer",
+    "GpuPackingScorer",
+    "LeastAllocatedScorer",
+    "MostAllocatedScorer",
+    "BalancedAllocationScorer",
+    "ResourceWeights",
+    "RandomScorer",
+    "SCORERS",
+    "scorer_names",
+    "make_scorer",
+    "UnknownPolicyError",
+]
+
+
+class UnknownPolicyError(ValueError):
+    """A policy name that no scorer answers to."""
+
+
+def _needs_typical(factory: Callable[[TypicalPods], Scorer]) -> Callable[[TypicalPods | None], Scorer]:
+    def build(typical: TypicalPods | None) -> Scorer:
+        if typical is None:
+            raise ValueError("this policy needs the typical-pod distribution of the workload (policy.typical_pods)")
+        return factory(typical)
+
+    return build
+
+
+SCORERS: dict[str, Callable[[TypicalPods | None], Scorer]] = {
+    RandomScorer.name: lambda typical: RandomScorer(),
+    LeastAllocatedScorer.name: lambda typical: LeastAllocatedScorer(),
+    MostAllocatedScorer.name: lambda typical: MostAllocatedScorer(),
+    BalancedAllocationScorer.name: lambda typical: BalancedAllocationScorer(),
+    DotProductScorer.name: lambda typical: DotProductScorer(),
+    GpuPackingScorer.name: lambda typical: GpuPackingScorer(),
+    GpuClusteringScorer.name: lambda typical: GpuClusteringScorer(),
+    BestFitScorer.name: lambda typical: BestFitScorer(),
+    FgdScorer.name: _needs_typical(FgdScorer),
+}
+"""Baseline scorers by canonical name."""
+
+_ALIASES = {
+    "leastallocated": "least-allocated",
+    "mostallocated": "most-allocated",
+    "balancedallocation": "balanced-allocation",
+    "dotproduct": "dotprod",
+    "best-fit": "bestfit",
+    "gpu-packing": "gpupacking",
+    "gpu-clustering": "gpuclustering",
+}
+
+
+def scorer_names() -> list[str]:
+    """Canonical names of the built-in scorers (``ppo:PATH`` loads a learned one)."""
+    return list(SCORERS)
+
+
+def canonical_name(name: str) -> str:
+    key = name.strip().lower()
+    key = _ALIASES.get(key, key)
+    if key not in SCORERS:
+        raise UnknownPolicyError(
+            f"unknown policy {name!r}; choose one of {', '.join(SCORERS)} or ppo:PATH for a trained model"
+        )
+    return key
+
+
+def make_scorer(name: str, typical: TypicalPods | None = None) -> Scorer:
+    """Build a scorer by name (case-insensitive; ``LeastAllocated``, ``FGD`` and the like work too)."""
+    if name.startswith("ppo:"):
+        from ..learned import load_learned_scorer  # deferred: the learned policy is optional
+
+        return load_learned_scorer(name[len("ppo:"):], typical=typical)
+    return SCORERS[canonical_name(name)](typical)

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the local control plane and its checks need.
+# Idempotent: when every package is already installed it exits at once, without
+# touching apt (no `apt-get update`).
+#
+# Usage: hack/install-system-deps.sh [--containers]
+#   --containers   also podman, runc, debootstrap (container image work, see docs)
+# Needs root (or sudo) and Debian's package mirrors.
+set -euo pipefail
+
+PACKAGES=(
+  openssl        # CA, serving and client certificates (hack/local-cluster.sh)
+  shellcheck     # lint for hack/*.sh
+  prometheus     # scrapes the per-node load exporter (hack/local-cluster.sh up)
+  iproute2       # ss: port checks in hack/local-cluster.sh
+  procps         # ps/pkill-free process checks
+  util-linux     # flock, setsid
+  curl           # readiness probes
+  ca-certificates
+)
+if [[ "${1:-}" == "--containers" ]]; then
+  PACKAGES+=(podman runc debootstrap)
+elif [[ $# -gt 0 ]]; then
+  echo "usage: $0 [--containers]" >&2; exit 2
+fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if [[ "$(dpkg-query -W -f='${db:Status-Status}' "${p}" 2>/dev/null || true)" != "installed" ]]; then
+    missing+=("${p}")
+  fi
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "[install-system-deps] all installed: ${PACKAGES[*]}"
+  exit 0
+fi
+
+SUDO=()
+[[ "$(id -u)" -eq 0 ]] || SUDO=(sudo)
+echo "[install-system-deps] installing: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt_opts=(-o DPkg::Lock::Timeout=600 -y --no-install-recommends)
+"${SUDO[@]}" apt-get "${apt_opts[@]:0:2}" update -qq
+# Debian's prometheus package starts a system-wide server on :9090 from its init
+# script when it can. We run our own instance (hack/local-cluster.sh), so keep the
+# package from starting a service during this install.
+policy="/usr/sbin/policy-rc.d"
+created_policy=false
+if [[ ! -e "${policy}" ]]; then
+  printf '#!/bin/sh\nexit 101\n' | "${SUDO[@]}" tee "${policy}" >/dev/null
+  "${SUDO[@]}" chmod +x "${policy}"
+  created_policy=true
+fi
+rc=0
+"${SUDO[@]}" apt-get "${apt_opts[@]}" install "${missing[@]}" || rc=$?
+if ${created_policy}; then "${SUDO[@]}" rm -f "${policy}"; fi
+[[ ${rc} -eq 0 ]] || { echo "[install-system-deps] apt-get install failed (exit ${rc})" >&2; exit "${rc}"; }
+echo "[install-system-deps] done"

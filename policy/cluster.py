@@ -1,0 +1,296 @@
+"""The cluster model shared by the simulator, the trainer and the extender.
+
+Nodes and pods are described by small immutable specs (:class:`NodeSpec`, :class:`PodSpec`);
+the mutable state of a cluster lives in :class:`ClusterState`, a handful of numpy arrays indexed
+by node, so that feasibility and every scorer run vectorized over all nodes at once.
+
+GPU model: a node has ``gpu_count`` cards of :data:`~rlsched.policy.resources.MILLI_PER_CARD`
+milli each, all of one ``gpu_model``. ``card_free[n, c]`` is the free milli on card ``c`` of node
+``n``; cards a node does not have are stored as 0 free, which no pod can use.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .resources import MILLI_PER_CARD
+
+
+DEFAULT_MILLI_CPU_REQUEST = 100
+"""Kubernetes counts a pod without a cpu request as 100m when scoring."""
+DEFAULT_MEMORY_REQUEST_BYTES = 200 * 1024 * 1024
+"""...and one without a memory request as 200 MB."""
+MIB = 1 << 20
+
+
+def nonzero_cpu(cpu_milli: int) -> int:
+    """The cpu request Kubernetes' scorers see (``GetNonzeroRequests``)."""
+    return cpu_milli if cpu_milli > 0 else DEFAULT_MILLI_CPU_REQUEST
+
+
+def nonzero_mem_bytes(memory_mib: int) -> int:
+    """The memory request, in bytes, Kubernetes' scorers see."""
+    return memory_mib * MIB if memory_mib > 0 else DEFAULT_MEMORY_REQUEST_BYTES
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """A node's capacity."""
+
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpu_count: int = 0
+    gpu_model: str = ""
+    """GPU model name (``V100M16``, ``T4``...); empty for CPU-only nodes."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.cpu_milli < 0 or self.memory_mib < 0 or self.gpu_count < 0:
+            raise ValueError(f"node {self.name!r}: cpu, memory and gpu must not be negative")
+        if self.gpu_count > 0 and not self.gpu_model:
+            raise ValueError(f"node {self.name!r}: has {self.gpu_count} GPUs but no GPU model")
+
+
+@dataclass(frozen=True)
+class PodSpec:
+    """What a pod asks for.
+
+    ``num_gpu`` whole cards of ``gpu_milli == 1000`` each, or a share of one card
+    (``num_gpu == 1``, ``0 < gpu_milli < 1000``), or no GPU (``num_gpu == 0``, ``gpu_milli == 0``).
+    ``gpu_models`` restricts the card model (any model when empty).
+    """
+
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    num_gpu: int = 0
+    gpu_milli: int = 0
+    gpu_models: tuple[str, ...] = ()
+    creation_time: float | None = None
+    deletion_time: float | None = None
+
+    def __post_init__(self) -> None:
+        problem = pod_request_problem(self.cpu_milli, self.memory_mib, self.num_gpu, self.gpu_milli)
+        if problem:
+            raise ValueError(f"pod {self.name!r}: {problem}")
+
+    @property
+    def is_share(self) -> bool:
+        """True when the pod asks for a share of one card."""
+        return self.num_gpu == 1 and self.gpu_milli < MILLI_PER_CARD
+
+    @property
+    def gpu_request_milli(self) -> int:
+        """Total GPU milli the pod asks for (``num_gpu × gpu_milli``)."""
+        return self.num_gpu * self.gpu_milli
+
+
+def pod_request_problem(cpu_milli: int, memory_mib: int, num_gpu: int, gpu_milli: int) -> str | None:
+    """Why a pod request is invalid, or None. One rule set for traces, Kubernetes pods and tests."""
+    if cpu_milli < 0 or memory_mib < 0:
+        return "cpu and memory must not be negative"
+    if num_gpu < 0:
+        return f"num_gpu must not be negative (got {num_gpu})"
+    if num_gpu == 0:
+        if gpu_milli != 0:
+            return f"gpu_milli is {gpu_milli} but num_gpu is 0 (a share of a card needs num_gpu = 1)"
+        return None
+    if not 0 < gpu_milli <= MILLI_PER_CARD:
+        return f"gpu_milli must be in 1..{MILLI_PER_CARD} when num_gpu > 0 (got {gpu_milli})"
+    if num_gpu > 1 and gpu_milli != MILLI_PER_CARD:
+        return f"a pod asking for {num_gpu} GPUs must take whole cards (gpu_milli = {MILLI_PER_CARD}, got {gpu_milli})"
+    return None
+
+
+@dataclass(frozen=True)
+class PodRequest:
+    """A pod in the cluster's terms: plain numbers plus a mask over the cluster's GPU models.
+
+    Built by :meth:`ClusterState.request`; scorers and feasibility take this, not :class:`PodSpec`.
+    """
+
+    cpu_milli: int
+    memory_mib: int
+    num_gpu: int
+    gpu_milli: int
+    model_ok: np.ndarray
+    """bool[n_models + 1]: entry ``m`` says whether model id ``m`` is allowed; the last entry (id -1,
+    CPU-only nodes) is always False for GPU pods."""
+    constrained: bool
+    """True when the pod restricts the GPU model."""
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.num_gpu > 0
+
+    @property
+    def is_share(self) -> bool:
+        return self.num_gpu == 1 and self.gpu_milli < MILLI_PER_CARD
+
+    @property
+    def gpu_total(self) -> int:
+        return self.num_gpu * self.gpu_milli
+
+    @property
+    def kind(self) -> int:
+        """GPU affinity kind: 0 share of a card, k for k whole cards, -1 CPU-only."""
+        if not self.is_gpu:
+            return -1
+        return 0 if self.is_share else self.num_gpu
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a pod went: node index, card indices, and the milli taken on each card."""
+
+    node: int
+    cards: tuple[int, ...]
+    milli_per_card: int
+    cpu_milli: int
+    memory_mib: int
+    kind: int
+
+
+class ClusterState:
+    """Mutable cluster state as arrays over nodes (``N`` nodes, ``C`` card slots per node).
+
+    Derived arrays (``full_free``, ``max_card_free``) are kept in step by :meth:`place` and
+    :meth:`release` because feasibility reads them for every pod.
+    """
+
+    def __init__(self, nodes: Sequence[NodeSpec]):
+        if not nodes:
+            raise ValueError("a cluster needs at least one node")
+        names = [n.name for n in nodes]
+        if len(set(names)) != len(names):
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            raise ValueError(f"duplicate node names: {', '.join(dupes[:5])}")
+        self.nodes: tuple[NodeSpec, ...] = tuple(nodes)
+        self.names: tuple[str, ...] = tuple(names)
+        self.index: dict[str, int] = {name: i for i, name in enumerate(names)}
+        self.model_names: tuple[str, ...] = tuple(sorted({n.gpu_model for n in nodes if n.gpu_model}))
+        model_id = {m: i for i, m in enumerate(self.model_names)}
+        n = len(nodes)
+        self.max_cards = max(1, max(node.gpu_count for node in nodes))
+        self.cpu_cap = np.array([node.cpu_milli for node in nodes], dtype=np.int64)
+        self.mem_cap = np.array([node.memory_mib for node in nodes], dtype=np.int64)
+        self.gpu_count = np.array([node.gpu_count for node in nodes], dtype=np.int64)
+        # -1 for CPU-only nodes; PodRequest.model_ok[-1] covers it.
+        self.model_id = np.array([model_id[node.gpu_model] if node.gpu_model else -1 for node in nodes], dtype=np.int64)
+        self.card_exists = np.arange(self.max_cards)[None, :] < self.gpu_count[:, None]
+        self.cpu_free = self.cpu_cap.copy()
+        self.mem_free = self.mem_cap.copy()
+        self.card_free = np.where(self.card_exists, MILLI_PER_CARD, 0).astype(np.int64)
+        self.full_free = self.gpu_count.copy()
+        self.max_card_free = np.where(self.gpu_count > 0, MILLI_PER_CARD, 0).astype(np.int64)
+        # GPU pods per affinity kind (0 share, k = k whole cards), for GpuClustering.
+        self.kind_count = np.zeros((n, self.max_cards + 1), dtype=np.int64)
+        self.gpu_pods = np.zeros(n, dtype=np.int64)
+        # Kubernetes' "non-zero requested": a pod without a cpu/memory request counts as 100m / 200 MB
+        # when scoring (pkg/scheduler/util/pod_resources.go). Memory in bytes to keep Go's arithmetic.
+        self.nonzero_cpu_used = np.zeros(n, dtype=np.int64)
+        self.nonzero_mem_used_bytes = np.zeros(n, dtype=np.int64)
+        self.node_version = np.zeros(n, dtype=np.int64)
+        """Bumped on every change of a node, so per-node caches (fragmentation, features) can tell
+        which rows moved by comparing with the versions they were computed at."""
+        self.caches: dict[str, object] = {}
+        """Per-state derived data owned by scorers and encoders (see :func:`cached_per_node`);
+        a copy starts with none."""
+
+    # -- size ---------------------------------------------------------------------------------
+    @property
+    def num_nodes(self) -> int:
+        return len(self.names)
+
+    @property
+    def gpu_milli_capacity(self) -> int:
+        return int(self.gpu_count.sum()) * MILLI_PER_CARD
+
+    @property
+    def gpu_milli_allocated(self) -> int:
+        return self.gpu_milli_capacity - int(self.card_free.sum())
+
+    # -- pods ---------------------------------------------------------------------------------
+    def request(self, pod: PodSpec) -> PodRequest:
+        """The pod's request in this cluster's terms (model constraint → mask over model ids)."""
+        model_ok = np.zeros(len(self.model_names) + 1, dtype=np.bool_)
+        if pod.num_gpu > 0:
+            if pod.gpu_models:
+                allowed = set(pod.gpu_models)
+                model_ok[: len(self.model_names)] = [m in allowed for m in self.model_names]
+            else:
+                model_ok[: len(self.model_names)] = True
+        else:
+            model_ok[:] = True
+        return PodRequest(
+            cpu_milli=pod.cpu_milli,
+            memory_mib=pod.memory_mib,
+            num_gpu=pod.num_gpu,
+            gpu_milli=pod.gpu_milli,
+            model_ok=model_ok,
+            constrained=bool(pod.gpu_models) and pod.num_gpu > 0,
+        )
+
+    def place(self, req: PodRequest, node: int, cards: Iterable[int]) -> Placement:
+        """Put a pod on ``node`` using ``cards``. Raises ValueError if it does not fit there."""
+        cards = tuple(int(c) for c in cards)
+        milli = req.gpu_milli if req.is_gpu else 0
+        if len(cards) != req.num_gpu:
+            raise ValueError(f"pod asks for {req.num_gpu} card(s), got {len(cards)}")
+        if self.cpu_free[node] < req.cpu_milli or self.mem_free[node] < req.memory_mib:
+            raise ValueError(f"node {self.names[node]}: not enough cpu or memory")
+        if len(set(cards)) != len(cards):
+            raise ValueError(f"node {self.names[node]}: card ids repeat: {cards}")
+        for c in cards:
+            if not 0 <= c < self.gpu_count[node] or self.card_free[node, c] < milli:
+                raise ValueError(f"node {self.names[node]}: card {c} has not {milli} milli free")
+        if req.is_gpu and not req.model_ok[self.model_id[node]]:
+            raise ValueError(f"node {self.names[node]}: GPU model not allowed for this pod")
+        self.cpu_free[node] -= req.cpu_milli
+        self.mem_free[node] -= req.memory_mib
+        self.nonzero_cpu_used[node] += nonzero_cpu(req.cpu_milli)
+        self.nonzero_mem_used_bytes[node] += nonzero_mem_bytes(req.memory_mib)
+        for c in cards:
+            self.card_free[node, c] -= milli
+        if req.is_gpu:
+            self.kind_count[node, req.kind] += 1
+            self.gpu_pods[node] += 1
+        self._node_changed(node)
+        return Placement(node, cards, milli, req.cpu_milli, req.memory_mib, req.kind)
+
+    def release(self, placement: Placement) -> None:
+        """Undo :meth:`place` (a pod left the node)."""
+        node = placement.node
+        self.cpu_free[node] += placement.cpu_milli
+        self.mem_free[node] += placement.memory_mib
+        self.nonzero_cpu_used[node] -= nonzero_cpu(placement.cpu_milli)
+        self.nonzero_mem_used_bytes[node] -= nonzero_mem_bytes(placement.memory_mib)
+        for c in placement.cards:
+            self.card_free[node, c] += placement.milli_per_card
+        if placement.kind >= 0:
+            self.kind_count[node, placement.kind] -= 1
+            self.gpu_pods[node] -= 1
+        if self.cpu_free[node] > self.cpu_cap[node] or (self.card_free[node] > MILLI_PER_CARD).any():
+            raise ValueError(f"node {self.names[node]}: released more than was placed")
+        self._node_changed(node)
+
+    def _node_changed(self, node: int) -> None:
+        row = self.card_free[node]
+        self.full_free[node] = int((row == MILLI_PER_CARD).sum())
+        self.max_card_free[node] = int(row.max())
+        self.node_version[node] += 1
+
+    def copy(self) -> "ClusterState":
+        """A deep copy sharing the immutable node specs."""
+        other = object.__new__(ClusterState)
+        other.__dict__.update(self.__dict__)
+        for name in _MUTABLE_ARRAYS:
+            setattr(other, name, getattr(self, name).copy())
+        other.caches = {}
+        return other
+
+
+_MUTABLE_ARRAYS = ("cpu_free", "mem_free", "nonzero_cpu_used", "nonzero_mem_used_bytes", "card_free", "full_free", "max_card_free", "kind_count", "gpu_pods", "node_version")

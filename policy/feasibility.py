@@ -1,0 +1,71 @@
+"""Which nodes can host a pod — the one feasibility check for simulator, trainer and extender.
+
+A node is feasible when cpu and memory fit and, for a GPU pod, the node's GPU model is allowed and
+either some card has at least the share free (share pod) or ``num_gpu`` cards are completely free
+(whole-card pod).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .cluster import ClusterState, PodRequest
+from .resources import MILLI_PER_CARD
+
+
+def feasible_mask(state: ClusterState, req: PodRequest) -> np.ndarray:
+    """bool[N]: True where the pod fits now."""
+    ok = (state.cpu_free >= req.cpu_milli) & (state.mem_free >= req.memory_mib)
+    if req.is_gpu:
+        # model_id is -1 on CPU-only nodes, which indexes model_ok's last entry (False for GPU pods).
+        ok &= req.model_ok[state.model_id]
+        if req.is_share:
+            ok &= state.max_card_free >= req.gpu_milli
+        else:
+            ok &= state.full_free >= req.num_gpu
+    return ok
+
+
+def feasible_nodes(state: ClusterState, req: PodRequest) -> np.ndarray:
+    """Indices of the feasible nodes, ascending."""
+    return np.flatnonzero(feasible_mask(state, req))
+
+
+def unresolvable_mask(state: ClusterState, req: PodRequest) -> np.ndarray:
+    """bool[N]: True where the pod could not fit even on the empty node (preemption cannot help)."""
+    bad = (state.cpu_cap < req.cpu_milli) | (state.mem_cap < req.memory_mib)
+    if req.is_gpu:
+        bad |= ~req.model_ok[state.model_id]
+        bad |= state.gpu_count < req.num_gpu
+    return bad
+
+
+def infeasibility_reason(state: ClusterState, req: PodRequest, node: int) -> str:
+    """A sentence a person can act on, saying why ``node`` cannot host the pod now ("" if it can)."""
+    reasons = []
+    if state.cpu_free[node] < req.cpu_milli:
+        reasons.append(
+            f"insufficient cpu: pod requests {req.cpu_milli}m, node has {state.cpu_free[node]}m free "
+            f"of {state.cpu_cap[node]}m"
+        )
+    if state.mem_free[node] < req.memory_mib:
+        reasons.append(
+            f"insufficient memory: pod requests {req.memory_mib}Mi, node has {state.mem_free[node]}Mi free "
+            f"of {state.mem_cap[node]}Mi"
+        )
+    if req.is_gpu:
+        model = state.model_names[state.model_id[node]] if state.model_id[node] >= 0 else ""
+        if not model:
+            reasons.append("node has no GPU")
+        elif not req.model_ok[state.model_id[node]]:
+            allowed = [m for i, m in enumerate(state.model_names) if req.model_ok[i]]
+            reasons.append(f"GPU model {model} not allowed (pod allows {'|'.join(allowed) or 'no model present in the cluster'})")
+        elif req.is_share and state.max_card_free[node] < req.gpu_milli:
+            reasons.append(
+                f"no GPU card with {req.gpu_milli} milli free (most free on one card: {state.max_card_free[node]})"
+            )
+        elif not req.is_share and state.full_free[node] < req.num_gpu:
+            reasons.append(
+                f"needs {req.num_gpu} whole free GPU card(s) of {MILLI_PER_CARD} milli, node has "
+                f"{state.full_free[node]} of {state.gpu_count[node]}"
+            )
+    return "; ".join(reasons)

@@ -1,0 +1,95 @@
+"""The one scorer interface shared by hand-written heuristics and learned policies.
+
+A scorer looks at the cluster state and one pod and scores the feasible nodes it is given; it may
+also name the card a share pod should take on each node. Choosing among the scores (argmax with a
+random tie-break, or sampling) is part of the policy too, so it lives here as :meth:`Scorer.choose`.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+import zlib
+from typing import ClassVar, Sequence
+
+import numpy as np
+
+from ..cards import default_cards
+from ..cluster import ClusterState, PodRequest
+
+MAX_NODE_SCORE = 100
+"""kube-scheduler's framework.MaxNodeScore; the FGD-paper scorers produce integers 0..100."""
+
+
+@dataclass
+class NodeScores:
+    """Scores for the nodes a scorer was asked about, aligned with that node array."""
+
+    values: np.ndarray
+    """Higher is better. Integers for the FGD-paper and Kubernetes scorers, floats for learned ones."""
+    cards: np.ndarray | None = None
+    """For share pods: the card each node would give (-1: use the default rule). None: default rule."""
+
+
+class Scorer(ABC):
+    """Scores feasible nodes for one pod. Subclasses are small: one idea each."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def score(self, state: ClusterState, req: PodRequest, nodes: np.ndarray) -> NodeScores:
+        """Score ``nodes`` (indices of feasible nodes, ascending) for the pod ``req``."""
+
+    def choose(self, scores: NodeScores, nodes: np.ndarray, tiebreak: "TieBreak") -> int:
+        """Position (into ``nodes``) of the node to use: the highest score, ties by ``tiebreak``'s order."""
+        return tiebreak.argmax(scores.values, nodes)
+
+    def cards(self, state: ClusterState, req: PodRequest, node: int, position: int, scores: NodeScores | None) -> tuple[int, ...]:
+        """The card(s) the pod gets on ``node``: the scorer's own pick for share pods, else the default rule."""
+        if req.is_share and scores is not None and scores.cards is not None:
+            card = int(scores.cards[position])
+            if card >= 0:
+                return (card,)
+        return default_cards(state, req, node)
+
+
+class TieBreak:
+    """How equal scores are split, and the randomness a policy may use.
+
+    Ties go to the node that comes first in a random but seed-fixed order of the nodes (the FGD
+    protocol's rule: with integer scores 0..100 ties are frequent, and a fixed order keeps filling
+    the same node among equals rather than spreading pods over them). ``rank[n]`` is node ``n``'s
+    place in that order; ``rng`` serves policies that sample (Random, learned policies).
+    """
+
+    def __init__(self, rank: np.ndarray, rng: np.random.Generator):
+        self.rank = rank
+        self.rng = rng
+
+    @classmethod
+    def seeded(cls, num_nodes: int, seed: int) -> "TieBreak":
+        """A random node order and stream fixed by ``seed``."""
+        rng = np.random.default_rng([seed, 1])
+        return cls(rng.permutation(num_nodes), rng)
+
+    @classmethod
+    def by_name(cls, names: "Sequence[str]", seed: int = 0) -> "TieBreak":
+        """A node order derived from the names (stable while nodes come and go; for the extender)."""
+        keys = np.array([zlib.crc32(f"{seed}/{name}".encode()) for name in names], dtype=np.int64)
+        return cls(keys, np.random.default_rng(seed))
+
+    def argmax(self, values: np.ndarray, nodes: np.ndarray) -> int:
+        """Position of the highest value; among equal maxima the node first in the order."""
+        if len(values) == 1:
+            return 0
+        best = np.flatnonzero(values == values.max())
+        if len(best) == 1:
+            return int(best[0])
+        return int(best[np.argmin(self.rank[nodes[best]])])
+
+
+def normalize_min_max(values: np.ndarray) -> np.ndarray:
+    """The FGD simulator's NormalizeScore: ``(s − min)·100 // (max − min)``; all 0 when max == min."""
+    lo, hi = values.min(), values.max()
+    if hi == lo:
+        return np.zeros_like(values)
+    return (values - lo) * MAX_NODE_SCORE // (hi - lo)

@@ -1,0 +1,163 @@
+"""The FGD evaluation protocol: schedule an inflated arrival sequence once, pod by pod.
+
+Protocol (``../shared/data/openb/README.md``): no departures; pods arrive one at a time in the
+seeded, inflated order; a pod with no feasible node fails and is never retried; after every pod
+the arrived GPU demand (failed pods included) and the allocated GPU milli are recorded. The
+allocation curve at ``x`` % is the mean allocated % over the pod events whose arrived % rounds to
+``x``; the headline is the unallocated GPU % at 100 % arrival, ``100 − curve[100]``.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+
+from .cluster import ClusterState, NodeSpec, PodRequest, PodSpec
+from .decision import decide
+from .fragmentation import Fragmentation
+from .scorers import Scorer, TieBreak, make_scorer
+from .typical import TypicalPods, typical_pods
+from .workload import DEFAULT_TARGET, inflate
+
+
+@dataclass
+class RunResult:
+    """One policy on one seed."""
+
+    policy: str
+    seed: int
+    curve: dict[int, float]
+    """Arrived GPU % → mean allocated GPU % over the pod events at that arrived %."""
+    pods: int
+    failed_pods: int
+    failed_gpu_pods: int
+    failed_gpu_milli: int
+    gpu_capacity_milli: int
+    frag_at_100: float
+    """FGD fragmentation of the cluster when arrivals first reach 100 %, as % of GPU capacity."""
+    seconds: float
+    placements: list[tuple[str, str, tuple[int, ...]]] = field(default_factory=list, repr=False)
+    """(pod, node, cards) for every placed pod, when asked for."""
+
+    def allocated_at(self, pct: int) -> float:
+        """Allocated GPU % at ``pct`` % arrival (the nearest recorded point below if absent)."""
+        if pct in self.curve:
+            return self.curve[pct]
+        below = [x for x in self.curve if x <= pct]
+        return self.curve[max(below)] if below else 0.0
+
+    def unallocated_at(self, pct: int) -> float:
+        """Unallocated GPU % at ``pct`` % arrival: the headline figure at 100."""
+        return 100.0 - self.allocated_at(pct)
+
+    def summary(self) -> dict:
+        return {
+            "policy": self.policy,
+            "seed": self.seed,
+            "unallocated_gpu_pct_at_100": round(self.unallocated_at(100), 4),
+            "unallocated_gpu_pct_at_130": round(self.unallocated_at(max(self.curve)), 4) if self.curve else None,
+            "pods": self.pods,
+            "failed_pods": self.failed_pods,
+            "failed_gpu_pods": self.failed_gpu_pods,
+            "failed_gpu_milli": self.failed_gpu_milli,
+            "frag_pct_at_100": round(self.frag_at_100, 4),
+            "seconds": round(self.seconds, 3),
+        }
+
+
+class RequestCache:
+    """Pod specs → :class:`PodRequest` for one cluster; clones share one entry."""
+
+    def __init__(self, state: ClusterState):
+        self.state = state
+        self._cache: dict[tuple, PodRequest] = {}
+
+    def __call__(self, pod: PodSpec) -> PodRequest:
+        key = (pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli, pod.gpu_models)
+        req = self._cache.get(key)
+        if req is None:
+            req = self._cache[key] = self.state.request(pod)
+        return req
+
+
+def run_sequence(
+    nodes: Sequence[NodeSpec],
+    sequence: Sequence[PodSpec],
+    scorer: Scorer,
+    seed: int,
+    typical: TypicalPods,
+    policy_name: str | None = None,
+    record_placements: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> RunResult:
+    """Schedule ``sequence`` on a fresh cluster with ``scorer`` and measure the allocation curve."""
+    start = time.perf_counter()
+    state = ClusterState(nodes)
+    requests = RequestCache(state)
+    tiebreak = TieBreak.seeded(state.num_nodes, seed)  # separate from the workload's stream
+    capacity = state.gpu_milli_capacity
+    measure = Fragmentation(typical, state.model_names)
+    arrived = allocated = 0
+    sums: dict[int, float] = {}
+    counts: dict[int, int] = {}
+    failed = failed_gpu = failed_milli = 0
+    frag_at_100: float | None = None
+    placements: list[tuple[str, str, tuple[int, ...]]] = []
+    for i, pod in enumerate(sequence):
+        req = requests(pod)
+        decision = decide(scorer, state, req, tiebreak)
+        if decision is None:
+            failed += 1
+            if req.is_gpu:
+                failed_gpu += 1
+                failed_milli += req.gpu_total
+        else:
+            state.place(req, decision.node, decision.cards)
+            allocated += req.gpu_total
+            if record_placements:
+                placements.append((pod.name, state.names[decision.node], decision.cards))
+        arrived += req.gpu_total
+        pct = math.floor(arrived * 100 / capacity + 0.5)
+        sums[pct] = sums.get(pct, 0.0) + allocated * 100 / capacity
+        counts[pct] = counts.get(pct, 0) + 1
+        if frag_at_100 is None and pct >= 100:
+            frag_at_100 = measure.cluster_frag(state) * 100 / capacity
+        if progress is not None and i % 512 == 0:
+            progress(i)
+    curve = {pct: sums[pct] / counts[pct] for pct in sorted(sums)}
+    if frag_at_100 is None:
+        frag_at_100 = measure.cluster_frag(state) * 100 / capacity
+    return RunResult(
+        policy=policy_name or scorer.name,
+        seed=seed,
+        curve=curve,
+        pods=len(sequence),
+        failed_pods=failed,
+        failed_gpu_pods=failed_gpu,
+        failed_gpu_milli=failed_milli,
+        gpu_capacity_milli=capacity,
+        frag_at_100=frag_at_100,
+        seconds=time.perf_counter() - start,
+        placements=placements,
+    )
+
+
+def run_fgd_protocol(
+    nodes: Sequence[NodeSpec],
+    pods: Sequence[PodSpec],
+    policy: str | Scorer,
+    seed: int,
+    target: float = DEFAULT_TARGET,
+    typical: TypicalPods | None = None,
+    record_placements: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> RunResult:
+    """One policy, one seed, the FGD protocol: typical pods from ``pods``, inflation, scheduling."""
+    typical = typical or typical_pods(pods)
+    scorer = make_scorer(policy, typical) if isinstance(policy, str) else policy
+    capacity = ClusterState(nodes).gpu_milli_capacity
+    sequence = inflate(pods, capacity, seed, target)
+    name = policy if isinstance(policy, str) else policy.name
+    return run_sequence(nodes, sequence, scorer, seed, typical, name, record_placements, progress)

@@ -1,0 +1,394 @@
+"""Reading clusters and workloads: the openb CSV files and a generic YAML/JSON format.
+
+openb (Alibaba cluster-trace-gpu-v2023, used by the FGD paper):
+
+- node list: ``sn,cpu_milli,memory_mib,gpu,model``
+- pod list, full layout: ``name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,
+  creation_time,deletion_time,scheduled_time``; short layout (multigpu traces): the first five.
+  ``gpu_spec`` is empty (any model) or models joined by ``|``.
+
+Generic format (``.yaml``, ``.yml`` or ``.json``; documented in docs/trace-format.md)::
+
+    nodes:
+      - name: gpu-a            # with count: N, names get -0 .. -(N-1)
+        cpu: "96"              # Kubernetes quantities: "96", "500m"
+        memory: 384Gi
+        gpus: 8
+        gpuModel: V100M32
+        labels: {zone: a}
+        count: 4
+    pods:
+      - name: train
+        cpu: 8
+        memory: 32Gi
+        gpus: 1                # whole cards, or 1 with gpuMilli < 1000 for a share of one card
+        gpuMilli: 500
+        gpuModels: [V100M16, V100M32]
+        creationTime: 0        # seconds; optional, for the event-driven simulator
+        deletionTime: 3600
+
+Every malformed row or field stops loading with a :class:`TraceError` naming the file, the line,
+the column or field, and what was expected; no row is silently dropped.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import yaml
+
+from .cluster import NodeSpec, PodSpec, pod_request_problem
+from .resources import MILLI_PER_CARD, QuantityError, count, cpu_milli, memory_mib
+
+NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+POD_COLUMNS_SHORT = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+POD_COLUMNS_OPTIONAL = ("gpu_spec", "qos", "pod_phase", "creation_time", "deletion_time", "scheduled_time")
+
+
+class TraceError(ValueError):
+    """A trace file that cannot be read; the message says where and what was expected."""
+
+    def __init__(self, path: str | Path, line: int | None, where: str | None, message: str):
+        self.path, self.line, self.where = str(path), line, where
+        location = self.path + (f":{line}" if line else "")
+        field = f": {where}" if where else ""
+        super().__init__(f"{location}{field}: {message}")
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A cluster and a workload loaded from files."""
+
+    nodes: tuple[NodeSpec, ...]
+    pods: tuple[PodSpec, ...]
+
+
+# -- openb CSV -------------------------------------------------------------------------------------
+
+def _csv_rows(path: Path, required: Sequence[str], known: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
+    try:
+        handle = path.open(newline="", encoding="utf-8")
+    except OSError as exc:
+        raise TraceError(path, None, None, f"cannot open: {exc.strerror or exc}") from exc
+    with handle:
+        reader = csv.reader(handle)
+        try:
+            header = next(reader)
+        except StopIteration:
+            raise TraceError(path, 1, None, f"empty file; expected a header line with columns {','.join(required)}") from None
+        except (csv.Error, UnicodeDecodeError) as exc:
+            raise TraceError(path, 1, None, f"not a CSV file: {exc}") from exc
+        header = [h.strip() for h in header]
+        missing = [c for c in required if c not in header]
+        if missing:
+            raise TraceError(
+                path, 1, None,
+                f"header lacks column(s) {', '.join(missing)}; expected {','.join(required)}"
+                f" (optional: {','.join(c for c in known if c not in required) or 'none'}), got {','.join(header)}",
+            )
+        dupes = sorted({h for h in header if header.count(h) > 1})
+        if dupes:
+            raise TraceError(path, 1, None, f"column(s) {', '.join(dupes)} appear twice in the header")
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except (csv.Error, UnicodeDecodeError) as exc:
+                raise TraceError(path, reader.line_num, None, f"unreadable row: {exc}") from exc
+            line = reader.line_num
+            if not row or all(not cell.strip() for cell in row):
+                raise TraceError(path, line, None, "empty row; remove it or fill in every column")
+            if len(row) != len(header):
+                raise TraceError(path, line, None, f"has {len(row)} fields, the header has {len(header)}")
+            yield line, {h: cell.strip() for h, cell in zip(header, row)}
+
+
+def _int_field(path: Path, line: int, row: dict[str, str], column: str, what: str, optional: bool = False) -> int | None:
+    text = row.get(column, "")
+    if text == "" and optional:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise TraceError(path, line, f"column '{column}'", f"expected a non-negative integer ({what}), got {text!r}") from None
+    if value < 0:
+        raise TraceError(path, line, f"column '{column}'", f"expected a non-negative integer ({what}), got {value}")
+    return value
+
+
+def read_openb_nodes(path: str | Path) -> list[NodeSpec]:
+    """Read an openb node list (``sn,cpu_milli,memory_mib,gpu,model``)."""
+    path = Path(path)
+    nodes: list[NodeSpec] = []
+    seen: dict[str, int] = {}
+    for line, row in _csv_rows(path, NODE_COLUMNS, NODE_COLUMNS):
+        name = row["sn"]
+        if not name:
+            raise TraceError(path, line, "column 'sn'", "expected a node name, got an empty field")
+        if name in seen:
+            raise TraceError(path, line, "column 'sn'", f"node {name!r} already defined on line {seen[name]}")
+        seen[name] = line
+        cpu = _int_field(path, line, row, "cpu_milli", "millicores")
+        mem = _int_field(path, line, row, "memory_mib", "MiB")
+        gpus = _int_field(path, line, row, "gpu", "number of GPU cards")
+        model = row["model"]
+        if gpus and not model:
+            raise TraceError(path, line, "column 'model'", f"node has {gpus} GPUs, so a GPU model name is expected")
+        if not gpus and model:
+            raise TraceError(path, line, "column 'gpu'", f"model is {model!r} but gpu is 0; give the number of cards or clear the model")
+        nodes.append(NodeSpec(name, cpu, mem, gpus, model))
+    if not nodes:
+        raise TraceError(path, None, None, "no nodes: the file has a header but no rows")
+    return nodes
+
+
+def read_openb_pods(path: str | Path) -> list[PodSpec]:
+    """Read an openb pod list (full or short column layout)."""
+    path = Path(path)
+    pods: list[PodSpec] = []
+    seen: dict[str, int] = {}
+    for line, row in _csv_rows(path, POD_COLUMNS_SHORT, POD_COLUMNS_SHORT + POD_COLUMNS_OPTIONAL):
+        name = row["name"]
+        if not name:
+            raise TraceError(path, line, "column 'name'", "expected a pod name, got an empty field")
+        if name in seen:
+            raise TraceError(path, line, "column 'name'", f"pod {name!r} already defined on line {seen[name]}")
+        seen[name] = line
+        cpu = _int_field(path, line, row, "cpu_milli", "millicores")
+        mem = _int_field(path, line, row, "memory_mib", "MiB")
+        num_gpu = _int_field(path, line, row, "num_gpu", "whole GPUs, or 1 for a share of a card")
+        gpu_milli = _int_field(path, line, row, "gpu_milli", f"milli per card, 1..{MILLI_PER_CARD}")
+        problem = pod_request_problem(cpu, mem, num_gpu, gpu_milli)
+        if problem:
+            raise TraceError(path, line, "columns 'num_gpu', 'gpu_milli'", problem)
+        spec = row.get("gpu_spec", "")
+        models = tuple(m.strip() for m in spec.split("|")) if spec else ()
+        if any(not m for m in models):
+            raise TraceError(path, line, "column 'gpu_spec'", f"expected GPU models joined by '|' (e.g. V100M16|V100M32), got {spec!r}")
+        created = _int_field(path, line, row, "creation_time", "seconds", optional=True)
+        deleted = _int_field(path, line, row, "deletion_time", "seconds", optional=True)
+        if created is not None and deleted is not None and deleted < created:
+            raise TraceError(path, line, "column 'deletion_time'", f"deletion_time {deleted} is before creation_time {created}")
+        pods.append(PodSpec(name, cpu, mem, num_gpu, gpu_milli, models, created, deleted))
+    if not pods:
+        raise TraceError(path, None, None, "no pods: the file has a header but no rows")
+    return pods
+
+
+# -- generic YAML / JSON ---------------------------------------------------------------------------
+
+class _Doc:
+    """A parsed YAML/JSON document with the source line of every mapping and its keys."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.lines: dict[int, dict[str, int]] = {}
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise TraceError(path, None, None, f"cannot open: {exc.strerror or exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise TraceError(path, None, None, f"not UTF-8 text: {exc}") from exc
+        try:
+            node = yaml.compose(text, Loader=yaml.SafeLoader)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            raise TraceError(path, mark.line + 1 if mark else None, None, f"not valid YAML/JSON: {getattr(exc, 'problem', exc)}") from exc
+        self._loader = yaml.SafeLoader("")
+        try:
+            self.root = self._convert(node) if node is not None else None
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            raise TraceError(path, mark.line + 1 if mark else None, None, f"not valid YAML/JSON: {getattr(exc, 'problem', exc)}") from exc
+        finally:
+            self._loader.dispose()
+        self.root_line = node.start_mark.line + 1 if node is not None else 1
+
+    def _convert(self, node: yaml.Node) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            out: dict[str, Any] = {}
+            keys: dict[str, int] = {}
+            for key_node, value_node in node.value:
+                key = str(key_node.value)
+                out[key] = self._convert(value_node)
+                keys[key] = key_node.start_mark.line + 1
+            keys["<self>"] = node.start_mark.line + 1
+            self.lines[id(out)] = keys
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            return [self._convert(v) for v in node.value]
+        return self._loader.construct_object(node)
+
+    def line_of(self, mapping: dict, key: str | None = None) -> int | None:
+        keys = self.lines.get(id(mapping), {})
+        return keys.get(key) if key and key in keys else keys.get("<self>")
+
+
+_NODE_FIELDS = {"name", "cpu", "memory", "gpus", "gpuModel", "labels", "count"}
+_POD_FIELDS = {"name", "cpu", "memory", "gpus", "gpuMilli", "gpuModels", "creationTime", "deletionTime", "count"}
+
+
+def _expand(doc: _Doc, section: str, fields: set[str], build: Callable[[dict, str, Callable], Any]) -> list:
+    root = doc.root
+    if root is None:
+        return []
+    if not isinstance(root, dict):
+        raise TraceError(doc.path, doc.root_line, None, "expected a mapping with 'nodes:' and/or 'pods:' lists")
+    items = root.get(section)
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        raise TraceError(doc.path, doc.line_of(root, section), section, f"expected a list of {section}")
+    out = []
+    for i, item in enumerate(items):
+        where = f"{section}[{i}]"
+        if not isinstance(item, dict):
+            raise TraceError(doc.path, doc.line_of(root, section), where, "expected a mapping of fields")
+        unknown = sorted(set(item) - fields)
+        if unknown:
+            raise TraceError(doc.path, doc.line_of(item, unknown[0]), f"{where}.{unknown[0]}",
+                             f"unknown field; known fields: {', '.join(sorted(fields))}")
+
+        def fail(key: str, message: str, item=item, where=where) -> TraceError:
+            return TraceError(doc.path, doc.line_of(item, key), f"{where}.{key}", message)
+
+        n = item.get("count", 1)
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise fail("count", f"expected a positive integer, got {n!r}")
+        name = item.get("name")
+        if not isinstance(name, str) or not name:
+            raise fail("name", "expected a non-empty string")
+        for j in range(n):
+            out.append(build(item, name if n == 1 else f"{name}-{j}", fail))
+    return out
+
+
+def _quantity(item: dict, key: str, convert: Callable, fail: Callable, default: Any = None, what: str = "") -> Any:
+    if key not in item:
+        if default is None:
+            raise fail(key, f"required field missing ({what})")
+        return default
+    try:
+        value = convert(item[key])
+    except (QuantityError, TypeError) as exc:
+        raise fail(key, f"{exc} ({what})") from None
+    if value < 0:
+        raise fail(key, f"must not be negative ({what})")
+    return value
+
+
+def _generic_node(item: dict, name: str, fail: Callable) -> NodeSpec:
+    cpu = _quantity(item, "cpu", cpu_milli, fail, what="cores, e.g. '64' or '500m'")
+    mem = _quantity(item, "memory", lambda v: memory_mib(v if not isinstance(v, int) else f"{v}Mi"), fail,
+                    what="bytes with a unit, e.g. '256Gi'; a bare integer means MiB")
+    gpus = _quantity(item, "gpus", count, fail, default=0, what="number of GPU cards")
+    model = item.get("gpuModel", "")
+    if not isinstance(model, str):
+        raise fail("gpuModel", "expected a string such as 'V100M32'")
+    if gpus and not model:
+        raise fail("gpuModel", f"node has {gpus} GPUs, so a GPU model name is expected")
+    labels = item.get("labels", {})
+    if not isinstance(labels, dict) or not all(isinstance(k, str) for k in labels):
+        raise fail("labels", "expected a mapping of string keys to values")
+    return NodeSpec(name, cpu, mem, gpus, model, {k: str(v) for k, v in labels.items()})
+
+
+def _generic_pod(item: dict, name: str, fail: Callable) -> PodSpec:
+    cpu = _quantity(item, "cpu", cpu_milli, fail, default=0, what="cores, e.g. '8' or '500m'")
+    mem = _quantity(item, "memory", lambda v: memory_mib(v if not isinstance(v, int) else f"{v}Mi"), fail,
+                    default=0, what="bytes with a unit, e.g. '32Gi'; a bare integer means MiB")
+    gpus = _quantity(item, "gpus", count, fail, default=0, what="whole GPU cards, or 1 with gpuMilli for a share")
+    milli = item.get("gpuMilli", MILLI_PER_CARD if gpus else 0)
+    if not isinstance(milli, int) or isinstance(milli, bool):
+        raise fail("gpuMilli", f"expected an integer 1..{MILLI_PER_CARD}, got {milli!r}")
+    problem = pod_request_problem(cpu, mem, gpus, milli)
+    if problem:
+        raise fail("gpuMilli" if "gpuMilli" in item else "gpus", problem)
+    models = item.get("gpuModels", [])
+    if isinstance(models, str):
+        models = [m for m in models.split("|")]
+    if not isinstance(models, list) or not all(isinstance(m, str) and m for m in models):
+        raise fail("gpuModels", "expected a list of GPU model names (or one string joined by '|')")
+    times = []
+    for key in ("creationTime", "deletionTime"):
+        value = item.get(key)
+        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0):
+            raise fail(key, f"expected non-negative seconds, got {value!r}")
+        times.append(value)
+    if times[0] is not None and times[1] is not None and times[1] < times[0]:
+        raise fail("deletionTime", "is before creationTime")
+    return PodSpec(name, cpu, mem, gpus, milli, tuple(models), times[0], times[1])
+
+
+def _check_unique(path: Path, specs: list, what: str) -> None:
+    seen: set[str] = set()
+    for spec in specs:
+        if spec.name in seen:
+            raise TraceError(path, None, what, f"name {spec.name!r} is used twice (with count: N, names get -0..-N-1 suffixes)")
+        seen.add(spec.name)
+
+
+def read_generic(path: str | Path) -> Trace:
+    """Read a generic YAML/JSON cluster and/or workload file."""
+    path = Path(path)
+    doc = _Doc(path)
+    nodes = _expand(doc, "nodes", _NODE_FIELDS, _generic_node)
+    pods = _expand(doc, "pods", _POD_FIELDS, _generic_pod)
+    if isinstance(doc.root, dict):
+        unknown = sorted(set(doc.root) - {"nodes", "pods", "apiVersion", "kind"})
+        if unknown:
+            raise TraceError(path, doc.line_of(doc.root, unknown[0]), unknown[0], "unknown top-level key; expected 'nodes' and/or 'pods'")
+    _check_unique(path, nodes, "nodes")
+    _check_unique(path, pods, "pods")
+    return Trace(tuple(nodes), tuple(pods))
+
+
+# -- dispatch --------------------------------------------------------------------------------------
+
+def _is_generic(path: Path) -> bool:
+    return path.suffix.lower() in (".yaml", ".yml", ".json")
+
+
+def load_nodes(path: str | Path) -> list[NodeSpec]:
+    """Nodes from an openb node CSV or a generic YAML/JSON file."""
+    path = Path(path)
+    if _is_generic(path):
+        nodes = list(read_generic(path).nodes)
+        if not nodes:
+            raise TraceError(path, None, "nodes", "no nodes defined; add a 'nodes:' list")
+        return nodes
+    return read_openb_nodes(path)
+
+
+def load_pods(path: str | Path) -> list[PodSpec]:
+    """Pods from an openb pod CSV or a generic YAML/JSON file."""
+    path = Path(path)
+    if _is_generic(path):
+        pods = list(read_generic(path).pods)
+        if not pods:
+            raise TraceError(path, None, "pods", "no pods defined; add a 'pods:' list")
+        return pods
+    return read_openb_pods(path)
+
+
+def dump_generic(nodes: Sequence[NodeSpec], pods: Sequence[PodSpec]) -> str:
+    """Write a cluster and workload in the generic format (JSON, which is also YAML)."""
+    doc = {
+        "nodes": [
+            {"name": n.name, "cpu": f"{n.cpu_milli}m", "memory": f"{n.memory_mib}Mi", "gpus": n.gpu_count,
+             **({"gpuModel": n.gpu_model} if n.gpu_model else {}), **({"labels": dict(n.labels)} if n.labels else {})}
+            for n in nodes
+        ],
+        "pods": [
+            {"name": p.name, "cpu": f"{p.cpu_milli}m", "memory": f"{p.memory_mib}Mi", "gpus": p.num_gpu,
+             **({"gpuMilli": p.gpu_milli} if p.num_gpu else {}), **({"gpuModels": list(p.gpu_models)} if p.gpu_models else {}),
+             **({"creationTime": p.creation_time} if p.creation_time is not None else {}),
+             **({"deletionTime": p.deletion_time} if p.deletion_time is not None else {})}
+            for p in pods
+        ],
+    }
+    return json.dumps(doc, indent=1)

@@ -1,1 +1,1 @@
-"""TODO"""
+"""rlsched.extender (see the README)."""

@@ -1,1 +1,1 @@
-"""TODO"""
+"""rlsched.operator (see the README)."""

@@ -33,6 +33,36 @@ class TypicalPods:
     def __len__(self) -> int:
         return len(self.weight)
 
+    def to_json(self) -> list[dict]:
+        """One entry per typical pod (for model manifests and the extender's configuration)."""
+        return [
+            {"cpuMilli": int(c), "gpuMilli": int(g), "numGpu": int(n), "gpuModels": list(m), "weight": float(w)}
+            for c, g, n, m, w in zip(self.cpu_milli, self.gpu_milli, self.num_gpu, self.gpu_models, self.weight)
+        ]
+
+    @classmethod
+    def from_json(cls, entries: Sequence[dict]) -> "TypicalPods":
+        """Inverse of :meth:`to_json`; raises ValueError naming the entry that is malformed."""
+        if not entries:
+            raise ValueError("typical pods: the list is empty")
+        rows = []
+        for i, e in enumerate(entries):
+            try:
+                row = (int(e["cpuMilli"]), int(e["gpuMilli"]), int(e["numGpu"]), tuple(str(m) for m in e.get("gpuModels", [])), float(e["weight"]))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"typical pods[{i}]: expected cpuMilli, gpuMilli, numGpu, weight (and optional gpuModels): {exc}") from None
+            if min(row[0], row[1], row[2]) < 0 or not row[4] > 0:
+                raise ValueError(f"typical pods[{i}]: values must be non-negative and weight positive")
+            rows.append(row)
+        weight = np.array([r[4] for r in rows])
+        return cls(
+            cpu_milli=np.array([r[0] for r in rows], dtype=np.int64),
+            gpu_milli=np.array([r[1] for r in rows], dtype=np.int64),
+            num_gpu=np.array([r[2] for r in rows], dtype=np.int64),
+            gpu_models=tuple(r[3] for r in rows),
+            weight=weight / weight.sum(),
+        )
+
     def access(self, model_names: Sequence[str]) -> np.ndarray:
         """bool[T, M + 1]: whether typical pod t may use model id m; the last column is CPU-only nodes."""
         access = np.ones((len(self), len(model_names) + 1), dtype=np.bool_)

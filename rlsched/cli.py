@@ -1,9 +1,42 @@
-"""The ``rlsched`` command line: ``rlsched train | evaluate | extender | operator``."""
+"""The ``rlsched`` command line: ``rlsched train | evaluate | extender | operator``.
+
+Each sub-command lives next to the code it drives and provides ``add_arguments(parser)`` and
+``run(args) -> int``; heavy imports (torch, aiohttp, kopf) happen inside ``run`` so that
+``rlsched --help`` stays fast and serving images without torch still work.
+"""
 from __future__ import annotations
 
+import argparse
+import importlib
 import sys
+
+from . import __version__
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "evaluate": ("rlsched.policy.cli_evaluate", "run policies through the FGD-protocol simulator and report"),
+}
+"""Sub-command → (module, one-line help)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rlsched", description="kube-rl-scheduler: learned GPU-aware pod placement for Kubernetes")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        cmd = sub.add_parser(name, help=help_text, description=help_text)
+        cmd.set_defaults(_module=module)
+        importlib.import_module(module).add_arguments(cmd)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    print("rlsched: not yet", file=sys.stderr)
-    return 2
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help(sys.stderr)
+        return 2
+    return int(importlib.import_module(args._module).run(args) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

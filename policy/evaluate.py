@@ -1,0 +1,321 @@
+"""``rlsched evaluate``: run policies over seeds with the FGD protocol and report table, JSON and PNG.
+
+Each (policy, seed) pair is one :func:`~rlsched.policy.simulator.run_fgd_protocol` run; runs are
+independent, so ``jobs > 1`` spreads them over processes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+import numpy as np
+
+from .cluster import NodeSpec, PodSpec
+from .published import TOLERANCE_PP, published, trace_name
+from .scorers import UnknownPolicyError, canonical_name
+from .simulator import RunResult, run_fgd_protocol
+from .trace import load_nodes, load_pods
+from .typical import TypicalPods, typical_pods
+from .workload import DEFAULT_TARGET
+
+if TYPE_CHECKING:
+    from .events import EventRunResult
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"42-51"``, ``"1,5,9"`` or ``"42-45,50"`` → a list of seeds (order kept, no repeats)."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not match:
+            raise ValueError(f"bad seed list {text!r}: expected numbers and ranges like '42-51' or '1,5,9'")
+        lo = int(match.group(1))
+        hi = int(match.group(2)) if match.group(2) else lo
+        if hi < lo:
+            raise ValueError(f"bad seed range {part!r}: the end is below the start")
+        seeds.extend(s for s in range(lo, hi + 1) if s not in seeds)
+    return seeds
+
+
+def parse_policies(text: str) -> list[str]:
+    """``"fgd,BestFit,ppo:model.npz"`` → canonical names; unknown names raise with the choices."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if part.startswith("ppo:"):
+            if not Path(part[4:]).exists():
+                raise UnknownPolicyError(f"policy {part!r}: model file {part[4:]!r} does not exist")
+            out.append(part)
+        else:
+            out.append(canonical_name(part))
+    if not out:
+        raise UnknownPolicyError("no policy given")
+    return out
+
+
+@dataclass
+class PolicySummary:
+    """Aggregates of one policy over the seeds."""
+
+    policy: str
+    seeds: int
+    unallocated_100: list[float]
+    unallocated_130: list[float]
+    failed_pods: list[int]
+    frag_100: list[float]
+    seconds: list[float]
+    published_100: float | None = None
+
+    @staticmethod
+    def _stats(values: Sequence[float]) -> dict:
+        arr = np.asarray(values, dtype=float)
+        return {
+            "median": float(np.median(arr)),
+            "p25": float(np.percentile(arr, 25)),
+            "p75": float(np.percentile(arr, 75)),
+            "min": float(arr.min()),
+            "max": float(arr.max()),
+        }
+
+    @property
+    def median_100(self) -> float:
+        return float(np.median(self.unallocated_100))
+
+    @property
+    def within_tolerance(self) -> bool | None:
+        if self.published_100 is None:
+            return None
+        return abs(self.median_100 - self.published_100) <= TOLERANCE_PP.get(self.policy, 0.5)
+
+    def to_json(self) -> dict:
+        return {
+            "policy": self.policy,
+            "seeds": self.seeds,
+            "unallocated_gpu_pct_at_100": self._stats(self.unallocated_100),
+            "unallocated_gpu_pct_at_130": self._stats(self.unallocated_130),
+            "failed_pods": self._stats(self.failed_pods),
+            "frag_pct_at_100": self._stats(self.frag_100),
+            "seconds_per_run": self._stats(self.seconds),
+            "published_median_at_100": self.published_100,
+            "within_tolerance": self.within_tolerance,
+        }
+
+
+@dataclass
+class Evaluation:
+    """All runs of one evaluation."""
+
+    nodes_path: str
+    pods_path: str
+    target: float
+    runs: list[RunResult] = field(default_factory=list)
+
+    def summaries(self) -> list[PolicySummary]:
+        by_policy: dict[str, list[RunResult]] = {}
+        for run in self.runs:
+            by_policy.setdefault(run.policy, []).append(run)
+        out = []
+        for policy, runs in by_policy.items():
+            out.append(PolicySummary(
+                policy=policy,
+                seeds=len(runs),
+                unallocated_100=[r.unallocated_at(100) for r in runs],
+                unallocated_130=[r.unallocated_at(max(r.curve)) for r in runs],
+                failed_pods=[r.failed_pods for r in runs],
+                frag_100=[r.frag_at_100 for r in runs],
+                seconds=[r.seconds for r in runs],
+                published_100=published(self.pods_path, policy),
+            ))
+        return out
+
+    def median_curves(self) -> dict[str, dict[int, float]]:
+        """Policy → arrived % → median over seeds of the allocated %."""
+        out: dict[str, dict[int, float]] = {}
+        for policy in dict.fromkeys(r.policy for r in self.runs):
+            runs = [r for r in self.runs if r.policy == policy]
+            xs = sorted(set().union(*(r.curve for r in runs)))
+            out[policy] = {x: float(np.median([r.allocated_at(x) for r in runs])) for x in xs}
+        return out
+
+    def to_json(self) -> dict:
+        return {
+            "nodes": self.nodes_path,
+            "pods": self.pods_path,
+            "trace": trace_name(self.pods_path),
+            "inflation_target": self.target,
+            "summary": [s.to_json() for s in self.summaries()],
+            "runs": [{**r.summary(), "curve": {str(k): round(v, 4) for k, v in r.curve.items()}} for r in self.runs],
+        }
+
+
+def format_table(evaluation: Evaluation) -> str:
+    """A plain-text table: one row per policy."""
+    rows = [("policy", "unalloc@100 med [min-max]", "unalloc@130 med", "failed pods med", "frag@100 med", "published@100", "s/run")]
+    for s in evaluation.summaries():
+        pub = "-"
+        if s.published_100 is not None:
+            mark = "ok" if s.within_tolerance else "MISS"
+            pub = f"{s.published_100:.2f} ({s.median_100 - s.published_100:+.2f} {mark})"
+        rows.append((
+            s.policy,
+            f"{s.median_100:6.2f} [{min(s.unallocated_100):.2f}-{max(s.unallocated_100):.2f}]",
+            f"{np.median(s.unallocated_130):6.2f}",
+            f"{np.median(s.failed_pods):7.0f}",
+            f"{np.median(s.frag_100):6.2f}",
+            pub,
+            f"{np.median(s.seconds):.2f}",
+        ))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def plot_curves(evaluation: Evaluation, path: str | Path) -> None:
+    """PNG of the median allocation curves, one line per policy (like Figure 9 of the FGD paper)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    for policy, curve in evaluation.median_curves().items():
+        xs = [x for x in curve if x >= 50]
+        label = f"{policy} ({100 - curve.get(100, float('nan')):.2f} % unallocated at 100 %)"
+        ax.plot(xs, [curve[x] for x in xs], label=label, linewidth=1.4)
+    ax.plot([50, 100], [50, 100], color="grey", linestyle=":", linewidth=0.8, label="ideal")
+    ax.axvline(100, color="grey", linewidth=0.6)
+    ax.set_xlabel("arrived GPU demand (% of cluster GPU capacity)")
+    ax.set_ylabel("allocated GPUs (% of capacity)")
+    name = trace_name(evaluation.pods_path) or Path(evaluation.pods_path).name
+    ax.set_title(f"GPU allocation, trace {name}, median over seeds")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+# -- running ---------------------------------------------------------------------------------------
+
+class _Workload:
+    """What a worker process needs, loaded once per process."""
+
+    nodes: Sequence[NodeSpec]
+    pods: Sequence[PodSpec]
+    typical: TypicalPods
+    target: float
+
+
+_worker: _Workload | None = None
+
+
+def _init_worker(nodes: Sequence[NodeSpec], pods: Sequence[PodSpec], typical: TypicalPods, target: float) -> None:
+    global _worker
+    _worker = _Workload()
+    _worker.nodes, _worker.pods, _worker.typical, _worker.target = nodes, pods, typical, target
+
+
+def _run_one(task: tuple[str, int]) -> RunResult:
+    policy, seed = task
+    assert _worker is not None
+    return run_fgd_protocol(_worker.nodes, _worker.pods, policy, seed, _worker.target, _worker.typical)
+
+
+def evaluate(
+    nodes_path: str | Path,
+    pods_path: str | Path,
+    policies: Sequence[str],
+    seeds: Iterable[int],
+    target: float = DEFAULT_TARGET,
+    jobs: int = 1,
+    typical_from: str | Path | None = None,
+    progress: bool = True,
+) -> Evaluation:
+    """Run every policy on every seed. ``typical_from`` takes typical pods from another pod list."""
+    nodes = load_nodes(nodes_path)
+    pods = load_pods(pods_path)
+    typical = typical_pods(load_pods(typical_from) if typical_from else pods)
+    tasks = [(policy, seed) for policy in policies for seed in seeds]
+    evaluation = Evaluation(str(nodes_path), str(pods_path), target)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(tasks), desc="runs", unit="run", leave=False)
+    try:
+        if jobs <= 1:
+            _init_worker(nodes, pods, typical, target)
+            for task in tasks:
+                evaluation.runs.append(_run_one(task))
+                if bar:
+                    bar.set_postfix_str(f"{task[0]} seed {task[1]}")
+                    bar.update()
+        else:
+            with ProcessPoolExecutor(max_workers=jobs, initializer=_init_worker, initargs=(nodes, pods, typical, target)) as pool:
+                for result in pool.map(_run_one, tasks):
+                    evaluation.runs.append(result)
+                    if bar:
+                        bar.update()
+    finally:
+        if bar:
+            bar.close()
+    return evaluation
+
+
+def default_jobs() -> int:
+    """One process per core."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+
+
+def write_outputs(evaluation: Evaluation, out_dir: str | Path, stem: str = "evaluation") -> dict[str, Path]:
+    """Write ``<stem>.json`` and ``<stem>.png`` into ``out_dir``; returns their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / f"{stem}.json", "png": out / f"{stem}.png"}
+    paths["json"].write_text(json.dumps(evaluation.to_json(), indent=1))
+    plot_curves(evaluation, paths["png"])
+    return paths
+
+
+def evaluate_events(
+    nodes_path: str | Path,
+    pods_path: str | Path,
+    policies: Sequence[str],
+    seeds: Iterable[int],
+    retry_failed: bool = False,
+    typical_from: str | Path | None = None,
+) -> list["EventRunResult"]:
+    """Event-driven replays (creation/deletion times) of every policy on every seed."""
+    from .events import run_events
+    from .scorers import make_scorer
+
+    nodes = load_nodes(nodes_path)
+    pods = load_pods(pods_path)
+    typical = typical_pods(load_pods(typical_from) if typical_from else pods)
+    return [
+        run_events(nodes, pods, make_scorer(policy, typical), seed, typical, retry_failed, policy)
+        for policy in policies for seed in seeds
+    ]
+
+
+def format_events_table(results: Sequence["EventRunResult"]) -> str:
+    """Medians over seeds per policy for event-driven replays."""
+    rows = [("policy", "runs", "mean alloc GPU %", "peak alloc GPU %", "mean frag %", "failed pods", "mean wait s")]
+    for policy in dict.fromkeys(r.policy for r in results):
+        rs = [r for r in results if r.policy == policy]
+        med = lambda attr: float(np.median([getattr(r, attr) for r in rs]))  # noqa: E731
+        rows.append((policy, str(len(rs)), f"{med('mean_allocated_gpu_pct'):.3f}", f"{med('peak_allocated_gpu_pct'):.3f}",
+                     f"{med('mean_frag_pct'):.3f}", f"{med('failed_pods'):.0f}", f"{med('mean_wait_seconds'):.1f}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

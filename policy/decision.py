@@ -42,5 +42,5 @@ def decide(scorer: Scorer, state: ClusterState, req: PodRequest, tiebreak: TieBr
     scores = scorer.score(state, req, feasible)
     position = 0 if len(feasible) == 1 else scorer.choose(scores, feasible, tiebreak)
     node = int(feasible[position])
-    cards = scorer.cards(state, req, node, position, scores)
+    cards = scorer.cards(state, req, node, position, scores, tiebreak)
     return Decision(node, cards, feasible, scores if len(feasible) > 1 else None)

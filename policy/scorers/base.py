@@ -43,7 +43,8 @@ class Scorer(ABC):
         """Position (into ``nodes``) of the node to use: the highest score, ties by ``tiebreak``'s order."""
         return tiebreak.argmax(scores.values, nodes)
 
-    def cards(self, state: ClusterState, req: PodRequest, node: int, position: int, scores: NodeScores | None) -> tuple[int, ...]:
+    def cards(self, state: ClusterState, req: PodRequest, node: int, position: int, scores: NodeScores | None,
+              tiebreak: "TieBreak") -> tuple[int, ...]:
         """The card(s) the pod gets on ``node``: the scorer's own pick for share pods, else the default rule."""
         if req.is_share and scores is not None and scores.cards is not None:
             card = int(scores.cards[position])

@@ -1,8 +1,12 @@
-"""Random: a uniformly random feasible node (the FGD paper's weakest baseline)."""
+"""Random: a uniformly random feasible node and, for a share pod, a uniformly random fitting card.
+
+The FGD paper's weakest baseline (its artifact runs Random with random GPU selection).
+"""
 from __future__ import annotations
 
 import numpy as np
 
+from ..cards import default_cards
 from ..cluster import ClusterState, PodRequest
 from .base import NodeScores, Scorer, TieBreak
 
@@ -17,3 +21,10 @@ class RandomScorer(Scorer):
 
     def choose(self, scores: NodeScores, nodes: np.ndarray, tiebreak: TieBreak) -> int:
         return int(tiebreak.rng.integers(len(nodes)))
+
+    def cards(self, state: ClusterState, req: PodRequest, node: int, position: int, scores: NodeScores | None,
+              tiebreak: TieBreak) -> tuple[int, ...]:
+        if not req.is_share:
+            return default_cards(state, req, node)
+        fitting = np.flatnonzero(state.card_free[node, : state.gpu_count[node]] >= req.gpu_milli)
+        return (int(fitting[tiebreak.rng.integers(len(fitting))]),)

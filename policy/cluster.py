@@ -35,6 +35,10 @@ def nonzero_mem_bytes(memory_mib: int) -> int:
     return memory_mib * MIB if memory_mib > 0 else DEFAULT_MEMORY_REQUEST_BYTES
 
 
+LOAD_METRICS = ("cpu", "memory", "network", "disk")
+"""Columns of :attr:`ClusterState.load`."""
+
+
 @dataclass(frozen=True)
 class NodeSpec:
     """A node's capacity."""
@@ -46,8 +50,12 @@ class NodeSpec:
     gpu_model: str = ""
     """GPU model name (``V100M16``, ``T4``...); empty for CPU-only nodes."""
     labels: Mapping[str, str] = field(default_factory=dict)
+    price: float = 1.0
+    """Relative cost of running the node (per hour, any unit); policies may prefer cheaper nodes."""
 
     def __post_init__(self) -> None:
+        if self.price < 0:
+            raise ValueError(f"node {self.name!r}: price must not be negative")
         if self.cpu_milli < 0 or self.memory_mib < 0 or self.gpu_count < 0:
             raise ValueError(f"node {self.name!r}: cpu, memory and gpu must not be negative")
         if self.gpu_count > 0 and not self.gpu_model:
@@ -189,6 +197,10 @@ class ClusterState:
         # GPU pods per affinity kind (0 share, k = k whole cards), for GpuClustering.
         self.kind_count = np.zeros((n, self.max_cards + 1), dtype=np.int64)
         self.gpu_pods = np.zeros(n, dtype=np.int64)
+        self.price = np.array([node.price for node in nodes], dtype=np.float64)
+        self.load = np.full((n, len(LOAD_METRICS)), np.nan, dtype=np.float64)
+        """Measured utilization per node and :data:`LOAD_METRICS` entry, 0..1; NaN where unknown
+        (the extender fills it from Prometheus; simulators may model it)."""
         # Kubernetes' "non-zero requested": a pod without a cpu/memory request counts as 100m / 200 MB
         # when scoring (pkg/scheduler/util/pod_resources.go). Memory in bytes to keep Go's arithmetic.
         self.nonzero_cpu_used = np.zeros(n, dtype=np.int64)
@@ -293,4 +305,4 @@ class ClusterState:
         return other
 
 
-_MUTABLE_ARRAYS = ("cpu_free", "mem_free", "nonzero_cpu_used", "nonzero_mem_used_bytes", "card_free", "full_free", "max_card_free", "kind_count", "gpu_pods", "node_version")
+_MUTABLE_ARRAYS = ("cpu_free", "mem_free", "nonzero_cpu_used", "nonzero_mem_used_bytes", "card_free", "full_free", "max_card_free", "kind_count", "gpu_pods", "node_version", "load")

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Install everything this project needs on a fresh machine and run the whole test suite:
+# unit tests, and end-to-end tests against a real kube-apiserver + kube-scheduler built from
+# Go modules (hack/build-tools.sh, cached after the first build). This is what CI runs (.ci/run).
+#
+# Usage: hack/test.sh [PYTEST ARGS...]        e.g. hack/test.sh -m "not e2e"
+# Env:   PYTHON   interpreter for the virtual environment (default: python3)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+log() { printf '[test %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+log "system packages"
+hack/install-system-deps.sh --containers
+
+log "python environment (.venv)"
+if [[ ! -x .venv/bin/python ]]; then
+  "${PYTHON:-python3}" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet -e '.[train,dev]'
+
+log "control-plane tools (cached)"
+hack/build-tools.sh
+
+log "pytest"
+exec .venv/bin/python -m pytest tests -p no:cacheprovider "$@"

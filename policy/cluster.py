@@ -276,6 +276,14 @@ class ClusterState:
     def release(self, placement: Placement) -> None:
         """Undo :meth:`place` (a pod left the node)."""
         node = placement.node
+        cards = list(placement.cards)
+        if (self.cpu_free[node] + placement.cpu_milli > self.cpu_cap[node]
+                or self.mem_free[node] + placement.memory_mib > self.mem_cap[node]
+                or self.nonzero_cpu_used[node] < nonzero_cpu(placement.cpu_milli)
+                or (self.card_free[node, cards] + placement.milli_per_card > MILLI_PER_CARD).any()
+                or (placement.kind >= 0 and self.kind_count[node, placement.kind] < 1)):
+            # Checked before changing anything, so a bad release leaves the state as it was.
+            raise ValueError(f"node {self.names[node]}: released more than was placed")
         self.cpu_free[node] += placement.cpu_milli
         self.mem_free[node] += placement.memory_mib
         self.nonzero_cpu_used[node] -= nonzero_cpu(placement.cpu_milli)
@@ -285,8 +293,6 @@ class ClusterState:
         if placement.kind >= 0:
             self.kind_count[node, placement.kind] -= 1
             self.gpu_pods[node] -= 1
-        if self.cpu_free[node] > self.cpu_cap[node] or (self.card_free[node] > MILLI_PER_CARD).any():
-            raise ValueError(f"node {self.names[node]}: released more than was placed")
         self._node_changed(node)
 
     def _node_changed(self, node: int) -> None:

@@ -4,7 +4,8 @@ Unlike the FGD protocol (arrivals only), this replays the trace's own timeline, 
 freed as pods finish. Events at the same time apply departures first. A pod that finds no
 feasible node fails (it is not retried) unless ``retry_failed`` is set, in which case it waits in
 a FIFO queue that is retried after every departure (like an unschedulable queue flushed on
-cluster events). Metrics are time-weighted over the replay.
+cluster events); a waiting pod whose deletion time passes before it fits never runs and counts as
+failed. Metrics are time-weighted over the replay.
 """
 from __future__ import annotations
 
@@ -117,7 +118,10 @@ def run_events(
             allocated -= placement.milli_per_card * len(placement.cards)
             for _ in range(len(waiting)):
                 j = waiting.popleft()
-                if not try_place(j, now):
+                deleted = pods[j].deletion_time
+                if deleted is not None and deleted <= now:
+                    failed += 1  # deleted while still waiting: it never ran
+                elif not try_place(j, now):
                     waiting.append(j)
         last_t = now
         last_frag = measure.cluster_frag(state)

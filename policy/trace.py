@@ -244,6 +244,7 @@ def _expand(doc: _Doc, section: str, fields: set[str], build: Callable[[dict, st
     if not isinstance(items, list):
         raise TraceError(doc.path, doc.line_of(root, section), section, f"expected a list of {section}")
     out = []
+    seen: dict[str, str] = {}
     for i, item in enumerate(items):
         where = f"{section}[{i}]"
         if not isinstance(item, dict):
@@ -263,7 +264,11 @@ def _expand(doc: _Doc, section: str, fields: set[str], build: Callable[[dict, st
         if not isinstance(name, str) or not name:
             raise fail("name", "expected a non-empty string")
         for j in range(n):
-            out.append(build(item, name if n == 1 else f"{name}-{j}", fail))
+            full = name if n == 1 else f"{name}-{j}"
+            if full in seen:
+                raise fail("name", f"name {full!r} is used twice (first by {seen[full]}; with count: N, names get -0..-N-1 suffixes)")
+            seen[full] = where
+            out.append(build(item, full, fail))
     return out
 
 
@@ -324,14 +329,6 @@ def _generic_pod(item: dict, name: str, fail: Callable) -> PodSpec:
     return PodSpec(name, cpu, mem, gpus, milli, tuple(models), times[0], times[1])
 
 
-def _check_unique(path: Path, specs: list, what: str) -> None:
-    seen: set[str] = set()
-    for spec in specs:
-        if spec.name in seen:
-            raise TraceError(path, None, what, f"name {spec.name!r} is used twice (with count: N, names get -0..-N-1 suffixes)")
-        seen.add(spec.name)
-
-
 def read_generic(path: str | Path) -> Trace:
     """Read a generic YAML/JSON cluster and/or workload file."""
     path = Path(path)
@@ -342,8 +339,6 @@ def read_generic(path: str | Path) -> Trace:
         unknown = sorted(set(doc.root) - {"nodes", "pods", "apiVersion", "kind"})
         if unknown:
             raise TraceError(path, doc.line_of(doc.root, unknown[0]), unknown[0], "unknown top-level key; expected 'nodes' and/or 'pods'")
-    _check_unique(path, nodes, "nodes")
-    _check_unique(path, pods, "pods")
     return Trace(tuple(nodes), tuple(pods))
 
 

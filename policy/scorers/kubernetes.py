@@ -31,7 +31,7 @@ RESOURCES = ("cpu", "memory", "gpu")
 
 @dataclass(frozen=True)
 class ResourceWeights:
-    """``scoringStrategy.resources``: a weight per resource; weight 0 leaves a resource out."""
+    """``scoringStrategy.resources``: a weight per resource, 0..100; weight 0 leaves a resource out."""
 
     weights: dict[str, int] = field(default_factory=lambda: {"cpu": 1, "memory": 1, "gpu": 1})
 
@@ -41,6 +41,9 @@ class ResourceWeights:
             raise ValueError(f"unknown resource(s) {sorted(unknown)}; known: {', '.join(RESOURCES)}")
         if any(w < 0 for w in self.weights.values()):
             raise ValueError("resource weights must not be negative")
+        too_big = sorted(r for r, w in self.weights.items() if w > MAX_NODE_SCORE)
+        if too_big:  # kube-scheduler's ValidateNodeResourcesFitArgs rejects these too
+            raise ValueError(f"resource weight for {', '.join(too_big)} must be at most {MAX_NODE_SCORE}")
 
 
 def _columns(state: ClusterState, req: PodRequest, nodes: np.ndarray, nonzero: bool, weights: ResourceWeights):

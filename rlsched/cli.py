@@ -14,6 +14,7 @@ from . import __version__
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "evaluate": ("rlsched.policy.cli_evaluate", "run policies through the FGD-protocol simulator and report"),
+    "extender": ("rlsched.extender.cli", "run the kube-scheduler extender (filter/prioritize/bind/preempt)"),
 }
 """Sub-command → (module, one-line help)."""
 

@@ -1,0 +1,204 @@
+"""aiohttp applications: the verbs (loopback) and the read-only status listener.
+
+``make_app(extender, metrics, settings)`` serves ``POST {pathPrefix}/filter|prioritize|bind|preempt``;
+``make_status_app(extender, metrics, health)`` serves ``/metrics``, ``/healthz``, ``/readyz``,
+``/status`` and ``/decisions``. Both take their dependencies, so tests build them with fakes.
+
+One error middleware maps :class:`~rlsched.extender.wire.BadRequest` to 400 (or its status) and an
+oversized body to 413, each with a JSON ``{"Error": ...}`` naming the field; the request is logged
+(truncated) and the server carries on. The cyclic garbage collector is paused while a verb runs
+(parsing big requests allocates many objects; collecting them mid-request doubled tail latency).
+"""
+from __future__ import annotations
+
+import gc
+import logging
+import time
+from typing import Any, Awaitable, Callable
+
+from aiohttp import web
+
+from .metrics import Metrics
+from .settings import ExtenderSettings
+from .verbs import Extender
+from .wire import BadRequest, binding_args, dumps, error_body, extender_args, loads, preemption_args
+
+log = logging.getLogger("rlsched.extender.http")
+
+EXTENDER: web.AppKey[Extender] = web.AppKey("extender", Extender)
+METRICS: web.AppKey[Metrics] = web.AppKey("metrics", Metrics)
+HEALTH: web.AppKey["Health"] = web.AppKey("health", object)  # type: ignore[arg-type]
+
+VERBS = ("filter", "prioritize", "bind", "preempt")
+
+
+class Health:
+    """What /healthz and /readyz report; the server fills it in."""
+
+    def __init__(self) -> None:
+        self.started = False
+        self.checks: dict[str, Callable[[], str | None]] = {}
+        """name → () → problem or None (readiness)."""
+        self.liveness: dict[str, Callable[[], str | None]] = {}
+        """name → () → problem or None (liveness: a dead background task)."""
+
+    def problems(self, checks: dict[str, Callable[[], str | None]]) -> dict[str, str]:
+        out = {}
+        for name, fn in checks.items():
+            try:
+                problem = fn()
+            except Exception as exc:  # noqa: BLE001
+                problem = f"check failed: {exc}"
+            if problem:
+                out[name] = problem
+        return out
+
+
+class _GcPause:
+    """Pause the cyclic GC while any verb is in flight."""
+
+    def __init__(self) -> None:
+        self.inflight = 0
+
+    def __enter__(self) -> None:
+        if self.inflight == 0 and gc.isenabled():
+            gc.disable()
+            self.paused = True
+        self.inflight += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        self.inflight -= 1
+        if self.inflight == 0 and getattr(self, "paused", False):
+            self.paused = False
+            gc.enable()
+
+
+def _error_middleware(metrics: Metrics, verb_of: Callable[[str], str | None]):
+    gc_pause = _GcPause()
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        verb = verb_of(request.path)
+        start = time.perf_counter()
+        status = 500
+        try:
+            with gc_pause:
+                response = await handler(request)
+            status = response.status
+            return response
+        except BadRequest as exc:
+            status = exc.status
+            metrics.bad_requests.labels(verb or "other").inc()
+            _log_bad(request, verb, exc.status, str(exc))
+            return web.Response(status=exc.status, body=error_body(str(exc)), content_type="application/json")
+        except web.HTTPRequestEntityTooLarge as exc:
+            status = 413
+            metrics.bad_requests.labels(verb or "other").inc()
+            message = f"body: larger than the limit ({exc.text}); raise server.maxBodyBytes or use nodeCacheCapable: true"
+            _log_bad(request, verb, 413, message)
+            return web.Response(status=413, body=error_body(message), content_type="application/json")
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        except Exception as exc:  # noqa: BLE001 - last line of defence: answer and keep serving
+            log.exception("%s %s failed", request.method, request.path, extra={"event": "internal_error", "verb": verb})
+            return web.Response(status=500, body=error_body(f"internal error in the extender: {type(exc).__name__}: {exc}"),
+                                content_type="application/json")
+        finally:
+            if verb is not None:
+                metrics.latency.labels(verb, str(status)).observe(time.perf_counter() - start)
+
+    return middleware
+
+
+def _log_bad(request: web.Request, verb: str | None, status: int, message: str) -> None:
+    body = getattr(request, "_read_bytes", None) or b""
+    log.warning("bad request %s %s → %d: %s", request.method, request.path, status, message,
+                extra={"event": "bad_request", "verb": verb, "status": status, "remote": request.remote,
+                       "bodyBytes": len(body), "body": body[:512].decode("utf-8", "replace")})
+
+
+def make_app(extender: Extender, metrics: Metrics, settings: ExtenderSettings) -> web.Application:
+    """The verb listener's application."""
+    prefix = settings.server.path_prefix
+    paths = {f"{prefix}/{v}": v for v in VERBS}
+    app = web.Application(client_max_size=settings.server.max_body_bytes,
+                          middlewares=[_error_middleware(metrics, paths.get)])
+    app[EXTENDER] = extender
+    app[METRICS] = metrics
+
+    async def filter_(request: web.Request) -> web.Response:
+        args = extender_args(loads(await request.read()))
+        return _json(await request.app[EXTENDER].filter(args))
+
+    async def prioritize(request: web.Request) -> web.Response:
+        args = extender_args(loads(await request.read()))
+        return _json(await request.app[EXTENDER].prioritize(args))
+
+    async def bind(request: web.Request) -> web.Response:
+        args = binding_args(loads(await request.read()))
+        return _json(await request.app[EXTENDER].bind(args))
+
+    async def preempt(request: web.Request) -> web.Response:
+        args = preemption_args(loads(await request.read()))
+        return _json(await request.app[EXTENDER].preempt(args))
+
+    for path, handler in ((f"{prefix}/filter", filter_), (f"{prefix}/prioritize", prioritize),
+                          (f"{prefix}/bind", bind), (f"{prefix}/preempt", preempt)):
+        app.router.add_post(path, handler)
+    return app
+
+
+def _json(obj: Any, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=dumps(obj), content_type="application/json")
+
+
+def make_status_app(extender: Extender, metrics: Metrics, health: Health,
+                    extra_status: Callable[[], dict[str, Any]] | None = None) -> web.Application:
+    """The read-only listener: metrics, probes, status and the decision ring."""
+    app = web.Application(middlewares=[_error_middleware(metrics, lambda path: None)])
+    app[EXTENDER] = extender
+    app[METRICS] = metrics
+    app[HEALTH] = health
+
+    async def metrics_(request: web.Request) -> web.Response:
+        return web.Response(body=request.app[METRICS].render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def healthz(request: web.Request) -> web.Response:
+        problems = request.app[HEALTH].problems(request.app[HEALTH].liveness)
+        return _json({"ok": not problems, "problems": problems}, 200 if not problems else 503)
+
+    async def readyz(request: web.Request) -> web.Response:
+        h = request.app[HEALTH]
+        problems = h.problems(h.checks)
+        if not h.started:
+            problems["startup"] = "still starting"
+        return _json({"ready": not problems, "problems": problems}, 200 if not problems else 503)
+
+    async def status(request: web.Request) -> web.Response:
+        ext = request.app[EXTENDER]
+        body = {
+            "policy": ext.engine.status(),
+            "cache": ext.cache.summary(),
+            "decisions": {"ring": len(ext.ring), "last": ext.ring.last, "remembered": len(ext.memory), "outcomes": dict(ext.counts)},
+        }
+        if extra_status is not None:
+            body.update(extra_status())
+        return _json(body)
+
+    async def decisions(request: web.Request) -> web.Response:
+        try:
+            after = int(request.query.get("after", "0"))
+            limit = int(request.query.get("limit", "1000"))
+        except ValueError:
+            raise BadRequest("after", "expected an integer cursor (the 'next' of the previous answer, 0 at first)") from None
+        if limit < 1 or limit > 10000:
+            raise BadRequest("limit", "must be 1..10000")
+        return _json(request.app[EXTENDER].ring.read(after, limit))
+
+    app.router.add_get("/metrics", metrics_)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/status", status)
+    app.router.add_get("/decisions", decisions)
+    return app

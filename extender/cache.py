@@ -1,0 +1,349 @@
+"""The extender's picture of the cluster: nodes and pods from the watch, plus pods bind has assumed.
+
+All of it lives in one :class:`~rlsched.policy.cluster.ClusterState` (arrays over nodes) so that the
+filter/prioritize path runs vectorized without any API call. Pods are placed and released by UID;
+the state is rebuilt (lazily, at the next read) when the node set or a node's capacity changes.
+
+Only the event loop's thread mutates the cache; every mutation is synchronous (no ``await`` inside),
+so a filter never sees half an update and a bind's check-and-reserve cannot interleave with another.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+
+from rlsched.policy.cards import default_cards
+from rlsched.policy.cluster import LOAD_METRICS, ClusterState, NodeSpec, Placement, PodSpec
+from rlsched.policy.scorers import TieBreak
+
+from .objects import ObjectError, PodInfo, node_addresses, node_spec, pod_info
+from .settings import GpuConventions
+
+log = logging.getLogger("rlsched.extender.cache")
+
+BOUND, ASSUMED, UNCERTAIN = "bound", "assumed", "uncertain"
+"""Entry states: seen bound by the watch; reserved by our bind (binding in flight or done but not
+yet seen by the watch); binding outcome unknown (a write timed out) — released after a TTL."""
+
+
+@dataclass
+class Entry:
+    """A pod that holds resources on a node."""
+
+    uid: str
+    key: str
+    """namespace/name."""
+    node: str
+    spec: PodSpec
+    cards: tuple[int, ...]
+    status: str
+    since: float
+    """Monotonic time of the last status change."""
+    placement: Placement | None = None
+    """Where it sits in the current ClusterState (None: could not be placed — see ``problem``)."""
+    problem: str = ""
+    bind_done: bool = False
+    """Our bind created the binding (the watch has not shown it yet while status is ASSUMED)."""
+
+
+@dataclass
+class CacheStats:
+    """Counters for /status and /metrics."""
+
+    node_errors: int = 0
+    pod_errors: int = 0
+    unplaceable: int = 0
+    rebuilds: int = 0
+    last_rebuild_s: float = 0.0
+    events: dict[str, int] = field(default_factory=dict)
+
+
+class ClusterCache:
+    """Nodes, pods and the ClusterState built from them."""
+
+    def __init__(self, gpu: GpuConventions, seed: int = 0, clock: Callable[[], float] = time.monotonic):
+        self.gpu = gpu
+        self.seed = seed
+        self.clock = clock
+        self.nodes: dict[str, NodeSpec] = {}
+        self.addresses: dict[str, list[str]] = {}
+        self.pods: dict[str, Entry] = {}
+        """Pods holding resources, by UID."""
+        self.pending: dict[str, PodInfo] = {}
+        """Pods without a node, by UID (bind looks pods up here when filter's decision is gone)."""
+        self.synced = {"nodes": False, "pods": False}
+        self.stats = CacheStats()
+        self.last_update = 0.0
+        """Monotonic time of the last watch event or list."""
+        self.epoch = 0
+        """Bumped at every rebuild: node indices from an older epoch are meaningless."""
+        self.generation = 0
+        """Bumped at every change of the state (place, release, rebuild, load)."""
+        self._state: ClusterState | None = None
+        self._tiebreak: TieBreak | None = None
+        self._dirty = True
+        self._load: dict[str, np.ndarray] = {}
+
+    # -- reading ----------------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        """True once nodes and pods have been listed."""
+        return self.synced["nodes"] and self.synced["pods"]
+
+    @property
+    def state(self) -> ClusterState | None:
+        """The current state (rebuilt here if the node set changed); None without nodes."""
+        if self._dirty:
+            self._rebuild()
+        return self._state
+
+    @property
+    def tiebreak(self) -> TieBreak:
+        self.state  # noqa: B018 - rebuild if needed
+        assert self._tiebreak is not None
+        return self._tiebreak
+
+    def age_s(self) -> float:
+        """Seconds since the last watch event (inf before the first)."""
+        return self.clock() - self.last_update if self.last_update else float("inf")
+
+    # -- nodes ------------------------------------------------------------------------------------
+    def set_node(self, node: Mapping[str, Any]) -> None:
+        """A node was added or changed."""
+        try:
+            spec = node_spec(node, self.gpu)
+        except (ObjectError, ValueError) as exc:
+            self.stats.node_errors += 1
+            log.warning("ignoring node: %s", exc, extra={"event": "node_unreadable"})
+            return
+        self.addresses[spec.name] = node_addresses(node)
+        if self.nodes.get(spec.name) != spec:
+            self.nodes[spec.name] = spec
+            self._dirty = True
+        self._touch()
+
+    def delete_node(self, name: str) -> None:
+        if self.nodes.pop(name, None) is not None:
+            self.addresses.pop(name, None)
+            self._dirty = True
+        self._touch()
+
+    def replace_nodes(self, nodes: Iterable[Mapping[str, Any]]) -> None:
+        """A full list: nodes not in it are gone."""
+        seen = set()
+        for node in nodes:
+            self.set_node(node)
+            try:
+                seen.add(node["metadata"]["name"])
+            except (KeyError, TypeError):
+                pass
+        for name in list(self.nodes):
+            if name not in seen:
+                self.delete_node(name)
+        self.synced["nodes"] = True
+
+    # -- pods -------------------------------------------------------------------------------------
+    def set_pod(self, pod: Mapping[str, Any]) -> None:
+        """A pod was added or changed (the watch)."""
+        try:
+            info = pod_info(pod, self.gpu, "pod")
+        except (ObjectError, ValueError) as exc:
+            self.stats.pod_errors += 1
+            log.warning("ignoring pod: %s", exc, extra={"event": "pod_unreadable"})
+            return
+        self.observe(info)
+
+    def observe(self, info: PodInfo) -> None:
+        """Apply what the API server says about a pod."""
+        self._touch()
+        if info.terminal:
+            self.forget(info.uid)
+            return
+        entry = self.pods.get(info.uid)
+        if not info.node_name:
+            self.pending[info.uid] = info
+            # A pod we are binding, or whose binding outcome is unknown, keeps its reservation.
+            if entry is not None and entry.status == BOUND:
+                self.forget(info.uid)  # cannot happen (nodeName is immutable); be safe
+            return
+        self.pending.pop(info.uid, None)
+        if info.spec is None:
+            # Bound by someone else with a request we cannot read: count cpu/memory only is not
+            # possible without a spec; report it.
+            self.stats.pod_errors += 1
+            log.warning("pod %s on %s: %s", info.key, info.node_name, info.problem, extra={"event": "pod_unreadable"})
+            self.forget(info.uid)
+            return
+        if entry is not None:
+            if entry.node == info.node_name and entry.spec == info.spec and (info.cards is None or info.cards == entry.cards):
+                if entry.status != BOUND:
+                    entry.status, entry.since = BOUND, self.clock()
+                return
+            self.forget(info.uid)  # moved, resized or re-carded: place afresh
+        cards = info.cards if info.cards is not None else ()
+        self.add(info.uid, info.key, info.node_name, info.spec, cards, BOUND)
+
+    def delete_pod(self, uid: str) -> None:
+        self._touch()
+        self.forget(uid)
+
+    def replace_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
+        """A full list: pods not in it are gone — except those our bind reserved and the list does
+        not know yet (their status is not BOUND); those follow their own rules."""
+        seen = set()
+        for pod in pods:
+            self.set_pod(pod)
+            uid = pod.get("metadata", {}).get("uid") if isinstance(pod, Mapping) else None
+            if isinstance(uid, str):
+                seen.add(uid)
+        now = self.clock()
+        gone = [u for u, e in self.pods.items()
+                if u not in seen and (e.status == BOUND or (e.bind_done and now - e.since > 5.0))]
+        for uid in gone:
+            self.forget(uid)
+        for uid in [u for u in self.pending if u not in seen]:
+            del self.pending[uid]
+        self.synced["pods"] = True
+
+    # -- placing ----------------------------------------------------------------------------------
+    def add(self, uid: str, key: str, node: str, spec: PodSpec, cards: tuple[int, ...], status: str) -> Entry:
+        """Record a pod on ``node`` and place it in the state (cards checked; the default rule when
+        they are missing or do not fit). An entry that cannot be placed is kept and reported."""
+        if uid in self.pods:
+            self.forget(uid)
+        entry = Entry(uid, key, node, spec, tuple(cards), status, self.clock())
+        self.pods[uid] = entry
+        if not self._dirty and self._state is not None:
+            self._place(entry)
+        return entry
+
+    def forget(self, uid: str) -> Entry | None:
+        """Release a pod's resources and drop it."""
+        self.pending.pop(uid, None)
+        entry = self.pods.pop(uid, None)
+        if entry is not None and entry.placement is not None and not self._dirty and self._state is not None:
+            try:
+                self._state.release(entry.placement)
+            except ValueError as exc:  # pragma: no cover - would be a bug in the bookkeeping
+                log.error("release of %s failed: %s; rebuilding", entry.key, exc)
+                self._dirty = True
+            self.generation += 1
+        return entry
+
+    def _place(self, entry: Entry) -> None:
+        state = self._state
+        assert state is not None
+        entry.placement = None
+        idx = state.index.get(entry.node)
+        if idx is None:
+            entry.problem = f"node {entry.node} is not in the cache"
+            return
+        req = state.request(entry.spec)
+        tried = []
+        if entry.cards or not req.is_gpu:
+            tried.append(entry.cards)
+        try:
+            tried.append(default_cards(state, req, idx))
+        except ValueError:
+            pass
+        for cards in tried:
+            try:
+                entry.placement = state.place(req, idx, cards)
+                entry.cards = tuple(cards)
+                entry.problem = ""
+                self.generation += 1
+                return
+            except ValueError as exc:
+                entry.problem = str(exc)
+        self.stats.unplaceable += 1
+        log.warning("pod %s on %s does not fit the cached node (%s); not counted", entry.key, entry.node, entry.problem,
+                    extra={"event": "pod_unplaceable", "pod": entry.key, "node": entry.node})
+
+    def _rebuild(self) -> None:
+        start = time.perf_counter()
+        self._dirty = False
+        self.epoch += 1
+        self.generation += 1
+        if not self.nodes:
+            self._state = None
+            self._tiebreak = TieBreak.by_name([], self.seed)
+            for e in self.pods.values():
+                e.placement = None
+            return
+        specs = [self.nodes[name] for name in sorted(self.nodes)]
+        state = ClusterState(specs)
+        self._state = state
+        self._tiebreak = TieBreak.by_name(state.names, self.seed)
+        # Our own reservations first: they were checked against the state when bind made them.
+        for entry in sorted(self.pods.values(), key=lambda e: (e.status == BOUND, e.since)):
+            self._place(entry)
+        for name, row in self._load.items():
+            i = state.index.get(name)
+            if i is not None:
+                state.load[i] = row
+        self.stats.rebuilds += 1
+        self.stats.last_rebuild_s = time.perf_counter() - start
+        log.info("cluster state rebuilt: %d nodes, %d pods in %.1f ms", state.num_nodes, len(self.pods),
+                 self.stats.last_rebuild_s * 1e3, extra={"event": "state_rebuilt"})
+
+    # -- load -------------------------------------------------------------------------------------
+    def set_load(self, load: Mapping[str, np.ndarray]) -> None:
+        """Per-node utilization rows (``LOAD_METRICS`` order, NaN unknown); nodes absent → all NaN.
+
+        Rows that change bump the node's ``node_version`` so per-node feature caches refresh.
+        """
+        self._load = {k: np.asarray(v, dtype=np.float64) for k, v in load.items()}
+        state = self._state
+        if state is None or self._dirty:
+            return
+        new = np.full_like(state.load, np.nan)
+        for name, row in self._load.items():
+            i = state.index.get(name)
+            if i is not None:
+                new[i] = row
+        changed = ~((new == state.load) | (np.isnan(new) & np.isnan(state.load))).all(axis=1)
+        if changed.any():
+            state.load[:] = new
+            state.node_version[changed] += 1
+            self.generation += 1
+
+    # -- maintenance ------------------------------------------------------------------------------
+    def expire_uncertain(self, ttl_s: float) -> list[str]:
+        """Release reservations whose binding outcome stayed unknown longer than ``ttl_s``."""
+        now = self.clock()
+        expired = [u for u, e in self.pods.items() if e.status == UNCERTAIN and now - e.since > ttl_s]
+        for uid in expired:
+            entry = self.forget(uid)
+            if entry is not None:
+                log.warning("released cards of %s on %s: binding outcome unknown for %.0f s", entry.key, entry.node, ttl_s,
+                            extra={"event": "assumed_expired", "pod": entry.key, "node": entry.node})
+        return expired
+
+    def summary(self) -> dict[str, Any]:
+        """Sizes and ages for /status."""
+        by_status: dict[str, int] = {}
+        for e in self.pods.values():
+            by_status[e.status] = by_status.get(e.status, 0) + 1
+        state = self.state
+        return {
+            "ready": self.ready,
+            "nodes": len(self.nodes),
+            "gpuNodes": sum(1 for n in self.nodes.values() if n.gpu_count),
+            "pods": len(self.pods),
+            "podsByStatus": by_status,
+            "pendingPods": len(self.pending),
+            "unplaceablePods": sum(1 for e in self.pods.values() if e.placement is None),
+            "ageSeconds": None if not self.last_update else round(self.age_s(), 3),
+            "epoch": self.epoch,
+            "rebuilds": self.stats.rebuilds,
+            "gpuMilliAllocated": state.gpu_milli_allocated if state is not None else 0,
+            "gpuMilliCapacity": state.gpu_milli_capacity if state is not None else 0,
+            "loadColumns": list(LOAD_METRICS),
+        }
+
+    def _touch(self) -> None:
+        self.last_update = self.clock()

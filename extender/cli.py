@@ -1,0 +1,104 @@
+"""``rlsched extender``: run the kube-scheduler extender.
+
+Settings: defaults ← ``--config FILE`` (YAML) ← ``RLSCHED_*`` environment ← flags. Exit codes:
+0 clean shutdown, 1 start-up failed (API server unreachable, port taken, …), 2 bad configuration
+(unknown key, bad value, unloadable model or policy file).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="YAML config file (keys: docs/extender.md)")
+    g = parser.add_argument_group("listeners")
+    g.add_argument("--host", help="verb listener address (default 127.0.0.1: keep the verbs on loopback)")
+    g.add_argument("--port", type=int, help="verb listener port (default 8888)")
+    g.add_argument("--path-prefix", help="path the verbs hang under, e.g. /rlsched (default none)")
+    g.add_argument("--status-host", help="status listener address (default 0.0.0.0)")
+    g.add_argument("--status-port", type=int, help="status listener port: /metrics /healthz /readyz /status /decisions (default 8889)")
+    g = parser.add_argument_group("kubernetes")
+    g.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)")
+    g.add_argument("--context", help="kubeconfig context")
+    g.add_argument("--scheduler-name", help="the scheduler profile served (default rl-scheduler)")
+    g = parser.add_argument_group("policy")
+    g.add_argument("--policy-file", help="policy settings file, hot-reloaded (the operator's ConfigMap)")
+    g.add_argument("--mode", choices=("active", "shadow", "off"), help="active | shadow | off (default active)")
+    g.add_argument("--model", help="exported PPO model (.npz)")
+    g.add_argument("--fallback", help="heuristic without a model or on failure (default fgd)")
+    g.add_argument("--deadline-ms", type=float, help="per-request budget of the learned policy (default 100)")
+    g.add_argument("--top-k", type=int, help="filter keeps the policy's top K nodes; 0 keeps all (default 1)")
+    g.add_argument("--typical-pods", help="typical pods JSON for FGD (default: the model's, else built in)")
+    g.add_argument("--no-strict-model", action="store_true",
+                   help="start with the fallback when the model cannot be loaded (default: refuse to start)")
+    g = parser.add_argument_group("load")
+    g.add_argument("--prometheus-url", help="Prometheus base URL for per-node load (default: none)")
+    g = parser.add_argument_group("output")
+    g.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
+    g.add_argument("--log-format", choices=("json", "text"), help="json (default) or text")
+    g.add_argument("--print-scheduler-config", action="store_true",
+                   help="print the recommended KubeSchedulerConfiguration for these settings and exit")
+    g.add_argument("--print-settings", action="store_true", help="print the effective settings as YAML and exit")
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, object]:
+    return {
+        "server.host": args.host, "server.port": args.port, "server.pathPrefix": args.path_prefix,
+        "server.statusHost": args.status_host, "server.statusPort": args.status_port,
+        "kubernetes.kubeconfig": args.kubeconfig, "kubernetes.context": args.context,
+        "kubernetes.schedulerName": args.scheduler_name,
+        "policyFile": args.policy_file, "policy.mode": args.mode, "policy.modelPath": args.model,
+        "policy.fallback": args.fallback, "policy.deadlineMs": args.deadline_ms, "policy.topK": args.top_k,
+        "policy.typicalPodsPath": args.typical_pods, "strictModel": False if args.no_strict_model else None,
+        "prometheus.url": args.prometheus_url, "log.level": args.log_level, "log.format": args.log_format,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+    import dataclasses
+
+    import yaml
+
+    from .settings import ConfigError, camel, getenv, load_settings
+
+    try:
+        settings = load_settings(args.config, getenv(), _overrides(args))
+    except ConfigError as exc:
+        print(f"rlsched extender: {exc}", file=sys.stderr)
+        return 2
+    if args.print_scheduler_config:
+        from .scheduler_config import render
+
+        host = "127.0.0.1" if settings.server.host in ("0.0.0.0", "::", "") else settings.server.host
+        print(render(url=f"http://{host}:{settings.server.port}{settings.server.path_prefix}",
+                     scheduler_name=settings.kubernetes.scheduler_name, kubeconfig=None, gpu=settings.gpu), end="")
+        return 0
+    if args.print_settings:
+        def camelize(obj):
+            if isinstance(obj, dict):
+                return {camel(k): camelize(v) for k, v in obj.items()}
+            if isinstance(obj, (list, tuple)):
+                return [camelize(v) for v in obj]
+            return obj
+        print(yaml.safe_dump(camelize(dataclasses.asdict(settings)), sort_keys=False), end="")
+        return 0
+
+    from .logs import setup_logging
+    from .server import StartupError, serve
+
+    setup_logging(settings.log.level, settings.log.format)
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        runner = asyncio.run
+    else:
+        runner = uvloop.run
+    try:
+        return runner(serve(settings))
+    except StartupError as exc:
+        print(f"rlsched extender: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:  # pragma: no cover
+        return 0

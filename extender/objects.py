@@ -1,0 +1,326 @@
+"""The one adapter from Kubernetes objects (v1.Node, v1.Pod as JSON dicts) to the domain model.
+
+Quantities go through :mod:`rlsched.policy.resources`; the GPU conventions (which resource, label and
+annotation means what) come from :class:`~rlsched.extender.settings.GpuConventions` and are described
+in docs/gpu-sharing.md. Every malformed field raises :class:`ObjectError` naming the field path
+(``spec.containers[1].resources.requests.cpu``) so a 400 can tell the caller what to fix.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from rlsched.policy.cluster import NodeSpec, PodSpec, pod_request_problem
+from rlsched.policy.resources import MILLI_PER_CARD, QuantityError, count, cpu_milli, memory_mib, parse_quantity
+
+from .settings import GpuConventions
+
+
+class ObjectError(ValueError):
+    """A Kubernetes object that cannot be read; ``field`` is the JSON path of the culprit."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+class PodRequestError(ValueError):
+    """A well-formed pod whose GPU request makes no sense (asks whole cards and a share, …).
+
+    Not a protocol error: filter answers it by marking every node unresolvable with this message.
+    """
+
+
+# -- small typed accessors -------------------------------------------------------------------------
+
+def _mapping(value: Any, where: str, required: bool = False) -> Mapping[str, Any]:
+    if value is None:
+        if required:
+            raise ObjectError(where, "is required")
+        return {}
+    if not isinstance(value, Mapping):
+        raise ObjectError(where, f"expected an object, got {type(value).__name__}")
+    return value
+
+
+def _list(value: Any, where: str) -> list:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ObjectError(where, f"expected a list, got {type(value).__name__}")
+    return value
+
+
+def _str(value: Any, where: str, required: bool = False) -> str:
+    if value is None:
+        if required:
+            raise ObjectError(where, "is required")
+        return ""
+    if not isinstance(value, str):
+        raise ObjectError(where, f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _str_map(value: Any, where: str) -> dict[str, str]:
+    m = _mapping(value, where)
+    for k, v in m.items():
+        if not isinstance(v, str):
+            raise ObjectError(f"{where}.{k}", f"expected a string, got {type(v).__name__}")
+    return dict(m)
+
+
+def name_of(obj: Any, where: str) -> str:
+    """``metadata.name`` of an object (required)."""
+    meta = _mapping(_mapping(obj, where, True).get("metadata"), f"{where}.metadata", True)
+    name = _str(meta.get("name"), f"{where}.metadata.name", True)
+    if not name:
+        raise ObjectError(f"{where}.metadata.name", "must not be empty")
+    return name
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    """What the extender keeps about a pod."""
+
+    uid: str
+    namespace: str
+    name: str
+    resource_version: str
+    node_name: str
+    """``spec.nodeName`` ("" while pending)."""
+    phase: str
+    spec: PodSpec | None
+    """The request in domain terms; None when the GPU request is inconsistent (see ``problem``)."""
+    problem: str
+    """Why ``spec`` is None ("" otherwise)."""
+    cards: tuple[int, ...] | None
+    """Cards recorded by a bind (annotation), trusted only when recorded for ``node_name``."""
+    scheduler_name: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+
+# -- nodes -----------------------------------------------------------------------------------------
+
+def node_spec(node: Any, gpu: GpuConventions, where: str = "node") -> NodeSpec:
+    """A :class:`NodeSpec` from a v1.Node: allocatable cpu/memory/cards, card model from labels."""
+    name = name_of(node, where)
+    meta = _mapping(node.get("metadata"), f"{where}.metadata")
+    labels = _str_map(meta.get("labels"), f"{where}.metadata.labels")
+    annotations = _str_map(meta.get("annotations"), f"{where}.metadata.annotations")
+    status = _mapping(node.get("status"), f"{where}.status")
+    alloc = _mapping(status.get("allocatable"), f"{where}.status.allocatable")
+    if not alloc:
+        alloc = _mapping(status.get("capacity"), f"{where}.status.capacity")
+        base = f"{where}.status.capacity"
+    else:
+        base = f"{where}.status.allocatable"
+    try:
+        cpu = cpu_milli(alloc["cpu"]) if "cpu" in alloc else 0
+    except QuantityError as exc:
+        raise ObjectError(f"{base}.cpu", str(exc)) from None
+    try:
+        mem = _floor_mib(alloc["memory"]) if "memory" in alloc else 0
+    except QuantityError as exc:
+        raise ObjectError(f"{base}.memory", str(exc)) from None
+    try:
+        cards = count(alloc[gpu.gpu_resource]) if gpu.gpu_resource in alloc else 0
+    except QuantityError as exc:
+        raise ObjectError(f"{base}.{gpu.gpu_resource}", str(exc)) from None
+    model = ""
+    if cards > 0:
+        model = next((labels[k] for k in gpu.node_model_labels if labels.get(k)), "") or "unknown"
+    price = 1.0
+    raw_price = annotations.get(gpu.node_price_annotation)
+    if raw_price:
+        try:
+            price = float(raw_price)
+        except ValueError:
+            raise ObjectError(f"{where}.metadata.annotations.{gpu.node_price_annotation}", f"expected a number, got {raw_price!r}") from None
+        if not price >= 0:
+            raise ObjectError(f"{where}.metadata.annotations.{gpu.node_price_annotation}", "must not be negative")
+    return NodeSpec(name=name, cpu_milli=max(cpu, 0), memory_mib=max(mem, 0), gpu_count=max(cards, 0),
+                    gpu_model=model, labels=labels, price=price)
+
+
+def _floor_mib(value: Any) -> int:
+    """Node memory → MiB rounded *down* (never think a node has more than it has)."""
+    return int(parse_quantity(value) // (1 << 20))
+
+
+def node_addresses(node: Mapping[str, Any]) -> list[str]:
+    """``status.addresses[*].address`` (for matching Prometheus ``instance`` labels)."""
+    try:
+        return [a["address"] for a in node.get("status", {}).get("addresses", []) or [] if isinstance(a, Mapping) and isinstance(a.get("address"), str)]
+    except (AttributeError, TypeError):
+        return []
+
+
+# -- pods ------------------------------------------------------------------------------------------
+
+def _container_requests(container: Any, where: str) -> Mapping[str, Any]:
+    c = _mapping(container, where)
+    res = _mapping(c.get("resources"), f"{where}.resources")
+    requests = dict(_mapping(res.get("limits"), f"{where}.resources.limits"))
+    # Requests win over limits; limits stand in for missing requests (the API server's defaulting
+    # does this for stored pods; payloads built by hand may lack it).
+    requests.update(_mapping(res.get("requests"), f"{where}.resources.requests"))
+    return requests
+
+
+def _quantity(req: Mapping[str, Any], key: str, where: str, fn) -> int:
+    if key not in req:
+        return 0
+    try:
+        return fn(req[key])
+    except QuantityError as exc:
+        raise ObjectError(f"{where}.{key}", str(exc)) from None
+
+
+def _bytes(value: Any) -> int:
+    q = parse_quantity(value)
+    return int(q.to_integral_value(rounding="ROUND_CEILING"))
+
+
+def _pod_totals(spec: Mapping[str, Any], keys: tuple[str, ...], where: str) -> dict[str, int]:
+    """Effective pod request per resource, as kube-scheduler computes it.
+
+    ``max(Σ containers + Σ sidecars, max over init containers of (init + sidecars started before))``
+    plus ``spec.overhead``; ``spec.resources`` (pod-level resources) replaces cpu/memory when set.
+    Quantities here are integers: millicores for cpu, bytes for memory, counts/milli for the rest.
+    """
+    convert = {"cpu": cpu_milli, "memory": _bytes}
+    def req_of(container: Any, w: str) -> dict[str, int]:
+        r = _container_requests(container, w)
+        return {k: _quantity(r, k, f"{w}.resources.requests", convert.get(k, _count_or_milli)) for k in keys}
+
+    total = dict.fromkeys(keys, 0)
+    for i, c in enumerate(_list(spec.get("containers"), f"{where}.containers")):
+        for k, v in req_of(c, f"{where}.containers[{i}]").items():
+            total[k] += v
+    sidecars = dict.fromkeys(keys, 0)
+    init_peak = dict.fromkeys(keys, 0)
+    for i, c in enumerate(_list(spec.get("initContainers"), f"{where}.initContainers")):
+        w = f"{where}.initContainers[{i}]"
+        r = req_of(c, w)
+        if _mapping(c, w).get("restartPolicy") == "Always":
+            for k, v in r.items():
+                sidecars[k] += v
+                init_peak[k] = max(init_peak[k], sidecars[k])
+        else:
+            for k, v in r.items():
+                init_peak[k] = max(init_peak[k], v + sidecars[k])
+    out = {k: max(total[k] + sidecars[k], init_peak[k]) for k in keys}
+    pod_level = _mapping(_mapping(spec.get("resources"), f"{where}.resources").get("requests"), f"{where}.resources.requests")
+    for k in ("cpu", "memory"):
+        if k in keys and k in pod_level:
+            out[k] = _quantity(pod_level, k, f"{where}.resources.requests", convert[k])
+    overhead = _mapping(spec.get("overhead"), f"{where}.overhead")
+    for k in ("cpu", "memory"):
+        if k in keys and k in overhead:
+            out[k] += _quantity(overhead, k, f"{where}.overhead", convert[k])
+    return out
+
+
+def _count_or_milli(value: Any) -> int:
+    return count(value)
+
+
+def pod_info(pod: Any, gpu: GpuConventions, where: str = "Pod") -> PodInfo:
+    """Read a v1.Pod. Raises ObjectError for malformed fields; GPU-request conflicts land in ``problem``."""
+    pod = _mapping(pod, where, True)
+    meta = _mapping(pod.get("metadata"), f"{where}.metadata", True)
+    name = _str(meta.get("name"), f"{where}.metadata.name", True)
+    namespace = _str(meta.get("namespace"), f"{where}.metadata.namespace") or "default"
+    uid = _str(meta.get("uid"), f"{where}.metadata.uid") or f"{namespace}/{name}"
+    rv = _str(meta.get("resourceVersion"), f"{where}.metadata.resourceVersion")
+    annotations = _str_map(meta.get("annotations"), f"{where}.metadata.annotations")
+    spec = _mapping(pod.get("spec"), f"{where}.spec")
+    status = _mapping(pod.get("status"), f"{where}.status")
+    node_name = _str(spec.get("nodeName"), f"{where}.spec.nodeName")
+    phase = _str(status.get("phase"), f"{where}.status.phase")
+    scheduler = _str(spec.get("schedulerName"), f"{where}.spec.schedulerName") or "default-scheduler"
+    totals = _pod_totals(spec, ("cpu", "memory", gpu.gpu_resource, gpu.gpu_milli_resource), f"{where}.spec")
+    num_gpu = totals[gpu.gpu_resource]
+    milli_res = totals[gpu.gpu_milli_resource]
+    raw = annotations.get(gpu.gpu_milli_annotation, "").strip()
+    milli_ann = 0
+    problem = ""
+    if raw:
+        try:
+            milli_ann = int(raw)
+        except ValueError:
+            problem = f"annotation {gpu.gpu_milli_annotation}={raw!r} is not an integer number of milli (1..{MILLI_PER_CARD})"
+    models_raw = annotations.get(gpu.gpu_models_annotation, "")
+    models = tuple(sorted({m.strip() for m in models_raw.replace(",", "|").split("|") if m.strip()}))
+    share = milli_res or milli_ann
+    if not problem and milli_res and milli_ann and milli_res != milli_ann:
+        problem = (f"{gpu.gpu_milli_resource} is {milli_res} in resources but {milli_ann} in the annotation; "
+                   "set one of them")
+    if not problem and share and num_gpu:
+        problem = (f"pod asks for {num_gpu} whole card(s) ({gpu.gpu_resource}) and a share of {share} milli "
+                   f"({gpu.gpu_milli_resource}); ask whole cards with {gpu.gpu_resource} or a share of one card "
+                   f"with {gpu.gpu_milli_resource}, not both")
+    if not problem and share and not 0 < share <= MILLI_PER_CARD:
+        problem = f"{gpu.gpu_milli_resource} must be 1..{MILLI_PER_CARD} milli of one card, got {share}"
+    cpu = totals["cpu"]
+    mem = -(-totals["memory"] // (1 << 20))
+    if share and not problem:
+        n, m = 1, share
+    else:
+        n, m = num_gpu, (MILLI_PER_CARD if num_gpu else 0)
+    pod_spec = None
+    if not problem:
+        why = pod_request_problem(cpu, mem, n, m)
+        if why:
+            problem = why
+        else:
+            pod_spec = PodSpec(name=f"{namespace}/{name}", cpu_milli=cpu, memory_mib=mem, num_gpu=n,
+                               gpu_milli=m, gpu_models=models if n else ())
+    cards = None
+    if node_name and annotations.get(gpu.assigned_node_annotation) == node_name:
+        cards = parse_cards(annotations.get(gpu.cards_annotation, ""))
+    return PodInfo(uid=uid, namespace=namespace, name=name, resource_version=rv, node_name=node_name, phase=phase,
+                   spec=pod_spec, problem=problem, cards=cards, scheduler_name=scheduler)
+
+
+def parse_cards(text: str) -> tuple[int, ...] | None:
+    """``"0,3"`` → (0, 3); None when absent or malformed."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        cards = tuple(int(c) for c in text.split(","))
+    except ValueError:
+        return None
+    if any(c < 0 for c in cards) or len(set(cards)) != len(cards):
+        return None
+    return cards
+
+
+def format_cards(cards: tuple[int, ...]) -> str:
+    """(0, 3) → ``"0,3"``."""
+    return ",".join(str(c) for c in cards)
+
+
+def assignment_annotations(gpu: GpuConventions, node: str, cards: tuple[int, ...], milli: int) -> dict[str, str]:
+    """The annotations bind writes on the pod before creating the binding."""
+    return {
+        gpu.cards_annotation: format_cards(cards),
+        gpu.card_milli_annotation: str(milli),
+        gpu.assigned_node_annotation: node,
+    }
+
+
+def uid_of(obj: Mapping[str, Any]) -> str:
+    """``metadata.uid`` or ""."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    uid = meta.get("uid") if isinstance(meta, Mapping) else None
+    return uid if isinstance(uid, str) else ""
+

@@ -1,0 +1,474 @@
+"""The policy behind the verbs: the learned model when there is one, a heuristic whenever not.
+
+:class:`PolicyEngine` owns the scorers and answers one question — "for this pod, over these candidate
+nodes, which node and cards?" — through :func:`rlsched.policy.decide`:
+
+- ``active``: the exported PPO policy (``make_scorer("ppo:PATH")``) scores, in a worker thread under a
+  per-request deadline; no model, a load error, an exception, a bad output or the deadline → the
+  fallback heuristic's answer is served and the reason counted.
+- ``shadow``: the heuristic serves; the policy's choice is computed after the answer and only
+  recorded (agree/disagree counters, the decision ring).
+- ``off``: the heuristic alone.
+
+Models and the policy file are hot-reloaded (:meth:`PolicyEngine.poll`): a new file is loaded off the
+event loop and swapped in atomically; if it fails the old one keeps serving and the error is shown
+in /status and counted.
+
+The learned policy may also answer *delay* or *reject* instead of a node (not yet produced by the
+trainer — the seam): a scorer with a ``verdict(state, req, nodes, scores)`` method returning a
+:class:`Verdict` (or ``(action, reason, retry_after_s)``) makes filter hold the pod back.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from rlsched.policy.cluster import ClusterState, PodRequest
+from rlsched.policy.decision import Decision, decide
+from rlsched.policy.scorers import Scorer, TieBreak, canonical_name, make_scorer
+from rlsched.policy.typical import TypicalPods
+
+from .settings import ConfigError, PolicySettings, load_policy_file
+
+log = logging.getLogger("rlsched.extender.policy")
+
+FALLBACK_REASONS = ("no-model", "error", "deadline", "bad-output", "busy", "mode-shadow", "mode-off")
+"""Why the fallback heuristic served (the ``reason`` label of ``rlsched_fallbacks_total``)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A policy's answer other than a node."""
+
+    action: str
+    """``delay`` (try again later: every node FailedNodes) or ``reject`` (FailedAndUnresolvableNodes)."""
+    reason: str
+    retry_after_s: float = 30.0
+
+
+@dataclass
+class Outcome:
+    """The answer for one pod."""
+
+    decision: Decision | None
+    """None when no candidate node fits (or a verdict holds the pod back)."""
+    served_by: str
+    """``policy`` or ``fallback``."""
+    scorer: str
+    """Name of the scorer whose answer is served."""
+    fallback_reason: str | None = None
+    verdict: Verdict | None = None
+    policy_ms: float | None = None
+    """Time the learned policy took (None when it did not run)."""
+    error: str = ""
+    """The policy's error message when it failed."""
+    model_version: str | None = None
+    shadow: dict[str, Any] | None = None
+    """In shadow mode, what the policy would have done (filled in after the answer)."""
+
+
+@dataclass
+class ModelInfo:
+    """What /status shows about the model."""
+
+    path: str | None = None
+    version: str | None = None
+    digest: str | None = None
+    loaded_at: float | None = None
+    error: str | None = None
+    """The last load error (the previous model, if any, keeps serving)."""
+    error_at: float | None = None
+    file_digest: str | None = None
+    """sha256 of the file as read (detects changes on disk)."""
+
+
+def default_typical() -> TypicalPods:
+    """The built-in typical pods (openb default trace, 35 groups) shipped with the extender."""
+    text = resources.files("rlsched.extender").joinpath("typical_default.json").read_text(encoding="utf-8")
+    return TypicalPods.from_json(json.loads(text)["typicalPods"])
+
+
+def load_typical(path: str) -> TypicalPods:
+    """Typical pods from a JSON file (a list, or an object with ``typicalPods``)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"typical pods file {path}: {exc}") from None
+    if isinstance(data, dict):
+        data = data.get("typicalPods")
+    if not isinstance(data, list):
+        raise ConfigError(f"typical pods file {path}: expected a list of typical pods or an object with 'typicalPods'")
+    try:
+        return TypicalPods.from_json(data)
+    except ValueError as exc:
+        raise ConfigError(f"typical pods file {path}: {exc}") from None
+
+
+def file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _stat_key(path: str | None) -> tuple | None:
+    if not path:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ("missing",)
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+ModelLoader = Callable[[str, TypicalPods], Scorer]
+
+
+def load_model(path: str, typical: TypicalPods) -> Scorer:
+    """The default model loader: ``make_scorer("ppo:PATH")`` (rlsched.policy.learned)."""
+    return make_scorer(f"ppo:{path}", typical)
+
+
+def model_typical(scorer: Scorer) -> TypicalPods | None:
+    """The typical pods a model was trained with, when the scorer exposes them."""
+    for attr in ("typical", "typical_pods"):
+        value = getattr(scorer, attr, None)
+        if isinstance(value, TypicalPods):
+            return value
+    manifest = getattr(scorer, "manifest", None)
+    if isinstance(manifest, dict):
+        entries = manifest.get("typicalPods") or manifest.get("typical_pods")
+        if isinstance(entries, list):
+            try:
+                return TypicalPods.from_json(entries)
+            except ValueError:
+                return None
+    return None
+
+
+class PolicyEngine:
+    """Scorers, settings and their hot reload; :meth:`decide` for the verbs."""
+
+    def __init__(self, settings: PolicySettings, policy_file: str | None = None,
+                 model_loader: ModelLoader = load_model, metrics: Any = None,
+                 clock: Callable[[], float] = time.time):
+        self.settings = settings
+        self.base_settings = settings
+        self.policy_file = policy_file
+        self.model_loader = model_loader
+        self.metrics = metrics
+        self.clock = clock
+        self.model: Scorer | None = None
+        self.model_info = ModelInfo()
+        self.settings_error: str | None = None
+        self.settings_loaded_at: float | None = None
+        self._file_key: tuple | None = None
+        self._model_key: tuple | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlsched-policy")
+        self._busy = False
+        self.counters: dict[str, int] = {"decisions": 0, "policy": 0, "fallback": 0, "shadowAgree": 0, "shadowDisagree": 0}
+        self.fallbacks: dict[str, int] = dict.fromkeys(FALLBACK_REASONS, 0)
+        self.typical_source = "built-in"
+        self.typical = default_typical()
+        self.fallback_scorer = make_scorer(canonical_name(settings.fallback), self.typical)
+
+    # -- start-up and reload ----------------------------------------------------------------------
+    def start(self, strict_model: bool = True) -> None:
+        """Load the policy file and the model synchronously. A bad policy file raises ConfigError;
+        so does a model that cannot be loaded when ``strict_model`` (else it is reported and the
+        fallback serves until a loadable model appears at that path)."""
+        if self.policy_file:
+            self._file_key = _stat_key(self.policy_file)
+            self.settings = load_policy_file(self.policy_file, self.base_settings)
+            self.settings_loaded_at = self.clock()
+        self._apply_typical_and_fallback(self.settings, None)
+        if self.settings.model_path:
+            self._model_key = _stat_key(self.settings.model_path)
+            scorer, info = self._load(self.settings.model_path)
+            if scorer is None:
+                if strict_model:
+                    raise ConfigError(f"model {self.settings.model_path}: {info.error}")
+                self.model_info = info
+                self._count("rlsched_model_reloads_total", "error")
+                log.error("model %s not loaded (%s); the fallback %s serves", info.path, info.error, self.fallback_scorer.name,
+                          extra={"event": "model_load_failed"})
+            else:
+                self._install(scorer, info)
+        self._report()
+
+    def _load(self, path: str) -> tuple[Scorer | None, ModelInfo]:
+        """Load a model (any thread). Never raises: the error goes into the returned info."""
+        info = ModelInfo(path=path)
+        try:
+            info.file_digest = file_sha256(path)
+            scorer = self.model_loader(path, self.typical)
+        except ImportError as exc:
+            info.error = f"learned policies are not available in this installation ({exc})"
+            info.error_at = self.clock()
+            return None, info
+        except Exception as exc:  # noqa: BLE001 - any load failure means "no model, use the fallback"
+            info.error = f"{type(exc).__name__}: {exc}"
+            info.error_at = self.clock()
+            return None, info
+        info.version = str(getattr(scorer, "version", None) or Path(path).stem)
+        info.digest = str(getattr(scorer, "digest", None) or info.file_digest)
+        info.loaded_at = self.clock()
+        return scorer, info
+
+    def _install(self, scorer: Scorer | None, info: ModelInfo) -> None:
+        self.model = scorer
+        self.model_info = info
+        if scorer is not None:
+            self._apply_typical_and_fallback(self.settings, scorer)
+        log.info("model %s loaded: version %s digest %s", info.path, info.version, (info.digest or "")[:12],
+                 extra={"event": "model_loaded", "version": info.version, "digest": info.digest})
+
+    def _apply_typical_and_fallback(self, settings: PolicySettings, model: Scorer | None) -> None:
+        typical, source = None, "built-in"
+        if model is not None:
+            typical = model_typical(model)
+            source = "model" if typical is not None else source
+        if typical is None and settings.typical_pods_path:
+            typical, source = load_typical(settings.typical_pods_path), settings.typical_pods_path
+        if typical is None:
+            typical = default_typical()
+        if source != self.typical_source or canonical_name(settings.fallback) != self.fallback_scorer.name:
+            self.typical, self.typical_source = typical, source
+            self.fallback_scorer = make_scorer(canonical_name(settings.fallback), typical)
+
+    async def poll(self) -> None:
+        """Check the policy file and the model file once; reload what changed."""
+        loop = asyncio.get_running_loop()
+        if self.policy_file:
+            key = _stat_key(self.policy_file)
+            if key != self._file_key:
+                self._file_key = key
+                try:
+                    new = load_policy_file(self.policy_file, self.base_settings)
+                    self._apply_typical_and_fallback(new, self.model)
+                except ConfigError as exc:
+                    self.settings_error = str(exc)
+                    self._count("rlsched_policy_reloads_total", "error")
+                    log.error("policy file not applied, keeping the previous settings: %s", exc, extra={"event": "policy_reload_failed"})
+                else:
+                    changed = new != self.settings
+                    self.settings, self.settings_error, self.settings_loaded_at = new, None, self.clock()
+                    self._count("rlsched_policy_reloads_total", "ok")
+                    if changed:
+                        log.info("policy settings reloaded: mode=%s model=%s fallback=%s", new.mode, new.model_path, new.fallback,
+                                 extra={"event": "policy_reloaded"})
+        path = self.settings.model_path
+        if not path:
+            if self.model is not None:
+                self._install_none()
+            return
+        key = _stat_key(path)
+        if path == self.model_info.path and key == self._model_key:
+            return
+        self._model_key = key
+        scorer, info = await loop.run_in_executor(None, self._load, path)
+        if scorer is None:
+            self.model_info = replace(self.model_info, error=info.error, error_at=info.error_at) if self.model else info
+            self._count("rlsched_model_reloads_total", "error")
+            log.error("model %s not loaded (%s); %s", path, info.error,
+                      "the previous model keeps serving" if self.model else "the fallback serves",
+                      extra={"event": "model_load_failed"})
+        elif info.file_digest == self.model_info.file_digest and self.model is not None:
+            self.model_info.path = path  # touched, same bytes
+        else:
+            self._install(scorer, info)
+            self._count("rlsched_model_reloads_total", "ok")
+        self._report()
+
+    def _install_none(self) -> None:
+        self.model, self.model_info, self._model_key = None, ModelInfo(), None
+        self._apply_typical_and_fallback(self.settings, None)
+        log.info("model unloaded (no modelPath)", extra={"event": "model_unloaded"})
+        self._report()
+
+    async def run_poller(self, interval_s: float) -> None:
+        """Background task: :meth:`poll` every ``interval_s``."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.poll()
+            except Exception:  # noqa: BLE001 - a reload must never kill the poller
+                log.exception("policy poll failed", extra={"event": "policy_poll_failed"})
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # -- deciding ---------------------------------------------------------------------------------
+    async def decide(self, state: ClusterState, tiebreak: TieBreak, req: PodRequest, nodes: np.ndarray) -> Outcome:
+        """The node and cards for ``req`` among ``nodes`` (indices), with fallback (module docstring)."""
+        settings = self.settings
+        self.counters["decisions"] += 1
+        model = self.model
+        version = self.model_info.version if model is not None else None
+        if settings.mode == "active" and model is not None:
+            if self._busy:
+                outcome = self._fallback(state, tiebreak, req, nodes, "busy", version)
+            else:
+                outcome = await self._run_policy(model, state, tiebreak, req, nodes, settings.deadline_ms / 1e3)
+                if outcome.fallback_reason is None:
+                    self.counters["policy"] += 1
+                    return outcome
+                outcome = self._fallback(state, tiebreak, req, nodes, outcome.fallback_reason, version,
+                                         outcome.error, outcome.policy_ms)
+            return outcome
+        reason = {"active": "no-model", "shadow": "mode-shadow", "off": "mode-off"}[settings.mode]
+        return self._fallback(state, tiebreak, req, nodes, reason, version)
+
+    async def _run_policy(self, model: Scorer, state: ClusterState, tiebreak: TieBreak, req: PodRequest,
+                          nodes: np.ndarray, deadline_s: float) -> Outcome:
+        loop = asyncio.get_running_loop()
+        start = time.perf_counter()
+        self._busy = True
+        future = loop.run_in_executor(self._executor, _policy_call, model, state, tiebreak, req, nodes)
+        future.add_done_callback(self._not_busy)
+        version = self.model_info.version
+        try:
+            decision, verdict = await asyncio.wait_for(asyncio.shield(future), deadline_s)
+        except asyncio.TimeoutError:
+            return Outcome(None, "fallback", self.fallback_scorer.name, "deadline", policy_ms=(time.perf_counter() - start) * 1e3,
+                           error=f"policy took longer than {deadline_s * 1e3:.0f} ms", model_version=version)
+        except Exception as exc:  # noqa: BLE001 - any policy failure → fallback
+            reason = "bad-output" if isinstance(exc, BadOutput) else "error"
+            if reason == "error":
+                log.warning("policy failed: %s: %s", type(exc).__name__, exc, extra={"event": "policy_error"})
+            return Outcome(None, "fallback", self.fallback_scorer.name, reason, policy_ms=(time.perf_counter() - start) * 1e3,
+                           error=f"{type(exc).__name__}: {exc}", model_version=version)
+        ms = (time.perf_counter() - start) * 1e3
+        return Outcome(decision, "policy", model.name, None, verdict=verdict, policy_ms=ms, model_version=version)
+
+    def _not_busy(self, _future: Any) -> None:
+        self._busy = False
+
+    def _fallback(self, state: ClusterState, tiebreak: TieBreak, req: PodRequest, nodes: np.ndarray, reason: str,
+                  version: str | None, error: str = "", policy_ms: float | None = None) -> Outcome:
+        self.counters["fallback"] += 1
+        self.fallbacks[reason] += 1
+        if self.metrics is not None:
+            self.metrics.fallbacks.labels(reason).inc()
+        decision = decide(self.fallback_scorer, state, req, tiebreak, nodes=nodes)
+        return Outcome(decision, "fallback", self.fallback_scorer.name, reason, policy_ms=policy_ms, error=error,
+                       model_version=version)
+
+    def cards_on(self, state: ClusterState, tiebreak: TieBreak, req: PodRequest, node: int) -> tuple[int, ...] | None:
+        """Cards for ``req`` on ``node`` by the serving scorer's card rule (None if it does not fit).
+
+        Used by bind when the node kube-scheduler picked is not the one filter's decision chose.
+        """
+        scorer = self.fallback_scorer
+        if self.settings.mode == "active" and self.model is not None:
+            scorer = self.model
+        try:
+            decision = decide(scorer, state, req, tiebreak, nodes=np.array([node]))
+        except Exception:  # noqa: BLE001 - the model's card rule failing must not fail the bind
+            decision = decide(self.fallback_scorer, state, req, tiebreak, nodes=np.array([node]))
+        return None if decision is None else decision.cards
+
+    async def shadow(self, state: ClusterState, tiebreak: TieBreak, req: PodRequest, nodes: np.ndarray,
+                     served: Outcome) -> dict[str, Any] | None:
+        """In shadow mode: what the policy would have done (after the answer went out)."""
+        model = self.model
+        if self.settings.mode != "shadow" or model is None or self._busy:
+            return None
+        result = await self._run_policy(model, state, tiebreak, req, nodes, self.settings.deadline_ms / 1e3)
+        served_node = served.decision.node if served.decision is not None else None
+        if result.fallback_reason is not None:
+            return {"error": result.error, "reason": result.fallback_reason}
+        node = result.decision.node if result.decision is not None else None
+        agree = node == served_node
+        self.counters["shadowAgree" if agree else "shadowDisagree"] += 1
+        if self.metrics is not None:
+            self.metrics.shadow.labels("agree" if agree else "disagree").inc()
+        out: dict[str, Any] = {"node": state.names[node] if node is not None else None, "agree": agree,
+                               "policyMs": round(result.policy_ms or 0.0, 3)}
+        if result.decision is not None:
+            out["cards"] = list(result.decision.cards)
+        if result.verdict is not None:
+            out["verdict"] = result.verdict.action
+        return out
+
+    # -- reporting --------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        s = self.settings
+        info = self.model_info
+        return {
+            "mode": s.mode,
+            "fallback": self.fallback_scorer.name,
+            "deadlineMs": s.deadline_ms,
+            "topK": s.top_k,
+            "policyFile": self.policy_file,
+            "policyFileError": self.settings_error,
+            "typicalPods": {"source": self.typical_source, "count": len(self.typical)},
+            "model": {
+                "path": info.path, "loaded": self.model is not None, "version": info.version, "digest": info.digest,
+                "loadedAt": info.loaded_at, "error": info.error, "errorAt": info.error_at,
+            },
+            "counters": dict(self.counters),
+            "fallbacks": dict(self.fallbacks),
+        }
+
+    def _count(self, metric: str, result: str) -> None:
+        if self.metrics is not None:
+            getattr(self.metrics, "model_reloads" if "model" in metric else "policy_reloads").labels(result).inc()
+
+    def _report(self) -> None:
+        if self.metrics is not None:
+            self.metrics.set_model(self.model_info if self.model is not None else None, self.settings.mode)
+
+
+class BadOutput(ValueError):
+    """The policy answered something unusable (NaN scores, a node it was not offered, …)."""
+
+
+def _policy_call(model: Scorer, state: ClusterState, tiebreak: TieBreak, req: PodRequest,
+                 nodes: np.ndarray) -> tuple[Decision | None, Verdict | None]:
+    """Runs in the policy thread: decide with the model, validate what it says."""
+    decision = decide(model, state, req, tiebreak, nodes=nodes)
+    verdict = None
+    hook = getattr(model, "verdict", None)
+    if callable(hook):
+        raw = hook(state, req, nodes, decision.scores if decision is not None else None)
+        verdict = _as_verdict(raw)
+    if decision is None:
+        return None, verdict
+    if decision.scores is not None:
+        values = np.asarray(decision.scores.values)
+        if values.shape != (len(decision.feasible),):
+            raise BadOutput(f"policy returned {values.shape} scores for {len(decision.feasible)} nodes")
+        if not np.isfinite(values.astype(np.float64)).all():
+            raise BadOutput("policy returned NaN or infinite scores")
+    if not np.any(decision.feasible == decision.node):
+        raise BadOutput(f"policy chose node index {decision.node}, which was not a feasible candidate")
+    if len(decision.cards) != req.num_gpu:
+        raise BadOutput(f"policy gave {len(decision.cards)} card(s) for a pod asking {req.num_gpu}")
+    return decision, verdict
+
+
+def _as_verdict(raw: Any) -> Verdict | None:
+    if raw is None:
+        return None
+    if isinstance(raw, Verdict):
+        v = raw
+    elif isinstance(raw, (tuple, list)) and len(raw) in (2, 3):
+        v = Verdict(str(raw[0]), str(raw[1]), float(raw[2]) if len(raw) == 3 else 30.0)
+    else:
+        v = Verdict(str(getattr(raw, "action")), str(getattr(raw, "reason", "")), float(getattr(raw, "retry_after_s", 30.0)))
+    if v.action not in ("delay", "reject"):
+        raise BadOutput(f"policy verdict {v.action!r} is not delay or reject")
+    return v

@@ -1,0 +1,199 @@
+"""Per-node load from Prometheus, refreshed in the background into ``ClusterState.load``.
+
+One instant query per load column (``cpu``, ``memory``, ``network``, ``disk``; PromQL configurable,
+defaults built on node-exporter). Each result series is matched to a node by its labels (``node``,
+``nodename``, ``kubernetes_node``, then ``instance`` with the port stripped, against node names and
+addresses). A node's value is kept with the time it was fetched; values older than ``staleAfterS``
+become NaN. Nothing here ever blocks scheduling: a failed or slow query leaves the previous values
+to age out, and every gap is reported (``/status``, ``rlsched_extender_load_*`` metrics).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import aiohttp
+import numpy as np
+import orjson
+from prometheus_client.core import GaugeMetricFamily
+
+from rlsched.policy.cluster import LOAD_METRICS
+
+from .settings import PrometheusSettings
+
+log = logging.getLogger("rlsched.extender.prometheus")
+
+
+@dataclass
+class ColumnStatus:
+    """The state of one load column."""
+
+    last_success: float | None = None
+    last_error: str | None = None
+    series: int = 0
+    matched: int = 0
+    unmatched: list[str] = field(default_factory=list)
+
+
+class LoadPoller:
+    """Queries Prometheus and hands per-node rows to ``sink`` (``ClusterCache.set_load``)."""
+
+    def __init__(self, settings: PrometheusSettings, nodes: Callable[[], Mapping[str, list[str]]],
+                 sink: Callable[[dict[str, np.ndarray]], None], metrics: Any = None,
+                 clock: Callable[[], float] = time.time,
+                 query: Callable[[str], Any] | None = None):
+        self.settings = settings
+        self.nodes = nodes
+        """() → node name → addresses (InternalIP, Hostname …)."""
+        self.sink = sink
+        self.metrics = metrics
+        self.clock = clock
+        self._query = query or self._http_query
+        self._session: aiohttp.ClientSession | None = None
+        self.values: dict[str, dict[str, tuple[float, float]]] = {c: {} for c in LOAD_METRICS}
+        """column → node → (value, fetched at)."""
+        self.columns = {c: ColumnStatus() for c in LOAD_METRICS}
+
+    async def _http_query(self, promql: str) -> Any:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession()
+        url = self.settings.url.rstrip("/") + "/api/v1/query"  # type: ignore[union-attr]
+        async with self._session.get(url, params={"query": promql},
+                                     timeout=aiohttp.ClientTimeout(total=self.settings.timeout_s)) as resp:
+            body = await resp.read()
+            if resp.status != 200:
+                raise RuntimeError(f"HTTP {resp.status}: {body[:200].decode('utf-8', 'replace')}")
+            return orjson.loads(body)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def _aliases(self) -> dict[str, str]:
+        aliases: dict[str, str] = {}
+        for name, addresses in self.nodes().items():
+            for a in addresses:
+                aliases.setdefault(a, name)
+        for name in self.nodes():
+            aliases[name] = name
+        return aliases
+
+    def _match(self, labels: Mapping[str, str], aliases: Mapping[str, str]) -> str | None:
+        for key in self.settings.node_labels:
+            value = labels.get(key)
+            if not value:
+                continue
+            if value in aliases:
+                return aliases[value]
+            host = value.rsplit(":", 1)[0] if value.count(":") == 1 or value.startswith("[") else value
+            host = host.strip("[]")
+            if host in aliases:
+                return aliases[host]
+        return None
+
+    async def refresh(self) -> None:
+        """One round over every configured column; results go to ``sink``."""
+        aliases = self._aliases()
+        now = self.clock()
+        for column in LOAD_METRICS:
+            promql = self.settings.queries.get(column)
+            status = self.columns[column]
+            if not promql:
+                continue
+            try:
+                body = await asyncio.wait_for(self._query(promql), self.settings.timeout_s)
+                if not isinstance(body, dict) or body.get("status") != "success":
+                    raise RuntimeError(f"Prometheus answered {str(body)[:200]}")
+                data = body.get("data") or {}
+                if data.get("resultType") != "vector":
+                    raise RuntimeError(f"query must return an instant vector, got {data.get('resultType')}")
+                result = data.get("result") or []
+            except Exception as exc:  # noqa: BLE001 - a failed query only ages the column out
+                status.last_error = f"{type(exc).__name__}: {exc}"
+                self._count(column, "error")
+                log.warning("load query %s failed: %s", column, status.last_error, extra={"event": "load_query_failed", "column": column})
+                continue
+            matched, unmatched = 0, []
+            values = self.values[column]
+            for series in result:
+                labels = series.get("metric") or {}
+                node = self._match(labels, aliases)
+                try:
+                    value = float(series["value"][1])
+                except (KeyError, IndexError, TypeError, ValueError):
+                    continue
+                if node is None:
+                    if len(unmatched) < 5:
+                        unmatched.append(",".join(f"{k}={v}" for k, v in sorted(labels.items()))[:120])
+                    continue
+                if math.isfinite(value):
+                    values[node] = (min(max(value, 0.0), 1.0), now)
+                    matched += 1
+            status.last_success, status.last_error = now, None
+            status.series, status.matched, status.unmatched = len(result), matched, unmatched
+            self._count(column, "ok")
+        self.publish()
+
+    def publish(self) -> None:
+        """Hand the fresh values to the sink (stale ones as NaN)."""
+        now = self.clock()
+        rows: dict[str, np.ndarray] = {}
+        names = self.nodes()
+        for j, column in enumerate(LOAD_METRICS):
+            for node, (value, at) in list(self.values[column].items()):
+                if node not in names:
+                    del self.values[column][node]
+                    continue
+                if now - at > self.settings.stale_after_s:
+                    continue
+                row = rows.get(node)
+                if row is None:
+                    row = rows[node] = np.full(len(LOAD_METRICS), np.nan)
+                row[j] = value
+        self.sink(rows)
+
+    async def run(self) -> None:
+        """Background task: refresh every ``intervalS``; never raises."""
+        while True:
+            try:
+                await self.refresh()
+            except Exception:  # noqa: BLE001 - the poller must survive anything
+                log.exception("load refresh failed", extra={"event": "load_refresh_failed"})
+            await asyncio.sleep(self.settings.interval_s)
+
+    def status(self) -> dict[str, Any]:
+        now = self.clock()
+        nodes = len(self.nodes())
+        out: dict[str, Any] = {"url": self.settings.url, "staleAfterSeconds": self.settings.stale_after_s, "columns": {}}
+        for column in LOAD_METRICS:
+            s = self.columns[column]
+            fresh = sum(1 for _, at in self.values[column].values() if now - at <= self.settings.stale_after_s)
+            out["columns"][column] = {
+                "configured": bool(self.settings.queries.get(column)),
+                "ageSeconds": None if s.last_success is None else round(now - s.last_success, 3),
+                "freshNodes": fresh, "missingNodes": nodes - fresh, "series": s.series,
+                "unmatchedSeries": s.unmatched, "lastError": s.last_error,
+            }
+        return out
+
+    def collect(self) -> list[Any]:
+        """Scrape-time gauges: per column, nodes with a fresh value, without one, and the age of the
+        last successful query."""
+        fresh = GaugeMetricFamily("rlsched_extender_load_fresh_nodes", "Nodes with a fresh load value", labels=["column"])
+        missing = GaugeMetricFamily("rlsched_extender_load_missing_nodes", "Nodes whose load value is missing or stale",
+                                    labels=["column"])
+        age = GaugeMetricFamily("rlsched_extender_load_age_seconds", "Seconds since the last successful query (+Inf: never)",
+                                labels=["column"])
+        for column, c in self.status()["columns"].items():
+            fresh.add_metric([column], c["freshNodes"])
+            missing.add_metric([column], c["missingNodes"])
+            age.add_metric([column], float("inf") if c["ageSeconds"] is None else c["ageSeconds"])
+        return [fresh, missing, age]
+
+    def _count(self, column: str, result: str) -> None:
+        if self.metrics is not None:
+            self.metrics.load_refreshes.labels(column, result).inc()

@@ -1,0 +1,216 @@
+"""Putting the extender together and running it.
+
+Start-up order, each step failing with a message that says what to fix:
+
+1. the policy (policy file, model; a bad one stops start-up when ``strictModel``);
+2. API credentials (kubeconfig / in-cluster);
+3. the status listener (/healthz answers from here on; /readyz says "starting");
+4. the initial list of nodes and pods — the cache, with the card assignments recorded on bound pods,
+   is complete before anything is decided (an unreachable API server stops start-up);
+5. ``gc.freeze()``: the start-up objects leave the collector's view;
+6. the verb listener and the background tasks (watches, policy/model polling, Prometheus load,
+   expiry of uncertain reservations) in the verb app's ``cleanup_ctx``; /readyz turns ready.
+
+SIGTERM/SIGINT stop the listeners (in-flight requests get ``shutdown_timeout_s``) and cancel the tasks.
+"""
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import signal
+from typing import Any, AsyncIterator, Callable
+
+from aiohttp import web
+
+from .app import Health, make_app, make_status_app
+from .binder import Binder
+from .cache import ClusterCache
+from .decisions import DecisionRing
+from .kubeapi import NODES_PATH, PODS_PATH, ApiError, Informer, KubeApi
+from .metrics import Metrics, gauge
+from .policy import PolicyEngine, load_model
+from .prometheus import LoadPoller
+from .settings import ConfigError, ExtenderSettings
+from .verbs import Extender
+
+log = logging.getLogger("rlsched.extender")
+
+
+class StartupError(Exception):
+    """Start-up cannot go on; the message says why and what to do. ``code``: the exit status
+    (2 a configuration problem — settings, model, policy file, credentials; 1 the environment —
+    API server unreachable, port taken)."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+class Service:
+    """Every part of a running extender, wired together (tests build one with a fake API)."""
+
+    def __init__(self, settings: ExtenderSettings, api: Any, engine: PolicyEngine, metrics: Metrics):
+        self.settings = settings
+        self.metrics = metrics
+        self.api = api
+        self.cache = ClusterCache(settings.gpu, settings.policy.seed)
+        self.engine = engine
+        self.ring = DecisionRing(settings.decision_ring_size)
+        self.binder = Binder(self.cache, self.engine, api, settings.gpu, settings.kubernetes) if api is not None else None
+        self.extender = Extender(self.cache, self.engine, self.binder, self.ring, settings, self.metrics)
+        self.health = Health()
+        self.informers: list[Informer] = []
+        if api is not None:
+            self.informers = [
+                Informer(api, "nodes", NODES_PATH, self.cache.replace_nodes, self._apply_node, settings.kubernetes, self.metrics),
+                Informer(api, "pods", PODS_PATH, self.cache.replace_pods, self._apply_pod, settings.kubernetes, self.metrics),
+            ]
+        self.load: LoadPoller | None = None
+        if settings.prometheus.url:
+            self.load = LoadPoller(settings.prometheus, lambda: self.cache.addresses, self.cache.set_load, self.metrics)
+            self.metrics.add_collector(self.load.collect)
+        self.metrics.add_collector(self._collect)
+        self.tasks: dict[str, asyncio.Task] = {}
+        self.health.checks["cache"] = lambda: None if self.cache.ready else "nodes and pods not listed yet"
+        self.health.checks["tasks"] = self._dead_tasks
+        self.health.liveness["tasks"] = self._dead_tasks
+
+    # -- watch callbacks --------------------------------------------------------------------------
+    def _apply_node(self, kind: str, obj: dict) -> None:
+        if kind == "DELETED":
+            self.cache.delete_node(obj.get("metadata", {}).get("name", ""))
+        else:
+            self.cache.set_node(obj)
+
+    def _apply_pod(self, kind: str, obj: dict) -> None:
+        if kind == "DELETED":
+            uid = obj.get("metadata", {}).get("uid", "")
+            self.cache.delete_pod(uid)
+            self.extender.memory.pop(uid)
+        else:
+            self.cache.set_pod(obj)
+
+    def _collect(self) -> list[Any]:
+        c = self.cache
+        return [
+            gauge("rlsched_extender_cache_nodes", "Nodes in the cache", len(c.nodes)),
+            gauge("rlsched_extender_cache_pods", "Pods holding resources in the cache", len(c.pods)),
+            gauge("rlsched_extender_cache_pending_pods", "Pending pods seen by the watch", len(c.pending)),
+            gauge("rlsched_extender_cache_age_seconds", "Seconds since the last watch event", c.age_s()),
+            gauge("rlsched_extender_cache_unplaceable_pods", "Bound pods that do not fit the cached node",
+                  sum(1 for e in c.pods.values() if e.placement is None)),
+            gauge("rlsched_extender_cache_rebuilds", "ClusterState rebuilds since start", c.stats.rebuilds),
+            gauge("rlsched_extender_decision_ring_last", "Cursor of the newest decision record", self.ring.last),
+        ]
+
+    def _dead_tasks(self) -> str | None:
+        dead = [name for name, t in self.tasks.items() if t.done()]
+        return f"background task(s) stopped: {', '.join(dead)}" if dead else None
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    async def sync(self) -> None:
+        """The initial list of nodes and pods."""
+        for informer in self.informers:
+            try:
+                await informer.sync()
+            except ApiError as exc:
+                hint = {0: "is the API server running and the kubeconfig's server address right?",
+                        401: "the credentials were rejected (token expired? wrong kubeconfig user?)",
+                        403: f"RBAC: the extender needs list/watch on {informer.resource}"}.get(exc.status, "")
+                raise StartupError(f"cannot list {informer.resource}: {exc}" + (f" — {hint}" if hint else "")) from None
+
+    async def background(self, app: web.Application) -> AsyncIterator[None]:
+        """cleanup_ctx of the verb app: start the background tasks, cancel and await them on exit."""
+        for informer in self.informers:
+            self.tasks[f"watch-{informer.resource}"] = asyncio.create_task(informer.run(), name=f"watch-{informer.resource}")
+        self.tasks["policy-poll"] = asyncio.create_task(self.engine.run_poller(self.settings.policy_poll_s), name="policy-poll")
+        if self.load is not None:
+            self.tasks["prometheus"] = asyncio.create_task(self.load.run(), name="prometheus")
+        self.tasks["expire"] = asyncio.create_task(self._expire(), name="expire")
+        try:
+            yield
+        finally:
+            for task in self.tasks.values():
+                task.cancel()
+            await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+            self.tasks.clear()
+            if self.load is not None:
+                await self.load.close()
+            self.engine.close()
+
+    async def _expire(self) -> None:
+        while True:
+            await asyncio.sleep(min(5.0, self.settings.kubernetes.assumed_ttl_s / 2))
+            self.cache.expire_uncertain(self.settings.kubernetes.assumed_ttl_s)
+
+    def status_extra(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"watches": {i.resource: {"resourceVersion": i.resource_version, "lastError": i.last_error}
+                                           for i in self.informers}}
+        if self.load is not None:
+            out["load"] = self.load.status()
+        return out
+
+
+async def serve(settings: ExtenderSettings, api: Any = None, model_loader: Callable = load_model,
+                stop: asyncio.Event | None = None, ready: Callable[[Service], None] | None = None) -> int:
+    """Run until ``stop`` is set or SIGTERM/SIGINT. Raises StartupError with a clear message."""
+    metrics = Metrics()
+    engine = PolicyEngine(settings.policy, settings.policy_file, model_loader, metrics)
+    try:
+        engine.start(strict_model=settings.strict_model)
+    except ConfigError as exc:
+        raise StartupError(str(exc), 2) from None
+    if api is None:
+        try:
+            api = KubeApi.from_settings(settings.kubernetes)
+        except ValueError as exc:
+            raise StartupError(str(exc), 2) from None
+        log.info("API server %s (%s)", api.host, getattr(api, "source", ""), extra={"event": "api"})
+    service = Service(settings, api, engine, metrics)
+    status_app = make_status_app(service.extender, service.metrics, service.health, service.status_extra)
+    status_runner = web.AppRunner(status_app, access_log=None, shutdown_timeout=settings.server.shutdown_timeout_s)
+    await status_runner.setup()
+    verb_runner: web.AppRunner | None = None
+    try:
+        try:
+            await web.TCPSite(status_runner, settings.server.status_host, settings.server.status_port).start()
+        except OSError as exc:
+            raise StartupError(f"cannot listen on {settings.server.status_host}:{settings.server.status_port} "
+                               f"(server.statusPort): {exc.strerror or exc}") from None
+        await service.sync()
+        gc.collect()
+        gc.freeze()
+        verb_app = make_app(service.extender, service.metrics, settings)
+        verb_app.cleanup_ctx.append(service.background)
+        verb_runner = web.AppRunner(verb_app, access_log=None, shutdown_timeout=settings.server.shutdown_timeout_s)
+        await verb_runner.setup()
+        try:
+            await web.TCPSite(verb_runner, settings.server.host, settings.server.port, backlog=1024).start()
+        except OSError as exc:
+            raise StartupError(f"cannot listen on {settings.server.host}:{settings.server.port} (server.port): "
+                               f"{exc.strerror or exc}") from None
+        service.health.started = True
+        log.info("extender serving: verbs on %s:%d%s, status on %s:%d; %d nodes, %d pods; mode %s, model %s, fallback %s",
+                 settings.server.host, settings.server.port, settings.server.path_prefix or "", settings.server.status_host,
+                 settings.server.status_port, len(service.cache.nodes), len(service.cache.pods), service.engine.settings.mode,
+                 service.engine.model_info.version or "none", service.engine.fallback_scorer.name, extra={"event": "serving"})
+        if ready is not None:
+            ready(service)
+        stop = stop or asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+            except (NotImplementedError, RuntimeError):  # pragma: no cover - not the main thread
+                pass
+        await stop.wait()
+        log.info("shutting down", extra={"event": "shutdown"})
+        return 0
+    finally:
+        if verb_runner is not None:
+            await verb_runner.cleanup()
+        await status_runner.cleanup()
+        if api is not None and hasattr(api, "close"):
+            await api.close()
+

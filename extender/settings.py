@@ -1,0 +1,424 @@
+"""Settings of the extender: nested dataclasses with a docstring per field, passed in explicitly.
+
+Sources, lowest precedence first: the defaults here, a YAML config file (camelCase keys mirroring the
+field names: ``server.statusPort``, ``prometheus.queries.cpu``), ``RLSCHED_*`` environment variables
+(``RLSCHED_SERVER_PORT``, ``RLSCHED_POLICY_MODE`` …; read only by the CLI), then command-line flags.
+An unknown key is an error that names the key and lists the valid ones — a typo must not silently
+fall back to a default.
+
+The *policy settings* (:class:`PolicySettings`: mode, model path, fallback, deadline, top-K) can also
+come from a separate policy file that the operator writes into a mounted ConfigMap; the extender
+polls that file and hot-reloads it (see :mod:`rlsched.extender.policy`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+MODES = ("active", "shadow", "off")
+"""Policy modes: ``active`` the learned policy serves (heuristic on any failure); ``shadow`` the
+heuristic serves and the policy's choice is only logged and counted; ``off`` the heuristic alone."""
+
+
+class ConfigError(ValueError):
+    """A configuration value or key that cannot be used; the message names it and says what fits."""
+
+
+@dataclass
+class ServerSettings:
+    """The two HTTP listeners."""
+
+    host: str = "127.0.0.1"
+    """Address of the verb listener (filter/prioritize/bind/preempt). Loopback by default: the
+    protocol has no caller authentication, so run the extender as a sidecar of kube-scheduler."""
+    port: int = 8888
+    """Port of the verb listener."""
+    path_prefix: str = ""
+    """Path the verbs hang under (``/rlsched`` → ``POST /rlsched/filter``); must match ``urlPrefix``."""
+    status_host: str = "0.0.0.0"
+    """Address of the read-only listener: /metrics, /healthz, /readyz, /status, /decisions."""
+    status_port: int = 8889
+    """Port of the read-only listener."""
+    max_body_bytes: int = 64 * 1024 * 1024
+    """Largest request body accepted (HTTP 413 above). Full-node mode sends every v1.Node: about
+    5 KB per node, so 5,000 nodes need ~26 MB."""
+    shutdown_timeout_s: float = 5.0
+    """Seconds to let in-flight requests finish on SIGTERM; keep below the pod's grace period."""
+
+
+@dataclass
+class KubeSettings:
+    """How the extender talks to the API server."""
+
+    kubeconfig: str | None = None
+    """Kubeconfig file; unset: in-cluster credentials if present, else $KUBECONFIG / ~/.kube/config."""
+    context: str | None = None
+    """Kubeconfig context (unset: the current one)."""
+    scheduler_name: str = "rl-scheduler"
+    """``spec.schedulerName`` of the pods this extender serves (for counting and logs only: the
+    kube-scheduler profile decides which pods reach the extender)."""
+    list_timeout_s: float = 60.0
+    """Timeout of one list page (seconds)."""
+    write_timeout_s: float = 2.0
+    """Timeout of each write made by bind (the pod annotation patch and the pods/binding create),
+    seconds. Both together must stay below kube-scheduler's extender ``httpTimeout`` (default 5 s)."""
+    watch_timeout_s: int = 300
+    """``timeoutSeconds`` of each watch request; the watch then resumes from the last resourceVersion."""
+    retry_backoff_s: float = 1.0
+    """First delay after a failed list/watch; doubles up to 30 s."""
+    assumed_ttl_s: float = 30.0
+    """How long cards stay reserved for a pod whose binding outcome is unknown (write timed out)
+    before the watch has confirmed it; then they are released (like kube-scheduler's assumed pods)."""
+
+
+@dataclass
+class GpuConventions:
+    """How GPUs are expressed in Kubernetes objects (docs/gpu-sharing.md)."""
+
+    gpu_resource: str = "nvidia.com/gpu"
+    """Extended resource for whole cards: a pod asks ``k`` cards; a node's allocatable is its card count."""
+    gpu_milli_resource: str = "rlsched.io/gpu-milli"
+    """Extended resource for a share of one card, in milli (1..1000); list it in ``managedResources``
+    with ``ignoredByScheduler: true``."""
+    gpu_milli_annotation: str = "rlsched.io/gpu-milli"
+    """Pod annotation asking a share of one card (when no device plugin advertises the resource)."""
+    gpu_models_annotation: str = "rlsched.io/gpu-models"
+    """Pod annotation restricting the card model: ``V100M16|V100M32`` (``,`` also separates)."""
+    node_model_labels: tuple[str, ...] = ("rlsched.io/gpu-model", "nvidia.com/gpu.product")
+    """Node labels naming the card model, first match wins (GPU feature discovery sets the second)."""
+    node_price_annotation: str = "rlsched.io/node-price"
+    """Node annotation with a relative price (a float; default 1)."""
+    cards_annotation: str = "rlsched.io/gpu-cards"
+    """Pod annotation bind writes: the card indices chosen on the node, ``0,3``."""
+    card_milli_annotation: str = "rlsched.io/gpu-card-milli"
+    """Pod annotation bind writes: milli taken on each of those cards (1000 for whole cards)."""
+    assigned_node_annotation: str = "rlsched.io/gpu-node"
+    """Pod annotation bind writes: the node the cards belong to (cards are only trusted on that node)."""
+
+
+DEFAULT_QUERIES: dict[str, str] = {
+    "cpu": '1 - avg by (instance) (rate(node_cpu_seconds_total{mode="idle"}[2m]))',
+    "memory": "1 - node_memory_MemAvailable_bytes / node_memory_MemTotal_bytes",
+    "network": (
+        'sum by (instance) (rate(node_network_receive_bytes_total{device!~"lo|veth.*|docker.*|cni.*|flannel.*|cali.*|virbr.*"}[2m])'
+        ' + rate(node_network_transmit_bytes_total{device!~"lo|veth.*|docker.*|cni.*|flannel.*|cali.*|virbr.*"}[2m]))'
+        " / 2.5e9"
+    ),
+    "disk": "max by (instance) (rate(node_disk_io_time_seconds_total[2m]))",
+}
+"""PromQL per load column (node-exporter metrics), each a 0..1 utilization per node. Network divides
+rx+tx bytes/s by 2.5e9 (a 10 Gbit/s full-duplex link); edit the query for other links."""
+
+
+@dataclass
+class PrometheusSettings:
+    """Per-node load from Prometheus (``ClusterState.load``)."""
+
+    url: str | None = None
+    """Prometheus base URL (``http://prometheus:9090``); unset: no load features (all NaN)."""
+    interval_s: float = 15.0
+    """Seconds between refreshes."""
+    timeout_s: float = 5.0
+    """Timeout of one query."""
+    stale_after_s: float = 120.0
+    """A node's value older than this is dropped (NaN) and reported as stale."""
+    queries: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_QUERIES))
+    """PromQL per load column: ``cpu``, ``memory``, ``network``, ``disk`` (missing ones stay NaN)."""
+    node_labels: tuple[str, ...] = ("node", "nodename", "kubernetes_node", "instance")
+    """Series labels tried, in order, to find the node: matched against node names, then node
+    addresses (InternalIP, Hostname); ``host:port`` loses the port first."""
+
+
+@dataclass
+class PolicySettings:
+    """What scores nodes. Hot-reloadable through the policy file."""
+
+    mode: str = "active"
+    """``active`` | ``shadow`` | ``off`` (see :data:`MODES`)."""
+    model_path: str | None = None
+    """Exported PPO model (``.npz``); unset or unloadable: the fallback heuristic serves."""
+    fallback: str = "fgd"
+    """Heuristic used without a model, on any policy error, or past the deadline."""
+    deadline_ms: float = 100.0
+    """Per-request budget for the learned policy; past it the fallback's answer is served."""
+    top_k: int = 1
+    """Filter keeps only the policy's top K feasible nodes (0: keep all). 1 makes kube-scheduler
+    bind the chosen node without calling prioritize (docs/extender.md, "Decisions that survive")."""
+    typical_pods_path: str | None = None
+    """JSON file of typical pods for FGD (``TypicalPods.to_json``); unset: the model's, else built-in."""
+    seed: int = 0
+    """Seed of the node tie-break order and of sampling policies."""
+
+
+@dataclass
+class LogSettings:
+    """Logging."""
+
+    level: str = "INFO"
+    """Python log level name."""
+    format: str = "json"
+    """``json`` (one object per line) or ``text``."""
+
+
+@dataclass
+class ExtenderSettings:
+    """Everything ``rlsched extender`` needs."""
+
+    server: ServerSettings = field(default_factory=ServerSettings)
+    """The HTTP listeners."""
+    kubernetes: KubeSettings = field(default_factory=KubeSettings)
+    """API server access."""
+    gpu: GpuConventions = field(default_factory=GpuConventions)
+    """GPU resource names, labels and annotations."""
+    prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
+    """Load features."""
+    policy: PolicySettings = field(default_factory=PolicySettings)
+    """Initial policy settings (the policy file, when given, overrides them)."""
+    policy_file: str | None = None
+    """YAML file with :class:`PolicySettings` keys, polled and hot-reloaded (the operator's ConfigMap)."""
+    strict_model: bool = True
+    """At start-up, a model that cannot be loaded stops the extender with an error (true), or is
+    reported in /status and the log while the fallback serves (false; hot reload keeps trying)."""
+    policy_poll_s: float = 2.0
+    """Seconds between checks of the policy file and the model file for changes."""
+    decision_ring_size: int = 4096
+    """Recent decisions kept for ``GET /decisions``."""
+    decision_cache_ttl_s: float = 30.0
+    """How long filter's decision for a pod is reused by prioritize and bind."""
+    log: LogSettings = field(default_factory=LogSettings)
+    """Logging."""
+
+
+# -- loading --------------------------------------------------------------------------------------
+
+def camel(name: str) -> str:
+    """``status_port`` → ``statusPort``."""
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _coerce(value: Any, hint: Any, where: str) -> Any:
+    """Check/convert a YAML or env value to the field's type; ConfigError names ``where``."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(value, inner[0], where)
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
+        return build(hint, value, where)
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    if hint is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        try:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            return int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}") from None
+    if hint is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+    if hint is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"{where}: expected a string, got {type(value).__name__}")
+    if origin is tuple:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {type(value).__name__}")
+        return tuple(_coerce(v, args[0], f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
+        return {str(k): _coerce(v, args[1], f"{where}.{k}") for k, v in value.items()}
+    raise ConfigError(f"{where}: unsupported setting type {hint!r}")  # pragma: no cover
+
+
+def build(cls: type, data: Mapping[str, Any], where: str = "") -> Any:
+    """A ``cls`` instance from camelCase ``data``; unknown keys and wrong types raise ConfigError."""
+    hints = _hints(cls)
+    by_key = {camel(f.name): f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        f = by_key.get(str(key))
+        if f is None:
+            path = f"{where}.{key}" if where else str(key)
+            raise ConfigError(f"unknown setting {path!r}; valid keys{' under ' + where if where else ''}: {', '.join(sorted(by_key))}")
+        kwargs[f.name] = _coerce(value, hints[f.name], f"{where}.{key}" if where else str(key))
+    obj = cls(**kwargs)
+    validate(obj, where)
+    return obj
+
+
+def merge(obj: Any, data: Mapping[str, Any], where: str = "") -> Any:
+    """A copy of dataclass ``obj`` with camelCase ``data`` applied on top (nested sections merged)."""
+    hints = _hints(type(obj))
+    by_key = {camel(f.name): f for f in dataclasses.fields(obj)}
+    changes = {}
+    for key, value in data.items():
+        f = by_key.get(str(key))
+        path = f"{where}.{key}" if where else str(key)
+        if f is None:
+            raise ConfigError(f"unknown setting {path!r}; valid keys{' under ' + where if where else ''}: {', '.join(sorted(by_key))}")
+        current = getattr(obj, f.name)
+        if dataclasses.is_dataclass(current) and isinstance(value, Mapping):
+            changes[f.name] = merge(current, value, path)
+        else:
+            changes[f.name] = _coerce(value, hints[f.name], path)
+    result = dataclasses.replace(obj, **changes)
+    validate(result, where)
+    return result
+
+
+def validate(obj: Any, where: str = "") -> None:
+    """Range checks that types alone do not express."""
+    prefix = f"{where}." if where else ""
+    if isinstance(obj, PolicySettings):
+        if obj.mode not in MODES:
+            raise ConfigError(f"{prefix}mode: {obj.mode!r} is not one of {', '.join(MODES)}")
+        if not obj.deadline_ms > 0:
+            raise ConfigError(f"{prefix}deadlineMs: must be positive, got {obj.deadline_ms}")
+        if obj.top_k < 0:
+            raise ConfigError(f"{prefix}topK: must be 0 (keep all) or more, got {obj.top_k}")
+        from rlsched.policy.scorers import UnknownPolicyError, canonical_name
+
+        try:
+            canonical_name(obj.fallback)
+        except UnknownPolicyError as exc:
+            raise ConfigError(f"{prefix}fallback: {exc}") from None
+    elif isinstance(obj, ServerSettings):
+        for name in ("port", "status_port"):
+            port = getattr(obj, name)
+            if not 0 <= port <= 65535:
+                raise ConfigError(f"{prefix}{camel(name)}: {port} is not a TCP port")
+        if obj.max_body_bytes < 1024:
+            raise ConfigError(f"{prefix}maxBodyBytes: must be at least 1024, got {obj.max_body_bytes}")
+        if obj.path_prefix and (not obj.path_prefix.startswith("/") or obj.path_prefix.endswith("/")):
+            raise ConfigError(f"{prefix}pathPrefix: must start with '/' and not end with one, got {obj.path_prefix!r}")
+    elif isinstance(obj, PrometheusSettings):
+        unknown = set(obj.queries) - {"cpu", "memory", "network", "disk"}
+        if unknown:
+            raise ConfigError(f"{prefix}queries: unknown load column(s) {sorted(unknown)}; valid: cpu, memory, network, disk")
+        if not obj.interval_s > 0 or not obj.stale_after_s > 0 or not obj.timeout_s > 0:
+            raise ConfigError(f"{prefix}intervalS, timeoutS and staleAfterS must be positive")
+    elif isinstance(obj, LogSettings):
+        if obj.format not in ("json", "text"):
+            raise ConfigError(f"{prefix}format: {obj.format!r} is not json or text")
+        if obj.level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+            raise ConfigError(f"{prefix}level: {obj.level!r} is not a log level (DEBUG, INFO, WARNING, ERROR)")
+    elif isinstance(obj, ExtenderSettings):
+        if obj.decision_ring_size < 1:
+            raise ConfigError("decisionRingSize: must be at least 1")
+        if not obj.policy_poll_s > 0:
+            raise ConfigError("policyPollS: must be positive")
+
+
+def read_yaml(path: str | Path, what: str = "config file") -> Mapping[str, Any]:
+    """A YAML mapping from ``path`` (empty file → {}); ConfigError says what is wrong and where."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{what} {path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{what} {path}: not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{what} {path}: expected a mapping at the top, got {type(data).__name__}")
+    return data
+
+
+def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None = None,
+                  overrides: Mapping[str, Any] | None = None) -> ExtenderSettings:
+    """Defaults ← YAML file ← ``RLSCHED_*`` from ``env`` ← ``overrides`` (dotted camelCase keys)."""
+    settings = ExtenderSettings()
+    if path:
+        try:
+            settings = merge(settings, read_yaml(path))
+        except ConfigError as exc:
+            if str(exc).startswith("config file"):
+                raise
+            raise ConfigError(f"config file {path}: {exc}") from None
+    for key, value in env_overrides(env or {}).items():
+        settings = merge(settings, _nest(key, value), "")
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            settings = merge(settings, _nest(key, value), "")
+    return settings
+
+
+def _nest(dotted: str, value: Any) -> dict[str, Any]:
+    parts = dotted.split(".")
+    out: dict[str, Any] = {parts[-1]: value}
+    for p in reversed(parts[:-1]):
+        out = {p: out}
+    return out
+
+
+def env_overrides(env: Mapping[str, str]) -> dict[str, str]:
+    """``RLSCHED_SERVER_STATUS_PORT=9000`` → ``{"server.statusPort": "9000"}`` for every known setting.
+
+    Unknown ``RLSCHED_*`` names are ignored (other parts of the project use the prefix too).
+    """
+    known = {}
+    for path in setting_paths(ExtenderSettings):
+        env_name = "RLSCHED_" + re.sub(r"([A-Z])", r"_\1", path.replace(".", "_")).upper()
+        known[env_name] = path
+    return {known[k]: v for k, v in env.items() if k in known and v != ""}
+
+
+def setting_paths(cls: type, prefix: str = "") -> list[str]:
+    """Every dotted camelCase path of scalar settings (``server.statusPort`` …)."""
+    out = []
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        key = prefix + camel(f.name)
+        hint = hints[f.name]
+        if dataclasses.is_dataclass(hint):
+            out.extend(setting_paths(hint, key + "."))
+        else:
+            out.append(key)
+    return out
+
+
+def load_policy_file(path: str | Path, base: PolicySettings) -> PolicySettings:
+    """Policy settings from the operator's policy file, on top of ``base``."""
+    data = read_yaml(path, "policy file")
+    try:
+        return merge(base, data, "")
+    except ConfigError as exc:
+        raise ConfigError(f"policy file {path}: {exc}") from None
+
+
+def getenv() -> Mapping[str, str]:
+    """The process environment (only the CLI calls this)."""
+    return dict(os.environ)

@@ -1,0 +1,450 @@
+"""The four verbs over the cache and the policy — no HTTP here (:mod:`rlsched.extender.app` serves them).
+
+Filter makes the decision (feasibility → policy or fallback → node and cards) and remembers it per pod
+UID and resourceVersion; prioritize and bind reuse it. With ``topK`` > 0 filter keeps only the
+policy's top K feasible nodes; ``topK: 1`` hands kube-scheduler exactly one node, which it then binds
+without running any score plugin or prioritize (docs/extender.md, "Decisions that survive").
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from rlsched.policy.cluster import LOAD_METRICS, ClusterState, PodRequest
+from rlsched.policy.feasibility import feasible_mask, infeasibility_reason, unresolvable_mask
+from rlsched.policy.resources import MILLI_PER_CARD
+
+from .binder import Binder, BindResult
+from .cache import ClusterCache
+from .decisions import DecisionRing
+from .objects import ObjectError, PodInfo, pod_info
+from .policy import Outcome, PolicyEngine, Verdict
+from .settings import ExtenderSettings
+from .wire import BadRequest, BindingArgs, ExtenderArgs, PreemptionArgs
+
+log = logging.getLogger("rlsched.extender.verbs")
+
+MAX_EXTENDER_PRIORITY = 10
+"""extenderv1.MaxExtenderPriority: prioritize scores are integers 0..10."""
+
+
+@dataclass
+class Remembered:
+    """Filter's decision for one pod, reused by prioritize and bind."""
+
+    info: PodInfo
+    epoch: int
+    outcome: Outcome
+    at: float
+    names: tuple[str, ...] | None = None
+    """The node names the decision was computed over (cache-capable requests)."""
+
+
+class DecisionMemory:
+    """Recent decisions by pod UID: bounded, expiring."""
+
+    def __init__(self, ttl_s: float, size: int = 8192, clock: Callable[[], float] = time.monotonic):
+        self.ttl_s, self.size, self.clock = ttl_s, size, clock
+        self._items: OrderedDict[str, Remembered] = OrderedDict()
+
+    def put(self, uid: str, item: Remembered) -> None:
+        self._items[uid] = item
+        self._items.move_to_end(uid)
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
+
+    def get(self, uid: str, resource_version: str | None = None) -> Remembered | None:
+        item = self._items.get(uid)
+        if item is None:
+            return None
+        if self.clock() - item.at > self.ttl_s or (resource_version is not None and item.info.resource_version != resource_version):
+            return None
+        return item
+
+    def pop(self, uid: str) -> None:
+        self._items.pop(uid, None)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class ReasonMemo:
+    """Filter reasons per node for one request shape, recomputed only for nodes that changed.
+
+    ``infeasibility_reason`` is a Python call per node (≈1–3 µs); with thousands of infeasible nodes
+    per filter that would dominate, so rows are cached and refreshed by ``node_version``.
+    """
+
+    def __init__(self, size: int = 64):
+        self.size = size
+        self._memo: OrderedDict[tuple, tuple[int, np.ndarray, list[str]]] = OrderedDict()
+
+    def reasons(self, state: ClusterState, epoch: int, req: PodRequest, nodes: np.ndarray) -> list[str]:
+        key = (req.cpu_milli, req.memory_mib, req.num_gpu, req.gpu_milli, req.model_ok.tobytes())
+        hit = self._memo.get(key)
+        if hit is None or hit[0] != epoch:
+            hit = (epoch, np.full(state.num_nodes, -1, dtype=np.int64), [""] * state.num_nodes)
+            self._memo[key] = hit
+            while len(self._memo) > self.size:
+                self._memo.popitem(last=False)
+        self._memo.move_to_end(key)
+        _, versions, texts = hit
+        stale = nodes[versions[nodes] != state.node_version[nodes]]
+        for n in stale.tolist():
+            texts[n] = infeasibility_reason(state, req, n)
+        versions[stale] = state.node_version[stale]
+        return [texts[n] for n in nodes.tolist()]
+
+
+class Extender:
+    """The verbs. One instance per server; tests build it with fakes."""
+
+    def __init__(self, cache: ClusterCache, engine: PolicyEngine, binder: Binder | None, ring: DecisionRing,
+                 settings: ExtenderSettings, metrics: Any = None, clock: Callable[[], float] = time.time):
+        self.cache, self.engine, self.binder, self.ring = cache, engine, binder, ring
+        self.settings, self.metrics, self.clock = settings, metrics, clock
+        self.memory = DecisionMemory(settings.decision_cache_ttl_s)
+        self.reason_memo = ReasonMemo()
+        self._names_key: tuple[int, int] | None = None
+        self._names_idx: np.ndarray | None = None
+        self._names_list: list[str] | None = None
+        if binder is not None:
+            binder.remembered = self.memory.get
+        self.counts: dict[str, int] = {}
+        self._shadow_tasks: set = set()
+
+    # -- helpers ------------------------------------------------------------------------------------
+    def _pod(self, pod: dict) -> PodInfo:
+        try:
+            return pod_info(pod, self.cache.gpu, "Pod")
+        except ObjectError as exc:
+            raise BadRequest(exc.field, str(exc).split(": ", 1)[1] if ": " in str(exc) else str(exc)) from None
+
+    def _indices(self, state: ClusterState, names: list[str]) -> np.ndarray:
+        """Node indices for ``names`` (-1: unknown). The last answer is reused when kube-scheduler
+        sends the same list again (common: consecutive pods see the same feasible set)."""
+        key = (self.cache.epoch, len(names))
+        if key == self._names_key and names == self._names_list:
+            return self._names_idx  # type: ignore[return-value]
+        index = state.index
+        idx = np.fromiter((index.get(n, -1) for n in names), dtype=np.int64, count=len(names))
+        self._names_key, self._names_list, self._names_idx = key, names, idx
+        return idx
+
+    def _adopt(self, args: ExtenderArgs) -> dict[str, str]:
+        """Full-node mode: nodes the watch has not delivered yet are taken from the request."""
+        failed = {}
+        unknown = [i for i, n in enumerate(args.node_names) if n not in self.cache.nodes]
+        for i in unknown:
+            before = self.cache.stats.node_errors
+            self.cache.set_node(args.node_items[i])  # type: ignore[index]
+            if self.cache.stats.node_errors != before:
+                failed[args.node_names[i]] = f"node {args.node_names[i]} cannot be read by the extender (see its log)"
+        return failed
+
+    def _count(self, outcome: str) -> None:
+        self.counts[outcome] = self.counts.get(outcome, 0) + 1
+        if self.metrics is not None:
+            self.metrics.decisions.labels(outcome).inc()
+
+    # -- filter -------------------------------------------------------------------------------------
+    async def filter(self, args: ExtenderArgs) -> dict[str, Any]:
+        info = self._pod(args.pod)
+        names = args.node_names
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
+        if not args.cache_capable:
+            failed.update(self._adopt(args))
+        for _attempt in range(3):
+            state = self.cache.state
+            epoch = self.cache.epoch
+            if state is None:
+                why = "the extender has not seen any node yet (starting, or no nodes in the cluster)"
+                return self._filter_result(args, [], {n: why for n in names}, {})
+            idx = self._indices(state, names)
+            known = idx >= 0
+            if info.spec is None:
+                why = f"pod's GPU request cannot be served: {info.problem}"
+                self._count("invalid")
+                return self._filter_result(args, [], failed, {n: why for n in names})
+            req = state.request(info.spec)
+            cand = np.unique(idx[known])
+            outcome = await self.engine.decide(state, self.cache.tiebreak, req, cand)
+            if self.cache.epoch == epoch:
+                break
+        else:  # pragma: no cover - the node set changed three times during one decision
+            raise BadRequest("", "the node set kept changing during the decision; retry", 503)
+        for i in np.flatnonzero(~known).tolist():
+            failed[names[i]] = (f"node {names[i]} is not in the extender's cache yet (the watch lags); "
+                                "it will be considered once the watch delivers it")
+        self.memory.put(info.uid, Remembered(info, epoch, outcome, self.cache.clock()))
+        if outcome.verdict is not None:
+            return self._verdict(args, info, outcome, outcome.verdict, failed, unresolvable)
+        ok = feasible_mask(state, req)
+        bad = cand[~ok[cand]]
+        if len(bad):
+            texts = self.reason_memo.reasons(state, epoch, req, bad)
+            unres = unresolvable_mask(state, req)[bad]
+            state_names = state.names
+            for n, text, u in zip(bad.tolist(), texts, unres.tolist()):
+                (unresolvable if u else failed)[state_names[n]] = text
+        decision = outcome.decision
+        kept: list[str] = []
+        if decision is not None:
+            kept = [state.names[i] for i in self._top(state, outcome)]
+        self._count("unschedulable" if decision is None else outcome.served_by)
+        record = self._record_filter(info, state, req, outcome, len(cand), kept)
+        if decision is not None and self.engine.settings.mode == "shadow" and self.engine.model is not None:
+            self._shadow(record, state, req, cand, outcome)
+        else:
+            self.ring.append(record)
+        return self._filter_result(args, kept, failed, unresolvable)
+
+    def _top(self, state: ClusterState, outcome: Outcome) -> list[int]:
+        """Node indices filter keeps: the chosen node first, then the next best up to ``topK``."""
+        decision = outcome.decision
+        assert decision is not None
+        k = self.engine.settings.top_k
+        if decision.scores is None or k == 1:
+            return [decision.node] if k else decision.feasible.tolist()
+        values = np.asarray(decision.scores.values, dtype=np.float64)
+        order = np.lexsort((self.cache.tiebreak.rank[decision.feasible], -values))
+        ranked = [int(decision.feasible[p]) for p in order if int(decision.feasible[p]) != decision.node]
+        rest = ranked if k == 0 else ranked[: k - 1]
+        return [decision.node, *rest]
+
+    def _filter_result(self, args: ExtenderArgs, kept: list[str], failed: dict[str, str],
+                       unresolvable: dict[str, str]) -> dict[str, Any]:
+        for name in unresolvable:
+            failed.pop(name, None)
+        if args.cache_capable:
+            return {"Nodes": None, "NodeNames": kept, "FailedNodes": failed,
+                    "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
+        position = {n: i for i, n in enumerate(args.node_names)}
+        items = [args.node_items[position[n]] for n in kept]  # type: ignore[index]
+        return {"Nodes": {"metadata": {}, "items": items}, "NodeNames": None, "FailedNodes": failed,
+                "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
+
+    def _verdict(self, args: ExtenderArgs, info: PodInfo, outcome: Outcome, verdict: Verdict,
+                 failed: dict[str, str], unresolvable: dict[str, str]) -> dict[str, Any]:
+        scheduler = self.settings.kubernetes.scheduler_name
+        if verdict.action == "delay":
+            why = f"delayed by policy {scheduler} (retry in {verdict.retry_after_s:.0f}s)" + (f": {verdict.reason}" if verdict.reason else "")
+            failed = {n: why for n in args.node_names}
+            self._count("delayed")
+        else:
+            why = f"rejected by policy {scheduler}" + (f": {verdict.reason}" if verdict.reason else "")
+            unresolvable = {n: why for n in args.node_names}
+            failed = {}
+            self._count("rejected")
+        self.ring.append({
+            "kind": "filter", "pod": _pod_ref(info), "node": None, "cards": [], "verdict": verdict.action,
+            "reason": verdict.reason, "retryAfterSeconds": verdict.retry_after_s, "servedBy": outcome.served_by,
+            "scorer": outcome.scorer, "modelVersion": outcome.model_version, "mode": self.engine.settings.mode,
+        })
+        return self._filter_result(args, [], failed, unresolvable)
+
+    def _record_filter(self, info: PodInfo, state: ClusterState, req: PodRequest, outcome: Outcome, candidates: int,
+                       kept: list[str]) -> dict[str, Any]:
+        decision = outcome.decision
+        record: dict[str, Any] = {
+            "kind": "filter",
+            "pod": _pod_ref(info),
+            "node": state.names[decision.node] if decision is not None else None,
+            "cards": list(decision.cards) if decision is not None else [],
+            "kept": kept,
+            "servedBy": outcome.served_by,
+            "scorer": outcome.scorer,
+            "fallbackReason": outcome.fallback_reason,
+            "error": outcome.error or None,
+            "modelVersion": outcome.model_version,
+            "mode": self.engine.settings.mode,
+            "candidates": candidates,
+            "feasible": int(len(decision.feasible)) if decision is not None else 0,
+            "topScores": _top_scores(state, outcome),
+            "policyMs": None if outcome.policy_ms is None else round(outcome.policy_ms, 3),
+            "features": _features(state, req, decision.node if decision is not None else None),
+        }
+        return record
+
+    def _shadow(self, record: dict[str, Any], state: ClusterState, req: PodRequest, cand: np.ndarray,
+                outcome: Outcome) -> None:
+        """Shadow mode: evaluate the policy after the answer; the record goes to the ring then."""
+
+        async def run() -> None:
+            try:
+                record["shadow"] = await self.engine.shadow(state, self.cache.tiebreak, req, cand, outcome)
+            except Exception as exc:  # noqa: BLE001 - shadow is best effort
+                record["shadow"] = {"error": f"{type(exc).__name__}: {exc}"}
+            self.ring.append(record)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._shadow_tasks.add(task)
+        task.add_done_callback(self._shadow_tasks.discard)
+
+    # -- prioritize ---------------------------------------------------------------------------------
+    async def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
+        info = self._pod(args.pod)
+        names = args.node_names
+        if not args.cache_capable:
+            self._adopt(args)
+        state = self.cache.state
+        if state is None or info.spec is None or not names:
+            return [{"Host": n, "Score": 0} for n in names]
+        idx = self._indices(state, names)
+        remembered = self.memory.get(info.uid, info.resource_version)
+        if remembered is None or remembered.epoch != self.cache.epoch:
+            req = state.request(info.spec)
+            cand = np.unique(idx[idx >= 0])
+            epoch = self.cache.epoch
+            outcome = await self.engine.decide(state, self.cache.tiebreak, req, cand)
+            if self.cache.epoch != epoch:
+                return [{"Host": n, "Score": 0} for n in names]
+            remembered = Remembered(info, epoch, outcome, self.cache.clock())
+            self.memory.put(info.uid, remembered)
+        scores = extender_scores(remembered.outcome, idx, self.cache.tiebreak.rank)
+        return [{"Host": n, "Score": s} for n, s in zip(names, scores.tolist())]
+
+    # -- bind ---------------------------------------------------------------------------------------
+    async def bind(self, args: BindingArgs) -> dict[str, Any]:
+        if self.binder is None:
+            return {"Error": "this extender was started without a binder (no API server access)"}
+        remembered = self.memory.get(args.pod_uid)
+        result: BindResult = await self.binder.bind(args.pod_uid, args.pod_namespace, args.pod_name, args.node)
+        if self.metrics is not None:
+            self.metrics.binds.labels(result.result).inc()
+        chosen = None
+        if remembered is not None and remembered.outcome.decision is not None and remembered.epoch == self.cache.epoch:
+            state = self.cache.state
+            if state is not None:
+                chosen = state.names[remembered.outcome.decision.node]
+        self.ring.append({
+            "kind": "bind", "pod": {"uid": args.pod_uid, "namespace": args.pod_namespace, "name": args.pod_name},
+            "node": args.node, "cards": list(result.cards), "gpuMilliPerCard": result.milli, "result": result.result,
+            "error": result.error or None, "policyNode": chosen,
+            "followedPolicy": None if chosen is None else chosen == args.node,
+        })
+        if not result.error:
+            self.memory.pop(args.pod_uid)
+        return {"Error": result.error}
+
+    # -- preempt ------------------------------------------------------------------------------------
+    async def preempt(self, args: PreemptionArgs) -> dict[str, Any]:
+        """Keep the candidate nodes where evicting the given victims frees what the pod needs
+        (GPU cards included); victims are returned unchanged (always by UID)."""
+        info = self._pod(args.pod)
+        out: dict[str, Any] = {}
+        remembered = self.memory.get(info.uid)
+        held_back = remembered is not None and remembered.outcome.verdict is not None
+        state = self.cache.state
+        if state is None or info.spec is None or held_back:
+            self._count_preempt(dropped=len(args.victims))
+            return {"NodeNameToMetaVictims": out}
+        trial = state.copy()
+        for node, (uids, _) in args.victims.items():
+            for uid in uids:
+                entry = self.cache.pods.get(uid)
+                if entry is not None and entry.placement is not None and entry.node == node:
+                    try:
+                        trial.release(entry.placement)
+                    except ValueError:  # pragma: no cover - bookkeeping bug; be conservative
+                        log.error("preempt: cannot release %s on %s in the trial state", entry.key, node)
+        req = trial.request(info.spec)
+        ok = feasible_mask(trial, req)
+        kept = dropped = 0
+        for node, (uids, pdb) in args.victims.items():
+            i = state.index.get(node)
+            if not uids or i is None or not ok[i]:
+                dropped += 1
+                continue
+            kept += 1
+            out[node] = {"Pods": [{"UID": u} for u in uids], "NumPDBViolations": pdb}
+        self._count_preempt(kept, dropped)
+        return {"NodeNameToMetaVictims": out}
+
+    def _count_preempt(self, kept: int = 0, dropped: int = 0) -> None:
+        if self.metrics is not None:
+            self.metrics.preempt_nodes.labels("kept").inc(kept)
+            self.metrics.preempt_nodes.labels("dropped").inc(dropped)
+
+
+def extender_scores(outcome: Outcome, idx: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """Integer scores 0..10 for the nodes ``idx`` (-1: unknown) such that the decision survives.
+
+    The decision's node gets 10 and every other node at most 9 (min-max scaled by the scorer's
+    values), so with score plugins off kube-scheduler's sum has a unique maximum at the policy's
+    node. Nodes that are infeasible or unknown get 0. When kube-scheduler offers nodes without the
+    decision's node, the best of those (ties by the node order) gets 10.
+    """
+    out = np.zeros(len(idx), dtype=np.int64)
+    decision = outcome.decision
+    if decision is None or outcome.verdict is not None:
+        return out
+    feasible = decision.feasible
+    if decision.scores is None:
+        values_all = np.zeros(len(feasible))
+    else:
+        values_all = np.asarray(decision.scores.values, dtype=np.float64)
+    pos = np.searchsorted(feasible, idx)
+    pos = np.minimum(pos, len(feasible) - 1)
+    has = (idx >= 0) & (feasible[pos] == idx)
+    if not has.any():
+        return out
+    values = np.where(has, values_all[pos], np.nan)
+    chosen = np.flatnonzero(has & (idx == decision.node))
+    if len(chosen):
+        top = int(chosen[0])
+    else:
+        best = np.flatnonzero(has & (values == np.nanmax(values)))
+        top = int(best[np.argmin(rank[idx[best]])])
+    v = values[has]
+    lo, hi = float(v.min()), float(v.max())
+    if hi > lo:
+        scaled = np.floor((values - lo) * (MAX_EXTENDER_PRIORITY - 1) / (hi - lo))
+    else:
+        scaled = np.full(len(values), MAX_EXTENDER_PRIORITY - 1, dtype=np.float64)
+    out[has] = np.clip(scaled[has], 0, MAX_EXTENDER_PRIORITY - 1).astype(np.int64)
+    out[idx == idx[top]] = 0  # duplicates of the top node in a malformed list get nothing extra
+    out[top] = MAX_EXTENDER_PRIORITY
+    return out
+
+
+def _pod_ref(info: PodInfo) -> dict[str, str]:
+    return {"uid": info.uid, "namespace": info.namespace, "name": info.name}
+
+
+def _top_scores(state: ClusterState, outcome: Outcome, k: int = 5) -> list[dict[str, Any]]:
+    decision = outcome.decision
+    if decision is None:
+        return []
+    if decision.scores is None:
+        return [{"node": state.names[decision.node], "score": None}]
+    values = np.asarray(decision.scores.values, dtype=np.float64)
+    k = min(k, len(values))
+    top = np.argpartition(-values, k - 1)[:k]
+    top = top[np.argsort(-values[top], kind="stable")]
+    return [{"node": state.names[int(decision.feasible[p])], "score": round(float(values[p]), 4)} for p in top]
+
+
+def _features(state: ClusterState, req: PodRequest, node: int | None) -> dict[str, Any]:
+    """A compact summary of what the decision saw (the decision log keeps it for retraining)."""
+    out: dict[str, Any] = {"pod": {"cpuMilli": req.cpu_milli, "memoryMiB": req.memory_mib, "numGpu": req.num_gpu,
+                                   "gpuMilli": req.gpu_milli, "constrained": req.constrained}}
+    if node is not None:
+        load = state.load[node]
+        out["node"] = {
+            "cpuFreeMilli": int(state.cpu_free[node]), "memFreeMiB": int(state.mem_free[node]),
+            "gpuCount": int(state.gpu_count[node]), "fullFreeCards": int(state.full_free[node]),
+            "gpuFreeMilli": int(state.card_free[node].sum()),
+            "gpuModel": state.model_names[state.model_id[node]] if state.model_id[node] >= 0 else "",
+            "load": {m: (None if np.isnan(v) else round(float(v), 4)) for m, v in zip(LOAD_METRICS, load)},
+        }
+    out["cluster"] = {"gpuAllocatedFraction": round(state.gpu_milli_allocated / max(state.gpu_milli_capacity, 1), 4),
+                      "milliPerCard": MILLI_PER_CARD}
+    return out

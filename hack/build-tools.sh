@@ -17,7 +17,7 @@ set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOLS_DIR="${REPO_ROOT}/hack/tools"
-# shellcheck source=hack/tools/versions.env
+# shellcheck source=tools/versions.env
 source "${TOOLS_DIR}/versions.env"
 
 # Bump when the build recipe (ldflags, tags) changes, to force a rebuild into a new key.
@@ -58,7 +58,7 @@ module_of() {
 package_of() {
   case "$1" in
     kube-apiserver|kube-controller-manager|kube-scheduler|kubectl) echo "k8s.io/kubernetes/cmd/$1" ;;
-    etcd) echo "." ;;
+    etcd) echo "rlsched.local/hack/tools/etcd" ;;
     kwok) echo "sigs.k8s.io/kwok/cmd/kwok" ;;
     helm) echo "helm.sh/helm/v3/cmd/helm" ;;
   esac
@@ -105,7 +105,9 @@ expected_version() {
 is_current() {
   local b="$1"
   [[ -x "${BIN_DIR}/${b}" ]] || return 1
-  version_output "${b}" | grep -qF -- "$(expected_version "${b}")"
+  local out
+  out="$(version_output "${b}")" || return 1
+  [[ "${out}" == *"$(expected_version "${b}")"* ]]
 }
 
 build_one() {
@@ -116,13 +118,18 @@ build_one() {
   start=${SECONDS}
 
   log "${b}: fetching modules for ${pkg} (hack/tools/$(module_of "${b}"))"
-  if ! out="$(cd "${mod}" && go list -deps -f '{{if .Error}}{{.ImportPath}}: {{.Error}}{{end}}' "${pkg}" 2>&1)" \
+  # stdout: packages that failed to load; stderr: "go: downloading ..." and go's own errors.
+  local errf
+  errf="$(mktemp)"
+  if ! out="$(cd "${mod}" && go list -deps -f '{{if .Error}}{{.ImportPath}}: {{.Error}}{{end}}' "${pkg}" 2>"${errf}")" \
       || [[ -n "${out}" ]]; then
-    printf '%s\n' "${out}" | tail -n 30 >&2
+    { grep -v '^go: downloading ' "${errf}"; printf '%s\n' "${out}"; } | tail -n 30 >&2
+    rm -f "${errf}"
     die "${b}: could not fetch/resolve the modules of ${pkg} in hack/tools/$(module_of "${b}") (go error above)"
   fi
 
-  log "${b}: building ${pkg} (fetch took $((SECONDS - start))s)"
+  log "${b}: building ${pkg} (downloaded $(grep -c '^go: downloading ' "${errf}" || true) modules in $((SECONDS - start))s)"
+  rm -f "${errf}"
   rm -f "${BIN_DIR}/.${b}.tmp"
   rc=0
   (cd "${mod}" && CGO_ENABLED=0 go build -trimpath -p "${BUILD_PARALLELISM:-2}" -ldflags "${ldflags}" \

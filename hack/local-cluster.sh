@@ -68,7 +68,7 @@ choose_ports() {
   if [[ -f "${STATE}/ports.env" ]]; then
     while IFS='=' read -r var value; do kept_ports[${var}]="${value}"; done <"${STATE}/ports.env"
   fi
-  : >"${STATE}/ports.env.tmp"
+  local lines=""
   for var in "${!PORT_DEFAULT[@]}"; do
     env_var="RLSCHED_${var}"
     if [[ -n "${!env_var:-}" ]]; then
@@ -85,10 +85,9 @@ choose_ports() {
       fi
     fi
     printf -v "${var}" '%s' "${value}"
-    echo "${var}=${value}" >>"${STATE}/ports.env.tmp"
+    lines+="${var}=${value}"$'\n'
   done
-  sort -o "${STATE}/ports.env" "${STATE}/ports.env.tmp"
-  rm -f "${STATE}/ports.env.tmp"
+  printf '%s' "${lines}" | sort >"${STATE}/ports.env"
 }
 
 load_ports() {
@@ -130,9 +129,27 @@ gen_pki() {
   gen_cert apiserver "/CN=kube-apiserver" \
     "${server}\nsubjectAltName=IP:127.0.0.1,IP:${SERVICE_FIRST_IP},DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
   gen_cert admin "/O=system:masters/CN=rlsched-admin" "${client}"
+  # Serving certs for the controller-manager and scheduler, so their /healthz verifies with ca.crt.
+  gen_cert kube-controller-manager-serving "/CN=kube-controller-manager" "${server}\nsubjectAltName=IP:127.0.0.1,DNS:localhost"
+  gen_cert kube-scheduler-serving "/CN=kube-scheduler" "${server}\nsubjectAltName=IP:127.0.0.1,DNS:localhost"
   gen_cert kube-controller-manager "/CN=system:kube-controller-manager" "${client}"
   gen_cert kube-scheduler "/CN=system:kube-scheduler" "${client}"
   gen_cert kwok "/O=system:masters/CN=kwok-controller" "${client}"
+  # Front proxy (requestheader) CA and client: lets aggregated API servers (metrics-server, ...)
+  # and the components' delegated authentication trust the apiserver's proxied requests.
+  if [[ ! -f "${PKI}/front-proxy-ca.crt" ]]; then
+    gen_key "${PKI}/front-proxy-ca.key"
+    openssl req -x509 -new -key "${PKI}/front-proxy-ca.key" -subj "/CN=rlsched-local-front-proxy-ca" -days 3650 \
+      -sha256 -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
+      -out "${PKI}/front-proxy-ca.crt" 2>/dev/null || die "openssl could not create the front-proxy CA"
+  fi
+  if [[ ! -f "${PKI}/front-proxy-client.crt" ]]; then
+    gen_key "${PKI}/front-proxy-client.key"
+    openssl req -new -key "${PKI}/front-proxy-client.key" -subj "/CN=front-proxy-client" 2>/dev/null \
+      | openssl x509 -req -CA "${PKI}/front-proxy-ca.crt" -CAkey "${PKI}/front-proxy-ca.key" -CAcreateserial \
+          -days 365 -sha256 -extfile <(printf '%b\n' "${client}") -out "${PKI}/front-proxy-client.crt" 2>/dev/null \
+      || die "openssl could not sign front-proxy-client"
+  fi
   if [[ ! -f "${PKI}/sa.key" ]]; then
     gen_key "${PKI}/sa.key"
     openssl rsa -in "${PKI}/sa.key" -pubout -out "${PKI}/sa.pub" 2>/dev/null
@@ -190,9 +207,17 @@ start() {
   mkdir -p "${RUN}" "${LOGS}"
   printf '%q ' "$@" >"${RUN}/${name}.cmd"
   echo "$1" >"${RUN}/${name}.exe"
-  setsid "$@" >"${LOGS}/${name}.log" 2>&1 </dev/null &
+  setsid "$@" >>"${LOGS}/${name}.log" 2>&1 </dev/null &
   echo "$!" >"${RUN}/${name}.pid"
   log "${name}: started pid $! (port $(port_of "${name}"), log ${LOGS}/${name}.log)"
+}
+
+# True while PID exists and is not a zombie (our children are reparented to PID 1 once
+# `up` exits, and it may reap them late).
+running() {
+  local state
+  state="$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" || return 1
+  [[ -n "${state}" && "${state}" != Z ]]
 }
 
 stop() {
@@ -202,10 +227,10 @@ stop() {
   # setsid made the process a group leader; signal the whole group.
   kill -TERM -- "-${pid}" 2>/dev/null || kill -TERM "${pid}" 2>/dev/null || true
   for ((i = 0; i < 150; i++)); do
-    kill -0 "${pid}" 2>/dev/null || break
+    running "${pid}" || break
     sleep 0.1
   done
-  if kill -0 "${pid}" 2>/dev/null; then
+  if running "${pid}"; then
     log "${name}: pid ${pid} ignored SIGTERM for 15s; SIGKILL"
     kill -KILL -- "-${pid}" 2>/dev/null || kill -KILL "${pid}" 2>/dev/null || true
     sleep 0.2
@@ -259,6 +284,10 @@ start_apiserver() {
     --endpoint-reconciler-type none \
     --tls-cert-file "${PKI}/apiserver.crt" --tls-private-key-file "${PKI}/apiserver.key" \
     --client-ca-file "${PKI}/ca.crt" \
+    --requestheader-client-ca-file "${PKI}/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+    --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --proxy-client-cert-file "${PKI}/front-proxy-client.crt" --proxy-client-key-file "${PKI}/front-proxy-client.key" \
     --authorization-mode Node,RBAC \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "${PKI}/sa.pub" --service-account-signing-key-file "${PKI}/sa.key" \
@@ -267,12 +296,17 @@ start_apiserver() {
   wait_for kube-apiserver "ready (/readyz)" https_ok "https://127.0.0.1:${APISERVER_PORT}/readyz"
 }
 
+# --controllers '*': the on-by-default set. Since 1.3x kube-controller-manager has no cloud
+# controllers left to disable (service-lb, node-route, cloud-node-lifecycle live in the
+# cloud-controller-manager); node-ipam-controller idles without --allocate-node-cidrs.
 start_controller_manager() {
   local kc="${KCFG}/kube-controller-manager.kubeconfig"
   start kube-controller-manager "${BIN}/kube-controller-manager" \
     --kubeconfig "${kc}" --authentication-kubeconfig "${kc}" --authorization-kubeconfig "${kc}" \
     --bind-address 127.0.0.1 --secure-port "${KCM_PORT}" --leader-elect=false \
-    --controllers '*,-service-lb-controller,-node-route-controller,-cloud-node-lifecycle-controller' \
+    --tls-cert-file "${PKI}/kube-controller-manager-serving.crt" \
+    --tls-private-key-file "${PKI}/kube-controller-manager-serving.key" \
+    --controllers '*' \
     --use-service-account-credentials=true --root-ca-file "${PKI}/ca.crt" \
     --service-account-private-key-file "${PKI}/sa.key" \
     --cluster-signing-cert-file "${PKI}/ca.crt" --cluster-signing-key-file "${PKI}/ca.key" \
@@ -325,7 +359,8 @@ start_scheduler() {
   local kc="${KCFG}/kube-scheduler.kubeconfig"
   start kube-scheduler "${BIN}/kube-scheduler" --config "${STATE}/kube-scheduler.yaml" \
     --authentication-kubeconfig "${kc}" --authorization-kubeconfig "${kc}" \
-    --bind-address 127.0.0.1 --secure-port "${SCHEDULER_PORT}"
+    --bind-address 127.0.0.1 --secure-port "${SCHEDULER_PORT}" \
+    --tls-cert-file "${PKI}/kube-scheduler-serving.crt" --tls-private-key-file "${PKI}/kube-scheduler-serving.key"
   wait_for kube-scheduler "healthy (/healthz)" https_ok "https://127.0.0.1:${SCHEDULER_PORT}/healthz"
 }
 

@@ -13,7 +13,7 @@
 set -euo pipefail
 
 TOOLS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=hack/tools/versions.env
+# shellcheck source=versions.env
 source "${TOOLS_DIR}/versions.env"
 
 export GOTOOLCHAIN=local

@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from rlsched.policy.feasibility import infeasibility_reason
+from rlsched.policy.feasibility import feasible_mask, infeasibility_reason
 
 from .cache import ASSUMED, BOUND, UNCERTAIN, ClusterCache
 from .kubeapi import ApiError
@@ -109,17 +109,25 @@ class Binder:
                                       node, result="error")
                 idx = state.index[node]
                 req = state.request(spec)
-                cards = self._remembered_cards(uid, info, node)
-                if cards is None:
-                    cards = self.engine.cards_on(state, self.cache.tiebreak, req, idx)
-                if cards is None:
-                    why = infeasibility_reason(state, req, idx) or "does not fit"
+                if not feasible_mask(state, req)[idx]:
+                    why = infeasibility_reason(state, req, idx)
                     return BindResult(f"pod {key} no longer fits node {node}: {why}", node, result="error")
-                entry = self.cache.add(uid, key, node, spec, cards, ASSUMED)
-                if entry.placement is None:
-                    self.cache.forget(uid)
-                    return BindResult(f"pod {key} cannot take cards {list(cards)} on node {node}: {entry.problem}",
-                                      node, result="error")
+                entry = None
+                cards = self._remembered_cards(uid, info, node)
+                if cards is not None:  # filter's choice, if its cards are still free
+                    entry = self.cache.add(uid, key, node, spec, cards, ASSUMED, exact=True)
+                    if entry.placement is None:
+                        self.cache.forget(uid)
+                        entry = None
+                if entry is None:
+                    cards = self.engine.cards_on(state, self.cache.tiebreak, req, idx)
+                    if cards is None:  # pragma: no cover - feasible_mask said it fits
+                        return BindResult(f"pod {key} no longer fits node {node}", node, result="error")
+                    entry = self.cache.add(uid, key, node, spec, cards, ASSUMED, exact=True)
+                    if entry.placement is None:
+                        self.cache.forget(uid)
+                        return BindResult(f"pod {key} cannot take cards {list(cards)} on node {node}: {entry.problem}",
+                                          node, result="error")
         cards = entry.cards
         milli = spec.gpu_milli if spec.num_gpu else 0
         # -- the writes ------------------------------------------------------------------------

@@ -210,15 +210,21 @@ class ClusterCache:
         self.synced["pods"] = True
 
     # -- placing ----------------------------------------------------------------------------------
-    def add(self, uid: str, key: str, node: str, spec: PodSpec, cards: tuple[int, ...], status: str) -> Entry:
+    def add(self, uid: str, key: str, node: str, spec: PodSpec, cards: tuple[int, ...], status: str,
+            exact: bool = False) -> Entry:
         """Record a pod on ``node`` and place it in the state (cards checked; the default rule when
-        they are missing or do not fit). An entry that cannot be placed is kept and reported."""
+        they are missing or do not fit). An entry that cannot be placed is kept and reported.
+
+        ``exact`` (bind's reservations): exactly these cards or no placement, silently — the caller
+        drops the entry and answers the error."""
         if uid in self.pods:
             self.forget(uid)
+        if self._dirty:
+            self._rebuild()
         entry = Entry(uid, key, node, spec, tuple(cards), status, self.clock())
         self.pods[uid] = entry
-        if not self._dirty and self._state is not None:
-            self._place(entry)
+        if self._state is not None:
+            self._place(entry, exact)
         return entry
 
     def forget(self, uid: str) -> Entry | None:
@@ -234,7 +240,7 @@ class ClusterCache:
             self.generation += 1
         return entry
 
-    def _place(self, entry: Entry) -> None:
+    def _place(self, entry: Entry, exact: bool = False) -> None:
         state = self._state
         assert state is not None
         entry.placement = None
@@ -246,10 +252,11 @@ class ClusterCache:
         tried = []
         if entry.cards or not req.is_gpu:
             tried.append(entry.cards)
-        try:
-            tried.append(default_cards(state, req, idx))
-        except ValueError:
-            pass
+        if not exact:
+            try:
+                tried.append(default_cards(state, req, idx))
+            except ValueError as exc:
+                entry.problem = str(exc)
         for cards in tried:
             try:
                 entry.placement = state.place(req, idx, cards)
@@ -259,6 +266,8 @@ class ClusterCache:
                 return
             except ValueError as exc:
                 entry.problem = str(exc)
+        if exact:
+            return
         self.stats.unplaceable += 1
         log.warning("pod %s on %s does not fit the cached node (%s); not counted", entry.key, entry.node, entry.problem,
                     extra={"event": "pod_unplaceable", "pod": entry.key, "node": entry.node})

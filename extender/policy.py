@@ -436,10 +436,35 @@ class BadOutput(ValueError):
     """The policy answered something unusable (NaN scores, a node it was not offered, …)."""
 
 
+class _Checked(Scorer):
+    """The model, with its scores checked before anything chooses by them."""
+
+    def __init__(self, model: Scorer):
+        self.model = model
+        self.name = model.name  # type: ignore[misc]
+
+    def score(self, state: ClusterState, req: PodRequest, nodes: np.ndarray):
+        scores = self.model.score(state, req, nodes)
+        values = np.asarray(scores.values)
+        if values.shape != (len(nodes),):
+            raise BadOutput(f"policy returned {values.shape} scores for {len(nodes)} nodes")
+        if values.dtype.kind not in "biuf" or not np.isfinite(values.astype(np.float64)).all():
+            raise BadOutput("policy returned NaN, infinite or non-numeric scores")
+        if scores.cards is not None and np.asarray(scores.cards).shape != (len(nodes),):
+            raise BadOutput("policy returned a card array of the wrong length")
+        return scores
+
+    def choose(self, scores, nodes, tiebreak):
+        return self.model.choose(scores, nodes, tiebreak)
+
+    def cards(self, state, req, node, position, scores, tiebreak):
+        return self.model.cards(state, req, node, position, scores, tiebreak)
+
+
 def _policy_call(model: Scorer, state: ClusterState, tiebreak: TieBreak, req: PodRequest,
                  nodes: np.ndarray) -> tuple[Decision | None, Verdict | None]:
     """Runs in the policy thread: decide with the model, validate what it says."""
-    decision = decide(model, state, req, tiebreak, nodes=nodes)
+    decision = decide(_Checked(model), state, req, tiebreak, nodes=nodes)
     verdict = None
     hook = getattr(model, "verdict", None)
     if callable(hook):
@@ -447,16 +472,10 @@ def _policy_call(model: Scorer, state: ClusterState, tiebreak: TieBreak, req: Po
         verdict = _as_verdict(raw)
     if decision is None:
         return None, verdict
-    if decision.scores is not None:
-        values = np.asarray(decision.scores.values)
-        if values.shape != (len(decision.feasible),):
-            raise BadOutput(f"policy returned {values.shape} scores for {len(decision.feasible)} nodes")
-        if not np.isfinite(values.astype(np.float64)).all():
-            raise BadOutput("policy returned NaN or infinite scores")
     if not np.any(decision.feasible == decision.node):
         raise BadOutput(f"policy chose node index {decision.node}, which was not a feasible candidate")
-    if len(decision.cards) != req.num_gpu:
-        raise BadOutput(f"policy gave {len(decision.cards)} card(s) for a pod asking {req.num_gpu}")
+    if len(decision.cards) != req.num_gpu or len(set(decision.cards)) != len(decision.cards):
+        raise BadOutput(f"policy gave cards {decision.cards} for a pod asking {req.num_gpu}")
     return decision, verdict
 
 

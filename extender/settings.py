@@ -261,6 +261,13 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
     raise ConfigError(f"{where}: unsupported setting type {hint!r}")  # pragma: no cover
 
 
+def _yaml11(name: str, value: Any) -> Any:
+    """YAML 1.1 reads an unquoted ``mode: off`` as false; that can only mean "off"."""
+    if name == "mode" and value is False:
+        return "off"
+    return value
+
+
 def build(cls: type, data: Mapping[str, Any], where: str = "") -> Any:
     """A ``cls`` instance from camelCase ``data``; unknown keys and wrong types raise ConfigError."""
     hints = _hints(cls)
@@ -271,7 +278,7 @@ def build(cls: type, data: Mapping[str, Any], where: str = "") -> Any:
         if f is None:
             path = f"{where}.{key}" if where else str(key)
             raise ConfigError(f"unknown setting {path!r}; valid keys{' under ' + where if where else ''}: {', '.join(sorted(by_key))}")
-        kwargs[f.name] = _coerce(value, hints[f.name], f"{where}.{key}" if where else str(key))
+        kwargs[f.name] = _coerce(_yaml11(f.name, value), hints[f.name], f"{where}.{key}" if where else str(key))
     obj = cls(**kwargs)
     validate(obj, where)
     return obj
@@ -291,7 +298,7 @@ def merge(obj: Any, data: Mapping[str, Any], where: str = "") -> Any:
         if dataclasses.is_dataclass(current) and isinstance(value, Mapping):
             changes[f.name] = merge(current, value, path)
         else:
-            changes[f.name] = _coerce(value, hints[f.name], path)
+            changes[f.name] = _coerce(_yaml11(f.name, value), hints[f.name], path)
     result = dataclasses.replace(obj, **changes)
     validate(result, where)
     return result

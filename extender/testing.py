@@ -225,3 +225,47 @@ class FakeKubeApi:
 
     async def close(self) -> None:
         pass
+
+
+class Harness:
+    """An extender over an in-memory cache and a :class:`FakeKubeApi`, for tests and benchmarks."""
+
+    def __init__(self, nodes: list[dict], pods: list[dict] | None = None, settings: Any = None,
+                 model_loader: Any = None, api: FakeKubeApi | None = None):
+        from .binder import Binder
+        from .cache import ClusterCache
+        from .decisions import DecisionRing
+        from .metrics import Metrics
+        from .policy import PolicyEngine, load_model
+        from .settings import ExtenderSettings
+        from .verbs import Extender
+
+        self.settings = settings or ExtenderSettings()
+        self.metrics = Metrics()
+        self.api = api or FakeKubeApi(nodes, pods)
+        self.cache = ClusterCache(self.settings.gpu, self.settings.policy.seed)
+        self.cache.replace_nodes(nodes)
+        self.cache.replace_pods(pods or [])
+        self.engine = PolicyEngine(self.settings.policy, self.settings.policy_file, model_loader or load_model, self.metrics)
+        self.engine.start(strict_model=self.settings.strict_model)
+        self.ring = DecisionRing(self.settings.decision_ring_size)
+        self.binder = Binder(self.cache, self.engine, self.api, self.settings.gpu, self.settings.kubernetes)
+        self.extender = Extender(self.cache, self.engine, self.binder, self.ring, self.settings, self.metrics)
+
+    def app(self):
+        from .app import make_app
+
+        return make_app(self.extender, self.metrics, self.settings)
+
+    def status_app(self):
+        from .app import Health, make_status_app
+
+        health = Health()
+        health.started = True
+        health.checks["cache"] = lambda: None if self.cache.ready else "not listed"
+        return make_status_app(self.extender, self.metrics, health)
+
+    def add_pod(self, pod: dict) -> dict:
+        """Store a pending pod in the fake API (as kube-scheduler would find it)."""
+        self.api.pods[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = copy.deepcopy(pod)
+        return pod

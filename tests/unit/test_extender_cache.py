@@ -1,0 +1,159 @@
+"""The watch-fed cache: nodes and pods in, a ClusterState out; assignments from annotations."""
+from __future__ import annotations
+
+import numpy as np
+
+from rlsched.extender.cache import ASSUMED, BOUND, UNCERTAIN, ClusterCache
+from rlsched.extender.objects import assignment_annotations, pod_info
+from rlsched.extender.settings import GpuConventions
+from rlsched.extender.testing import make_node, make_pod
+
+GPU = GpuConventions()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def cache_with(nodes, pods=(), clock=None) -> ClusterCache:
+    c = ClusterCache(GPU, clock=clock or Clock())
+    c.replace_nodes(nodes)
+    c.replace_pods(list(pods))
+    return c
+
+
+def bound(name, node, cards, milli=1000, gpus=0, **kw):
+    ann = assignment_annotations(GPU, node, tuple(cards), milli)
+    if milli < 1000:
+        return make_pod(name, node=node, gpu_milli=milli, annotations=ann, uid=f"uid-{name}", **kw)
+    return make_pod(name, node=node, gpus=gpus or len(cards), annotations=ann, uid=f"uid-{name}", **kw)
+
+
+def test_ready_after_both_lists() -> None:
+    c = ClusterCache(GPU)
+    assert not c.ready
+    c.replace_nodes([make_node("a")])
+    assert not c.ready
+    c.replace_pods([])
+    assert c.ready and c.state.names == ("a",)
+
+
+def test_recorded_cards_are_restored() -> None:
+    c = cache_with([make_node("g", gpus=4)], [bound("w", "g", (1, 3)), bound("s", "g", (2,), milli=300)])
+    s = c.state
+    assert s.card_free[0].tolist() == [1000, 0, 700, 0]
+    assert c.pods["uid-w"].status == BOUND and c.pods["uid-w"].cards == (1, 3)
+
+
+def test_pods_without_annotation_get_the_default_rule() -> None:
+    c = cache_with([make_node("g", gpus=4)], [make_pod("x", node="g", gpus=2, uid="x")])
+    assert c.state.card_free[0].tolist() == [0, 0, 1000, 1000]
+
+
+def test_conflicting_annotation_falls_back_to_free_cards() -> None:
+    c = cache_with([make_node("g", gpus=2)], [bound("a", "g", (0,)), bound("b", "g", (0,))])
+    assert c.state.card_free[0].tolist() == [0, 0]
+    assert c.pods["uid-b"].cards == (1,)
+
+
+def test_unplaceable_pod_is_reported_not_counted() -> None:
+    c = cache_with([make_node("g", gpus=1)], [bound("a", "g", (0,)), make_pod("b", node="g", gpus=1, uid="b")])
+    assert c.state.full_free[0] == 0  # the state is built lazily, at the first read
+    assert c.pods["b"].placement is None and "card" in c.pods["b"].problem
+    assert c.summary()["unplaceablePods"] == 1
+
+
+def test_terminal_and_deleted_pods_release() -> None:
+    pod = bound("a", "g", (0,))
+    c = cache_with([make_node("g", gpus=2)], [pod])
+    done = dict(pod, status={"phase": "Succeeded"})
+    c.set_pod(done)
+    assert c.state.card_free[0].tolist() == [1000, 1000] and "uid-a" not in c.pods
+    c.set_pod(pod)
+    c.delete_pod("uid-a")
+    assert c.state.full_free[0] == 2
+
+
+def test_node_change_rebuilds_and_keeps_pods() -> None:
+    c = cache_with([make_node("g", gpus=2), make_node("h", gpus=2)], [bound("a", "g", (1,))])
+    epoch = c.epoch
+    c.set_node(make_node("i", gpus=8))
+    assert c.state.names == ("g", "h", "i") and c.epoch == epoch + 1
+    assert c.state.card_free[c.state.index["g"]].tolist()[:2] == [1000, 0]
+    c.set_node(make_node("i", gpus=8, rv="2000"))  # same spec: no rebuild
+    assert c.epoch == epoch + 1
+    c.delete_node("g")
+    assert c.state.names == ("h", "i") and c.pods["uid-a"].placement is None
+
+
+def test_relist_drops_vanished_pods_but_keeps_our_reservations() -> None:
+    clock = Clock()
+    c = cache_with([make_node("g", gpus=2)], [bound("a", "g", (0,))], clock)
+    spec = c.pods["uid-a"].spec
+    c.add("mine", "default/mine", "g", spec, (1,), ASSUMED)
+    c.replace_pods([])
+    assert "uid-a" not in c.pods and "mine" in c.pods
+    assert c.state.card_free[0].tolist() == [1000, 0]
+
+
+def test_watch_confirms_an_assumed_pod_without_double_counting() -> None:
+    c = cache_with([make_node("g", gpus=2)])
+    pod = bound("a", "g", (1,))
+    info = pod_info(pod, GPU)
+    c.add(info.uid, info.key, "g", info.spec, (1,), ASSUMED)
+    pending = make_pod("a", gpus=1, uid="uid-a")  # the watch still shows it pending: keep the reservation
+    c.set_pod(pending)
+    assert c.pods["uid-a"].status == ASSUMED
+    c.set_pod(pod)
+    assert c.pods["uid-a"].status == BOUND and c.state.card_free[0].tolist() == [1000, 0]
+
+
+def test_uncertain_reservations_expire() -> None:
+    clock = Clock()
+    c = cache_with([make_node("g", gpus=1)], clock=clock)
+    info = pod_info(make_pod("a", gpus=1, uid="a"), GPU)
+    e = c.add("a", info.key, "g", info.spec, (0,), UNCERTAIN)
+    assert e.placement is not None
+    clock.t += 10
+    assert c.expire_uncertain(30) == []
+    clock.t += 30
+    assert c.expire_uncertain(30) == ["a"] and c.state.full_free[0] == 1
+
+
+def test_resized_pod_is_replaced() -> None:
+    pod = make_pod("a", cpu="4", node="g", uid="a")
+    c = cache_with([make_node("g", cpu="10")], [pod])
+    assert c.state.cpu_free[0] == 6000
+    pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "6"
+    c.set_pod(pod)
+    assert c.state.cpu_free[0] == 4000
+
+
+def test_load_rows_bump_versions_only_when_changed() -> None:
+    c = cache_with([make_node("a"), make_node("b")])
+    v = c.state.node_version.copy()
+    c.set_load({"a": np.array([0.5, 0.25, np.nan, 0.1])})
+    assert c.state.load[0, 0] == 0.5 and np.isnan(c.state.load[1]).all()
+    assert (c.state.node_version - v).tolist() == [1, 0]
+    c.set_load({"a": np.array([0.5, 0.25, np.nan, 0.1])})
+    assert (c.state.node_version - v).tolist() == [1, 0]
+    c.set_node(make_node("c"))  # a rebuild keeps the load
+    assert c.state.load[c.state.index["a"], 1] == 0.25
+
+
+def test_unreadable_objects_are_skipped_and_counted() -> None:
+    c = cache_with([make_node("a")])
+    bad = make_node("b")
+    bad["status"]["allocatable"]["cpu"] = "many"
+    c.set_node(bad)
+    c.set_pod({"metadata": {"name": 3}})
+    assert c.stats.node_errors == 1 and c.stats.pod_errors == 1 and list(c.nodes) == ["a"]
+
+
+def test_no_nodes_means_no_state() -> None:
+    c = cache_with([])
+    assert c.state is None and c.summary()["nodes"] == 0

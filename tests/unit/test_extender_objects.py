@@ -1,0 +1,144 @@
+"""Kubernetes objects → domain model: nodes, pods, the GPU conventions (docs/gpu-sharing.md)."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from rlsched.extender.objects import ObjectError, assignment_annotations, node_spec, parse_cards, pod_info
+from rlsched.extender.settings import GpuConventions
+from rlsched.extender.testing import make_node, make_pod
+
+GPU = GpuConventions()
+
+
+def test_node_spec_reads_allocatable_cards_model_and_price() -> None:
+    node = make_node("g1", cpu="95500m", memory="384Gi", gpus=8, model="V100M32")
+    node["metadata"]["annotations"][GPU.node_price_annotation] = "2.5"
+    spec = node_spec(node, GPU)
+    assert (spec.name, spec.cpu_milli, spec.memory_mib, spec.gpu_count, spec.gpu_model, spec.price) == \
+        ("g1", 95500, 384 * 1024, 8, "V100M32", 2.5)
+
+
+def test_node_memory_rounds_down_and_cpu_only_node_has_no_model() -> None:
+    node = make_node("c1", memory=str(3 * 2**20 + 5))
+    spec = node_spec(node, GPU)
+    assert spec.memory_mib == 3 and spec.gpu_count == 0 and spec.gpu_model == ""
+
+
+def test_node_model_from_gpu_feature_discovery_label_or_unknown() -> None:
+    node = make_node("g1", gpus=2)
+    del node["metadata"]["labels"][GPU.node_model_labels[0]]
+    assert node_spec(node, GPU).gpu_model == "Tesla-V100M16"  # nvidia.com/gpu.product
+    del node["metadata"]["labels"]["nvidia.com/gpu.product"]
+    assert node_spec(node, GPU).gpu_model == "unknown"
+
+
+def test_node_without_allocatable_uses_capacity() -> None:
+    node = make_node("g1", gpus=4)
+    del node["status"]["allocatable"]
+    assert node_spec(node, GPU).gpu_count == 4
+
+
+@pytest.mark.parametrize("path, value, field", [
+    (("status", "allocatable", "cpu"), "lots", "node.status.allocatable.cpu"),
+    (("status", "allocatable", "nvidia.com/gpu"), "1.5", "node.status.allocatable.nvidia.com/gpu"),
+    (("metadata", "labels"), ["x"], "node.metadata.labels"),
+    (("metadata", "annotations", "rlsched.io/node-price"), "cheap", "node.metadata.annotations.rlsched.io/node-price"),
+])
+def test_node_errors_name_the_field(path, value, field) -> None:
+    node = make_node("g1", gpus=2)
+    target = node
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    with pytest.raises(ObjectError) as info:
+        node_spec(node, GPU)
+    assert info.value.field == field
+
+
+def test_whole_card_pod() -> None:
+    info = pod_info(make_pod("p", cpu="8", memory="32Gi", gpus=2, gpu_models="V100M16|V100M32", uid="u1"), GPU)
+    s = info.spec
+    assert (info.uid, info.key, s.cpu_milli, s.memory_mib, s.num_gpu, s.gpu_milli, s.gpu_models) == \
+        ("u1", "default/p", 8000, 32768, 2, 1000, ("V100M16", "V100M32"))
+    assert info.node_name == "" and info.cards is None and info.problem == ""
+
+
+@pytest.mark.parametrize("as_resource", [True, False])
+def test_share_pod_by_resource_or_annotation(as_resource) -> None:
+    info = pod_info(make_pod("p", gpu_milli=250, share_as_resource=as_resource), GPU)
+    assert (info.spec.num_gpu, info.spec.gpu_milli) == (1, 250)
+
+
+def test_share_of_1000_is_one_whole_card() -> None:
+    spec = pod_info(make_pod("p", gpu_milli=1000), GPU).spec
+    assert (spec.num_gpu, spec.gpu_milli) == (1, 1000)
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"gpus": 2, "gpu_milli": 500}, "not both"),
+    ({"gpu_milli": 1500}, "1..1000"),
+    ({"gpu_milli": 300, "annotations": {"rlsched.io/gpu-milli": "400"}}, "set one of them"),
+    ({"annotations": {"rlsched.io/gpu-milli": "half"}}, "not an integer"),
+])
+def test_inconsistent_gpu_requests_are_problems_not_errors(kwargs, words) -> None:
+    info = pod_info(make_pod("p", **kwargs), GPU)
+    assert info.spec is None and words in info.problem
+
+
+def test_effective_request_with_init_containers_sidecars_and_overhead() -> None:
+    pod = make_pod("p", cpu="2", memory="1Gi")
+    pod["spec"]["initContainers"] = [
+        {"name": "init", "resources": {"requests": {"cpu": "3", "memory": "512Mi"}}},
+        {"name": "sidecar", "restartPolicy": "Always", "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}},
+    ]
+    pod["spec"]["overhead"] = {"cpu": "100m", "memory": "64Mi"}
+    spec = pod_info(pod, GPU).spec
+    # cpu: max(2 + 0.5, 3) + 0.1 = 3.1 ; memory: max(1024 + 256, 512) + 64 = 1344 MiB
+    assert (spec.cpu_milli, spec.memory_mib) == (3100, 1344)
+
+
+def test_limits_stand_in_for_missing_requests() -> None:
+    pod = make_pod("p", gpus=1)
+    del pod["spec"]["containers"][0]["resources"]["requests"]
+    spec = pod_info(pod, GPU).spec
+    assert (spec.cpu_milli, spec.num_gpu) == (4000, 1)
+
+
+def test_bad_quantity_names_the_field() -> None:
+    pod = make_pod("p")
+    pod["spec"]["containers"][0]["resources"]["requests"]["memory"] = "16 GB"
+    with pytest.raises(ObjectError) as info:
+        pod_info(pod, GPU, "Pod")
+    assert info.value.field == "Pod.spec.containers[0].resources.requests.memory"
+
+
+@pytest.mark.parametrize("mutate, field", [
+    (lambda p: p.update(metadata="x"), "Pod.metadata"),
+    (lambda p: p["metadata"].pop("name"), "Pod.metadata.name"),
+    (lambda p: p["spec"].update(containers={"a": 1}), "Pod.spec.containers"),
+    (lambda p: p["metadata"].update(annotations={"a": 1}), "Pod.metadata.annotations.a"),
+    (lambda p: p["spec"]["containers"][0].update(resources=[]), "Pod.spec.containers[0].resources"),
+])
+def test_malformed_pods_name_the_field(mutate, field) -> None:
+    pod = make_pod("p")
+    mutate(pod)
+    with pytest.raises(ObjectError) as info:
+        pod_info(pod, GPU, "Pod")
+    assert info.value.field == field
+
+
+def test_cards_trusted_only_on_the_recorded_node() -> None:
+    ann = assignment_annotations(GPU, "g1", (0, 3), 1000)
+    assert ann == {"rlsched.io/gpu-cards": "0,3", "rlsched.io/gpu-card-milli": "1000", "rlsched.io/gpu-node": "g1"}
+    bound = make_pod("p", gpus=2, node="g1", annotations=ann)
+    assert pod_info(bound, GPU).cards == (0, 3)
+    elsewhere = copy.deepcopy(bound)
+    elsewhere["spec"]["nodeName"] = "g2"
+    assert pod_info(elsewhere, GPU).cards is None
+
+
+@pytest.mark.parametrize("text, cards", [("0,3", (0, 3)), ("", None), ("1,1", None), ("a", None), ("-1", None), (" 2 ", (2,))])
+def test_parse_cards(text, cards) -> None:
+    assert parse_cards(text) == cards

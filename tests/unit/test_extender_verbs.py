@@ -1,0 +1,391 @@
+"""The four verbs over HTTP with payloads shaped exactly as kube-scheduler v1.37 sends them."""
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from rlsched.extender.cache import ASSUMED, BOUND, UNCERTAIN
+from rlsched.extender.kubeapi import ApiError
+from rlsched.extender.policy import Outcome, Verdict
+from rlsched.extender.settings import ExtenderSettings, PolicySettings
+from rlsched.extender.testing import Harness, make_node, make_pod
+from rlsched.extender.verbs import extender_scores
+from rlsched.policy.decision import Decision
+from rlsched.policy.scorers import NodeScores, Scorer
+
+NODES = [make_node(f"v100-{i}", gpus=4, model="V100M16") for i in range(6)] + \
+        [make_node("t4-0", gpus=2, model="T4"), make_node("cpu-0"), make_node("cpu-1", cpu="2", memory="4Gi")]
+NAMES = [n["metadata"]["name"] for n in NODES]
+
+
+class FakeModel(Scorer):
+    """A stand-in for the exported PPO policy: prefers one node, or misbehaves on request."""
+
+    name = "ppo"
+
+    def __init__(self, spec: dict):
+        self.spec = spec
+        self.version = spec.get("version", "v1")
+        self.digest = "d" * 64
+
+    def score(self, state, req, nodes):
+        if self.spec.get("sleep"):
+            time.sleep(self.spec["sleep"])
+        if self.spec.get("fail"):
+            raise RuntimeError("the model exploded")
+        values = np.array([1.0 if state.names[n] == self.spec.get("prefer") else 0.0 for n in nodes])
+        if self.spec.get("nan"):
+            values[:] = np.nan
+        return NodeScores(values)
+
+    def verdict(self, state, req, nodes, scores):
+        v = self.spec.get("verdict")
+        return None if v is None else Verdict(v, "cluster too fragmented", 60)
+
+
+def fake_loader(path, typical):
+    return FakeModel(json.loads(Path(path).read_text()))
+
+
+def model_file(tmp_path, **spec) -> str:
+    p = tmp_path / "model.json"
+    p.write_text(json.dumps(spec))
+    return str(p)
+
+
+def harness(pods=(), nodes=NODES, **policy) -> Harness:
+    s = ExtenderSettings(policy=PolicySettings(**policy))
+    return Harness(copy.deepcopy(nodes), list(pods), s, model_loader=fake_loader)
+
+
+async def call(client, verb, body):
+    r = await client.post(f"/{verb}", data=orjson.dumps(body), headers={"Content-Type": "application/json"})
+    return r.status, orjson.loads(await r.read())
+
+
+def served(h: Harness) -> dict:
+    return h.ring.read(0)["records"][-1]
+
+
+# -- filter ----------------------------------------------------------------------------------------
+
+async def test_filter_cache_capable_reasons_and_top_choice() -> None:
+    full = make_pod("full", gpus=4, node="v100-5", uid="full")
+    h = harness([full])
+    pod = make_pod("p", gpu_milli=500, gpu_models="V100M16")
+    async with TestClient(TestServer(h.app())) as c:
+        status, body = await call(c, "filter", {"Pod": pod, "NodeNames": NAMES, "Nodes": None})
+    assert status == 200 and body["Error"] == "" and body["Nodes"] is None
+    assert len(body["NodeNames"]) == 1 and body["NodeNames"][0].startswith("v100-")
+    assert body["NodeNames"][0] == served(h)["node"]
+    assert body["FailedNodes"] == {"v100-5": "no GPU card with 500 milli free (most free on one card: 0)"}
+    assert body["FailedAndUnresolvableNodes"] == {
+        "t4-0": "GPU model T4 not allowed (pod allows V100M16)",
+        "cpu-0": "node has no GPU",
+        "cpu-1": "insufficient cpu: pod requests 4000m, node has 2000m free of 2000m; insufficient memory: pod requests "
+                 "16384Mi, node has 4096Mi free of 4096Mi; node has no GPU",
+    }
+    assert served(h)["servedBy"] == "fallback" and served(h)["fallbackReason"] == "no-model"
+
+
+async def test_filter_full_node_mode_echoes_the_kept_nodes() -> None:
+    h = harness()
+    pod = make_pod("p", gpus=2)
+    async with TestClient(TestServer(h.app())) as c:
+        status, body = await call(c, "filter", {"Pod": pod, "Nodes": {"metadata": {}, "items": NODES}, "NodeNames": None})
+    assert status == 200 and body["NodeNames"] is None
+    kept = body["Nodes"]["items"]
+    assert len(kept) == 1 and kept[0] == NODES[NAMES.index(kept[0]["metadata"]["name"])]
+    assert set(body["FailedAndUnresolvableNodes"]) == {"cpu-0", "cpu-1"}
+
+
+@pytest.mark.parametrize("top_k, expected", [(0, 7), (3, 3), (1, 1)])
+async def test_top_k(top_k, expected) -> None:
+    h = harness(top_k=top_k)
+    async with TestClient(TestServer(h.app())) as c:
+        _, body = await call(c, "filter", {"Pod": make_pod("p", gpus=1), "NodeNames": NAMES})
+    assert len(body["NodeNames"]) == expected
+    assert body["NodeNames"][0] == served(h)["node"]
+
+
+async def test_unknown_nodes_fail_resolvably_and_full_mode_adopts_them() -> None:
+    h = harness(nodes=NODES[:2])
+    pod = make_pod("p", gpus=1)
+    async with TestClient(TestServer(h.app())) as c:
+        _, body = await call(c, "filter", {"Pod": pod, "NodeNames": ["v100-0", "ghost"]})
+        assert "watch lags" in body["FailedNodes"]["ghost"] and body["NodeNames"] == ["v100-0"]
+        _, body = await call(c, "filter", {"Pod": pod, "Nodes": {"items": [NODES[2]]}})
+        assert [n["metadata"]["name"] for n in body["Nodes"]["items"]] == ["v100-2"]
+    assert "v100-2" in h.cache.nodes
+
+
+async def test_invalid_gpu_request_is_unresolvable_everywhere() -> None:
+    h = harness()
+    async with TestClient(TestServer(h.app())) as c:
+        status, body = await call(c, "filter", {"Pod": make_pod("p", gpus=2, gpu_milli=300), "NodeNames": NAMES})
+    assert status == 200 and body["NodeNames"] == [] and set(body["FailedAndUnresolvableNodes"]) == set(NAMES)
+    assert "not both" in body["FailedAndUnresolvableNodes"]["v100-0"]
+
+
+async def test_no_fit_anywhere() -> None:
+    h = harness()
+    async with TestClient(TestServer(h.app())) as c:
+        _, body = await call(c, "filter", {"Pod": make_pod("p", gpus=8), "NodeNames": NAMES})
+    assert body["NodeNames"] == [] and set(body["FailedAndUnresolvableNodes"]) == set(NAMES)
+    assert h.extender.counts == {"unschedulable": 1}
+
+
+# -- prioritize --------------------------------------------------------------------------------------
+
+async def test_prioritize_reuses_filter_and_keeps_the_choice_on_top() -> None:
+    h = harness(top_k=0)
+    pod = make_pod("p", gpu_milli=200)
+    async with TestClient(TestServer(h.app())) as c:
+        _, f = await call(c, "filter", {"Pod": pod, "NodeNames": NAMES})
+        decisions = h.engine.counters["decisions"]
+        status, scores = await call(c, "prioritize", {"Pod": pod, "NodeNames": f["NodeNames"]})
+    assert status == 200 and h.engine.counters["decisions"] == decisions  # filter's work reused
+    assert [s["Host"] for s in scores] == f["NodeNames"]
+    assert all(0 <= s["Score"] <= 10 and isinstance(s["Score"], int) for s in scores)
+    top = [s["Host"] for s in scores if s["Score"] == 10]
+    assert top == [served(h)["node"]]
+
+
+async def test_prioritize_without_filter_and_with_a_subset() -> None:
+    h = harness()
+    pod = make_pod("p", gpus=1)
+    async with TestClient(TestServer(h.app())) as c:
+        _, scores = await call(c, "prioritize", {"Pod": pod, "NodeNames": ["v100-1", "v100-2", "cpu-0", "ghost"]})
+    by = {s["Host"]: s["Score"] for s in scores}
+    assert by["cpu-0"] == 0 and by["ghost"] == 0 and sorted([by["v100-1"], by["v100-2"]])[1] == 10
+
+
+@pytest.mark.parametrize("values", [[3.0, -1e9, 1e300, 0.5], [7, 7, 7, 7], [0.1, 0.2, 0.3, 0.4]])
+def test_extender_scores_are_clamped_with_a_unique_top(values) -> None:
+    feasible = np.array([0, 2, 3, 5])
+    outcome = Outcome(Decision(3, (), feasible, NodeScores(np.array(values))), "policy", "ppo")
+    idx = np.array([5, 0, 2, 3, -1, 4])
+    scores = extender_scores(outcome, idx, np.arange(6))
+    assert scores.min() >= 0 and scores.max() == 10 and scores.tolist().count(10) == 1
+    assert scores[3] == 10 and scores[4] == 0 and scores[5] == 0
+
+
+# -- bind ------------------------------------------------------------------------------------------
+
+async def test_bind_records_cards_before_binding() -> None:
+    h = harness()
+    pod = h.add_pod(make_pod("p", gpu_milli=300))
+    uid = pod["metadata"]["uid"]
+    async with TestClient(TestServer(h.app())) as c:
+        _, f = await call(c, "filter", {"Pod": pod, "NodeNames": NAMES})
+        node = f["NodeNames"][0]
+        status, body = await call(c, "bind", {"PodName": "p", "PodNamespace": "default", "PodUID": uid, "Node": node})
+    assert status == 200 and body == {"Error": ""}
+    cards = served(h)["cards"]
+    assert h.api.calls == [
+        ("patch", "default", "p", {"rlsched.io/gpu-cards": ",".join(map(str, cards)), "rlsched.io/gpu-card-milli": "300",
+                                   "rlsched.io/gpu-node": node}),
+        ("bind", "default", "p", node),
+    ]
+    entry = h.cache.pods[uid]
+    assert entry.status == ASSUMED and entry.bind_done and entry.cards == tuple(cards)
+    assert h.cache.state.card_free[h.cache.state.index[node], cards[0]] == 700
+    # the watch then shows the pod bound: confirmed, not counted twice
+    h.cache.set_pod(h.api.pods[("default", "p")])
+    assert h.cache.pods[uid].status == BOUND and h.cache.state.card_free[h.cache.state.index[node], cards[0]] == 700
+    record = served(h)
+    assert record["kind"] == "bind" and record["followedPolicy"] is True and record["result"] == "ok"
+
+
+async def test_bind_is_idempotent_by_uid() -> None:
+    h = harness()
+    pod = h.add_pod(make_pod("p", gpus=1))
+    args = {"PodName": "p", "PodNamespace": "default", "PodUID": pod["metadata"]["uid"], "Node": "v100-3"}
+    async with TestClient(TestServer(h.app())) as c:
+        assert (await call(c, "bind", args))[1] == {"Error": ""}
+        h.cache.set_pod(h.api.pods[("default", "p")])
+        calls = len(h.api.calls)
+        assert (await call(c, "bind", args))[1] == {"Error": ""}
+        assert len(h.api.calls) == calls
+        _, body = await call(c, "bind", dict(args, Node="v100-4"))
+    assert "already bound to node v100-3" in body["Error"]
+
+
+async def test_bind_retry_after_lost_answer_succeeds() -> None:
+    """The binding was created but kube-scheduler never heard: the retry meets 409 'already assigned'."""
+    h = harness()
+    pod = h.add_pod(make_pod("p", gpus=1))
+    uid = pod["metadata"]["uid"]
+    h.api.pods[("default", "p")]["spec"]["nodeName"] = "v100-1"
+    h.api.pods[("default", "p")]["status"]["phase"] = "Pending"
+    h.cache.pending[uid] = __import__("rlsched.extender.objects", fromlist=["pod_info"]).pod_info(pod, h.settings.gpu)
+    res = await h.binder.bind(uid, "default", "p", "v100-1")
+    assert res.error == ""
+
+
+async def test_failed_bind_releases_the_cards() -> None:
+    h = harness()
+    pod = h.add_pod(make_pod("p", gpus=4))
+    h.api.fail["bind"] = ApiError(403, "Forbidden", "pods/binding is forbidden")
+    before = h.cache.state.full_free.copy()
+    res = await h.binder.bind(pod["metadata"]["uid"], "default", "p", "v100-0")
+    assert "forbidden" in res.error and "RBAC" in res.error
+    assert pod["metadata"]["uid"] not in h.cache.pods
+    assert (h.cache.state.full_free == before).all()
+
+
+async def test_bind_with_unknown_outcome_keeps_cards_for_a_while() -> None:
+    h = harness()
+    pod = h.add_pod(make_pod("p", gpus=4))
+    h.api.fail["bind"] = 0.01  # stall, then time out
+    res = await h.binder.bind(pod["metadata"]["uid"], "default", "p", "v100-0")
+    assert res.result == "uncertain" and "reserved" in res.error
+    assert h.cache.pods[pod["metadata"]["uid"]].status == UNCERTAIN
+    assert h.cache.state.full_free[h.cache.state.index["v100-0"]] == 0
+
+
+@pytest.mark.parametrize("node, words", [("ghost", "not in the extender's cache"), ("cpu-0", "no longer fits node cpu-0")])
+async def test_bind_to_impossible_node(node, words) -> None:
+    h = harness()
+    pod = h.add_pod(make_pod("p", gpus=1))
+    res = await h.binder.bind(pod["metadata"]["uid"], "default", "p", node)
+    assert words in res.error and h.api.calls[-1][0] == "get"
+
+
+async def test_bind_unknown_pod() -> None:
+    h = harness()
+    res = await h.binder.bind("nope", "default", "missing", "v100-0")
+    assert "not found" in res.error
+
+
+async def test_bind_recreated_pod_is_refused() -> None:
+    h = harness()
+    h.add_pod(make_pod("p", gpus=1, uid="new-uid"))
+    res = await h.binder.bind("old-uid", "default", "p", "v100-0")
+    assert "recreated" in res.error
+
+
+async def test_cpu_only_pod_binds_without_annotation() -> None:
+    h = harness()
+    pod = h.add_pod(make_pod("p"))
+    res = await h.binder.bind(pod["metadata"]["uid"], "default", "p", "cpu-0")
+    assert res.error == "" and [c[0] for c in h.api.calls] == ["get", "bind"]
+
+
+# -- preempt ---------------------------------------------------------------------------------------
+
+async def test_preempt_keeps_nodes_where_victims_free_the_cards() -> None:
+    a = make_pod("a", gpus=4, node="v100-0", uid="a")
+    b = make_pod("b", cpu="1", node="v100-1", uid="b")
+    c_ = make_pod("c", gpus=4, node="v100-1", uid="c")
+    h = harness([a, b, c_])
+    pod = make_pod("p", gpus=2)
+    meta = {"v100-0": {"Pods": [{"UID": "a"}], "NumPDBViolations": 1},
+            "v100-1": {"Pods": [{"UID": "b"}], "NumPDBViolations": 0},  # frees cpu only: cards stay taken
+            "ghost": {"Pods": [{"UID": "x"}], "NumPDBViolations": 0}}
+    async with TestClient(TestServer(h.app())) as c:
+        status, body = await call(c, "preempt", {"Pod": pod, "NodeNameToMetaVictims": meta, "NodeNameToVictims": None})
+        assert status == 200 and body == {"NodeNameToMetaVictims": {"v100-0": {"Pods": [{"UID": "a"}], "NumPDBViolations": 1}}}
+        full = {"v100-0": {"Pods": [a], "NumPDBViolations": 0}}
+        status, body = await call(c, "preempt", {"Pod": pod, "NodeNameToVictims": full})
+        assert body == {"NodeNameToMetaVictims": {"v100-0": {"Pods": [{"UID": "a"}], "NumPDBViolations": 0}}}
+    assert h.cache.state.full_free[h.cache.state.index["v100-0"]] == 0  # the trial never touched the real state
+
+
+# -- the policy ------------------------------------------------------------------------------------
+
+async def test_learned_policy_serves(tmp_path) -> None:
+    h = harness(model_path=model_file(tmp_path, prefer="v100-4", version="m7"))
+    async with TestClient(TestServer(h.app())) as c:
+        _, body = await call(c, "filter", {"Pod": make_pod("p", gpus=1), "NodeNames": NAMES})
+    assert body["NodeNames"] == ["v100-4"]
+    rec = served(h)
+    assert (rec["servedBy"], rec["scorer"], rec["modelVersion"], rec["fallbackReason"]) == ("policy", "ppo", "m7", None)
+    assert rec["topScores"][0] == {"node": "v100-4", "score": 1.0} and rec["features"]["pod"]["numGpu"] == 1
+
+
+@pytest.mark.parametrize("spec, reason", [({"fail": True}, "error"), ({"nan": True}, "bad-output"),
+                                          ({"sleep": 0.2}, "deadline")])
+async def test_policy_failures_fall_back(tmp_path, spec, reason) -> None:
+    h = harness(model_path=model_file(tmp_path, prefer="v100-4", **spec), deadline_ms=20)
+    async with TestClient(TestServer(h.app())) as c:
+        status, body = await call(c, "filter", {"Pod": make_pod("p", gpus=1), "NodeNames": NAMES})
+        assert status == 200 and len(body["NodeNames"]) == 1
+        if reason == "deadline":  # the stuck policy thread makes the next request fall back at once
+            _, body = await call(c, "filter", {"Pod": make_pod("q", gpus=1), "NodeNames": NAMES})
+            assert h.engine.fallbacks["busy"] == 1
+    assert h.engine.fallbacks[reason] == 1 and served(h)["servedBy"] == "fallback"
+    assert 'rlsched_extender_fallbacks_total{reason="%s"} 1.0' % reason in h.metrics.render().decode()
+
+
+async def test_shadow_mode_serves_the_heuristic_and_logs_the_policy(tmp_path) -> None:
+    h = harness(model_path=model_file(tmp_path, prefer="t4-0"), mode="shadow")
+    async with TestClient(TestServer(h.app())) as c:
+        _, body = await call(c, "filter", {"Pod": make_pod("p", gpus=1), "NodeNames": NAMES})
+        for _ in range(100):
+            if len(h.ring):
+                break
+            await asyncio.sleep(0.01)
+    rec = served(h)
+    assert rec["servedBy"] == "fallback" and rec["fallbackReason"] == "mode-shadow" and body["NodeNames"] == [rec["node"]]
+    assert rec["shadow"]["node"] == "t4-0" and rec["shadow"]["agree"] is (rec["node"] == "t4-0")
+
+
+async def test_delay_and_reject_verdicts(tmp_path) -> None:
+    h = harness(model_path=model_file(tmp_path, verdict="delay"))
+    pod = make_pod("p", gpus=1)
+    async with TestClient(TestServer(h.app())) as c:
+        _, body = await call(c, "filter", {"Pod": pod, "NodeNames": NAMES})
+        assert body["NodeNames"] == [] and set(body["FailedNodes"]) == set(NAMES) and not body["FailedAndUnresolvableNodes"]
+        assert body["FailedNodes"]["v100-0"] == "delayed by policy rl-scheduler (retry in 60s): cluster too fragmented"
+        _, pre = await call(c, "preempt", {"Pod": pod, "NodeNameToMetaVictims": {"v100-0": {"Pods": [{"UID": "z"}]}}})
+        assert pre == {"NodeNameToMetaVictims": {}}  # a held-back pod must not evict anyone
+        Path(h.engine.settings.model_path).write_text(json.dumps({"verdict": "reject", "version": "v2"}))
+        await h.engine.poll()
+        _, body = await call(c, "filter", {"Pod": make_pod("q", gpus=1), "NodeNames": NAMES})
+    assert set(body["FailedAndUnresolvableNodes"]) == set(NAMES) and not body["FailedNodes"]
+    assert body["FailedAndUnresolvableNodes"]["t4-0"].startswith("rejected by policy rl-scheduler")
+    assert h.extender.counts == {"delayed": 1, "rejected": 1}
+
+
+async def test_hot_reload_of_policy_file_and_model(tmp_path) -> None:
+    good = model_file(tmp_path, prefer="v100-2", version="v1")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(f"mode: off\nmodelPath: {good}\n")
+    s = ExtenderSettings(policy_file=str(policy))
+    h = Harness(copy.deepcopy(NODES), [], s, model_loader=fake_loader)
+    assert h.engine.settings.mode == "off" and h.engine.model_info.version == "v1"
+    policy.write_text(f"mode: active\nmodelPath: {good}\nfallback: bestfit\n")
+    await h.engine.poll()
+    assert h.engine.settings.mode == "active" and h.engine.fallback_scorer.name == "bestfit"
+    Path(good).write_text(json.dumps({"prefer": "v100-3", "version": "v2"}) + " ")
+    await h.engine.poll()
+    assert h.engine.model_info.version == "v2"
+    Path(good).write_text("{broken")
+    await h.engine.poll()
+    st = h.engine.status()
+    assert st["model"]["version"] == "v2" and st["model"]["loaded"] and "JSONDecodeError" in st["model"]["error"]
+    policy.write_text("mode: sideways\n")
+    await h.engine.poll()
+    assert h.engine.settings.mode == "active" and "sideways" in h.engine.status()["policyFileError"]
+    text = h.metrics.render().decode()
+    assert 'rlsched_extender_model_reloads_total{result="error"} 1.0' in text
+    assert 'rlsched_extender_model_info{digest="dddddddddddddddd",mode="active",version="v2"} 1.0' in text
+
+
+async def test_unloadable_model_at_start(tmp_path) -> None:
+    from rlsched.extender.settings import ConfigError
+
+    with pytest.raises(ConfigError, match="model"):
+        harness(model_path=str(tmp_path / "missing.npz"))
+    s = ExtenderSettings(policy=PolicySettings(model_path=str(tmp_path / "missing.npz")), strict_model=False)
+    h = Harness(copy.deepcopy(NODES), [], s, model_loader=fake_loader)
+    assert h.engine.model is None and "missing.npz" in h.engine.status()["model"]["error"]

@@ -16,6 +16,13 @@ from rlsched.policy.resources import MILLI_PER_CARD, QuantityError, count, cpu_m
 from .settings import GpuConventions
 
 
+MAX_QUANTITY = 2**53
+"""Larger cpu (milli), memory (bytes) or counts are refused: no real object has them, and the
+arrays and kernels downstream are int64."""
+MAX_CARDS_PER_NODE = 256
+"""More GPU cards than this on one node is refused (the state holds a card column per slot)."""
+
+
 class ObjectError(ValueError):
     """A Kubernetes object that cannot be read; ``field`` is the JSON path of the culprit."""
 
@@ -121,18 +128,11 @@ def node_spec(node: Any, gpu: GpuConventions, where: str = "node") -> NodeSpec:
         base = f"{where}.status.capacity"
     else:
         base = f"{where}.status.allocatable"
-    try:
-        cpu = cpu_milli(alloc["cpu"]) if "cpu" in alloc else 0
-    except QuantityError as exc:
-        raise ObjectError(f"{base}.cpu", str(exc)) from None
-    try:
-        mem = _floor_mib(alloc["memory"]) if "memory" in alloc else 0
-    except QuantityError as exc:
-        raise ObjectError(f"{base}.memory", str(exc)) from None
-    try:
-        cards = count(alloc[gpu.gpu_resource]) if gpu.gpu_resource in alloc else 0
-    except QuantityError as exc:
-        raise ObjectError(f"{base}.{gpu.gpu_resource}", str(exc)) from None
+    cpu = _quantity(alloc, "cpu", base, cpu_milli)
+    mem = _quantity(alloc, "memory", base, _bytes) >> 20  # MiB, rounded down
+    cards = _quantity(alloc, gpu.gpu_resource, base, count)
+    if cards > MAX_CARDS_PER_NODE:
+        raise ObjectError(f"{base}.{gpu.gpu_resource}", f"{cards} cards on one node; at most {MAX_CARDS_PER_NODE} are supported")
     model = ""
     if cards > 0:
         model = next((labels[k] for k in gpu.node_model_labels if labels.get(k)), "") or "unknown"
@@ -145,13 +145,8 @@ def node_spec(node: Any, gpu: GpuConventions, where: str = "node") -> NodeSpec:
             raise ObjectError(f"{where}.metadata.annotations.{gpu.node_price_annotation}", f"expected a number, got {raw_price!r}") from None
         if not price >= 0:
             raise ObjectError(f"{where}.metadata.annotations.{gpu.node_price_annotation}", "must not be negative")
-    return NodeSpec(name=name, cpu_milli=max(cpu, 0), memory_mib=max(mem, 0), gpu_count=max(cards, 0),
+    return NodeSpec(name=name, cpu_milli=cpu, memory_mib=mem, gpu_count=cards,
                     gpu_model=model, labels=labels, price=price)
-
-
-def _floor_mib(value: Any) -> int:
-    """Node memory → MiB rounded *down* (never think a node has more than it has)."""
-    return int(parse_quantity(value) // (1 << 20))
 
 
 def node_addresses(node: Mapping[str, Any]) -> list[str]:
@@ -178,9 +173,23 @@ def _quantity(req: Mapping[str, Any], key: str, where: str, fn) -> int:
     if key not in req:
         return 0
     try:
-        return fn(req[key])
+        value = fn(req[key])
     except QuantityError as exc:
         raise ObjectError(f"{where}.{key}", str(exc)) from None
+    return _bounded(value, f"{where}.{key}")
+
+
+def _bounded(value: int, where: str) -> int:
+    if value < 0:
+        raise ObjectError(where, f"must not be negative (got {_short(value)})")
+    if value > MAX_QUANTITY:
+        raise ObjectError(where, f"is unreasonably large ({_short(value)})")
+    return value
+
+
+def _short(value: int) -> str:
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:12]}…({len(text)} digits)"
 
 
 def _bytes(value: Any) -> int:

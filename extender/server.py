@@ -72,6 +72,8 @@ class Service:
             self.metrics.add_collector(self.load.collect)
         self.metrics.add_collector(self._collect)
         self.tasks: dict[str, asyncio.Task] = {}
+        self.addresses: dict[str, Any] = {}
+        """Where the listeners ended up (``verbs``, ``status``: (host, port)); port 0 picks a free one."""
         self.health.checks["cache"] = lambda: None if self.cache.ready else "nodes and pods not listed yet"
         self.health.checks["tasks"] = self._dead_tasks
         self.health.liveness["tasks"] = self._dead_tasks
@@ -178,6 +180,7 @@ async def serve(settings: ExtenderSettings, api: Any = None, model_loader: Calla
         except OSError as exc:
             raise StartupError(f"cannot listen on {settings.server.status_host}:{settings.server.status_port} "
                                f"(server.statusPort): {exc.strerror or exc}") from None
+        service.addresses["status"] = status_runner.addresses[0][:2]
         await service.sync()
         gc.collect()
         gc.freeze()
@@ -190,6 +193,7 @@ async def serve(settings: ExtenderSettings, api: Any = None, model_loader: Calla
         except OSError as exc:
             raise StartupError(f"cannot listen on {settings.server.host}:{settings.server.port} (server.port): "
                                f"{exc.strerror or exc}") from None
+        service.addresses["verbs"] = verb_runner.addresses[0][:2]
         service.health.started = True
         log.info("extender serving: verbs on %s:%d%s, status on %s:%d; %d nodes, %d pods; mode %s, model %s, fallback %s",
                  settings.server.host, settings.server.port, settings.server.path_prefix or "", settings.server.status_host,

@@ -152,7 +152,7 @@ class FakeKubeApi:
         self.fail: dict[str, Any] = {}
         self.calls: list[tuple] = []
         self.rv = 5000
-        self.events: asyncio.Queue | None = None
+        self._watchers: list[tuple[bool, asyncio.Queue]] = []
 
     async def _maybe_fail(self, what: str) -> None:
         if self.delay_s:
@@ -201,8 +201,13 @@ class FakeKubeApi:
     def _bump(self, obj: dict) -> None:
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
-        if self.events is not None:
-            self.events.put_nowait({"type": "MODIFIED", "object": copy.deepcopy(obj)})
+        self.emit({"type": "MODIFIED", "object": obj})
+
+    def emit(self, event: dict | None) -> None:
+        """Send a watch event (a copy) to every open watch of its kind; None ends the watches."""
+        for nodes, queue in self._watchers:
+            if event is None or (event["object"].get("kind") == "Node") == nodes:
+                queue.put_nowait(copy.deepcopy(event))
 
     async def list(self, path: str, timeout: float = 60.0, limit: int = 500) -> tuple[list[dict], str]:
         self.calls.append(("list", path))
@@ -213,15 +218,17 @@ class FakeKubeApi:
     async def watch(self, path: str, resource_version: str, timeout_s: int) -> AsyncIterator[dict]:
         self.calls.append(("watch", path, resource_version))
         await self._maybe_fail("watch")
-        if self.events is None:
-            self.events = asyncio.Queue()
-        while True:
-            event = await self.events.get()
-            if event is None:
-                return
-            kind = event["object"].get("kind")
-            if ("nodes" in path) == (kind == "Node"):
+        queue: asyncio.Queue = asyncio.Queue()
+        watcher = ("nodes" in path, queue)
+        self._watchers.append(watcher)
+        try:
+            while True:
+                event = await queue.get()
+                if event is None:
+                    return
                 yield event
+        finally:
+            self._watchers.remove(watcher)
 
     async def close(self) -> None:
         pass

@@ -137,17 +137,6 @@ class Extender:
         self._names_key, self._names_list, self._names_idx = key, names, idx
         return idx
 
-    def _adopt(self, args: ExtenderArgs) -> dict[str, str]:
-        """Full-node mode: nodes the watch has not delivered yet are taken from the request."""
-        failed = {}
-        unknown = [i for i, n in enumerate(args.node_names) if n not in self.cache.nodes]
-        for i in unknown:
-            before = self.cache.stats.node_errors
-            self.cache.set_node(args.node_items[i])  # type: ignore[index]
-            if self.cache.stats.node_errors != before:
-                failed[args.node_names[i]] = f"node {args.node_names[i]} cannot be read by the extender (see its log)"
-        return failed
-
     def _count(self, outcome: str) -> None:
         self.counts[outcome] = self.counts.get(outcome, 0) + 1
         if self.metrics is not None:
@@ -159,8 +148,6 @@ class Extender:
         names = args.node_names
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
-        if not args.cache_capable:
-            failed.update(self._adopt(args))
         for _attempt in range(3):
             state = self.cache.state
             epoch = self.cache.epoch
@@ -292,8 +279,6 @@ class Extender:
     async def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
         info = self._pod(args.pod)
         names = args.node_names
-        if not args.cache_capable:
-            self._adopt(args)
         state = self.cache.state
         if state is None or info.spec is None or not names:
             return [{"Host": n, "Score": 0} for n in names]

@@ -142,3 +142,23 @@ def test_cards_trusted_only_on_the_recorded_node() -> None:
 @pytest.mark.parametrize("text, cards", [("0,3", (0, 3)), ("", None), ("1,1", None), ("a", None), ("-1", None), (" 2 ", (2,))])
 def test_parse_cards(text, cards) -> None:
     assert parse_cards(text) == cards
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("cpu", "-1", "must not be negative"),
+    ("cpu", "1e30", "unreasonably large"),
+    ("memory", "9e40", "unreasonably large"),
+])
+def test_out_of_range_pod_quantities(key, value, words) -> None:
+    pod = make_pod("p")
+    pod["spec"]["containers"][0]["resources"]["requests"][key] = value
+    with pytest.raises(ObjectError, match=words) as info:
+        pod_info(pod, GPU, "Pod")
+    assert len(str(info.value)) < 200
+
+
+def test_out_of_range_nodes() -> None:
+    with pytest.raises(ObjectError, match="at most 256"):
+        node_spec(make_node("n", gpus=100000), GPU)
+    with pytest.raises(ObjectError, match="unreasonably large"):
+        node_spec(make_node("n", cpu="1e30"), GPU)

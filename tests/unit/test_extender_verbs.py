@@ -116,15 +116,16 @@ async def test_top_k(top_k, expected) -> None:
     assert body["NodeNames"][0] == served(h)["node"]
 
 
-async def test_unknown_nodes_fail_resolvably_and_full_mode_adopts_them() -> None:
+async def test_unknown_nodes_fail_resolvably_in_both_modes() -> None:
     h = harness(nodes=NODES[:2])
     pod = make_pod("p", gpus=1)
     async with TestClient(TestServer(h.app())) as c:
         _, body = await call(c, "filter", {"Pod": pod, "NodeNames": ["v100-0", "ghost"]})
         assert "watch lags" in body["FailedNodes"]["ghost"] and body["NodeNames"] == ["v100-0"]
-        _, body = await call(c, "filter", {"Pod": pod, "Nodes": {"items": [NODES[2]]}})
-        assert [n["metadata"]["name"] for n in body["Nodes"]["items"]] == ["v100-2"]
-    assert "v100-2" in h.cache.nodes
+        _, body = await call(c, "filter", {"Pod": pod, "Nodes": {"items": [NODES[2], NODES[1]]}})
+        assert [n["metadata"]["name"] for n in body["Nodes"]["items"]] == ["v100-1"]
+        assert "watch lags" in body["FailedNodes"]["v100-2"]
+    assert "v100-2" not in h.cache.nodes  # the request never feeds the cache: the watch does
 
 
 async def test_invalid_gpu_request_is_unresolvable_everywhere() -> None:

@@ -1,0 +1,180 @@
+"""The API client against a fake API server over HTTP, and the informer's resume/relist rules."""
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from rlsched.extender.kubeapi import ApiError, Informer, KubeApi
+from rlsched.extender.settings import KubeSettings
+from rlsched.extender.testing import make_node, make_pod
+
+
+def status(code, reason, message):
+    return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
+                              "reason": reason, "code": code}, status=code)
+
+
+class FakeServer:
+    """Just enough of kube-apiserver: paginated lists, a chunked watch, patch, binding."""
+
+    def __init__(self) -> None:
+        self.nodes = [make_node(f"n{i}", gpus=1) for i in range(5)]
+        self.pod = make_pod("p", uid="uid-p", gpus=1)
+        self.requests: list[tuple[str, str, dict]] = []
+        self.watch_events: list[bytes] = []
+        app = web.Application()
+        app.router.add_get("/api/v1/nodes", self.nodes_handler)
+        app.router.add_patch("/api/v1/namespaces/{ns}/pods/{name}", self.patch)
+        app.router.add_post("/api/v1/namespaces/{ns}/pods/{name}/binding", self.bind)
+        app.router.add_get("/api/v1/namespaces/{ns}/pods/{name}", self.get)
+        self.app = app
+
+    async def nodes_handler(self, request):
+        self.requests.append(("GET", request.path, dict(request.query)))
+        assert request.headers["Authorization"] == "Bearer secret"
+        if request.query.get("watch"):
+            resp = web.StreamResponse()
+            await resp.prepare(request)
+            for chunk in self.watch_events:
+                await resp.write(chunk)
+                await asyncio.sleep(0)
+            return resp
+        limit = int(request.query["limit"])
+        start = int(request.query.get("continue") or 0)
+        items = self.nodes[start:start + limit]
+        cont = str(start + limit) if start + limit < len(self.nodes) else ""
+        return web.json_response({"kind": "NodeList", "metadata": {"resourceVersion": "77", "continue": cont}, "items": items})
+
+    async def patch(self, request):
+        assert request.content_type == "application/merge-patch+json"
+        body = await request.json()
+        self.requests.append(("PATCH", request.path, body))
+        if body["metadata"]["uid"] != self.pod["metadata"]["uid"]:
+            return status(422, "Invalid", "metadata.uid: Invalid value: field is immutable")
+        return web.json_response(self.pod)
+
+    async def bind(self, request):
+        body = await request.json()
+        self.requests.append(("POST", request.path, body))
+        if self.pod["spec"].get("nodeName"):
+            return status(409, "Conflict", f"pod p is already assigned to node \"{self.pod['spec']['nodeName']}\"")
+        self.pod["spec"]["nodeName"] = body["target"]["name"]
+        return web.json_response({"kind": "Status", "status": "Success", "code": 201}, status=201)
+
+    async def get(self, request):
+        if request.match_info["name"] != "p":
+            return status(404, "NotFound", f'pods "{request.match_info["name"]}" not found')
+        return web.json_response(self.pod)
+
+
+@pytest.fixture
+async def server():
+    fake = FakeServer()
+    async with TestServer(fake.app) as ts:
+        api = KubeApi(str(ts.make_url("")), None, lambda: "Bearer secret")
+        yield fake, api
+        await api.close()
+
+
+async def test_list_is_paginated(server) -> None:
+    fake, api = server
+    items, rv = await api.list("/api/v1/nodes", limit=2)
+    assert [i["metadata"]["name"] for i in items] == [f"n{i}" for i in range(5)] and rv == "77"
+    assert [r[2].get("continue") for r in fake.requests] == [None, "2", "4"]
+
+
+async def test_watch_splits_lines_across_chunks(server) -> None:
+    fake, api = server
+    ev = [orjson.dumps({"type": "MODIFIED", "object": n}) + b"\n" for n in fake.nodes[:3]]
+    blob = b"".join(ev)
+    fake.watch_events = [blob[:100], blob[100:5000], blob[5000:]]  # boundaries inside the objects
+    got = [e async for e in api.watch("/api/v1/nodes", "77", 5)]
+    assert [e["object"]["metadata"]["name"] for e in got] == ["n0", "n1", "n2"]
+    q = fake.requests[-1][2]
+    assert q["resourceVersion"] == "77" and q["allowWatchBookmarks"] == "true" and q["timeoutSeconds"] == "5"
+
+
+async def test_writes_and_their_errors(server) -> None:
+    fake, api = server
+    await api.patch_pod_annotations("default", "p", "uid-p", {"rlsched.io/gpu-cards": "0"}, 2)
+    assert fake.requests[-1][2] == {"metadata": {"uid": "uid-p", "annotations": {"rlsched.io/gpu-cards": "0"}}}
+    with pytest.raises(ApiError) as info:
+        await api.patch_pod_annotations("default", "p", "other", {}, 2)
+    assert info.value.status == 422
+    await api.create_binding("default", "p", "uid-p", "n1", 2)
+    assert fake.requests[-1][2]["target"] == {"apiVersion": "v1", "kind": "Node", "name": "n1"}
+    assert fake.requests[-1][2]["metadata"]["uid"] == "uid-p"
+    with pytest.raises(ApiError) as info:
+        await api.create_binding("default", "p", "uid-p", "n2", 2)
+    assert info.value.status == 409 and "already assigned" in info.value.message
+    with pytest.raises(ApiError) as info:
+        await api.get_pod("default", "gone", 2)
+    assert info.value.status == 404 and info.value.reason == "NotFound"
+
+
+async def test_unreachable_server() -> None:
+    api = KubeApi("http://127.0.0.1:1", None, lambda: None)
+    with pytest.raises(ApiError) as info:
+        await api.list("/api/v1/nodes", timeout=2)
+    await api.close()
+    assert info.value.status == 0 and "cannot reach the API server" in str(info.value)
+
+
+class ScriptedApi:
+    """list/watch answers from a script, for the informer's rules."""
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.calls = []
+
+    async def list(self, path, timeout=60.0, limit=500):
+        self.calls.append(("list",))
+        step = self.script.pop(0)
+        assert step[0] == "list", step
+        if isinstance(step[1], Exception):
+            raise step[1]
+        return step[1], step[2]
+
+    async def watch(self, path, rv, timeout_s):
+        self.calls.append(("watch", rv))
+        step = self.script.pop(0) if self.script else ("stop",)
+        if step[0] == "stop":
+            raise asyncio.CancelledError
+        assert step[0] == "watch", step
+        for event in step[1]:
+            if isinstance(event, Exception):
+                raise event
+            yield event
+
+
+def ev(kind, name, rv):
+    n = make_node(name, rv=rv)
+    return {"type": kind, "object": n}
+
+
+async def test_informer_resumes_and_relists_on_410() -> None:
+    seen = []
+    api = ScriptedApi([
+        ("list", [make_node("a", rv="1")], "10"),
+        ("watch", [ev("ADDED", "b", "11"), {"type": "BOOKMARK", "object": {"kind": "Node", "metadata": {"resourceVersion": "15"}}}]),
+        ("watch", [ApiError(0, "Unreachable", "connection reset")]),
+        ("watch", [ev("MODIFIED", "b", "16"), {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}]),
+        ("list", [make_node("c", rv="20")], "20"),
+        ("watch", [ev("DELETED", "c", "21")]),
+    ])
+    sleeps = []
+
+    async def sleep(s):
+        sleeps.append(s)
+
+    inf = Informer(api, "nodes", "/api/v1/nodes", lambda items: seen.append(("replace", [i["metadata"]["name"] for i in items])),
+                   lambda kind, obj: seen.append((kind, obj["metadata"]["name"])), KubeSettings(), sleep=sleep)
+    with pytest.raises(asyncio.CancelledError):
+        await inf.run()
+    assert seen == [("replace", ["a"]), ("ADDED", "b"), ("MODIFIED", "b"), ("replace", ["c"]), ("DELETED", "c")]
+    assert [c[1] for c in api.calls if c[0] == "watch"] == ["10", "15", "15", "20", "21"]
+    assert sleeps == [1.0] and inf.resource_version == "21"

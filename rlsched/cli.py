@@ -15,6 +15,7 @@ from . import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "evaluate": ("rlsched.policy.cli_evaluate", "run policies through the FGD-protocol simulator and report"),
     "extender": ("rlsched.extender.cli", "run the kube-scheduler extender (filter/prioritize/bind/preempt)"),
+    "operator": ("rlsched.operator.cli", "run the operator: SchedulingPolicy rollout, requeue of delayed pods, decision log"),
 }
 """Sub-command → (module, one-line help)."""
 

@@ -1,0 +1,380 @@
+"""The decision log: an append-only, size-bounded, crash-safe JSON Lines dataset on a volume.
+
+Three parts (the format and its reader live in :mod:`rlsched.policy.decisions`, with the trainer):
+
+- :class:`DecisionLog` appends lines to the newest segment, fsyncs each batch, starts a new segment
+  at ``segmentBytes`` and deletes the oldest segments beyond ``maxBytes``. On open it cuts a torn
+  last line left by a crash, so appends never glue onto half a line.
+- :class:`Drainer` pulls the extender's ring (``GET /decisions?after=<cursor>``) every
+  ``drainIntervalS``, logs each record, hands ``delay``/``reject`` verdicts to the listeners (the
+  requeuer) and persists the cursor (``cursor.json``) *after* the fsync — at-least-once; the reader
+  drops duplicates by (epoch, seq). A changed extender ``epoch`` (restart) starts from 0.
+- :class:`OutcomeTracker` turns pod watch events into ``outcome`` lines: ``bound`` (node, pending
+  time), ``ended`` (evicted / preempted / deleted / succeeded / failed, lifetime) and ``load`` (the
+  node's load ``loadDelayS`` after binding, from Prometheus when configured).
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import logging
+import os
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Iterable, Mapping
+
+import aiohttp
+
+from rlsched.policy.decisions import FORMAT, SEGMENT_GLOB
+
+from .extender_client import ExtenderClient, ExtenderUnavailable
+
+log = logging.getLogger("rlsched.operator.decisions")
+
+CURSOR_FILE = "cursor.json"
+
+
+def _dumps(obj: Mapping[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), default=str, allow_nan=False).encode() + b"\n"
+
+
+class DecisionLog:
+    """Append-only segments under ``directory`` (module docstring)."""
+
+    def __init__(self, directory: str | Path, segment_bytes: int = 16 << 20, max_bytes: int = 512 << 20,
+                 fsync: bool = True, header: Callable[[], Mapping[str, Any]] | None = None,
+                 clock: Callable[[], float] = time.time):
+        self.directory = Path(directory)
+        self.segment_bytes, self.max_bytes, self.fsync = segment_bytes, max_bytes, fsync
+        self.header = header or (lambda: {})
+        self.clock = clock
+        self._file: Any = None
+        self._path: Path | None = None
+        self._size = 0
+        self._counter = 0
+        self.lines_written = 0
+        self.segments_deleted = 0
+        self._lock = asyncio.Lock()
+
+    # -- segments -----------------------------------------------------------------------------------
+    def open(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        existing = sorted(self.directory.glob(SEGMENT_GLOB))
+        if existing and existing[-1].stat().st_size < self.segment_bytes:
+            self._repair(existing[-1])
+            self._path = existing[-1]
+            self._file = open(self._path, "ab")
+            self._size = self._path.stat().st_size
+        else:
+            self._rotate()
+
+    @staticmethod
+    def _repair(path: Path) -> None:
+        """Cut a torn last line (no newline at the end: the process died mid-write)."""
+        data = path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            keep = data.rfind(b"\n") + 1
+            with open(path, "r+b") as f:
+                f.truncate(keep)
+                f.flush()
+                os.fsync(f.fileno())
+            log.warning("decision log %s: cut a torn last line (%d bytes)", path.name, len(data) - keep)
+
+    def _rotate(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        self._counter += 1
+        name = f"segment-{int(self.clock() * 1000):013d}-{self._counter:06d}.jsonl"
+        self._path = self.directory / name
+        self._file = open(self._path, "ab")
+        header = {"type": "header", "format": FORMAT, "created": round(self.clock(), 3), **self.header()}
+        data = _dumps(header)
+        self._file.write(data)
+        self._size = len(data)
+        self._sync(directory=True)
+        self._enforce_bound()
+
+    def _enforce_bound(self) -> None:
+        segs = sorted(self.directory.glob(SEGMENT_GLOB))
+        sizes = {s: s.stat().st_size for s in segs}
+        total = sum(sizes.values())
+        for s in segs:
+            if total <= self.max_bytes or s == self._path:
+                break
+            s.unlink(missing_ok=True)
+            total -= sizes[s]
+            self.segments_deleted += 1
+            log.info("decision log: deleted the oldest segment %s (%d bytes) to stay under %d bytes",
+                     s.name, sizes[s], self.max_bytes)
+        if self.fsync:
+            _fsync_dir(self.directory)
+
+    def _sync(self, directory: bool = False) -> None:
+        self._file.flush()
+        if self.fsync:
+            os.fsync(self._file.fileno())
+            if directory:
+                _fsync_dir(self.directory)
+
+    # -- writing ------------------------------------------------------------------------------------
+    def append(self, records: Iterable[Mapping[str, Any]]) -> int:
+        """Append records (one line each) and fsync; returns how many were written."""
+        if self._file is None:
+            self.open()
+        lines = [_dumps(r) for r in records]
+        if not lines:
+            return 0
+        for line in lines:
+            if self._size >= self.segment_bytes:
+                self._sync()
+                self._rotate()
+            self._file.write(line)
+            self._size += len(line)
+        self._sync()
+        self.lines_written += len(lines)
+        return len(lines)
+
+    async def awrite(self, records: Iterable[Mapping[str, Any]]) -> int:
+        """:meth:`append` off the event loop, one writer at a time (the drainer and the tracker share it)."""
+        records = list(records)
+        async with self._lock:
+            return await asyncio.to_thread(self.append, records)
+
+    def total_bytes(self) -> int:
+        return sum(s.stat().st_size for s in self.directory.glob(SEGMENT_GLOB))
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._sync()
+            self._file.close()
+            self._file = None
+
+    # -- cursor -------------------------------------------------------------------------------------
+    def load_cursor(self) -> dict[str, Any]:
+        try:
+            data = json.loads((self.directory / CURSOR_FILE).read_text())
+            return data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def save_cursor(self, cursor: Mapping[str, Any]) -> None:
+        path = self.directory / CURSOR_FILE
+        tmp = path.with_name(f".{CURSOR_FILE}.tmp")
+        with open(tmp, "w") as f:
+            json.dump(dict(cursor), f)
+            f.flush()
+            if self.fsync:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+VerdictListener = Callable[[Mapping[str, Any]], None]
+
+
+class Drainer:
+    """Moves the extender's decision ring into the log (module docstring)."""
+
+    def __init__(self, client: ExtenderClient, log_: DecisionLog | None, listeners: Iterable[VerdictListener] = (),
+                 interval_s: float = 2.0, limit: int = 1000, clock: Callable[[], float] = time.time):
+        self.client, self.log = client, log_
+        self.listeners = list(listeners)
+        self.interval_s, self.limit, self.clock = interval_s, limit, clock
+        cursor = log_.load_cursor() if log_ is not None else {}
+        self.epoch: str | None = cursor.get("epoch")
+        self.next: int = int(cursor.get("next") or 0)
+        self.drained = 0
+        self.dropped = 0
+        self.last_error: str | None = None
+
+    async def drain_once(self) -> int:
+        """One pull (following up while the ring has more); returns the records handled."""
+        handled = 0
+        for _ in range(100):
+            body = await self.client.decisions(self.next, self.limit)
+            epoch = str(body.get("epoch"))
+            if self.epoch is not None and epoch != self.epoch and self.next:
+                log.info("extender restarted (epoch %s → %s): reading its ring from the start", self.epoch, epoch)
+                self.epoch, self.next = epoch, 0
+                continue
+            self.epoch = epoch
+            records = body.get("records") or []
+            now = round(self.clock(), 3)
+            lines: list[dict[str, Any]] = []
+            dropped = int(body.get("dropped") or 0)
+            if dropped:
+                self.dropped += dropped
+                lines.append({"type": "gap", "epoch": epoch, "dropped": dropped, "after": self.next, "time": now})
+                log.warning("the extender's decision ring dropped %d records before they were drained; "
+                            "drain more often (decisionLog.drainIntervalS) or enlarge the ring (decisionRingSize)", dropped)
+            for rec in records:
+                lines.append({"type": "decision", "epoch": epoch, "loggedAt": now, **rec})
+            if self.log is not None and lines:
+                await self.log.awrite(lines)
+            for rec in records:
+                if rec.get("verdict") in ("delay", "reject"):
+                    for listener in self.listeners:
+                        try:
+                            listener(rec)
+                        except Exception:  # noqa: BLE001 - a listener bug must not stop the log
+                            log.exception("decision listener failed")
+            self.next = int(body.get("next") or self.next)
+            if self.log is not None:
+                self.log.save_cursor({"epoch": self.epoch, "next": self.next})
+            handled += len(records)
+            self.drained += len(records)
+            if not records or self.next >= int(body.get("last") or 0):
+                break
+        return handled
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.drain_once()
+                self.last_error = None
+            except ExtenderUnavailable as exc:
+                if self.last_error is None:
+                    log.warning("cannot drain decisions: %s (retrying every %.0fs)", exc, self.interval_s)
+                self.last_error = str(exc)
+            except OSError as exc:
+                log.error("cannot write the decision log: %s", exc)
+                self.last_error = str(exc)
+            await asyncio.sleep(self.interval_s)
+
+
+# -- outcomes ---------------------------------------------------------------------------------------
+
+def parse_time(value: Any) -> float | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _condition(pod: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    for c in ((pod.get("status") or {}).get("conditions") or []):
+        if c.get("type") == type_:
+            return c
+    return None
+
+
+def ended_how(pod: Mapping[str, Any], deleted: bool) -> str | None:
+    """How a pod's life ended, or None while it runs."""
+    status = pod.get("status") or {}
+    disruption = _condition(pod, "DisruptionTarget")
+    if disruption is not None and disruption.get("status") == "True":
+        return "preempted" if disruption.get("reason") == "PreemptionByScheduler" else "evicted"
+    if status.get("reason") == "Evicted":
+        return "evicted"
+    phase = status.get("phase")
+    if phase == "Succeeded":
+        return "succeeded"
+    if phase == "Failed":
+        return "failed"
+    return "deleted" if deleted else None
+
+
+class LoadProbe:
+    """A node's load from Prometheus (instant queries, one per column)."""
+
+    def __init__(self, url: str, queries: Mapping[str, str], node_label: str = "node", timeout_s: float = 5.0):
+        self.url = url.rstrip("/")
+        self.queries, self.node_label = dict(queries), node_label
+        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+
+    async def sample(self, node: str) -> dict[str, float]:
+        out: dict[str, float] = {}
+        selector = f'{self.node_label}="{node}"'
+        async with aiohttp.ClientSession(timeout=self.timeout) as session:
+            for column, query in self.queries.items():
+                q = query.replace("NODE_SELECTOR", selector)
+                try:
+                    async with session.get(f"{self.url}/api/v1/query", params={"query": q}) as resp:
+                        body = await resp.json(content_type=None)
+                    result = body["data"]["result"]
+                    if result:
+                        out[column] = round(float(result[0]["value"][1]), 4)
+                except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, IndexError, TypeError, ValueError) as exc:
+                    log.debug("load query %s for %s failed: %s", column, node, exc)
+        return out
+
+
+class OutcomeTracker:
+    """Pod events → ``outcome`` lines (module docstring). Fed by the operator's pod watch."""
+
+    def __init__(self, write: Callable[[list[dict[str, Any]]], Awaitable[None]], probe: LoadProbe | None = None,
+                 load_delay_s: float = 60.0, recent_s: float = 600.0, memory: int = 100_000,
+                 clock: Callable[[], float] = time.time):
+        self.write, self.probe, self.load_delay_s, self.recent_s = write, probe, load_delay_s, recent_s
+        self.clock = clock
+        self.memory = memory
+        self._seen: OrderedDict[str, set[str]] = OrderedDict()
+        self._probes: set[asyncio.Task] = set()
+
+    def _mark(self, uid: str, event: str) -> bool:
+        """True the first time (uid, event) is seen."""
+        seen = self._seen.setdefault(uid, set())
+        self._seen.move_to_end(uid)
+        while len(self._seen) > self.memory:
+            self._seen.popitem(last=False)
+        if event in seen:
+            return False
+        seen.add(event)
+        return True
+
+    async def observe(self, event_type: str | None, pod: Mapping[str, Any]) -> None:
+        """One watch event (``type`` None: the initial listing)."""
+        meta = pod.get("metadata") or {}
+        uid = meta.get("uid")
+        if not uid:
+            return
+        ref = {"uid": uid, "namespace": meta.get("namespace"), "name": meta.get("name")}
+        now = self.clock()
+        created = parse_time(meta.get("creationTimestamp"))
+        node = (pod.get("spec") or {}).get("nodeName")
+        lines: list[dict[str, Any]] = []
+        scheduled = _condition(pod, "PodScheduled")
+        bound_at = parse_time(scheduled.get("lastTransitionTime")) if scheduled and scheduled.get("status") == "True" else None
+        if node:
+            fresh = event_type is not None or (bound_at is not None and now - bound_at < self.recent_s)
+            if fresh and self._mark(uid, "bound"):
+                at = bound_at or now
+                lines.append({"type": "outcome", "event": "bound", "pod": ref, "node": node, "time": round(now, 3),
+                              "pendingSeconds": round(at - created, 3) if created else None})
+                if self.probe is not None and len(self._probes) < 1000:
+                    task = asyncio.get_running_loop().create_task(self._probe_later(ref, node))
+                    self._probes.add(task)
+                    task.add_done_callback(self._probes.discard)
+        how = ended_how(pod, deleted=event_type == "DELETED" or bool(meta.get("deletionTimestamp")))
+        if how is not None and (event_type is not None or how in ("evicted", "preempted")) and self._mark(uid, "ended"):
+            start = bound_at or created
+            lines.append({"type": "outcome", "event": "ended", "pod": ref, "how": how, "node": node, "time": round(now, 3),
+                          "lifetimeSeconds": round(now - start, 3) if start else None})
+        if event_type == "DELETED":
+            self._seen.pop(uid, None)
+        if lines:
+            await self.write(lines)
+
+    async def _probe_later(self, ref: Mapping[str, Any], node: str) -> None:
+        await asyncio.sleep(self.load_delay_s)
+        assert self.probe is not None
+        load = await self.probe.sample(node)
+        if load:
+            await self.write([{"type": "outcome", "event": "load", "pod": dict(ref), "node": node,
+                               "time": round(self.clock(), 3), "load": load}])
+
+    async def close(self) -> None:
+        for t in list(self._probes):
+            t.cancel()
+        await asyncio.gather(*self._probes, return_exceptions=True)

@@ -1,0 +1,355 @@
+"""The kopf handlers, registered into a registry the caller owns (:func:`build_registry`).
+
+SchedulingPolicy (``rlsched.io/v1alpha1``):
+
+- create / update (``spec`` only) / resume → :func:`reconcile`: validate (invalid → ``Degraded``,
+  reason ``InvalidSpec``, a message naming each field, ``PermanentError``), build the bundle, roll it
+  out, report what the extender loaded, roll back on failure; an event on every transition.
+  Progress is stored in annotations (``kopf.rlsched.io/…``), so a handler that finished is never
+  run again for the same change — also across operator and API-server restarts.
+- delete → :func:`retire`: the extender goes back to its own settings (an empty policy file).
+- a timer → :func:`refresh`: ``status.counts`` from the extender, and drift (the extender no longer
+  serves what was rolled out: restarted without the files, …) as ``Degraded``.
+- policies other than the served one (``--policy NAMESPACE/NAME``) → ``Ready=False, NotServed``.
+
+Pods of our scheduler (``spec.schedulerName``, filtered server-side): an index of pending pods
+(``pending_pods``: requeue bookkeeping), and every watch event into the outcome tracker.
+
+Operator-wide: login with the operator's own credentials; start-up configures kopf from
+:class:`~rlsched.operator.settings.OperatorSettings` and starts the runtime; clean-up stops it.
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from typing import Any, Mapping
+
+import kopf
+
+from .conditions import condition, get_condition, merge_conditions
+from .extender_client import ExtenderUnavailable, ExtenderView
+from .requeue import PendingPod, pending_pod
+from .rollout import RolloutResult, SourceError, bundle_label, serves
+from .runtime import Runtime, start_runtime
+from .settings import OperatorSettings
+from .sink import CURRENT, LAST_GOOD, ModelTooLarge, SinkError
+from .spec import GROUP, PLURAL, VERSION, SpecError, crd_manifests, parse_spec
+
+log = logging.getLogger("rlsched.operator")
+
+POLICY = (GROUP, VERSION, PLURAL)
+PODS = ("", "v1", "pods")
+PROGRESS_PREFIX = "kopf.rlsched.io"
+
+
+# -- status helpers --------------------------------------------------------------------------------
+
+def _iso(ts: float | None) -> str | None:
+    if not ts:
+        return None
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def _model_status(view: ExtenderView | None) -> dict[str, Any] | None:
+    if view is None:
+        return None
+    if not view.model_loaded:
+        return {"version": None, "digest": None, "path": None, "loadedAt": None}
+    return {"version": view.version, "digest": view.digest, "path": view.model_path, "loadedAt": _iso(view.loaded_at)}
+
+
+def _counts(view: ExtenderView) -> dict[str, int]:
+    c = view.counters
+    return {"decisions": c.get("decisions", 0), "policy": c.get("policy", 0), "fallbacks": c.get("fallback", 0),
+            "shadowAgree": c.get("shadowAgree", 0), "shadowDisagree": c.get("shadowDisagree", 0)}
+
+
+def _set_conditions(patch: kopf.Patch, status: Mapping[str, Any] | None, generation: int | None, *updates: dict) -> None:
+    patch.status["conditions"] = merge_conditions((status or {}).get("conditions"), updates)
+    if generation is not None:
+        patch.status["observedGeneration"] = generation
+
+
+def _ready(ok: bool, reason: str, message: str, generation: int | None) -> dict:
+    return condition("Ready", ok, reason, message, generation)
+
+
+def _degraded(bad: bool, reason: str, message: str, generation: int | None) -> dict:
+    return condition("Degraded", bad, reason, message, generation)
+
+
+def _transition(body: Mapping[str, Any], status: Mapping[str, Any] | None, type_: str, reason: str, message: str) -> None:
+    """A Kubernetes event for the policy (kopf posts it in the handler's context)."""
+    (kopf.warn if type_ == "Warning" else kopf.info)(body, reason=reason, message=message)
+
+
+# -- SchedulingPolicy ------------------------------------------------------------------------------
+
+async def reconcile(body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, namespace: str, name: str,
+                    uid: str, patch: kopf.Patch, memo: kopf.Memo, reason: str, **_: Any) -> None:
+    """Validate, roll out, verify, roll back (module docstring)."""
+    rt: Runtime = memo.runtime
+    generation = meta.get("generation")
+    cause = str(reason)  # kopf.Reason: create | update | resume
+    rt.runs[(uid, generation, cause)] += 1
+    log.info("policy %s/%s generation %s: %s handler runs", namespace, name, generation, cause,
+             extra={"event": "reconcile", "policy": f"{namespace}/{name}", "generation": generation, "cause": cause})
+    try:
+        ps = parse_spec(spec)
+    except SpecError as exc:
+        message = "the spec is invalid: " + "; ".join(exc.problems)
+        _set_conditions(patch, status, generation, _ready(False, "InvalidSpec", message, generation),
+                        _degraded(True, "InvalidSpec", message, generation))
+        _transition(body, status, "Warning", "InvalidSpec", message)
+        raise kopf.PermanentError(message) from None
+    rt.reward_weights = dict(ps.reward_weights)
+    async with rt.lock(uid):
+        try:
+            bundle = await rt.rollout.build(namespace, name, generation, ps)
+        except SourceError as exc:
+            _set_conditions(patch, status, generation, _ready(False, exc.reason, str(exc), generation),
+                            _degraded(True, exc.reason, str(exc), generation))
+            _transition(body, status, "Warning", exc.reason, str(exc))
+            if exc.temporary:
+                raise kopf.TemporaryError(str(exc), delay=30) from None
+            raise kopf.PermanentError(str(exc)) from None
+        patch.status["extender"] = {"mode": ps.mode, "fallback": ps.fallback, "extenderWeight": ps.extender_weight}
+
+        if cause == "resume":
+            current = await rt.sink.read(CURRENT)
+            if bundle.same_content(current):
+                try:
+                    view = await rt.extender.status()
+                except ExtenderUnavailable:
+                    view = None
+                if view is not None and serves(view, bundle):
+                    patch.status["model"] = _model_status(view)
+                    patch.status["counts"] = _counts(view)
+                    _set_conditions(patch, status, generation, _ready(True, "RolledOut", f"the extender serves {bundle_label(bundle)}", generation),
+                                    _degraded(False, "AsExpected", "", generation))
+                    log.info("policy %s/%s: the extender already serves generation %s; nothing to roll out", namespace, name, generation)
+                    return
+
+        _transition(body, status, "Normal", "RollingOut",
+                    f"generation {generation}: publishing {bundle_label(bundle)} (mode {ps.mode}, fallback {ps.fallback}) "
+                    f"to {rt.sink.describe()}")
+        try:
+            result = await rt.rollout.apply(bundle)
+        except ModelTooLarge as exc:
+            _set_conditions(patch, status, generation, _ready(False, "ModelTooLarge", str(exc), generation),
+                            _degraded(True, "ModelTooLarge", str(exc), generation))
+            _transition(body, status, "Warning", "ModelTooLarge", str(exc))
+            raise kopf.PermanentError(str(exc)) from None
+        except SinkError as exc:
+            _set_conditions(patch, status, generation, _ready(False, "PublishFailed", str(exc), generation),
+                            _degraded(True, "PublishFailed", str(exc), generation))
+            _transition(body, status, "Warning", "PublishFailed", str(exc))
+            raise kopf.TemporaryError(str(exc), delay=15) from None
+        report(result, body, status, patch, generation)
+
+
+def report(result: RolloutResult, body: kopf.Body, status: Mapping[str, Any] | None, patch: kopf.Patch,
+           generation: int | None) -> None:
+    """Status, conditions and an event from a rollout's result; raises to tell kopf what next."""
+    if result.view is not None:
+        patch.status["model"] = _model_status(result.view)
+        patch.status["counts"] = _counts(result.view)
+    if result.ok:
+        b = result.bundle
+        patch.status["lastGood"] = {"version": result.view.version if result.view else None, "digest": b.digest,
+                                    "path": b.settings.get("modelPath"), "generation": generation}
+        _set_conditions(patch, status, generation, _ready(True, "RolledOut", result.message, generation),
+                        _degraded(False, "AsExpected", "", generation))
+        _transition(body, status, "Normal", "RolledOut", f"generation {generation}: {result.message}")
+        return
+    if result.reason == "ExtenderUnreachable":
+        _set_conditions(patch, status, generation, _ready(False, "ExtenderUnreachable", result.message, generation),
+                        _degraded(True, "ExtenderUnreachable", result.message, generation))
+        _transition(body, status, "Warning", "ExtenderUnreachable", result.message)
+        raise kopf.TemporaryError(result.message, delay=15)
+    if result.rolled_back_to is not None and result.rollback_ok:
+        t = result.rolled_back_to
+        patch.status["lastGood"] = {"version": result.view.version if result.view and result.view.model_loaded else None,
+                                    "digest": t.digest, "path": t.settings.get("modelPath"), "generation": t.meta.get("generation")}
+    message = f"generation {generation}: {result.message}; fix the spec (or the model) and apply it again"
+    _set_conditions(patch, status, generation, _ready(False, result.reason, message, generation),
+                    _degraded(True, result.reason, message, generation))
+    _transition(body, status, "Warning", "RolledBack", message)
+    raise kopf.PermanentError(message)
+
+
+async def retire(body: kopf.Body, namespace: str, name: str, uid: str, memo: kopf.Memo, **_: Any) -> None:
+    """The served policy is deleted: the extender returns to its own settings."""
+    rt: Runtime = memo.runtime
+    async with rt.lock(uid):
+        try:
+            await rt.rollout.revert()
+        except SinkError as exc:
+            raise kopf.TemporaryError(f"cannot reset {rt.sink.describe()}: {exc}", delay=10) from None
+    kopf.info(body, reason="Retired", message=f"policy deleted: {rt.sink.describe()} reset; the extender serves its own settings")
+    log.info("policy %s/%s deleted: the extender serves its own settings", namespace, name)
+
+
+async def refresh(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, uid: str, patch: kopf.Patch,
+                  memo: kopf.Memo, **_: Any) -> None:
+    """Counts from the extender; drift and recovery as conditions (only after a successful rollout)."""
+    rt: Runtime = memo.runtime
+    if rt.lock(uid).locked():
+        return
+    generation = meta.get("generation")
+    ready = get_condition(status, "Ready")
+    degraded = get_condition(status, "Degraded")
+    watching = (ready or {}).get("status") == "True" or (degraded or {}).get("reason") in ("Drift", "ExtenderUnreachable")
+    try:
+        view = await rt.extender.status()
+    except ExtenderUnavailable as exc:
+        if watching and (degraded or {}).get("reason") != "ExtenderUnreachable" and (status or {}).get("observedGeneration") == generation:
+            message = f"the extender does not answer: {exc}"
+            _set_conditions(patch, status, None, _ready(False, "ExtenderUnreachable", message, generation),
+                            _degraded(True, "ExtenderUnreachable", message, generation))
+            _transition(body, status, "Warning", "ExtenderUnreachable", message)
+        return
+    patch.status["counts"] = _counts(view)
+    if not watching or (status or {}).get("observedGeneration") != generation:
+        return
+    expected = await rt.sink.read(CURRENT)
+    if expected is None:
+        return
+    ok = serves(view, expected)
+    was_degraded = (degraded or {}).get("status") == "True"
+    if ok and was_degraded:
+        message = f"the extender serves {bundle_label(expected)} again"
+        patch.status["model"] = _model_status(view)
+        _set_conditions(patch, status, None, _ready(True, "RolledOut", message, generation),
+                        _degraded(False, "AsExpected", "", generation))
+        _transition(body, status, "Normal", "Recovered", message)
+    elif not ok and not was_degraded:
+        message = (f"the extender serves mode={view.mode} fallback={view.fallback} model={view.model_path or 'none'}"
+                   f"{' (load error: ' + view.error + ')' if view.error else ''}, not the rolled-out "
+                   f"{bundle_label(expected)}; it may have restarted without the published files")
+        patch.status["model"] = _model_status(view)
+        _set_conditions(patch, status, None, _ready(False, "Drift", message, generation),
+                        _degraded(True, "Drift", message, generation))
+        _transition(body, status, "Warning", "Drift", message)
+
+
+async def not_served(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    s: OperatorSettings = memo.settings
+    generation = meta.get("generation")
+    message = (f"this operator serves the SchedulingPolicy {s.policy.namespace}/{s.policy.name} "
+               f"(rlsched operator --policy); this one has no effect")
+    if (get_condition(status, "Ready") or {}).get("reason") != "NotServed":
+        _transition(body, status, "Warning", "NotServed", message)
+    _set_conditions(patch, status, generation, _ready(False, "NotServed", message, generation))
+
+
+# -- pods ------------------------------------------------------------------------------------------
+
+def index_pending(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, PendingPod] | None:
+    pod = pending_pod(body, memo.settings.requeue.annotation)
+    return {pod.uid: pod} if pod is not None and pod.uid else None
+
+
+async def pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:  # noqa: A002 - kopf's name
+    rt: Runtime | None = memo.get("runtime")
+    if rt is None:
+        return
+    if rt.tracker is not None:
+        try:
+            await rt.tracker.observe(type, body)
+        except OSError as exc:
+            log.error("cannot write an outcome to the decision log: %s", exc)
+    if type != "DELETED":
+        pod = pending_pod(body, rt.settings.requeue.annotation)
+        if pod is not None and pod.rejected:
+            rt.rejections.rejected(pod.uid, pod.namespace, pod.name, pod.rejected)
+
+
+# -- operator-wide ---------------------------------------------------------------------------------
+
+def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
+    return memo.kube.connection_info()
+
+
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, pending_pods: kopf.Index, **_: Any) -> None:
+    s: OperatorSettings = memo.settings
+    configure_kopf(settings, s)
+    if s.install_crds:
+        for manifest in crd_manifests():
+            await memo.kube.apply_crd(manifest)
+        for manifest in crd_manifests():
+            for _attempt in range(60):
+                if await memo.kube.crd_established(manifest["metadata"]["name"]):
+                    break
+                await asyncio.sleep(0.5)
+        log.info("CRDs applied: %s", ", ".join(m["metadata"]["name"] for m in crd_manifests()))
+
+    def lookup(uid: str) -> PendingPod | None:
+        for pod in pending_pods.get(uid, ()):
+            return pod
+        return None
+
+    def pending() -> list[PendingPod]:
+        return [pod for store in list(pending_pods.values()) for pod in store]
+
+    memo.runtime = start_runtime(s, memo.kube, lookup, pending)
+    log.info("operator started: policy %s/%s, sink %s, extender %s, decision log %s, requeue %s",
+             s.policy.namespace, s.policy.name, memo.runtime.sink.describe(), s.extender.status_url,
+             s.decision_log.path or "off", "on" if s.requeue.enabled else "off", extra={"event": "started"})
+
+
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    rt: Runtime | None = memo.get("runtime")
+    if rt is not None:
+        await rt.stop()
+        log.info("operator stopped (decision log closed)", extra={"event": "stopped"})
+
+
+def configure_kopf(settings: kopf.OperatorSettings, s: OperatorSettings) -> None:
+    """kopf's settings from ours (called at start-up)."""
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PROGRESS_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=PROGRESS_PREFIX, key="last-handled-configuration")
+    settings.persistence.finalizer = f"{GROUP}/operator"
+    settings.posting.reporting_component = "rlsched-operator"
+    settings.posting.level = logging.INFO
+    settings.watching.field_selectors[PODS] = f"spec.schedulerName={s.scope.scheduler_name}"
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 10
+    settings.networking.request_timeout = 60
+    settings.networking.connect_timeout = 10
+    settings.process.ultimate_exiting_timeout = 30
+
+
+# -- the registry ----------------------------------------------------------------------------------
+
+def build_registry(settings: OperatorSettings) -> kopf.OperatorRegistry:
+    """A registry with every handler; the caller runs it (``kopf.operator(registry=...)``)."""
+    registry = kopf.OperatorRegistry()
+    ref = (settings.policy.namespace, settings.policy.name)
+    scheduler = settings.scope.scheduler_name
+
+    def is_served(namespace: str | None, name: str | None, **_: Any) -> bool:
+        return (namespace, name) == ref
+
+    def is_ours(spec: kopf.Spec, **_: Any) -> bool:
+        return spec.get("schedulerName") == scheduler
+
+    kopf.on.login(registry=registry)(login)
+    kopf.on.startup(registry=registry)(startup)
+    kopf.on.cleanup(registry=registry)(cleanup)
+
+    kopf.on.create(*POLICY, id="rollout", when=is_served, registry=registry)(reconcile)
+    kopf.on.update(*POLICY, id="rollout", field="spec", when=is_served, registry=registry)(reconcile)
+    kopf.on.resume(*POLICY, id="rollout", when=is_served, registry=registry)(reconcile)
+    kopf.on.delete(*POLICY, id="retire", when=is_served, registry=registry)(retire)
+    kopf.timer(*POLICY, id="refresh", interval=settings.extender.status_interval_s, initial_delay=settings.extender.status_interval_s,
+               when=is_served, registry=registry)(refresh)
+    for decorator in (kopf.on.create, kopf.on.resume):
+        decorator(*POLICY, id="not-served", when=kopf.not_(is_served), registry=registry)(not_served)
+
+    kopf.index(*PODS, id="pending_pods", when=is_ours, registry=registry)(index_pending)
+    kopf.on.event(*PODS, id="pod-outcomes", when=is_ours, registry=registry)(pod_event)
+    return registry

@@ -1,0 +1,192 @@
+"""The operator's own API calls (besides kopf's watches): ConfigMaps, pod patches, CRDs.
+
+The official client is synchronous; every call runs in a worker thread with a timeout and returns
+plain dicts (``_preload_content=False``: no model classes). Errors become :class:`KubeError` with the
+HTTP status, so callers can tell "not found" (404), "changed meanwhile" (409) and "try later"
+(0 = no answer, 429, 5xx) apart. :meth:`Kube.connection_info` hands the same credentials to kopf.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, Mapping
+
+log = logging.getLogger("rlsched.operator.kube")
+
+
+class KubeError(Exception):
+    """An API call that failed: ``status`` 0 when there was no HTTP answer."""
+
+    def __init__(self, status: int, reason: str, message: str):
+        self.status, self.reason = status, reason
+        super().__init__(f"{status} {reason}: {message}" if status else f"{reason}: {message}")
+
+    @property
+    def transient(self) -> bool:
+        return self.status in (0, 409, 429) or self.status >= 500
+
+
+def load_configuration(kubeconfig: str | None, context: str | None) -> Any:
+    """A ``kubernetes.client.Configuration``: the kubeconfig if given, else in-cluster, else the
+    default kubeconfig ($KUBECONFIG, ~/.kube/config). Never touches the client's global default."""
+    import kubernetes
+
+    cfg = kubernetes.client.Configuration()
+    if kubeconfig:
+        kubernetes.config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg,
+                                           persist_config=False)
+        return cfg
+    try:
+        kubernetes.config.load_incluster_config(client_configuration=cfg)
+    except kubernetes.config.ConfigException:
+        try:
+            kubernetes.config.load_kube_config(context=context, client_configuration=cfg, persist_config=False)
+        except (kubernetes.config.ConfigException, OSError, TypeError) as exc:
+            raise ValueError("no Kubernetes credentials: not in a cluster, and no kubeconfig "
+                             f"(--kubeconfig, $KUBECONFIG or ~/.kube/config): {exc}") from None
+    return cfg
+
+
+class Kube:
+    """Async wrappers over the client for what the operator writes."""
+
+    def __init__(self, configuration: Any, timeout_s: float = 10.0):
+        import kubernetes
+
+        self.configuration = configuration
+        self.timeout_s = timeout_s
+        self.api_client = kubernetes.client.ApiClient(configuration)
+        self.core = kubernetes.client.CoreV1Api(self.api_client)
+        self.ext = kubernetes.client.ApiextensionsV1Api(self.api_client)
+        self._exc = kubernetes.client.ApiException
+
+    def connection_info(self) -> Any:
+        """The same credentials as kopf's :class:`kopf.ConnectionInfo` (for ``@kopf.on.login``)."""
+        import kopf
+
+        cfg = self.configuration
+        header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix("authorization")
+        parts = header.split(" ", 1) if header else []
+        scheme, token = (None, None) if not parts else (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
+        return kopf.ConnectionInfo(
+            server=cfg.host, ca_path=cfg.ssl_ca_cert, insecure=not cfg.verify_ssl,
+            username=cfg.username or None, password=cfg.password or None, scheme=scheme, token=token,
+            certificate_path=cfg.cert_file, private_key_path=cfg.key_file,
+        )
+
+    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("_request_timeout", self.timeout_s)
+        kwargs.setdefault("_preload_content", False)
+        try:
+            resp = await asyncio.to_thread(fn, *args, **kwargs)
+        except self._exc as exc:
+            message = exc.body or exc.reason or ""
+            try:
+                message = json.loads(exc.body).get("message", message)
+            except (TypeError, ValueError, AttributeError):
+                pass
+            raise KubeError(exc.status or 0, exc.reason or "Error", str(message)) from None
+        except Exception as exc:  # noqa: BLE001 - urllib3 timeouts, refused connections, ...
+            raise KubeError(0, type(exc).__name__, str(exc)) from None
+        data = resp.data if hasattr(resp, "data") else resp
+        return json.loads(data) if data else None
+
+    # -- ConfigMaps ---------------------------------------------------------------------------------
+    async def get_configmap(self, namespace: str, name: str) -> dict | None:
+        try:
+            return await self._call(self.core.read_namespaced_config_map, name, namespace)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def put_configmap(self, namespace: str, name: str, data: Mapping[str, str], binary_data: Mapping[str, str],
+                            labels: Mapping[str, str] | None = None) -> None:
+        """Create or replace (optimistic concurrency: a concurrent change makes it retry once)."""
+        for attempt in range(3):
+            current = await self.get_configmap(namespace, name)
+            meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels or {})}
+            body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": dict(data),
+                    "binaryData": dict(binary_data)}
+            try:
+                if current is None:
+                    await self._call(self.core.create_namespaced_config_map, namespace, body)
+                else:
+                    meta["resourceVersion"] = current["metadata"]["resourceVersion"]
+                    meta["labels"] = {**(current["metadata"].get("labels") or {}), **meta["labels"]}
+                    meta["annotations"] = current["metadata"].get("annotations") or {}
+                    await self._call(self.core.replace_namespaced_config_map, name, namespace, body)
+                return
+            except KubeError as exc:
+                if exc.status != 409 or attempt == 2:
+                    raise
+
+    async def delete_configmap(self, namespace: str, name: str) -> None:
+        try:
+            await self._call(self.core.delete_namespaced_config_map, name, namespace)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+
+    # -- pods ---------------------------------------------------------------------------------------
+    async def patch_pod_annotations(self, namespace: str, name: str, uid: str, annotations: Mapping[str, str]) -> dict:
+        """Merge-patch annotations; ``metadata.uid`` in the patch is a precondition (409 if recreated)."""
+        body = {"metadata": {"uid": uid, "annotations": dict(annotations)}}
+        return await self._call(self.core.patch_namespaced_pod, name, namespace, body,
+                                _content_type="application/merge-patch+json")
+
+    async def set_pod_condition(self, namespace: str, name: str, condition: Mapping[str, Any]) -> None:
+        """Add or replace one condition in ``status.conditions`` (strategic merge by ``type``)."""
+        body = {"status": {"conditions": [dict(condition)]}}
+        await self._call(self.core.patch_namespaced_pod_status, name, namespace, body,
+                         _content_type="application/strategic-merge-patch+json")
+
+    async def post_event(self, ref: Mapping[str, Any], type_: str, reason: str, message: str,
+                         component: str = "rlsched-operator") -> None:
+        """A core/v1 Event about ``ref`` (apiVersion, kind, namespace, name, uid). Best effort:
+        failures are logged, never raised (an event must not break the work it reports)."""
+        import datetime as dt
+
+        now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+        namespace = ref.get("namespace") or "default"
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{ref.get('name', 'object')}.", "namespace": namespace},
+            "involvedObject": {k: ref[k] for k in ("apiVersion", "kind", "namespace", "name", "uid") if ref.get(k)},
+            "reason": reason, "message": message[:1024], "type": type_,
+            "source": {"component": component}, "reportingComponent": component, "reportingInstance": component,
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
+        try:
+            await self._call(self.core.create_namespaced_event, namespace, body)
+        except KubeError as exc:
+            log.warning("could not post event %s on %s/%s: %s", reason, namespace, ref.get("name"), exc)
+
+    # -- CRDs ---------------------------------------------------------------------------------------
+    async def apply_crd(self, manifest: Mapping[str, Any]) -> None:
+        """Create the CRD, or replace it when it exists (keeping its resourceVersion)."""
+        name = manifest["metadata"]["name"]
+        try:
+            current = await self._call(self.ext.read_custom_resource_definition, name)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            current = None
+        if current is None:
+            await self._call(self.ext.create_custom_resource_definition, dict(manifest))
+        else:
+            body = json.loads(json.dumps(manifest))
+            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            await self._call(self.ext.replace_custom_resource_definition, name, body)
+
+    async def crd_established(self, name: str) -> bool:
+        try:
+            crd = await self._call(self.ext.read_custom_resource_definition, name)
+        except KubeError:
+            return False
+        return any(c.get("type") == "Established" and c.get("status") == "True"
+                   for c in (crd.get("status") or {}).get("conditions") or [])
+
+    def close(self) -> None:
+        self.api_client.close()

@@ -1,0 +1,276 @@
+"""Requeue of pods the policy delayed, so they do not wait for kube-scheduler's 5-minute flush.
+
+Why an annotation moves the pod (kube-scheduler v1.37, pkg/scheduler): when an extender filters out
+nodes and the pod ends up unschedulable, ``schedule_one.go`` adds the pseudo-plugin ``Extender`` to
+the pod's ``UnschedulablePlugins``; the framework registers that name for *every* cluster event
+with no QueueingHint (``framework/runtime/framework.go``: ``defaultEnqueueExtension``,
+``UnrollWildCardResource``). An update of the unscheduled pod itself is such an event
+(``PriorityQueue.Update`` → ``PodSchedulingPropertiesChange`` → ``TargetPod/Update``), so bumping
+``rlsched.io/requeue-attempt`` moves the pod from the unschedulable pool to the backoff/active
+queue. The first rejection is also retried once by kube-scheduler itself (its own status update of
+the PodScheduled condition is such an event); later identical rejections are not — that is where
+the pod would sit for ``podMaxInUnschedulablePodsDuration`` (5 min) without the operator.
+
+:class:`Requeuer` learns about delays from the extender's decision records (``verdict: delay``,
+``retryAfterSeconds``) and, as a fallback, from pending pods whose PodScheduled condition says
+"delayed by policy" (operator restarts). It bumps the annotation after
+``max(retryAfterSeconds, min(initialS · 2^n, maxS))`` where n is the requeues done so far (read
+back from the annotation, so the count survives restarts), and gives up with a ``RequeueGaveUp``
+event after ``maxAttempts``. Pods that were bound, deleted or recreated meanwhile are dropped.
+"""
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import re
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Iterable, Mapping
+
+from .settings import RequeueSettings
+
+log = logging.getLogger("rlsched.operator.requeue")
+
+DELAYED = re.compile(r"delayed by policy[^(]*(?:\(retry in (\d+(?:\.\d+)?)s\))?")
+"""The extender's filter reason for a delayed pod (rlsched.extender.verbs, ``_verdict``)."""
+REJECTED = re.compile(r"rejected by policy[^:]*:?\s*(.*)")
+
+
+@dataclass(frozen=True)
+class PendingPod:
+    """What the pod index keeps about an unbound pod of our scheduler."""
+
+    uid: str
+    namespace: str
+    name: str
+    attempt: int
+    """Requeues done so far (the annotation's value)."""
+    delayed: bool
+    """PodScheduled=False with the extender's "delayed by policy" reason."""
+    retry_after_s: float | None
+    rejected: str | None
+    """The policy's reason when the condition says "rejected by policy"."""
+
+
+def pending_pod(body: Mapping[str, Any], annotation: str) -> PendingPod | None:
+    """The index entry for a pod (None when it is bound, terminating or finished)."""
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    if spec.get("nodeName") or meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
+        return None
+    try:
+        attempt = int((meta.get("annotations") or {}).get(annotation, "0"))
+    except ValueError:
+        attempt = 0
+    delayed, retry, rejected = False, None, None
+    for c in status.get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            msg = c.get("message") or ""
+            m = DELAYED.search(msg)
+            if m:
+                delayed = True
+                retry = float(m.group(1)) if m.group(1) else None
+            r = REJECTED.search(msg)
+            if r:
+                rejected = r.group(1).strip().rstrip(".") or "rejected by policy"
+    return PendingPod(uid=meta.get("uid", ""), namespace=meta.get("namespace", ""), name=meta.get("name", ""),
+                      attempt=max(attempt, 0), delayed=delayed, retry_after_s=retry, rejected=rejected)
+
+
+Patch = Callable[[str, str, str, Mapping[str, str]], Awaitable[Any]]
+Event = Callable[[Mapping[str, Any], str, str, str], Awaitable[None]]
+
+
+class Requeuer:
+    """Schedules and performs requeues (module docstring)."""
+
+    def __init__(self, settings: RequeueSettings, lookup: Callable[[str], PendingPod | None],
+                 pending: Callable[[], Iterable[PendingPod]], patch: Patch, event: Event,
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
+        self.settings = settings
+        self.lookup, self.pending, self.patch, self.event = lookup, pending, patch, event
+        self.clock, self.wall = clock, wall
+        self._heap: list[tuple[float, str]] = []
+        self._due: dict[str, tuple[float, str, str]] = {}
+        self._last: OrderedDict[str, float] = OrderedDict()
+        self._gave_up: OrderedDict[str, None] = OrderedDict()
+        self._wake = asyncio.Event()
+        self.requeued = 0
+        self.given_up = 0
+
+    def backoff(self, done: int, retry_after_s: float | None = None) -> float:
+        """Seconds before requeue number ``done + 1``."""
+        s = self.settings
+        return max(retry_after_s or 0.0, min(s.initial_s * (2 ** min(done, 30)), s.max_s))
+
+    # -- inputs -------------------------------------------------------------------------------------
+    def on_verdict(self, record: Mapping[str, Any]) -> None:
+        """A decision record with ``verdict: delay`` (others are ignored here)."""
+        if record.get("verdict") != "delay":
+            return
+        pod = record.get("pod") or {}
+        if pod.get("uid"):
+            retry = record.get("retryAfterSeconds")
+            self.delayed(pod["uid"], pod.get("namespace", ""), pod.get("name", ""),
+                         float(retry) if isinstance(retry, (int, float)) else None)
+
+    def delayed(self, uid: str, namespace: str, name: str, retry_after_s: float | None) -> None:
+        if not self.settings.enabled or uid in self._due or uid in self._gave_up:
+            return
+        known = self.lookup(uid)
+        done = known.attempt if known is not None else 0
+        if done >= self.settings.max_attempts:
+            self._give_up(uid, namespace, name, done)
+            return
+        due = self.clock() + self.backoff(done, retry_after_s)
+        self._due[uid] = (due, namespace, name)
+        heapq.heappush(self._heap, (due, uid))
+        self._wake.set()
+        log.debug("pod %s/%s delayed: requeue %d in %.1fs", namespace, name, done + 1, due - self.clock())
+
+    def sweep(self) -> int:
+        """Schedule pending pods whose condition says "delayed" but that nothing scheduled."""
+        added = 0
+        now = self.clock()
+        for pod in self.pending():
+            if not pod.delayed or pod.uid in self._due or pod.uid in self._gave_up:
+                continue
+            last = self._last.get(pod.uid)
+            if last is not None and now - last < self.backoff(pod.attempt, pod.retry_after_s):
+                continue  # requeued recently: the scheduler has not re-evaluated it yet
+            self.delayed(pod.uid, pod.namespace, pod.name, pod.retry_after_s)
+            added += 1
+        return added
+
+    # -- the loop -----------------------------------------------------------------------------------
+    async def run(self) -> None:
+        next_sweep = self.clock() + self.settings.sweep_interval_s
+        while True:
+            now = self.clock()
+            if now >= next_sweep:
+                try:
+                    self.sweep()
+                except Exception:  # noqa: BLE001 - the index may be mid-update; try next time
+                    log.exception("requeue sweep failed")
+                next_sweep = now + self.settings.sweep_interval_s
+            await self.process_due()
+            wait = next_sweep - self.clock()
+            if self._heap:
+                wait = min(wait, self._heap[0][0] - self.clock())
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=max(wait, 0.05))
+            except asyncio.TimeoutError:
+                pass
+
+    async def process_due(self) -> int:
+        done = 0
+        while self._heap and self._heap[0][0] <= self.clock():
+            due, uid = heapq.heappop(self._heap)
+            entry = self._due.get(uid)
+            if entry is None or entry[0] != due:
+                continue
+            del self._due[uid]
+            await self._requeue(uid, entry[1], entry[2])
+            done += 1
+        return done
+
+    async def _requeue(self, uid: str, namespace: str, name: str) -> None:
+        from .kube import KubeError
+
+        pod = self.lookup(uid)
+        if pod is None:
+            log.debug("pod %s/%s is no longer pending: no requeue", namespace, name)
+            return
+        attempt = pod.attempt + 1
+        try:
+            await self.patch(pod.namespace, pod.name, uid, {self.settings.annotation: str(attempt)})
+        except KubeError as exc:
+            if exc.transient and exc.status != 409:
+                log.warning("requeue of %s/%s failed (%s); retrying in 5s", namespace, name, exc)
+                self._due[uid] = (self.clock() + 5.0, namespace, name)
+                heapq.heappush(self._heap, (self._due[uid][0], uid))
+            else:
+                log.info("pod %s/%s not requeued: %s", namespace, name, exc)
+            return
+        self.requeued += 1
+        self._last[uid] = self.clock()
+        self._last.move_to_end(uid)
+        while len(self._last) > 50_000:
+            self._last.popitem(last=False)
+        log.info("requeued delayed pod %s/%s (attempt %d of %d)", namespace, name, attempt, self.settings.max_attempts,
+                 extra={"event": "requeued", "pod": f"{namespace}/{name}", "attempt": attempt})
+
+    def _give_up(self, uid: str, namespace: str, name: str, done: int) -> None:
+        self._gave_up[uid] = None
+        while len(self._gave_up) > 50_000:
+            self._gave_up.popitem(last=False)
+        self.given_up += 1
+        message = (f"the scheduling policy delayed this pod {done} times; rlsched operator stops requeueing it "
+                   f"(requeue.maxAttempts={self.settings.max_attempts}); kube-scheduler still retries it every 5 minutes")
+        log.warning("pod %s/%s: %s", namespace, name, message, extra={"event": "requeue_gave_up"})
+        ref = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid}
+        task = asyncio.get_running_loop().create_task(self.event(ref, "Warning", "RequeueGaveUp", message))
+        task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    @property
+    def scheduled(self) -> int:
+        return len(self._due)
+
+
+class Rejections:
+    """Pods the policy rejected: one ``RejectedByPolicy`` event and a ``rlsched.io/PolicyRejected``
+    condition per pod, naming the policy's reason (from decision records, or from the pod's own
+    PodScheduled message after an operator restart)."""
+
+    CONDITION = "rlsched.io/PolicyRejected"
+
+    def __init__(self, set_condition: Callable[[str, str, Mapping[str, Any]], Awaitable[None]], event: Event,
+                 wall: Callable[[], float] = time.time, memory: int = 50_000):
+        self.set_condition, self.event, self.wall, self.memory = set_condition, event, wall, memory
+        self._done: OrderedDict[str, None] = OrderedDict()
+        self._tasks: set[asyncio.Task] = set()
+        self.notified = 0
+
+    def on_verdict(self, record: Mapping[str, Any]) -> None:
+        if record.get("verdict") != "reject":
+            return
+        pod = record.get("pod") or {}
+        reason = str(record.get("reason") or "no reason given")
+        self.rejected(pod.get("uid", ""), pod.get("namespace", ""), pod.get("name", ""), reason)
+
+    def rejected(self, uid: str, namespace: str, name: str, reason: str) -> None:
+        if not uid or uid in self._done:
+            return
+        self._done[uid] = None
+        while len(self._done) > self.memory:
+            self._done.popitem(last=False)
+        task = asyncio.get_running_loop().create_task(self._notify(uid, namespace, name, reason))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _notify(self, uid: str, namespace: str, name: str, reason: str) -> None:
+        from .conditions import now_iso
+        from .kube import KubeError
+
+        message = f"the scheduling policy rejected this pod: {reason}"
+        ref = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid}
+        await self.event(ref, "Warning", "RejectedByPolicy", message)
+        try:
+            await self.set_condition(namespace, name, {"type": self.CONDITION, "status": "True", "reason": "RejectedByPolicy",
+                                                       "message": message, "lastTransitionTime": now_iso(self.wall())})
+        except KubeError as exc:
+            log.warning("could not set the %s condition on %s/%s: %s", self.CONDITION, namespace, name, exc)
+        self.notified += 1
+        log.info("pod %s/%s rejected by the policy: %s", namespace, name, reason, extra={"event": "pod_rejected"})
+
+    async def close(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,0 +1,253 @@
+"""Model rollout: resolve the model, publish a bundle, wait until the extender reports it, roll back.
+
+:meth:`Rollout.apply` is the whole flow for one policy generation, free of kopf (the handlers turn
+its :class:`RolloutResult` into status, conditions and events):
+
+1. :class:`ModelFetcher` resolves ``spec.model`` to bytes (ConfigMap key, URL) or a path the
+   extender reads itself, checks ``sha256`` and names the file by content (``model-<sha16>.npz``);
+2. the bundle goes to the sink's ``current`` slot;
+3. the extender's ``GET /status`` is polled until it serves exactly that bundle (mode, fallback,
+   model path, model loaded without a newer error) — success: the bundle becomes ``last-good``;
+4. a model load error newer than the publication, a rejected policy file, or no confirmation within
+   ``rolloutTimeoutS`` → the ``last-good`` bundle is published again (or, with none, the same
+   settings without a model: the fallback serves) and the result says what failed and why;
+5. an extender that does not answer at all is *not* a reason to roll back: the bundle stays
+   published (the extender picks it up when it is back) and the caller retries the verification.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+import aiohttp
+
+from .extender_client import ExtenderClient, ExtenderUnavailable, ExtenderView
+from .sink import CURRENT, LAST_GOOD, Bundle, ModelTooLarge, PolicySink, SinkError
+from .spec import PolicySpec
+
+log = logging.getLogger("rlsched.operator.rollout")
+
+CLOCK_SKEW_S = 1.0
+"""Tolerance between the operator's and the extender's clocks when comparing ``errorAt``."""
+
+
+class SourceError(Exception):
+    """The model could not be fetched. ``temporary``: worth retrying (the ConfigMap may appear)."""
+
+    def __init__(self, reason: str, message: str, temporary: bool):
+        self.reason, self.temporary = reason, temporary
+        super().__init__(message)
+
+
+class ModelFetcher:
+    """Resolves ``spec.model`` to bytes (or to a path the extender reads)."""
+
+    def __init__(self, kube: Any, max_bytes: int = 64 * 1024 * 1024, timeout_s: float = 30.0):
+        self.kube, self.max_bytes, self.timeout_s = kube, max_bytes, timeout_s
+
+    async def fetch(self, namespace: str, spec: PolicySpec) -> bytes | None:
+        """The model's bytes; None when there is no model or it is a ``path`` model."""
+        src = spec.model
+        if src is None or src.path:
+            return None
+        if src.configmap:
+            return await self._configmap(namespace, src.configmap, src.key or "")
+        return await self._url(src.url or "")
+
+    async def _configmap(self, namespace: str, name: str, key: str) -> bytes:
+        import base64
+
+        try:
+            cm = await self.kube.get_configmap(namespace, name)
+        except Exception as exc:  # noqa: BLE001 - API trouble: retry later
+            raise SourceError("ModelSourceUnavailable", f"cannot read ConfigMap {namespace}/{name}: {exc}", True) from None
+        if cm is None:
+            raise SourceError("ModelSourceNotFound",
+                              f"ConfigMap {namespace}/{name} not found: create it "
+                              f"(kubectl -n {namespace} create configmap {name} --from-file={key}=model.npz) "
+                              "or fix spec.model.configMapKeyRef", True)
+        if key in (cm.get("binaryData") or {}):
+            return base64.b64decode(cm["binaryData"][key])
+        if key in (cm.get("data") or {}):
+            return cm["data"][key].encode()
+        keys = sorted([*(cm.get("binaryData") or {}), *(cm.get("data") or {})])
+        raise SourceError("ModelSourceNotFound", f"ConfigMap {namespace}/{name} has no key {key!r} "
+                          f"(keys: {', '.join(keys) or 'none'}); fix spec.model.configMapKeyRef.key", True)
+
+    async def _url(self, url: str) -> bytes:
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as session:
+                async with session.get(url) as resp:
+                    if resp.status != 200:
+                        raise SourceError("ModelSourceUnavailable", f"GET {url}: HTTP {resp.status}", resp.status >= 500 or resp.status in (404, 429))
+                    data = bytearray()
+                    async for chunk in resp.content.iter_chunked(1 << 16):
+                        data += chunk
+                        if len(data) > self.max_bytes:
+                            raise SourceError("ModelTooLarge", f"GET {url}: larger than {self.max_bytes:,} bytes", False)
+                    return bytes(data)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise SourceError("ModelSourceUnavailable", f"GET {url}: {type(exc).__name__}: {exc}", True) from None
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class RolloutResult:
+    """How a rollout ended."""
+
+    ok: bool
+    reason: str
+    """``RolledOut`` | ``ModelLoadFailed`` | ``PolicyFileRejected`` | ``DigestMismatch`` |
+    ``RolloutTimeout`` | ``ExtenderUnreachable`` (``ok`` False, nothing rolled back)."""
+    message: str
+    bundle: Bundle
+    view: ExtenderView | None = None
+    """The extender's last answer."""
+    rolled_back_to: Bundle | None = None
+    rollback_ok: bool | None = None
+
+
+def bundle_label(b: Bundle | None) -> str:
+    """For messages: ``model <version or digest> (generation N)`` or ``no model``."""
+    if b is None:
+        return "nothing"
+    d = b.digest
+    what = f"model {b.meta.get('version') or (d[:12] if d else b.settings.get('modelPath'))}" if b.settings.get("modelPath") else "no model"
+    gen = b.meta.get("generation")
+    return f"{what} (generation {gen})" if gen is not None else what
+
+
+def serves(view: ExtenderView, bundle: Bundle) -> bool:
+    """Does the extender serve exactly ``bundle``?"""
+    s = bundle.settings
+    if not s:  # the extender's own settings: nothing to compare
+        return True
+    if view.mode != s.get("mode") or view.fallback != s.get("fallback"):
+        return False
+    if s.get("deadlineMs") is not None and view.deadline_ms is not None and float(view.deadline_ms) != float(s["deadlineMs"]):
+        return False
+    if s.get("topK") is not None and view.top_k is not None and int(view.top_k) != int(s["topK"]):
+        return False
+    path = s.get("modelPath")
+    if path is None:
+        return not view.model_loaded
+    if view.model_path != path or not view.model_loaded:
+        return False
+    if view.error and (view.error_at or 0) >= (view.loaded_at or 0):
+        return False
+    return True
+
+
+def load_failed(view: ExtenderView, bundle: Bundle, since: float) -> bool:
+    """A model load error the extender reported after ``since`` (for this bundle's model)."""
+    if not bundle.settings.get("modelPath") or not view.error or view.error_at is None:
+        return False
+    return view.error_at >= since - CLOCK_SKEW_S
+
+
+class Rollout:
+    """Publishes bundles and verifies them against the extender (module docstring)."""
+
+    def __init__(self, sink: PolicySink, extender: ExtenderClient, fetcher: ModelFetcher, timeout_s: float = 120.0,
+                 poll_s: float = 1.0, clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
+        self.sink, self.extender, self.fetcher = sink, extender, fetcher
+        self.timeout_s, self.poll_s, self.clock, self.sleep = timeout_s, poll_s, clock, sleep
+
+    async def build(self, namespace: str, name: str, generation: int, spec: PolicySpec) -> Bundle:
+        """The bundle for a spec; raises :class:`SourceError`."""
+        meta: dict[str, Any] = {"policy": f"{namespace}/{name}", "generation": generation,
+                                "source": spec.model.describe() if spec.model else None,
+                                "extenderWeight": spec.extender_weight}
+        data = await self.fetcher.fetch(namespace, spec)
+        if data is not None:
+            digest = sha256(data)
+            if spec.model and spec.model.sha256 and spec.model.sha256 != digest:
+                raise SourceError("DigestMismatch", f"the model from {spec.model.describe()} has sha256 {digest}, "
+                                  f"spec.model.sha256 says {spec.model.sha256}: fix one of them", False)
+            model_name = f"model-{digest[:16]}.npz"
+            meta["digest"] = digest
+            return Bundle(spec.extender_settings(self.sink.model_path(model_name)), model_name, data, meta)
+        if spec.model and spec.model.path:
+            meta["digest"] = spec.model.sha256
+            return Bundle(spec.extender_settings(spec.model.path), None, None, meta)
+        return Bundle(spec.extender_settings(None), None, None, meta)
+
+    async def publish(self, bundle: Bundle) -> float:
+        """Write ``bundle`` to the current slot; returns the time it was published."""
+        published = self.clock()
+        await self.sink.write(CURRENT, bundle)
+        return published
+
+    async def verify(self, bundle: Bundle, since: float, timeout_s: float | None = None) -> tuple[str, ExtenderView | None, str]:
+        """Poll ``/status``: (``ok`` | ``failed`` | ``timeout`` | ``unreachable``, last view, message)."""
+        deadline = self.clock() + (self.timeout_s if timeout_s is None else timeout_s)
+        view: ExtenderView | None = None
+        last_error = ""
+        while True:
+            try:
+                view = await self.extender.status()
+            except ExtenderUnavailable as exc:
+                last_error = str(exc)
+            else:
+                if serves(view, bundle):
+                    if bundle.digest and view.file_digest and view.file_digest != bundle.digest:
+                        return "failed", view, (f"the extender loaded a file with sha256 {view.file_digest}, "
+                                                f"expected {bundle.digest}")
+                    return "ok", view, ""
+                if load_failed(view, bundle, since):
+                    return "failed", view, f"the extender could not load the model: {view.error}"
+            if self.clock() >= deadline:
+                break
+            await self.sleep(self.poll_s)
+        if view is None:
+            return "unreachable", None, f"the extender's status port did not answer: {last_error}"
+        if view.policy_file_error:
+            return "failed", view, f"the extender rejected the policy file: {view.policy_file_error}"
+        return "timeout", view, (f"the extender did not report the new bundle within {self.timeout_s:.0f}s "
+                                 f"(it serves mode={view.mode} fallback={view.fallback} model={view.model_path}); "
+                                 "is it reading the published files (policyFile, the ConfigMap volume)?")
+
+    async def apply(self, bundle: Bundle) -> RolloutResult:
+        """Publish, verify, keep as last good or roll back (module docstring). Raises SinkError."""
+        since = await self.publish(bundle)
+        outcome, view, message = await self.verify(bundle, since)
+        if outcome == "ok":
+            await self.sink.write(LAST_GOOD, bundle)
+            return RolloutResult(True, "RolledOut", f"the extender serves {bundle_label(bundle)}", bundle, view)
+        if outcome == "unreachable":
+            return RolloutResult(False, "ExtenderUnreachable", message + "; the bundle stays published", bundle, view)
+        reason = ("PolicyFileRejected" if "policy file" in message else
+                  "DigestMismatch" if "sha256" in message else
+                  "ModelLoadFailed" if outcome == "failed" else "RolloutTimeout")
+        target = await self.sink.read(LAST_GOOD)
+        if target is None or target.same_content(bundle):
+            # No earlier good bundle: the same settings without the model — the fallback serves.
+            target = Bundle(dict(bundle.settings, modelPath=None), None, None,
+                            dict(bundle.meta, digest=None, source=None, rollbackOf=bundle.meta.get("generation")))
+        since = await self.publish(target)
+        back, back_view, back_message = await self.verify(target, since)
+        if back == "ok":
+            await self.sink.write(LAST_GOOD, target)
+        text = f"{message}; rolled back to {bundle_label(target)}"
+        if back != "ok":
+            text += f", but the rollback is not confirmed either: {back_message}"
+        return RolloutResult(False, reason, text, bundle, back_view or view, target, back == "ok")
+
+    async def revert(self) -> None:
+        """The served policy is gone: publish an empty policy file (the extender's own settings)."""
+        await self.sink.write(CURRENT, Bundle({}, None, None, {"policy": None}))
+        try:
+            await self.sink.clear(LAST_GOOD)
+        except Exception as exc:  # noqa: BLE001 - best effort
+            log.warning("could not clear the last-good slot: %s", exc)
+
+
+__all__ = ["ModelFetcher", "ModelTooLarge", "Rollout", "RolloutResult", "SinkError", "SourceError", "bundle_label", "serves"]

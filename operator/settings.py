@@ -1,0 +1,299 @@
+"""Settings of the operator: nested dataclasses with a docstring per field, passed in explicitly.
+
+``rlsched operator`` builds :class:`OperatorSettings` from defaults ← an optional YAML file
+(camelCase keys mirroring the field names: ``requeue.maxAttempts``, ``sink.kind``) ← command-line
+flags. Nothing below the CLI reads the environment. An unknown key is an error naming the key and
+the valid ones, so a typo never silently falls back to a default.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used; the message names it and says what fits."""
+
+
+@dataclass
+class KubeAccess:
+    """How the operator reaches the API server (both for kopf's watches and its own writes)."""
+
+    kubeconfig: str | None = None
+    """Kubeconfig file; unset: in-cluster service-account credentials, else ``$KUBECONFIG`` or
+    ``~/.kube/config`` (read by the CLI only)."""
+    context: str | None = None
+    """Kubeconfig context (unset: the current one)."""
+    request_timeout_s: float = 10.0
+    """Timeout of the operator's own API requests (ConfigMap writes, pod patches), seconds."""
+
+
+@dataclass
+class ScopeSettings:
+    """What the operator watches and how several replicas share the work."""
+
+    namespaces: tuple[str, ...] = ()
+    """Namespaces (or kopf glob patterns) to watch for SchedulingPolicies and pods; empty: the
+    whole cluster."""
+    peering: str | None = None
+    """Name of the KopfPeering object replicas coordinate through (``operator/crds/kopfpeering.yaml``
+    must be installed); unset: standalone — run exactly one replica."""
+    priority: int = 0
+    """Peering priority of this replica (the highest one works, the others pause)."""
+    scheduler_name: str = "rl-scheduler"
+    """``spec.schedulerName`` of the pods the operator requeues and logs outcomes for; the pod
+    watch is filtered server-side by this field."""
+
+
+@dataclass
+class PolicyRef:
+    """Which SchedulingPolicy drives the extender (one scheduler, one policy)."""
+
+    namespace: str = "default"
+    """Namespace of the served SchedulingPolicy (in a cluster: the scheduler's namespace)."""
+    name: str = "default"
+    """Name of the served SchedulingPolicy. Any other policy gets ``Ready=False, reason NotServed``."""
+
+
+@dataclass
+class SinkSettings:
+    """Where the operator publishes the policy file and model for the extender to hot-reload."""
+
+    kind: str = "configmap"
+    """``configmap`` (in a cluster: a ConfigMap the scheduler pod mounts) or ``directory`` (local
+    runs: a folder the extender process reads directly)."""
+    namespace: str = "default"
+    """Namespace of the ConfigMaps (``configmap`` sink)."""
+    configmap: str = "rlsched-policy"
+    """Name of the ConfigMap the extender mounts; the last good bundle is kept in
+    ``<name>-last-good`` (``configmap`` sink)."""
+    directory: str | None = None
+    """Folder written by the ``directory`` sink (created if missing)."""
+    mount_path: str | None = None
+    """Where the extender sees the published files (its ``policyFile`` is ``<mountPath>/policy.yaml``).
+    ``configmap``: the volume's mountPath in the scheduler pod (default ``/etc/rlsched/policy``);
+    ``directory``: defaults to the directory itself."""
+    max_model_bytes: int = 900 * 1024
+    """Largest model the ConfigMap sink accepts. A ConfigMap holds at most 1 MiB in total (policy
+    file included); larger models must be served from ``spec.model.path`` (a volume the extender
+    mounts) instead."""
+
+
+@dataclass
+class ExtenderAccess:
+    """The extender's read-only listener (``GET /status``, ``GET /decisions``)."""
+
+    status_url: str = "http://127.0.0.1:8889"
+    """Base URL of the extender's status port."""
+    timeout_s: float = 5.0
+    """Timeout of one request to the status port, seconds."""
+    rollout_timeout_s: float = 120.0
+    """How long a rollout waits for the extender to report the new model before rolling back.
+    In a cluster the kubelet syncs ConfigMap volumes after up to ~1–2 minutes; raise this with it."""
+    poll_interval_s: float = 1.0
+    """Seconds between ``/status`` polls during a rollout."""
+    status_interval_s: float = 30.0
+    """Seconds between refreshes of the served policy's ``status.counts`` and drift checks."""
+
+
+@dataclass
+class RequeueSettings:
+    """Requeue of pods the policy answered with ``delay``."""
+
+    enabled: bool = True
+    """Requeue delayed pods at all (off: they wait for kube-scheduler's own 5-minute flush)."""
+    initial_s: float = 5.0
+    """Delay before the first requeue, seconds (at least the policy's own ``retryAfterSeconds``)."""
+    max_s: float = 120.0
+    """Cap of the exponential backoff, seconds."""
+    max_attempts: int = 10
+    """Requeues per pod before the operator gives up with a ``RequeueGaveUp`` event."""
+    annotation: str = "rlsched.io/requeue-attempt"
+    """Pod annotation the operator bumps: an update of the pod itself is the cluster event that
+    moves it out of kube-scheduler's unschedulable pool (docs/operator.md)."""
+    sweep_interval_s: float = 15.0
+    """Seconds between sweeps over pending pods whose condition says "delayed by policy" but that
+    no decision record announced (operator restarts, a drained ring)."""
+
+
+@dataclass
+class DecisionLogSettings:
+    """The append-only decision dataset for retraining."""
+
+    path: str | None = None
+    """Folder of the dataset (a volume); unset: decisions are not logged (requeue still works)."""
+    segment_bytes: int = 16 * 1024 * 1024
+    """A segment is closed and a new one started when it reaches this size."""
+    max_bytes: int = 512 * 1024 * 1024
+    """Total size bound: the oldest segments are deleted beyond it."""
+    fsync: bool = True
+    """fsync each appended batch (and the folder on segment changes): a crash loses nothing acknowledged."""
+    drain_interval_s: float = 2.0
+    """Seconds between drains of the extender's ``/decisions`` ring (it must not overflow between two)."""
+    drain_limit: int = 1000
+    """Most records asked for per drain request."""
+    load_delay_s: float = 60.0
+    """Seconds after a pod is bound at which the node's load is sampled for the outcome."""
+    prometheus_url: str | None = None
+    """Prometheus base URL for the node load in outcomes; unset: outcomes carry no load."""
+    load_queries: dict[str, str] = field(default_factory=lambda: {
+        "cpu": '1 - avg(rate(node_cpu_seconds_total{mode="idle",NODE_SELECTOR}[2m]))',
+        "memory": "1 - avg(node_memory_MemAvailable_bytes{NODE_SELECTOR} / node_memory_MemTotal_bytes{NODE_SELECTOR})",
+    })
+    """PromQL per load column; ``NODE_SELECTOR`` is replaced by ``<nodeLabel>="<node>"``."""
+    node_label: str = "node"
+    """Series label that names the node in ``loadQueries``."""
+
+
+@dataclass
+class OperatorSettings:
+    """Everything ``rlsched operator`` needs."""
+
+    kubernetes: KubeAccess = field(default_factory=KubeAccess)
+    """API server access."""
+    scope: ScopeSettings = field(default_factory=ScopeSettings)
+    """Watched namespaces, peering, scheduler name."""
+    policy: PolicyRef = field(default_factory=PolicyRef)
+    """The served SchedulingPolicy."""
+    sink: SinkSettings = field(default_factory=SinkSettings)
+    """Where policy files and models are published."""
+    extender: ExtenderAccess = field(default_factory=ExtenderAccess)
+    """The extender's status port and rollout timing."""
+    requeue: RequeueSettings = field(default_factory=RequeueSettings)
+    """Requeue of delayed pods."""
+    decision_log: DecisionLogSettings = field(default_factory=DecisionLogSettings)
+    """The decision dataset."""
+    install_crds: bool = False
+    """Apply ``operator/crds/*.yaml`` at start (local runs; in a cluster the chart installs them)."""
+    liveness_endpoint: str | None = None
+    """kopf's liveness probe endpoint (``http://0.0.0.0:8080/healthz``); unset: none."""
+    log_level: str = "INFO"
+    """Python log level name."""
+
+
+# -- loading --------------------------------------------------------------------------------------
+
+def camel(name: str) -> str:
+    """``max_attempts`` → ``maxAttempts``."""
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def _coerce(value: Any, hint: Any, where: str) -> Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        return _coerce(value, next(a for a in args if a is not type(None)), where)
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, Mapping):
+            raise SettingsError(f"{where}: expected a mapping, got {type(value).__name__}")
+        return from_mapping(hint, value, where)
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise SettingsError(f"{where}: expected true or false, got {value!r}")
+    if hint in (int, float):
+        if isinstance(value, bool):
+            raise SettingsError(f"{where}: expected a number, got {value!r}")
+        try:
+            out = hint(value)
+        except (TypeError, ValueError):
+            raise SettingsError(f"{where}: expected {'an integer' if hint is int else 'a number'}, got {value!r}") from None
+        if hint is int and isinstance(value, float) and not value.is_integer():
+            raise SettingsError(f"{where}: expected an integer, got {value!r}")
+        return out
+    if hint is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise SettingsError(f"{where}: expected a string, got {type(value).__name__}")
+    if origin is tuple:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise SettingsError(f"{where}: expected a list, got {type(value).__name__}")
+        return tuple(_coerce(v, args[0], f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise SettingsError(f"{where}: expected a mapping, got {type(value).__name__}")
+        return {str(k): _coerce(v, args[1], f"{where}.{k}") for k, v in value.items()}
+    raise SettingsError(f"{where}: unsupported setting type {hint!r}")  # pragma: no cover
+
+
+def from_mapping(cls: type, data: Mapping[str, Any], where: str = "", base: Any = None) -> Any:
+    """A ``cls`` instance from camelCase ``data`` on top of ``base`` (default: the defaults)."""
+    hints = typing.get_type_hints(cls)
+    by_key = {camel(f.name): f for f in dataclasses.fields(cls)}
+    current = base if base is not None else cls()
+    changes = {}
+    for key, value in data.items():
+        f = by_key.get(str(key))
+        path = f"{where}.{key}" if where else str(key)
+        if f is None:
+            raise SettingsError(f"unknown setting {path!r}; valid keys{' under ' + where if where else ''}: "
+                                f"{', '.join(sorted(by_key))}")
+        sub = getattr(current, f.name)
+        if dataclasses.is_dataclass(sub) and isinstance(value, Mapping):
+            changes[f.name] = from_mapping(type(sub), value, path, sub)
+        else:
+            changes[f.name] = _coerce(value, hints[f.name], path)
+    return dataclasses.replace(current, **changes)
+
+
+def validate(s: OperatorSettings) -> OperatorSettings:
+    """Cross-field checks; returns ``s`` with derived defaults filled in."""
+    if s.sink.kind not in ("configmap", "directory"):
+        raise SettingsError(f"sink.kind: {s.sink.kind!r} is not configmap or directory")
+    if s.sink.kind == "directory":
+        if not s.sink.directory:
+            raise SettingsError("sink.directory: required with sink.kind=directory (the folder the extender reads)")
+        if not s.sink.mount_path:
+            s = dataclasses.replace(s, sink=dataclasses.replace(s.sink, mount_path=str(Path(s.sink.directory).resolve())))
+    elif not s.sink.mount_path:
+        s = dataclasses.replace(s, sink=dataclasses.replace(s.sink, mount_path="/etc/rlsched/policy"))
+    r = s.requeue
+    if not (r.initial_s > 0 and r.max_s >= r.initial_s):
+        raise SettingsError("requeue: initialS must be positive and maxS at least initialS")
+    if r.max_attempts < 1:
+        raise SettingsError("requeue.maxAttempts: must be at least 1")
+    d = s.decision_log
+    if d.segment_bytes < 4096 or d.max_bytes < 2 * d.segment_bytes:
+        raise SettingsError("decisionLog: segmentBytes must be at least 4096 and maxBytes at least twice segmentBytes")
+    e = s.extender
+    if not (e.timeout_s > 0 and e.rollout_timeout_s > 0 and e.poll_interval_s > 0 and e.status_interval_s > 0):
+        raise SettingsError("extender: timeoutS, rolloutTimeoutS, pollIntervalS and statusIntervalS must be positive")
+    return s
+
+
+def load_settings(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> OperatorSettings:
+    """Defaults ← YAML file ← ``overrides`` (dotted camelCase keys, None values skipped)."""
+    settings = OperatorSettings()
+    if path:
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except OSError as exc:
+            raise SettingsError(f"config file {path}: cannot read: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            raise SettingsError(f"config file {path}: not valid YAML: {exc}") from None
+        if not isinstance(data, Mapping):
+            raise SettingsError(f"config file {path}: expected a mapping at the top")
+        try:
+            settings = from_mapping(OperatorSettings, data, base=settings)
+        except SettingsError as exc:
+            raise SettingsError(f"config file {path}: {exc}") from None
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        nested: Any = value
+        for part in reversed(dotted.split(".")):
+            nested = {part: nested}
+        settings = from_mapping(OperatorSettings, nested, base=settings)
+    return validate(settings)

@@ -1,0 +1,308 @@
+"""The decision dataset: reading what ``rlsched operator`` logs, as training examples.
+
+The operator (``rlsched.operator.decisionlog``) writes a folder of JSON Lines *segments*
+(``segment-<unix ms>-<n>.jsonl``, oldest first by name). Every line is one object with a ``type``:
+
+- ``header`` — first line of each segment: ``format`` (:data:`FORMAT`), ``created``, ``policy``,
+  ``rewardWeights`` (the served SchedulingPolicy's, at the time).
+- ``decision`` — one record of the extender's decision ring, verbatim, plus ``epoch`` (the extender
+  process) and ``loggedAt``. ``kind`` is ``filter`` (the decision: ``pod``, ``node``, ``cards``,
+  ``features``, ``topScores``, ``servedBy``, ``scorer``, ``modelVersion``, ``mode``, ``shadow``, or a
+  ``verdict`` ``delay``/``reject`` with ``reason`` and ``retryAfterSeconds``) or ``bind``.
+- ``outcome`` — what happened to a pod later, observed from the pod watch: ``event`` ``bound``
+  (``node``, ``pendingSeconds``), ``ended`` (``how``: ``evicted`` | ``preempted`` | ``deleted`` |
+  ``succeeded`` | ``failed``; ``lifetimeSeconds``) or ``load`` (``node``, ``load``: {cpu, memory, …}
+  sampled some time after binding).
+- ``gap`` — ``dropped`` ring records the operator never saw (the ring overflowed between drains).
+
+Crash safety: the writer appends whole lines and fsyncs; a crash can leave at most a torn last line,
+which :func:`iter_records` skips (as it skips, and counts, any line that is not a JSON object).
+Outcomes join decisions by pod UID (:func:`load_examples`); an outcome whose decision was rotated
+away is dropped.
+
+This module knows nothing about Kubernetes or kopf: the trainer imports it
+(``rlsched train --from-decisions PATH``).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+from .cluster import PodSpec
+
+FORMAT = "rlsched.decisions/v1"
+"""``format`` of the segment headers this reader understands."""
+
+SEGMENT_GLOB = "segment-*.jsonl"
+
+REWARD_DEFAULTS: dict[str, float] = {"placed": 1.0, "pendingSeconds": 0.01, "evicted": 5.0, "nodeLoad": 0.5}
+"""The SchedulingPolicy CRD's defaults for ``spec.rewardWeights``."""
+
+
+@dataclass
+class ReadStats:
+    """What :func:`iter_records` skipped."""
+
+    files: int = 0
+    lines: int = 0
+    torn_tails: int = 0
+    """Segments whose last line was cut short (a crash mid-write)."""
+    bad_lines: int = 0
+    """Lines that are not a JSON object (corruption); skipped."""
+    unknown_format: int = 0
+    """Segments whose header names a format this reader does not know; skipped whole."""
+
+
+def segments(path: str | Path) -> list[Path]:
+    """The segment files of a dataset folder (oldest first), or ``[path]`` for one file."""
+    p = Path(path)
+    if p.is_dir():
+        return sorted(p.glob(SEGMENT_GLOB))
+    if p.is_file():
+        return [p]
+    raise FileNotFoundError(f"decision log {p}: no such file or folder (the operator's decisionLog.path)")
+
+
+def iter_records(path: str | Path, stats: ReadStats | None = None) -> Iterator[dict[str, Any]]:
+    """Every valid line of the dataset, oldest first (headers included)."""
+    stats = stats if stats is not None else ReadStats()
+    for seg in segments(path):
+        stats.files += 1
+        data = seg.read_bytes()
+        lines = data.split(b"\n")
+        torn = lines.pop() if lines else b""   # text after the last newline: a torn write
+        if torn.strip():
+            stats.torn_tails += 1
+        first = True
+        for raw in lines:
+            if not raw.strip():
+                continue
+            stats.lines += 1
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                stats.bad_lines += 1
+                continue
+            if not isinstance(obj, dict):
+                stats.bad_lines += 1
+                continue
+            if first and obj.get("type") == "header" and obj.get("format") != FORMAT:
+                stats.unknown_format += 1
+                break
+            first = False
+            yield obj
+
+
+@dataclass
+class Outcome:
+    """What became of the pod after the decision."""
+
+    bound_node: str | None = None
+    pending_seconds: float | None = None
+    """Creation → binding (for the placing decision; for a delay, creation → eventual binding)."""
+    ended: str | None = None
+    """``evicted`` | ``preempted`` | ``deleted`` | ``succeeded`` | ``failed`` (None: still running, or unknown)."""
+    lifetime_seconds: float | None = None
+    load: dict[str, float] = field(default_factory=dict)
+    """Load of the bound node some time after binding (0..1 per column)."""
+
+
+@dataclass
+class DecisionExample:
+    """One filter decision joined with its outcome."""
+
+    time: float
+    pod_uid: str
+    pod: str
+    """``namespace/name``."""
+    action: str
+    """``place`` | ``delay`` | ``reject`` | ``none`` (no node fitted)."""
+    node: str | None
+    cards: tuple[int, ...]
+    features: dict[str, Any]
+    scores: list[dict[str, Any]]
+    """``topScores``: the best nodes and the serving scorer's values."""
+    served_by: str | None
+    scorer: str | None
+    model_version: str | None
+    mode: str | None
+    shadow: dict[str, Any] | None
+    outcome: Outcome
+
+    @property
+    def followed(self) -> bool | None:
+        """Was the pod bound where this decision said (None: not bound, or not a placement)?"""
+        if self.action != "place" or self.outcome.bound_node is None:
+            return None
+        return self.outcome.bound_node == self.node
+
+    def pod_spec(self) -> PodSpec | None:
+        """The pod's request in domain terms (None when the features lack it or it is invalid)."""
+        p = (self.features or {}).get("pod") or {}
+        try:
+            return PodSpec(name=self.pod, cpu_milli=int(p["cpuMilli"]), memory_mib=int(p["memoryMiB"]),
+                           num_gpu=int(p.get("numGpu", 0)), gpu_milli=int(p.get("gpuMilli", 0)),
+                           creation_time=self.time,
+                           deletion_time=(self.time + self.outcome.lifetime_seconds) if self.outcome.lifetime_seconds else None)
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def load_examples(path: str | Path, stats: ReadStats | None = None) -> list[DecisionExample]:
+    """Filter decisions with their outcomes joined by pod UID, oldest first."""
+    decisions: list[dict[str, Any]] = []
+    seen: set[tuple[Any, Any]] = set()
+    outcomes: dict[str, dict[str, dict[str, Any]]] = {}
+    for rec in iter_records(path, stats):
+        kind = rec.get("type")
+        if kind == "decision" and rec.get("kind") == "filter":
+            uid = (rec.get("pod") or {}).get("uid")
+            if not uid:
+                continue
+            key = (rec.get("epoch"), rec.get("seq"))
+            if key[1] is not None:
+                if key in seen:  # logged twice (a crash between the write and the cursor update)
+                    continue
+                seen.add(key)
+            decisions.append(rec)
+        elif kind == "outcome":
+            uid = (rec.get("pod") or {}).get("uid")
+            if uid:
+                outcomes.setdefault(uid, {}).setdefault(str(rec.get("event")), rec)
+    out: list[DecisionExample] = []
+    for rec in decisions:
+        uid = rec["pod"]["uid"]
+        o = outcomes.get(uid, {})
+        bound, ended, load = o.get("bound"), o.get("ended"), o.get("load")
+        outcome = Outcome(
+            bound_node=bound.get("node") if bound else None,
+            pending_seconds=_num(bound.get("pendingSeconds")) if bound else None,
+            ended=ended.get("how") if ended else None,
+            lifetime_seconds=_num(ended.get("lifetimeSeconds")) if ended else None,
+            load={k: float(v) for k, v in ((load or {}).get("load") or {}).items() if _num(v) is not None},
+        )
+        verdict = rec.get("verdict")
+        action = verdict if verdict in ("delay", "reject") else ("place" if rec.get("node") else "none")
+        pod = rec.get("pod") or {}
+        out.append(DecisionExample(
+            time=float(rec.get("time") or rec.get("loggedAt") or 0.0), pod_uid=uid,
+            pod=f"{pod.get('namespace', '')}/{pod.get('name', '')}", action=action, node=rec.get("node"),
+            cards=tuple(int(c) for c in rec.get("cards") or ()), features=rec.get("features") or {},
+            scores=list(rec.get("topScores") or []), served_by=rec.get("servedBy"), scorer=rec.get("scorer"),
+            model_version=rec.get("modelVersion"), mode=rec.get("mode"), shadow=rec.get("shadow"), outcome=outcome,
+        ))
+    # Only the last placing decision of a pod owns its binding (earlier ones were superseded).
+    last_place: dict[str, int] = {}
+    for i, ex in enumerate(out):
+        if ex.action == "place":
+            last_place[ex.pod_uid] = i
+    for i, ex in enumerate(out):
+        if ex.action == "place" and last_place.get(ex.pod_uid) != i:
+            ex.outcome = Outcome()
+    return out
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+        return float(v)
+    return None
+
+
+def reward_weights(path: str | Path) -> dict[str, float]:
+    """The reward weights in the newest segment header (the CRD defaults if none)."""
+    weights = dict(REWARD_DEFAULTS)
+    for seg in reversed(segments(path)):
+        with open(seg, "rb") as f:
+            first = f.readline()
+        try:
+            header = json.loads(first)
+        except ValueError:
+            continue
+        if isinstance(header, dict) and header.get("type") == "header" and isinstance(header.get("rewardWeights"), dict):
+            weights.update({k: float(v) for k, v in header["rewardWeights"].items() if _num(v) is not None})
+            break
+    return weights
+
+
+def reward(example: DecisionExample, weights: Mapping[str, float] | None = None) -> float:
+    """The reward of one placing decision from its observed outcome.
+
+    ``placed`` if the pod was bound where the decision said, minus ``pendingSeconds`` × the time it
+    waited, minus ``evicted`` if it was evicted or preempted, minus ``nodeLoad`` × the mean load of
+    the node afterwards. Decisions without an observed binding score 0 (nothing known yet).
+    """
+    w = dict(REWARD_DEFAULTS)
+    w.update(weights or {})
+    o = example.outcome
+    if o.bound_node is None:
+        return 0.0
+    r = w["placed"] if example.followed else 0.0
+    r -= w["pendingSeconds"] * (o.pending_seconds or 0.0)
+    if o.ended in ("evicted", "preempted"):
+        r -= w["evicted"]
+    if o.load:
+        r -= w["nodeLoad"] * (sum(o.load.values()) / len(o.load))
+    return r
+
+
+def workload(examples: Iterable[DecisionExample]) -> list[PodSpec]:
+    """The observed pods, one per UID in arrival order — a trace to fine-tune a policy on in the
+    simulator (the workload the cluster actually sees, rather than the one it was trained on)."""
+    seen: set[str] = set()
+    pods: list[PodSpec] = []
+    for ex in examples:
+        if ex.pod_uid in seen:
+            continue
+        spec = ex.pod_spec()
+        if spec is not None:
+            seen.add(ex.pod_uid)
+            pods.append(spec)
+    return pods
+
+
+@dataclass
+class DatasetSummary:
+    """What ``rlsched train --from-decisions`` prints before it trains."""
+
+    examples: int
+    placements: int
+    delays: int
+    rejects: int
+    bound: int
+    followed: int
+    evicted: int
+    mean_reward: float
+    model_versions: dict[str, int]
+    stats: ReadStats
+
+    def lines(self) -> list[str]:
+        return [
+            f"{self.examples} decisions ({self.placements} placements, {self.delays} delays, {self.rejects} rejects); "
+            f"{self.bound} bound, {self.followed} where the policy said, {self.evicted} evicted or preempted",
+            f"mean reward {self.mean_reward:.4f}; model versions: "
+            + (", ".join(f"{k} ({v})" for k, v in sorted(self.model_versions.items())) or "none"),
+            f"read {self.stats.files} segments, {self.stats.lines} lines; skipped {self.stats.torn_tails} torn tails, "
+            f"{self.stats.bad_lines} bad lines, {self.stats.unknown_format} segments of an unknown format",
+        ]
+
+
+def summarize(path: str | Path, weights: Mapping[str, float] | None = None) -> tuple[list[DecisionExample], DatasetSummary]:
+    """Load the dataset and count what is in it."""
+    stats = ReadStats()
+    examples = load_examples(path, stats)
+    w = dict(reward_weights(path))
+    w.update(weights or {})
+    places = [e for e in examples if e.action == "place"]
+    versions: dict[str, int] = {}
+    for e in examples:
+        versions[e.model_version or "none"] = versions.get(e.model_version or "none", 0) + 1
+    rewards = [reward(e, w) for e in places if e.outcome.bound_node is not None]
+    return examples, DatasetSummary(
+        examples=len(examples), placements=len(places), delays=sum(e.action == "delay" for e in examples),
+        rejects=sum(e.action == "reject" for e in examples), bound=sum(e.outcome.bound_node is not None for e in places),
+        followed=sum(bool(e.followed) for e in places), evicted=sum(e.outcome.ended in ("evicted", "preempted") for e in places),
+        mean_reward=sum(rewards) / len(rewards) if rewards else 0.0, model_versions=versions, stats=stats,
+    )

@@ -138,11 +138,9 @@ def serves(view: ExtenderView, bundle: Bundle) -> bool:
     path = s.get("modelPath")
     if path is None:
         return not view.model_loaded
-    if view.model_path != path or not view.model_loaded:
-        return False
-    if view.error and (view.error_at or 0) >= (view.loaded_at or 0):
-        return False
-    return True
+    # A load error in /status may belong to another file (the extender keeps serving the previous
+    # model and reports the failed one's error): only the path and "loaded" say what serves.
+    return view.model_path == path and view.model_loaded
 
 
 def load_failed(view: ExtenderView, bundle: Bundle, since: float) -> bool:

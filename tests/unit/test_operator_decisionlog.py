@@ -1,0 +1,150 @@
+"""The decision log: rotation, size bound, crash safety, the drainer, outcomes, and the reader."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rlsched.extender.decisions import DecisionRing
+from rlsched.operator.decisionlog import DecisionLog, Drainer, OutcomeTracker, ended_how
+from rlsched.operator.extender_client import ExtenderUnavailable
+from rlsched.policy.decisions import FORMAT, ReadStats, iter_records, load_examples, reward, reward_weights, summarize, workload
+
+
+def filter_record(uid: str, node: str | None = "n1", verdict: str | None = None, version: str = "v1") -> dict:
+    rec = {"kind": "filter", "pod": {"uid": uid, "namespace": "ns", "name": f"p-{uid}"}, "node": node, "cards": [0] if node else [],
+           "servedBy": "policy", "scorer": "test:v1", "modelVersion": version, "mode": "active",
+           "topScores": [{"node": node, "score": 1.0}] if node else [],
+           "features": {"pod": {"cpuMilli": 4000, "memoryMiB": 8192, "numGpu": 1, "gpuMilli": 500, "constrained": False}}}
+    if verdict:
+        rec.update(verdict=verdict, reason="busy", retryAfterSeconds=5.0)
+    return rec
+
+
+class RingClient:
+    """/decisions over a real DecisionRing."""
+
+    def __init__(self, size: int = 100) -> None:
+        self.ring = DecisionRing(size)
+        self.up = True
+
+    async def decisions(self, after: int, limit: int = 1000) -> dict:
+        if not self.up:
+            raise ExtenderUnavailable("down")
+        return json.loads(json.dumps(self.ring.read(after, limit)))
+
+
+def test_rotation_bound_and_headers(tmp_path: Path) -> None:
+    log = DecisionLog(tmp_path, segment_bytes=4096, max_bytes=3 * 4096, header=lambda: {"rewardWeights": {"placed": 2.0}})
+    for i in range(200):
+        log.append([{"type": "decision", "kind": "filter", "seq": i, "pad": "x" * 100}])
+    segs = sorted(tmp_path.glob("segment-*.jsonl"))
+    assert len(segs) >= 2 and log.segments_deleted > 0
+    assert log.total_bytes() <= 3 * 4096 + 4096  # the bound, give or take the open segment
+    for s in segs:
+        first = json.loads(s.read_text().splitlines()[0])
+        assert first["type"] == "header" and first["format"] == FORMAT
+    assert reward_weights(tmp_path)["placed"] == 2.0
+    log.close()
+
+
+def test_torn_tail_is_skipped_on_read_and_cut_on_reopen(tmp_path: Path) -> None:
+    log = DecisionLog(tmp_path, segment_bytes=1 << 20, max_bytes=4 << 20)
+    log.append([{"type": "decision", "kind": "filter", "seq": 1, "pod": {"uid": "a"}, "node": "n"}])
+    log.close()
+    seg = next(tmp_path.glob("segment-*.jsonl"))
+    with open(seg, "ab") as f:
+        f.write(b'{"type": "decision", "kind": "filter", "seq": 2, "po')   # the process died mid-write
+    stats = ReadStats()
+    assert [r.get("seq") for r in iter_records(tmp_path, stats) if r["type"] == "decision"] == [1]
+    assert stats.torn_tails == 1
+    log2 = DecisionLog(tmp_path, segment_bytes=1 << 20, max_bytes=4 << 20)
+    log2.open()
+    log2.append([{"type": "decision", "kind": "filter", "seq": 3, "pod": {"uid": "b"}, "node": "n"}])
+    log2.close()
+    stats = ReadStats()
+    assert [r.get("seq") for r in iter_records(tmp_path, stats) if r["type"] == "decision"] == [1, 3]
+    assert stats.torn_tails == 0 and stats.bad_lines == 0
+
+
+async def test_drainer_logs_dispatches_and_survives_restarts(tmp_path: Path) -> None:
+    client = RingClient(size=5)
+    log = DecisionLog(tmp_path / "log", segment_bytes=1 << 20, max_bytes=4 << 20)
+    seen: list[dict] = []
+    d = Drainer(client, log, [seen.append])
+    client.ring.append(filter_record("a"))
+    client.ring.append(filter_record("b", node=None, verdict="delay"))
+    assert await d.drain_once() == 2 and [r["pod"]["uid"] for r in seen] == ["b"]
+    for i in range(8):  # more than the ring holds: 3 are dropped before the next drain
+        client.ring.append(filter_record(f"c{i}"))
+    assert await d.drain_once() == 5
+    gaps = [r for r in iter_records(tmp_path / "log") if r["type"] == "gap"]
+    assert gaps and gaps[0]["dropped"] == 3
+    # A new operator process continues from the persisted cursor: nothing twice.
+    d2 = Drainer(client, log, [])
+    client.ring.append(filter_record("d"))
+    assert await d2.drain_once() == 1
+    # The extender restarts (new epoch): read its ring from the start.
+    client.ring = DecisionRing(5, clock=lambda: 12345.0)
+    client.ring.append(filter_record("e"))
+    assert await d2.drain_once() == 1
+    uids = [r["pod"]["uid"] for r in iter_records(tmp_path / "log") if r["type"] == "decision"]
+    assert uids == ["a", "b", *[f"c{i}" for i in range(3, 8)], "d", "e"]
+    client.up = False
+    with pytest.raises(ExtenderUnavailable):
+        await d2.drain_once()
+    log.close()
+
+
+def pod(uid: str, node: str = "", phase: str = "Pending", created: str = "2026-01-01T00:00:00Z",
+        scheduled_at: str | None = None, disruption: str | None = None) -> dict:
+    conds = []
+    if scheduled_at:
+        conds.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled_at})
+    if disruption:
+        conds.append({"type": "DisruptionTarget", "status": "True", "reason": disruption})
+    return {"metadata": {"uid": uid, "namespace": "ns", "name": f"p-{uid}", "creationTimestamp": created},
+            "spec": {"nodeName": node} if node else {}, "status": {"phase": phase, "conditions": conds}}
+
+
+async def test_outcomes_and_the_joined_examples(tmp_path: Path) -> None:
+    log = DecisionLog(tmp_path, segment_bytes=1 << 20, max_bytes=4 << 20, header=lambda: {"rewardWeights": None})
+    t = {"now": 1767225660.0}  # 2026-01-01T00:01:00Z
+    tracker = OutcomeTracker(log.awrite, clock=lambda: t["now"])
+    log.append([{"type": "decision", "epoch": "1", "seq": 1, "time": 1767225601.0, **filter_record("a", node=None, verdict="delay")},
+                {"type": "decision", "epoch": "1", "seq": 2, "time": 1767225630.0, **filter_record("a", node="n1")},
+                {"type": "decision", "epoch": "1", "seq": 2, "time": 1767225630.0, **filter_record("a", node="n1")},  # logged twice
+                {"type": "decision", "epoch": "1", "seq": 3, "time": 1767225640.0, **filter_record("b", node="n2")}])
+    await tracker.observe("MODIFIED", pod("a", "n1", "Running", scheduled_at="2026-01-01T00:00:40Z"))
+    await tracker.observe("MODIFIED", pod("a", "n1", "Running", scheduled_at="2026-01-01T00:00:40Z"))  # no second "bound"
+    await tracker.observe("MODIFIED", pod("b", "n3", "Running", scheduled_at="2026-01-01T00:00:50Z"))
+    t["now"] += 100
+    await tracker.observe("MODIFIED", pod("b", "n3", "Running", scheduled_at="2026-01-01T00:00:50Z", disruption="EvictionByEvictionAPI"))
+    await tracker.observe("DELETED", pod("b", "n3", "Running", disruption="EvictionByEvictionAPI"))
+    log.close()
+    outcomes = [r for r in iter_records(tmp_path) if r["type"] == "outcome"]
+    assert [(o["pod"]["uid"], o["event"]) for o in outcomes] == [("a", "bound"), ("b", "bound"), ("b", "ended")]
+    assert outcomes[0]["pendingSeconds"] == 40.0 and outcomes[2]["how"] == "evicted"
+
+    examples = load_examples(tmp_path)
+    assert [(e.pod_uid, e.action) for e in examples] == [("a", "delay"), ("a", "place"), ("b", "place")]
+    delay, placed, evicted = examples
+    assert placed.followed and placed.outcome.pending_seconds == 40.0
+    assert evicted.followed is False and evicted.outcome.ended == "evicted"
+    w = {"placed": 1.0, "pendingSeconds": 0.01, "evicted": 5.0, "nodeLoad": 0.5}
+    assert reward(placed, w) == pytest.approx(1.0 - 0.4)
+    assert reward(evicted, w) == pytest.approx(-0.5 - 5.0)
+    assert reward(delay, w) == pytest.approx(-0.01 * 40.0)  # the delay's pod was bound 40 s after creation
+    pods = workload(examples)
+    assert [p.name for p in pods] == ["ns/p-a", "ns/p-b"] and pods[0].gpu_milli == 500
+    _, summary = summarize(tmp_path)
+    assert (summary.examples, summary.placements, summary.delays, summary.bound, summary.followed, summary.evicted) == (3, 2, 1, 2, 1, 1)
+    assert "model versions: v1 (3)" in "\n".join(summary.lines())
+
+
+def test_ended_how() -> None:
+    assert ended_how(pod("x", "n", disruption="PreemptionByScheduler"), False) == "preempted"
+    assert ended_how(pod("x", "n", phase="Succeeded"), False) == "succeeded"
+    assert ended_how(pod("x", "n", phase="Running"), True) == "deleted"
+    assert ended_how(pod("x", "n", phase="Running"), False) is None

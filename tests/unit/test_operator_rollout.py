@@ -1,0 +1,187 @@
+"""Sinks and the rollout flow, against the extender's real policy engine (hot reload from files)."""
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+
+from rlsched.operator.rollout import ModelFetcher, Rollout, SourceError, serves
+from rlsched.operator.sink import CURRENT, LAST_GOOD, Bundle, ConfigMapSink, DirectorySink, ModelTooLarge
+from rlsched.operator.spec import parse_spec
+from rlsched.operator.testing import EngineExtender, FakeKube, fake_model
+
+NS = "sched"
+
+
+@pytest.fixture
+def setup(tmp_path: Path):
+    sink = DirectorySink(tmp_path / "policy")
+    (tmp_path / "policy").mkdir()
+    (tmp_path / "policy" / "policy.yaml").write_text("{}\n")
+    kube = FakeKube()
+    ext = EngineExtender(str(tmp_path / "policy" / "policy.yaml"))
+    clock = {"t": 1000.0}
+
+    async def sleep(s: float) -> None:
+        clock["t"] += s
+
+    import time
+
+    rollout = Rollout(sink, ext, ModelFetcher(kube), timeout_s=5.0, poll_s=1.0,
+                      clock=lambda: time.time() + clock["t"] - 1000.0, sleep=sleep)
+    yield sink, kube, ext, rollout
+    ext.engine.close()
+
+
+def model_cm(kube: FakeKube, name: str, data: bytes, key: str = "model.npz") -> None:
+    kube.configmaps[(NS, name)] = {"metadata": {"name": name}, "binaryData": {key: base64.b64encode(data).decode()}}
+
+
+def spec(**kw) -> dict:
+    out = {"fallback": "least-allocated"}
+    out.update(kw)
+    return out
+
+
+async def test_rollout_loads_and_keeps_last_good(setup) -> None:
+    sink, kube, ext, rollout = setup
+    model_cm(kube, "m1", fake_model("v1"))
+    bundle = await rollout.build(NS, "default", 1, parse_spec(spec(model={"configMapKeyRef": {"name": "m1", "key": "model.npz"}})))
+    assert bundle.model_name and bundle.model_name.startswith("model-") and bundle.digest
+    result = await rollout.apply(bundle)
+    assert result.ok and result.reason == "RolledOut", result.message
+    assert result.view.version == "v1" and result.view.model_path == sink.model_path(bundle.model_name)
+    assert (await sink.read(LAST_GOOD)).same_content(bundle)
+    assert ext.engine.model is not None and ext.engine.settings.fallback == "least-allocated"
+
+
+async def test_bad_model_rolls_back_to_last_good(setup) -> None:
+    sink, kube, ext, rollout = setup
+    model_cm(kube, "m1", fake_model("v1"))
+    good = await rollout.build(NS, "default", 1, parse_spec(spec(model={"configMapKeyRef": {"name": "m1", "key": "model.npz"}})))
+    assert (await rollout.apply(good)).ok
+    model_cm(kube, "m2", b"\x00garbage, not a model")
+    bad = await rollout.build(NS, "default", 2, parse_spec(spec(mode="shadow", model={"configMapKeyRef": {"name": "m2", "key": "model.npz"}})))
+    result = await rollout.apply(bad)
+    assert not result.ok and result.reason == "ModelLoadFailed"
+    assert "could not load the model" in result.message
+    assert "rolled back to model" in result.message and result.rollback_ok
+    assert result.rolled_back_to.same_content(good)
+    assert (await sink.read(CURRENT)).same_content(good)
+    assert ext.engine.model_info.version == "v1" and ext.engine.settings.mode == "active"
+    # The failed model file was not kept as last good.
+    assert (await sink.read(LAST_GOOD)).same_content(good)
+
+
+async def test_bad_first_model_falls_back_to_the_heuristic(setup) -> None:
+    sink, kube, ext, rollout = setup
+    model_cm(kube, "m", b"not a model")
+    bad = await rollout.build(NS, "default", 1, parse_spec(spec(model={"configMapKeyRef": {"name": "m", "key": "model.npz"}})))
+    result = await rollout.apply(bad)
+    assert not result.ok and result.rollback_ok
+    assert result.rolled_back_to.settings["modelPath"] is None and "rolled back to no model" in result.message
+    assert ext.engine.model is None and ext.engine.settings.model_path is None
+
+
+async def test_unreachable_extender_keeps_the_bundle_published(setup) -> None:
+    sink, kube, ext, rollout = setup
+    ext.reachable = False
+    b = await rollout.build(NS, "default", 1, parse_spec(spec(mode="off")))
+    result = await rollout.apply(b)
+    assert not result.ok and result.reason == "ExtenderUnreachable" and result.rolled_back_to is None
+    assert (await sink.read(CURRENT)).same_content(b)
+
+
+async def test_timeout_when_the_extender_reads_other_files(setup, tmp_path: Path) -> None:
+    _, kube, ext, _ = setup
+    other = DirectorySink(tmp_path / "elsewhere")
+    t = {"now": 0.0}
+
+    async def sleep(s: float) -> None:
+        t["now"] += s
+
+    r = Rollout(other, ext, ModelFetcher(kube), timeout_s=3.0, poll_s=1.0, clock=lambda: t["now"], sleep=sleep)
+    b = await r.build(NS, "default", 1, parse_spec(spec(mode="shadow")))
+    result = await r.apply(b)
+    assert result.reason == "RolloutTimeout" and "did not report the new bundle" in result.message
+
+
+async def test_source_errors(setup) -> None:
+    _, kube, _, rollout = setup
+    with pytest.raises(SourceError) as err:
+        await rollout.build(NS, "p", 1, parse_spec(spec(model={"configMapKeyRef": {"name": "absent", "key": "k"}})))
+    assert err.value.temporary and "kubectl -n sched create configmap absent" in str(err.value)
+    model_cm(kube, "m", b"x", key="other")
+    with pytest.raises(SourceError) as err:
+        await rollout.build(NS, "p", 1, parse_spec(spec(model={"configMapKeyRef": {"name": "m", "key": "k"}})))
+    assert "has no key 'k' (keys: other)" in str(err.value)
+    model_cm(kube, "m", b"x")
+    with pytest.raises(SourceError) as err:
+        await rollout.build(NS, "p", 1, parse_spec(spec(model={"configMapKeyRef": {"name": "m", "key": "model.npz"}, "sha256": "0" * 64})))
+    assert err.value.reason == "DigestMismatch" and not err.value.temporary
+
+
+async def test_path_model_is_not_copied(setup) -> None:
+    _, _, _, rollout = setup
+    b = await rollout.build(NS, "p", 3, parse_spec(spec(model={"path": "/models/p.npz"})))
+    assert b.model is None and b.settings["modelPath"] == "/models/p.npz"
+
+
+# -- sinks ----------------------------------------------------------------------------------------
+
+async def test_directory_sink_roundtrip_and_gc(tmp_path: Path) -> None:
+    sink = DirectorySink(tmp_path / "d")
+    bundles = [Bundle({"mode": "active", "modelPath": sink.model_path(f"model-{i:016x}.npz")}, f"model-{i:016x}.npz",
+                      bytes([i]) * 10, {"digest": str(i), "generation": i}) for i in range(4)]
+    for b in bundles:
+        await sink.write(CURRENT, b)
+    got = await sink.read(CURRENT)
+    assert got.same_content(bundles[-1]) and got.model == bundles[-1].model and got.meta["generation"] == 3
+    # current and the one before it stay (the extender may still read the previous one).
+    assert sorted(p.name for p in (tmp_path / "d").glob("model-*.npz")) == [bundles[2].model_name, bundles[3].model_name]
+    assert (tmp_path / "d" / "policy.yaml").read_text().startswith("# Written by rlsched operator")
+    assert await sink.read(LAST_GOOD) is None
+    await sink.write(LAST_GOOD, bundles[1])
+    assert (await sink.read(LAST_GOOD)).model == bundles[1].model
+    await sink.clear(LAST_GOOD)
+    assert await sink.read(LAST_GOOD) is None
+
+
+def test_policy_yaml_quotes_off() -> None:
+    import yaml
+
+    from rlsched.operator.sink import policy_yaml
+
+    assert yaml.safe_load(policy_yaml({"mode": "off", "modelPath": None})) == {"mode": "off", "modelPath": None}
+    assert yaml.safe_load(policy_yaml({})) == {}
+
+
+async def test_configmap_sink_roundtrip_and_size_limit() -> None:
+    kube = FakeKube()
+    sink = ConfigMapSink(kube, "sched", "rlsched-policy", "/etc/rlsched/policy", max_model_bytes=1000)
+    b = Bundle({"mode": "shadow", "modelPath": sink.model_path("model-ab.npz")}, "model-ab.npz", b"\x00\x01" * 100, {"digest": "ab"})
+    await sink.write(CURRENT, b)
+    cm = kube.configmaps[("sched", "rlsched-policy")]
+    assert set(cm["data"]) == {"policy.yaml", "bundle.json"} and set(cm["binaryData"]) == {"model-ab.npz"}
+    assert cm["metadata"]["labels"]["rlsched.io/slot"] == "current"
+    assert (await sink.read(CURRENT)).model == b.model
+    assert sink.model_path("model-ab.npz") == "/etc/rlsched/policy/model-ab.npz"
+    await sink.write(LAST_GOOD, b)
+    assert ("sched", "rlsched-policy-last-good") in kube.configmaps
+    with pytest.raises(ModelTooLarge) as err:
+        await sink.write(CURRENT, Bundle({"mode": "active"}, "model-big.npz", b"x" * 1001, {}))
+    assert "spec.model.path" in str(err.value)
+
+
+def test_serves_compares_what_matters() -> None:
+    from rlsched.operator.extender_client import ExtenderView
+
+    b = Bundle({"mode": "active", "modelPath": "/p/model-a.npz", "fallback": "fgd", "deadlineMs": 100.0, "topK": 1})
+    v = ExtenderView(mode="active", fallback="fgd", deadline_ms=100.0, top_k=1, model_path="/p/model-a.npz",
+                     model_loaded=True, loaded_at=10.0)
+    assert serves(v, b)
+    assert not serves(ExtenderView(**{**v.__dict__, "mode": "shadow"}), b)
+    assert serves(ExtenderView(**{**v.__dict__, "error": "another file failed", "error_at": 11.0}), b)
+    assert not serves(ExtenderView(**{**v.__dict__, "model_loaded": False}), b)
+    assert serves(ExtenderView(mode="off", fallback="fgd"), Bundle({"mode": "off", "fallback": "fgd", "modelPath": None}))

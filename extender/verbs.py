@@ -8,6 +8,7 @@ without running any score plugin or prioritize (docs/extender.md, "Decisions tha
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections import OrderedDict
@@ -42,8 +43,9 @@ class Remembered:
     epoch: int
     outcome: Outcome
     at: float
-    names: tuple[str, ...] | None = None
-    """The node names the decision was computed over (cache-capable requests)."""
+    kept: list[str] | None = None
+    """The names filter kept (prioritize usually gets exactly these)."""
+    kept_idx: np.ndarray | None = None
 
 
 class DecisionMemory:
@@ -83,13 +85,14 @@ class ReasonMemo:
 
     def __init__(self, size: int = 64):
         self.size = size
-        self._memo: OrderedDict[tuple, tuple[int, np.ndarray, list[str]]] = OrderedDict()
+        self._memo: OrderedDict[tuple, tuple[int, np.ndarray, np.ndarray]] = OrderedDict()
 
-    def reasons(self, state: ClusterState, epoch: int, req: PodRequest, nodes: np.ndarray) -> list[str]:
+    def reasons(self, state: ClusterState, epoch: int, req: PodRequest, nodes: np.ndarray) -> np.ndarray:
+        """Object array of reasons aligned with ``nodes``."""
         key = (req.cpu_milli, req.memory_mib, req.num_gpu, req.gpu_milli, req.model_ok.tobytes())
         hit = self._memo.get(key)
         if hit is None or hit[0] != epoch:
-            hit = (epoch, np.full(state.num_nodes, -1, dtype=np.int64), [""] * state.num_nodes)
+            hit = (epoch, np.full(state.num_nodes, -1, dtype=np.int64), np.full(state.num_nodes, "", dtype=object))
             self._memo[key] = hit
             while len(self._memo) > self.size:
                 self._memo.popitem(last=False)
@@ -99,7 +102,7 @@ class ReasonMemo:
         for n in stale.tolist():
             texts[n] = infeasibility_reason(state, req, n)
         versions[stale] = state.node_version[stale]
-        return [texts[n] for n in nodes.tolist()]
+        return texts[nodes]
 
 
 class Extender:
@@ -114,6 +117,9 @@ class Extender:
         self._names_key: tuple[int, int] | None = None
         self._names_idx: np.ndarray | None = None
         self._names_list: list[str] | None = None
+        self._names_cand: np.ndarray | None = None
+        self._names_arr = np.array([], dtype=object)
+        self._names_arr_epoch = -1
         if binder is not None:
             binder.remembered = self.memory.get
         self.counts: dict[str, int] = {}
@@ -126,16 +132,24 @@ class Extender:
         except ObjectError as exc:
             raise BadRequest(exc.field, str(exc).split(": ", 1)[1] if ": " in str(exc) else str(exc)) from None
 
-    def _indices(self, state: ClusterState, names: list[str]) -> np.ndarray:
-        """Node indices for ``names`` (-1: unknown). The last answer is reused when kube-scheduler
-        sends the same list again (common: consecutive pods see the same feasible set)."""
+    def _indices(self, state: ClusterState, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Node indices for ``names`` (-1: unknown) and the sorted unique known ones. The last
+        answer is reused when kube-scheduler sends the same list again (consecutive pods usually
+        see the same feasible set)."""
         key = (self.cache.epoch, len(names))
         if key == self._names_key and names == self._names_list:
-            return self._names_idx  # type: ignore[return-value]
-        index = state.index
-        idx = np.fromiter((index.get(n, -1) for n in names), dtype=np.int64, count=len(names))
-        self._names_key, self._names_list, self._names_idx = key, names, idx
-        return idx
+            return self._names_idx, self._names_cand  # type: ignore[return-value]
+        idx = np.fromiter(map(state.index.get, names, itertools.repeat(-1)), dtype=np.int64, count=len(names))
+        cand = np.unique(idx[idx >= 0])
+        self._names_key, self._names_list, self._names_idx, self._names_cand = key, names, idx, cand
+        return idx, cand
+
+    def _names(self, state: ClusterState) -> np.ndarray:
+        """The state's node names as a numpy array (fancy indexing instead of a Python loop)."""
+        if self._names_arr_epoch != self.cache.epoch:
+            self._names_arr = np.array(state.names, dtype=object)
+            self._names_arr_epoch = self.cache.epoch
+        return self._names_arr
 
     def _count(self, outcome: str) -> None:
         self.counts[outcome] = self.counts.get(outcome, 0) + 1
@@ -154,14 +168,13 @@ class Extender:
             if state is None:
                 why = "the extender has not seen any node yet (starting, or no nodes in the cluster)"
                 return self._filter_result(args, [], {n: why for n in names}, {})
-            idx = self._indices(state, names)
+            idx, cand = self._indices(state, names)
             known = idx >= 0
             if info.spec is None:
                 why = f"pod's GPU request cannot be served: {info.problem}"
                 self._count("invalid")
                 return self._filter_result(args, [], failed, {n: why for n in names})
             req = state.request(info.spec)
-            cand = np.unique(idx[known])
             outcome = await self.engine.decide(state, self.cache.tiebreak, req, cand)
             if self.cache.epoch == epoch:
                 break
@@ -170,7 +183,8 @@ class Extender:
         for i in np.flatnonzero(~known).tolist():
             failed[names[i]] = (f"node {names[i]} is not in the extender's cache yet (the watch lags); "
                                 "it will be considered once the watch delivers it")
-        self.memory.put(info.uid, Remembered(info, epoch, outcome, self.cache.clock()))
+        remembered = Remembered(info, epoch, outcome, self.cache.clock())
+        self.memory.put(info.uid, remembered)
         if outcome.verdict is not None:
             return self._verdict(args, info, outcome, outcome.verdict, failed, unresolvable)
         ok = feasible_mask(state, req)
@@ -178,13 +192,15 @@ class Extender:
         if len(bad):
             texts = self.reason_memo.reasons(state, epoch, req, bad)
             unres = unresolvable_mask(state, req)[bad]
-            state_names = state.names
-            for n, text, u in zip(bad.tolist(), texts, unres.tolist()):
-                (unresolvable if u else failed)[state_names[n]] = text
+            bad_names = self._names(state)[bad]
+            unresolvable.update(zip(bad_names[unres].tolist(), texts[unres].tolist()))
+            failed.update(zip(bad_names[~unres].tolist(), texts[~unres].tolist()))
         decision = outcome.decision
         kept: list[str] = []
         if decision is not None:
-            kept = [state.names[i] for i in self._top(state, outcome)]
+            kept_idx = self._top(state, outcome)
+            kept = self._names(state)[kept_idx].tolist()
+            remembered.kept, remembered.kept_idx = kept, kept_idx
         self._count("unschedulable" if decision is None else outcome.served_by)
         record = self._record_filter(info, state, req, outcome, len(cand), kept)
         if decision is not None and self.engine.settings.mode == "shadow" and self.engine.model is not None:
@@ -193,23 +209,25 @@ class Extender:
             self.ring.append(record)
         return self._filter_result(args, kept, failed, unresolvable)
 
-    def _top(self, state: ClusterState, outcome: Outcome) -> list[int]:
+    def _top(self, state: ClusterState, outcome: Outcome) -> np.ndarray:
         """Node indices filter keeps: the chosen node first, then the next best up to ``topK``."""
         decision = outcome.decision
         assert decision is not None
         k = self.engine.settings.top_k
         if decision.scores is None or k == 1:
-            return [decision.node] if k else decision.feasible.tolist()
+            return np.array([decision.node]) if k else decision.feasible
+        feasible = decision.feasible
+        if k == 0 or k >= len(feasible):  # everything; the chosen node first
+            return np.concatenate(([decision.node], feasible[feasible != decision.node]))
         values = np.asarray(decision.scores.values, dtype=np.float64)
-        order = np.lexsort((self.cache.tiebreak.rank[decision.feasible], -values))
-        ranked = [int(decision.feasible[p]) for p in order if int(decision.feasible[p]) != decision.node]
-        rest = ranked if k == 0 else ranked[: k - 1]
-        return [decision.node, *rest]
+        top = np.argpartition(-values, k)[: k + 1]  # the k + 1 best, then ordered by value and node order
+        top = top[np.lexsort((self.cache.tiebreak.rank[feasible[top]], -values[top]))]
+        ranked = feasible[top]
+        return np.concatenate(([decision.node], ranked[ranked != decision.node][: k - 1]))
 
     def _filter_result(self, args: ExtenderArgs, kept: list[str], failed: dict[str, str],
                        unresolvable: dict[str, str]) -> dict[str, Any]:
-        for name in unresolvable:
-            failed.pop(name, None)
+        """The ExtenderFilterResult. ``failed`` and ``unresolvable`` are disjoint by construction."""
         if args.cache_capable:
             return {"Nodes": None, "NodeNames": kept, "FailedNodes": failed,
                     "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
@@ -282,11 +300,13 @@ class Extender:
         state = self.cache.state
         if state is None or info.spec is None or not names:
             return [{"Host": n, "Score": 0} for n in names]
-        idx = self._indices(state, names)
         remembered = self.memory.get(info.uid, info.resource_version)
+        if remembered is not None and remembered.epoch == self.cache.epoch and names == remembered.kept:
+            idx = remembered.kept_idx  # kube-scheduler sends back what filter kept: no lookups
+        else:
+            idx, cand = self._indices(state, names)
         if remembered is None or remembered.epoch != self.cache.epoch:
             req = state.request(info.spec)
-            cand = np.unique(idx[idx >= 0])
             epoch = self.cache.epoch
             outcome = await self.engine.decide(state, self.cache.tiebreak, req, cand)
             if self.cache.epoch != epoch:

@@ -12,6 +12,7 @@ from .base import MAX_NODE_SCORE, NodeScores, Scorer, TieBreak, normalize_min_ma
 from .bestfit import BestFitScorer
 from .dotprod import DotProductScorer
 from .fgd import FgdScorer
+from .fgd_cpu import FgdCpuScorer
 from .gpuclustering import GpuClusteringScorer
 from .gpupacking import GpuPackingScorer
 from .kubernetes import BalancedAllocationScorer, LeastAllocatedScorer, MostAllocatedScorer, ResourceWeights
@@ -26,6 +27,7 @@ __all__ = [
     "BestFitScorer",
     "DotProductScorer",
     "FgdScorer",
+    "FgdCpuScorer",
     "GpuClusteringScorer",
     "GpuPackingScorer",
     "LeastAllocatedScorer",
@@ -63,6 +65,7 @@ SCORERS: dict[str, Callable[[TypicalPods | None], Scorer]] = {
     GpuClusteringScorer.name: lambda typical: GpuClusteringScorer(),
     BestFitScorer.name: lambda typical: BestFitScorer(),
     FgdScorer.name: _needs_typical(FgdScorer),
+    FgdCpuScorer.name: _needs_typical(FgdCpuScorer),
 }
 """Baseline scorers by canonical name."""
 
@@ -74,6 +77,8 @@ _ALIASES = {
     "best-fit": "bestfit",
     "gpu-packing": "gpupacking",
     "gpu-clustering": "gpuclustering",
+    "fgdcpu": "fgd-cpu",
+    "fgd_cpu": "fgd-cpu",
 }
 
 

@@ -1,0 +1,106 @@
+"""``rlsched train``: PPO training from flags or a config file (YAML/JSON with the same keys).
+
+Every field of :class:`rlsched.policy.ppo.train.Args` is a flag (``--num-envs 4``, ``--traces a.csv b.csv``,
+``--no-anneal-lr``); ``--config FILE`` sets defaults that flags override. ``--export PATH`` copies the
+chosen model (and its manifest) to PATH when training ends. torch is imported only here, when the
+command runs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from .ppo.config import ARGS_FIELDS, field_doc, field_kind
+
+    parser.add_argument("--config", help="YAML or JSON file with training settings (keys as below, with _ or -)")
+    parser.add_argument("--export", help="copy the chosen model (.npz, plus its .json manifest) here when training ends")
+    for f in ARGS_FIELDS:
+        flag = "--" + f.name.replace("_", "-")
+        kind, elem = field_kind(f)
+        help_text = f"{field_doc(f.name)} (default: {f.default!r})".replace("%", "%%")
+        if kind is bool:
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        elif kind is tuple:
+            parser.add_argument(flag, dest=f.name, nargs="+", type=elem, default=None, help=help_text)
+        elif kind == "optional-float":
+            parser.add_argument(flag, dest=f.name, type=_optional_float, default=None, help=help_text)
+        else:
+            parser.add_argument(flag, dest=f.name, type=kind, default=None, help=help_text)
+
+
+def _optional_float(text: str) -> float | None:
+    return None if text.lower() in ("none", "null", "off") else float(text)
+
+
+def load_config(path: str) -> dict[str, Any]:
+    """Settings from a YAML/JSON file; raises ValueError naming unknown keys."""
+    import yaml
+
+    from .ppo.config import ARGS_FIELDS
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"--config {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"--config {path}: expected a mapping of settings")
+    known = {f.name for f in ARGS_FIELDS}
+    out = {str(k).replace("-", "_"): v for k, v in data.items()}
+    unknown = sorted(set(out) - known)
+    if unknown:
+        raise ValueError(f"--config {path}: unknown setting(s) {', '.join(unknown)}; see `rlsched train --help`")
+    return out
+
+
+def build_args(ns: argparse.Namespace):
+    """Args from config file defaults overridden by explicit flags."""
+    from .ppo.config import Args, parse_tuple_fields
+    from .ppo.config import ARGS_FIELDS
+
+    values: dict[str, Any] = load_config(ns.config) if ns.config else {}
+    for f in ARGS_FIELDS:
+        v = getattr(ns, f.name, None)
+        if v is not None:
+            values[f.name] = v
+    args = parse_tuple_fields(Args(**values))
+    for path in (args.nodes, *args.traces, *([args.init_model] if args.init_model else []),
+                 *([args.resume] if args.resume else [])):
+        if not Path(path).is_file():
+            raise ValueError(f"no such file: {path}")
+    if args.serve_mode not in ("sample", "greedy"):
+        raise ValueError(f"--serve-mode must be sample or greedy, got {args.serve_mode!r}")
+    if args.num_envs < 1 or args.num_steps < 1 or args.num_minibatches < 1:
+        raise ValueError("--num-envs, --num-steps and --num-minibatches must be at least 1")
+    return args
+
+
+def run(ns: argparse.Namespace) -> int:
+    try:
+        args = build_args(ns)
+    except (ValueError, TypeError) as exc:
+        print(f"rlsched train: {exc}", file=sys.stderr)
+        return 2
+    try:
+        from .ppo.train import train
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        print(f"rlsched train: needs torch ({exc}); install the 'train' extra: pip install 'kube-rl-scheduler[train]'",
+              file=sys.stderr)
+        return 2
+    result = train(args)
+    print(json.dumps({"model": result.model_path, "val_unallocated_best": result.best_val,
+                      "val_unallocated_final": result.final_val, "decisions": result.steps,
+                      "seconds": round(result.seconds, 1), "run_dir": result.run_dir}, indent=1))
+    if ns.export:
+        dest = Path(ns.export)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(result.model_path, dest)
+        shutil.copyfile(Path(result.model_path).with_suffix(".json"), dest.with_suffix(".json"))
+        print(f"exported {dest}")
+    return 0
+

@@ -1,0 +1,260 @@
+"""The observation encoding shared by training, the gym environment and serving.
+
+For one pod and its feasible nodes, :meth:`FeatureEncoder.encode` returns one feature row per
+*group* of interchangeable nodes. Two nodes are interchangeable when everything the encoder reads
+about them is equal (capacity, model, price, free cpu and memory, the multiset of free milli per
+card, load): their rows, their scores and the state after placing the pod there are the same up to
+renaming nodes. On openb a pod has ~600 feasible nodes but only ~50 groups, so grouping makes
+training storage and inference an order of magnitude cheaper without changing the policy.
+
+Every row is ``[pod | node now | after placing | fragmentation | cost and load | cluster]`` (see
+:data:`FEATURES`, in order); all values are scaled to roughly 0..1 by fixed constants, so one model
+serves clusters of any size. The prior the network adds its correction to is FGD-CPU's
+fragmentation change (:mod:`rlsched.policy.scorers.fgd_cpu`), and the card a share pod gets on a
+node is FGD-CPU's card.
+
+Bump :data:`FEATURE_VERSION` whenever a feature's meaning, order or scaling changes: model files
+record the schema they were trained with, and the loader refuses a mismatch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .cards import default_cards
+from .cluster import ClusterState, PodRequest
+from .fragmentation import Fragmentation
+from .resources import MILLI_PER_CARD
+from .scorers.fgd_cpu import DEFAULT_CPU_WEIGHT, CpuFragmentation
+from .typical import TypicalPods
+
+FEATURE_VERSION = 1
+"""Version of the feature schema below."""
+
+MAX_CPU = 128_000.0
+"""cpu scale (millicores): the largest node spec in the FGD simulator."""
+MAX_MEM = 1_048_576.0
+"""memory scale (MiB): 1 TiB, the largest openb node."""
+MAX_GPU = 8_000.0
+"""GPU scale (milli): eight cards."""
+CARD_SLOTS = 8
+"""Free milli of the fullest ``CARD_SLOTS`` cards appear one by one (sorted, most free first);
+cards beyond that only count in the totals."""
+CPU_PER_CARD = 32_000.0
+"""Scale of "cpu per free card" (millicores): whole-card pods ask a median 11.4 cores."""
+MEM_PER_CARD = 131_072.0
+"""Scale of "memory per free card" (MiB)."""
+PER_CARD_CAP = 4.0
+"""Cap on the per-free-card features (nodes with no free card get this value)."""
+
+POD_FEATURES = ("pod_cpu", "pod_mem", "pod_num_gpu", "pod_gpu_milli", "pod_gpu_total", "pod_is_share",
+                "pod_is_whole", "pod_is_cpu_only", "pod_constrained")
+NODE_FEATURES = ("cpu_free", "cpu_free_frac", "mem_free", "mem_free_frac", "gpu_count", "full_free", "gpu_free_total",
+                 *(f"card_free_{i}" for i in range(CARD_SLOTS)), "cpu_per_free_card", "mem_per_free_card")
+AFTER_FEATURES = ("cpu_left", "cpu_left_frac", "mem_left_frac", "gpu_left_total", "full_free_after", "card_left",
+                  "cpu_per_free_card_after", "mem_per_free_card_after", "bestfit_left")
+FRAG_FEATURES = ("fgd_delta", "fgd_best_delta", "fgd_score", "fgdcpu_delta", "frag_before", "fragcpu_before")
+COST_FEATURES = ("price_rel", "load_cpu", "load_mem", "load_known")
+CLUSTER_FEATURES = ("cluster_gpu_alloc", "cluster_full_free", "cluster_frag", "cluster_cpu_free", "feasible_frac",
+                    "groups_frac")
+FEATURES: tuple[str, ...] = (*POD_FEATURES, *NODE_FEATURES, *AFTER_FEATURES, *FRAG_FEATURES, *COST_FEATURES,
+                             *CLUSTER_FEATURES)
+"""Column names of a feature row, in order."""
+NUM_FEATURES = len(FEATURES)
+CLUSTER_SLICE = slice(NUM_FEATURES - len(CLUSTER_FEATURES), NUM_FEATURES)
+"""The cluster-level columns (the same in every row of one pod); the value head reads them."""
+PRIOR_SCALE_MILLI = 1000.0
+"""The prior (FGD-CPU's Frag_before − Frag_after) is given to the network in cards (milli / 1000)."""
+
+
+@dataclass
+class Candidates:
+    """One pod's feasible nodes, grouped into interchangeable nodes, with a feature row per group."""
+
+    nodes: np.ndarray
+    """int64[K]: the feasible nodes, as given."""
+    group: np.ndarray
+    """int64[K]: group index of each node."""
+    rep: np.ndarray
+    """int64[G]: position (into ``nodes``) of each group's representative (its lowest node index)."""
+    count: np.ndarray
+    """int64[G]: nodes per group."""
+    features: np.ndarray
+    """float32[G, NUM_FEATURES]."""
+    prior: np.ndarray
+    """float64[G]: FGD-CPU's fragmentation change for the pod on the group's nodes, in cards."""
+    card_free: np.ndarray
+    """int64[G]: for a share pod, the free milli (before placing) of the card FGD-CPU picks on the
+    group's nodes; -1 for other pods. :meth:`FeatureEncoder.node_cards` turns it into card ids."""
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.rep)
+
+
+class FeatureEncoder:
+    """Builds :class:`Candidates` for a pod; one per typical-pod distribution (FGD's workload model)."""
+
+    def __init__(self, typical: TypicalPods, cpu_weight: float = DEFAULT_CPU_WEIGHT):
+        self.typical = typical
+        self.cpu_weight = float(cpu_weight)
+        self._frag: dict[tuple[str, ...], tuple[Fragmentation, CpuFragmentation]] = {}
+
+    def measures(self, state: ClusterState) -> tuple[Fragmentation, CpuFragmentation]:
+        """FGD's fragmentation and FGD-CPU's for this cluster's GPU models."""
+        pair = self._frag.get(state.model_names)
+        if pair is None:
+            pair = self._frag[state.model_names] = (
+                Fragmentation(self.typical, state.model_names),
+                CpuFragmentation(self.typical, state.model_names, self.cpu_weight),
+            )
+        return pair
+
+    def group(self, state: ClusterState, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+        """(rep positions, group per node, count per group, any load known) for ``nodes``."""
+        keys = node_keys(state)[nodes]
+        load_known = not np.isnan(state.load).all()
+        if load_known:
+            load = np.nan_to_num(state.load[nodes], nan=-1.0)
+            _, first, inverse, count = np.unique(np.column_stack([keys.astype(np.float64), load]), axis=0,
+                                                 return_index=True, return_inverse=True, return_counts=True)
+        else:
+            _, first, inverse, count = np.unique(keys, return_index=True, return_inverse=True, return_counts=True)
+        # np.unique orders groups by key; order them by their lowest node instead (stable, readable).
+        order = np.argsort(first, kind="stable")
+        remap = np.empty_like(order)
+        remap[order] = np.arange(len(order))
+        return first[order], remap[inverse.reshape(-1)], count[order], load_known
+
+    def encode(self, state: ClusterState, req: PodRequest, nodes: np.ndarray) -> Candidates:
+        """Feature rows for ``req`` on the feasible ``nodes`` (indices, ascending; at least one)."""
+        nodes = np.asarray(nodes, dtype=np.int64)
+        rep, group, count, load_known = self.group(state, nodes)
+        n = nodes[rep]
+        g = len(n)
+        fgd, fgdcpu = self.measures(state)
+        pf = fgd.placement(state, req, n)
+        _, cpu_card, cpu_delta = fgdcpu.placement(state, req, n)
+        cols: list = []
+        # pod
+        gpu_total = req.gpu_total
+        milli = req.gpu_milli if req.is_gpu else 0
+        cols += [req.cpu_milli / MAX_CPU, req.memory_mib / MAX_MEM, req.num_gpu / 8.0, milli / MILLI_PER_CARD,
+                 gpu_total / MAX_GPU, float(req.is_share), float(req.is_gpu and not req.is_share), float(not req.is_gpu),
+                 float(req.constrained)]
+        # node now
+        cpu_cap = state.cpu_cap[n]
+        mem_cap = state.mem_cap[n]
+        cpu_free = state.cpu_free[n].astype(np.float64)
+        mem_free = state.mem_free[n].astype(np.float64)
+        cards = state.card_free[n]
+        free_total = cards.sum(axis=1).astype(np.float64)
+        full_free = state.full_free[n].astype(np.float64)
+        ordered = -np.sort(-cards, axis=1)[:, :CARD_SLOTS] / MILLI_PER_CARD
+        if ordered.shape[1] < CARD_SLOTS:
+            ordered = np.pad(ordered, ((0, 0), (0, CARD_SLOTS - ordered.shape[1])))
+        cols += [cpu_free / MAX_CPU, cpu_free / cpu_cap, mem_free / MAX_MEM, mem_free / mem_cap,
+                 state.gpu_count[n] / 8.0, full_free / 8.0, free_total / MAX_GPU, *ordered.T,
+                 _per_card(cpu_free, full_free, CPU_PER_CARD), _per_card(mem_free, full_free, MEM_PER_CARD)]
+        # after placing the pod (a share pod on FGD-CPU's card)
+        cpu_left = cpu_free - req.cpu_milli
+        mem_left = mem_free - req.memory_mib
+        if req.is_share:
+            card_free = cards[np.arange(g), cpu_card]
+            full_after = full_free - (card_free == MILLI_PER_CARD)
+            card_left = (card_free - milli) / MILLI_PER_CARD
+        else:
+            card_free = np.full(g, -1, dtype=np.int64)
+            full_after = full_free - req.num_gpu
+            card_left = 0.0
+        gpu_left = free_total - gpu_total
+        cols += [cpu_left / MAX_CPU, cpu_left / cpu_cap, mem_left / mem_cap, gpu_left / MAX_GPU, full_after / 8.0,
+                 card_left, _per_card(cpu_left, full_after, CPU_PER_CARD), _per_card(mem_left, full_after, MEM_PER_CARD),
+                 0.5 * cpu_left / MAX_CPU + 0.5 * gpu_left / MAX_GPU]
+        # fragmentation (FGD and FGD-CPU), in cards
+        cols += [pf.delta / PRIOR_SCALE_MILLI, pf.best_delta / PRIOR_SCALE_MILLI, pf.score / 100.0,
+                 cpu_delta / PRIOR_SCALE_MILLI, fgd.node_frag(state)[n] / PRIOR_SCALE_MILLI,
+                 fgdcpu.node_frag(state)[n] / PRIOR_SCALE_MILLI]
+        # cost and load
+        mean_price = float(state.price.mean())
+        cols.append(state.price[n] / mean_price if mean_price > 0 else 1.0)
+        if load_known:
+            load = state.load[n]
+            cols += [np.nan_to_num(load[:, 0]), np.nan_to_num(load[:, 1]), (~np.isnan(load[:, 0])).astype(np.float64)]
+        else:
+            cols += [0.0, 0.0, 0.0]
+        cols += list(self.cluster_context(state, len(nodes), g))
+        x = np.empty((g, NUM_FEATURES), dtype=np.float32)
+        assert len(cols) == NUM_FEATURES
+        for i, c in enumerate(cols):
+            x[:, i] = c
+        return Candidates(nodes=nodes, group=group, rep=rep, count=count, features=x,
+                          prior=cpu_delta / PRIOR_SCALE_MILLI, card_free=card_free)
+
+    def cluster_context(self, state: ClusterState, feasible: int, groups: int) -> np.ndarray:
+        """float32[len(CLUSTER_FEATURES)]: the cluster-level columns for a pod with ``feasible``
+        feasible nodes in ``groups`` groups (also what the value head sees when no node fits)."""
+        fgd, _ = self.measures(state)
+        capacity = max(state.gpu_milli_capacity, 1)
+        return np.array([
+            state.gpu_milli_allocated / capacity,
+            float(state.full_free.sum()) / max(int(state.gpu_count.sum()), 1),
+            fgd.cluster_frag(state) / capacity,
+            float(state.cpu_free.sum()) / max(float(state.cpu_cap.sum()), 1.0),
+            feasible / state.num_nodes,
+            groups / max(feasible, 1),
+        ], dtype=np.float32)
+
+    def node_cards(self, state: ClusterState, req: PodRequest, cand: Candidates) -> np.ndarray | None:
+        """For a share pod, int64[K]: the card each candidate node would give (FGD-CPU's choice); else None.
+
+        FGD-CPU takes the first card (lowest index) among those with the best score, and cards with
+        equal free milli score alike, so on every node of a group it is the first card whose free
+        milli equals the one chosen on the group's representative.
+        """
+        if not req.is_share:
+            return None
+        want = cand.card_free[cand.group]
+        return (state.card_free[cand.nodes] == want[:, None]).argmax(axis=1)
+
+    def cards_at(self, state: ClusterState, req: PodRequest, cand: Candidates, position: int) -> tuple[int, ...]:
+        """The card(s) the pod gets on ``cand.nodes[position]``: FGD-CPU's card for a share pod, else
+        the default rule."""
+        node = int(cand.nodes[position])
+        if req.is_share:
+            want = cand.card_free[cand.group[position]]
+            return (int((state.card_free[node] == want).argmax()),)
+        return default_cards(state, req, node)
+
+
+def _per_card(amount: np.ndarray, free_cards: np.ndarray, scale: float) -> np.ndarray:
+    """``amount`` per fully free card, scaled and capped; the cap where no card is free."""
+    per = amount / np.maximum(free_cards, 1) / scale
+    return np.where(free_cards > 0, np.minimum(per, PER_CARD_CAP), PER_CARD_CAP)
+
+
+def node_keys(state: ClusterState) -> np.ndarray:
+    """int64[N]: a key per node that is equal for interchangeable nodes (cached per ``node_version``).
+
+    The key covers capacity, model, price, free cpu and memory and the multiset of free milli per
+    card; load is compared separately because it changes without a ``node_version`` bump.
+    """
+    cached = state.caches.get("feature-node-keys")
+    if cached is None:
+        kinds = np.column_stack([state.cpu_cap, state.mem_cap, state.gpu_count, state.model_id,
+                                 state.price.view(np.int64)])
+        _, kind = np.unique(kinds, axis=0, return_inverse=True)
+        cached = state.caches["feature-node-keys"] = (
+            kind.reshape(-1).astype(np.int64), np.zeros(state.num_nodes, dtype=np.int64),
+            np.full(state.num_nodes, -1, dtype=np.int64))
+    kind, keys, versions = cached
+    stale = np.flatnonzero(versions != state.node_version)
+    if len(stale):
+        cpu = state.cpu_free[stale].tolist()
+        mem = state.mem_free[stale].tolist()
+        cards = np.sort(state.card_free[stale], axis=1).tolist()
+        kinds = kind[stale].tolist()
+        keys[stale] = [hash((k, c, m, *row)) for k, c, m, row in zip(kinds, cpu, mem, cards)]
+        versions[stale] = state.node_version[stale]
+    return keys

@@ -1,0 +1,87 @@
+"""A trained policy as a :class:`~rlsched.policy.scorers.base.Scorer` — numpy only, no torch.
+
+``load_learned_scorer("model.npz")`` (or ``make_scorer("ppo:model.npz", typical)``) returns an
+object with the same call shape as the heuristics::
+
+    scores = scorer.score(state, req, nodes)        # NodeScores: values[K] per node, cards[K] for share pods
+    i      = scorer.choose(scores, nodes, tiebreak)  # position in nodes
+    cards  = scorer.cards(state, req, nodes[i], i, scores, tiebreak)
+
+so :func:`rlsched.policy.decide`, the simulator, the extender and any outside evaluator call it like
+any other policy. ``values`` are the network's node scores (FGD-CPU prior + learned correction, in
+logit units); ``choose`` adds the tie-break term and samples (or, in greedy mode, takes the best) —
+see :mod:`rlsched.policy.network`. ``version`` and ``digest`` (sha256 of the file) identify the model.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .cluster import ClusterState, PodRequest
+from .export import ModelFileError, read_model
+from .features import Candidates, FeatureEncoder
+from .network import DecisionRule, PolicyNetwork, choose_node, node_logits, rank_fraction
+from .scorers.base import NodeScores, Scorer, TieBreak
+from .typical import TypicalPods
+
+__all__ = ["LearnedScorer", "ModelFileError", "load_learned_scorer", "DEFAULT_MODEL"]
+
+DEFAULT_MODEL = Path(__file__).resolve().parent / "models" / "ppo-openb-default.npz"
+"""The bundled model (trained on the openb default trace; see docs/ppo.md)."""
+
+
+class LearnedScorer(Scorer):
+    """A trained PPO policy behind the scorer interface."""
+
+    name = "ppo"
+
+    def __init__(self, network: PolicyNetwork, encoder: FeatureEncoder, decision: DecisionRule,
+                 manifest: dict[str, Any] | None = None, digest: str = "", path: str = ""):
+        self.network = network
+        self.encoder = encoder
+        self.decision = decision
+        self.manifest = manifest or {}
+        self.version = str(self.manifest.get("version", "unversioned"))
+        """The model's version string (from its manifest)."""
+        self.digest = digest
+        """sha256 of the model file."""
+        self.path = path
+        self.last: Candidates | None = None
+        """The candidates of the last :meth:`score` call (for diagnostics and the decision log)."""
+
+    def score(self, state: ClusterState, req: PodRequest, nodes: np.ndarray) -> NodeScores:
+        cand = self.encoder.encode(state, req, nodes)
+        self.last = cand
+        group_scores = self.network.scores(cand.features, cand.prior)
+        return NodeScores(group_scores[cand.group], self.encoder.node_cards(state, req, cand))
+
+    def logits(self, scores: NodeScores, nodes: np.ndarray, tiebreak: TieBreak) -> np.ndarray:
+        """Per node, the logit the decision rule samples from."""
+        return node_logits(scores.values, np.arange(len(nodes)), rank_fraction(tiebreak, nodes), self.decision.rank_scale)
+
+    def choose(self, scores: NodeScores, nodes: np.ndarray, tiebreak: TieBreak) -> int:
+        return choose_node(self.logits(scores, nodes, tiebreak), nodes, tiebreak, self.decision.mode)
+
+
+def load_learned_scorer(path: str | Path, typical: TypicalPods | None = None, mode: str | None = None) -> LearnedScorer:
+    """Load a model file (see :mod:`rlsched.policy.export`) as a scorer.
+
+    ``typical`` is the workload model for the fragmentation features (the evaluated workload's typical
+    pods, as FGD uses); None takes the typical pods stored with the model. ``mode`` overrides the
+    manifest's decision mode (``sample`` / ``greedy``). Raises :class:`ModelFileError` for a missing,
+    corrupt or incompatible file.
+    """
+    params, manifest, digest = read_model(path)
+    if typical is None:
+        try:
+            typical = TypicalPods.from_json(manifest["typicalPods"])
+        except ValueError as exc:
+            raise ModelFileError(f"model file {path}: typical pods: {exc}") from None
+    net = manifest["network"]
+    decision = manifest["decision"]
+    rule = DecisionRule(rank_scale=float(decision["rankScale"]), mode=mode or decision["mode"])
+    network = PolicyNetwork(params, prior_scale=float(net["priorScale"]))
+    encoder = FeatureEncoder(typical, cpu_weight=float(manifest["features"]["fgdCpuWeight"]))
+    return LearnedScorer(network, encoder, rule, manifest, digest, str(path))

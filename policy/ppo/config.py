@@ -1,0 +1,148 @@
+"""Training settings (torch-free, so ``rlsched train --help`` and config validation need no torch)."""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import inspect
+import typing
+from dataclasses import dataclass
+
+from ..scorers.fgd_cpu import DEFAULT_CPU_WEIGHT
+
+
+@dataclass
+class Args:
+    """Training settings (``rlsched train --help`` lists them as flags; ``--config`` reads them from YAML/JSON)."""
+
+    exp_name: str = "ppo"
+    """Name of the run (the output folder is ``<out_dir>/<exp_name>-s<seed>``)."""
+    seed: int = 1
+    """Seed for torch, numpy and the order of training workloads."""
+    torch_threads: int = 1
+    """Threads torch may use (the simulator is single-threaded; 1 keeps runs reproducible)."""
+    nodes: str = "../shared/data/openb/openb_node_list_gpu_node.csv"
+    """Node list (openb CSV or generic YAML/JSON)."""
+    traces: tuple[str, ...] = ("../shared/data/openb/openb_pod_list_default.csv",)
+    """Pod lists to train on; env ``e`` plays trace ``e mod len(traces)``."""
+    train_seed0: int = 1000
+    """First workload seed of training episodes (the evaluation seeds 42–51 are never used)."""
+    val_seeds: tuple[int, ...] = (100, 101)
+    """Held-out workload seeds (first trace) for validation episodes that choose the exported model."""
+    total_timesteps: int = 1_000_000
+    """Decisions to collect in all (the run also stops at ``max_minutes``)."""
+    max_minutes: float = 0.0
+    """Stop after this many minutes of wall time (0: no limit)."""
+    num_envs: int = 4
+    """Simulations stepped side by side."""
+    num_steps: int = 512
+    """Decisions per env per rollout."""
+    learning_rate: float = 3e-4
+    """Adam step size."""
+    anneal_lr: bool = True
+    """Decay the step size linearly to 0."""
+    gamma: float = 0.999
+    """Discount per decision."""
+    gae_lambda: float = 0.95
+    """GAE λ."""
+    num_minibatches: int = 8
+    """Minibatches per epoch."""
+    update_epochs: int = 4
+    """Passes over each rollout."""
+    norm_adv: bool = True
+    """Normalize advantages per minibatch."""
+    clip_coef: float = 0.2
+    """PPO ratio clip."""
+    clip_vloss: bool = True
+    """Clip the value loss like the policy."""
+    ent_coef: float = 0.0
+    """Entropy bonus (the tie-break term already keeps the policy stochastic)."""
+    vf_coef: float = 0.5
+    """Value-loss weight."""
+    max_grad_norm: float = 0.5
+    """Gradient clipping."""
+    target_kl: float | None = 0.02
+    """Stop an update's epochs once approx_kl passes this (None: never)."""
+    hidden: tuple[int, int] = (64, 64)
+    """Widths of the shared per-node MLP."""
+    value_hidden: int = 64
+    """Width of the value head."""
+    prior_scale: float = 50.0
+    """Logits per card of FGD-CPU fragmentation change (the prior; 0 trains without it)."""
+    rank_scale: float = 80.0
+    """Logits across the whole tie-break order (see rlsched.policy.network)."""
+    fgd_cpu_weight: float = DEFAULT_CPU_WEIGHT
+    """Weight of CPU-stranded cards in the FGD-CPU prior and features."""
+    serve_mode: str = "sample"
+    """Decision mode written into the exported model (``sample`` as trained, or ``greedy``)."""
+    end_at: float = 1.005
+    """Training episodes end once arrivals pass this fraction of GPU capacity (just after the 100 % point)."""
+    target: float = 1.3
+    """Inflation target of the workloads (the FGD protocol)."""
+    fail_weight: float = 1.0
+    """Reward per percent of GPU capacity that fails to be placed."""
+    frag_weight: float = 0.25
+    """Reward per percent of GPU capacity of FGD-CPU fragmentation removed (shaping)."""
+    cost_weight: float = 0.0
+    """Reward penalty per placement × node price / mean price."""
+    load_weight: float = 0.0
+    """Reward penalty per placement × node cpu load."""
+    allow_delay: bool = False
+    """Offer the delay action in training."""
+    allow_reject: bool = False
+    """Offer the reject action in training."""
+    init_model: str = ""
+    """Start from this exported model (.npz) instead of a fresh network."""
+    eval_every: int = 10
+    """Run validation every this many iterations (0: only at the end)."""
+    checkpoint_every: int = 5
+    """Write the checkpoint every this many iterations."""
+    out_dir: str = "runs/train"
+    """Where checkpoints, metrics, curves and the exported model go."""
+    resume: str = ""
+    """Continue from this checkpoint.pt."""
+    model_version: str = ""
+    """Version string written into the model (default: <exp_name>-s<seed>-<steps>)."""
+    progress: bool = True
+    """Show a progress bar."""
+
+
+def parse_tuple_fields(args: Args) -> Args:
+    """Normalize list-valued fields read from flags or config files into tuples."""
+    args.traces = tuple(args.traces)
+    args.val_seeds = tuple(int(s) for s in args.val_seeds)
+    args.hidden = tuple(int(h) for h in args.hidden)
+    return args
+
+
+
+ARGS_FIELDS: list[dataclasses.Field] = list(dataclasses.fields(Args))
+
+
+@functools.lru_cache(maxsize=None)
+def _docs() -> dict[str, str]:
+    """Field name → the docstring under it in :class:`Args`."""
+    tree = ast.parse(inspect.getsource(Args))
+    body = tree.body[0].body
+    out = {}
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            out[node.target.id] = " ".join(str(nxt.value.value).split())
+    return out
+
+
+def field_doc(name: str) -> str:
+    return _docs().get(name, "")
+
+
+def field_kind(f: dataclasses.Field):
+    """(kind, element type) of a field for the command line: int, float, str, bool, tuple or optional-float."""
+    hints = typing.get_type_hints(Args)
+    t = hints[f.name]
+    if t is bool:
+        return bool, None
+    if typing.get_origin(t) is tuple:
+        return tuple, typing.get_args(t)[0]
+    if t == (float | None) or t == typing.Optional[float]:
+        return "optional-float", None
+    return t, None

@@ -1,0 +1,447 @@
+"""PPO for pod placement, in the style of CleanRL's ppo.py: one ``Args``, one visible loop.
+
+``train(args)`` collects ``num_steps`` decisions from each of ``num_envs`` FGD-protocol simulations
+(:class:`~rlsched.policy.env.VectorCore`) with the numpy policy — the same code that serves — then
+runs ``update_epochs`` of clipped-PPO minibatch updates in torch (GAE, entropy bonus, advantage
+normalization, value clipping, gradient clipping, target-KL early stop). Every iteration logs return,
+approx_kl, clipfrac, explained variance and steps/s; checkpoints make runs resumable bit for bit;
+validation episodes on held-out seeds pick the model that is exported.
+
+:func:`fit_from_records` is the offline seam: it fits the same agent to logged (features, action,
+reward) decisions (behaviour cloning, optionally advantage-weighted), for retraining from the
+operator's decision log.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import random
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch import nn, optim
+
+from ..env import EnvConfig, RewardConfig, SchedulingCore, VectorCore
+from ..export import build_manifest, save_model
+from ..features import CLUSTER_FEATURES, CLUSTER_SLICE, FEATURES, FeatureEncoder
+from ..network import PolicyNetwork, choose_node, group_offsets, log_softmax, sample_index
+from ..published import trace_name
+from ..trace import load_nodes, load_pods
+from ..typical import typical_pods
+from .agent import Agent
+from .config import Args, parse_tuple_fields
+from .buffer import RolloutBuffer
+
+
+@dataclass
+class TrainResult:
+    model_path: str
+    best_val: float | None
+    final_val: float | None
+    steps: int
+    seconds: float
+    run_dir: str
+    history: list[dict] = field(default_factory=list)
+
+
+# -- pieces the loop calls ------------------------------------------------------------------------
+
+def make_cores(args: Args, end_at: float) -> list[SchedulingCore]:
+    nodes = load_nodes(args.nodes)
+    config = EnvConfig(target=args.target, end_at=end_at, allow_delay=args.allow_delay, allow_reject=args.allow_reject,
+                       reward=RewardConfig(args.fail_weight, args.frag_weight, args.cost_weight, args.load_weight))
+    workloads = []
+    for path in args.traces:
+        pods = load_pods(path)
+        typical = typical_pods(pods)
+        workloads.append((pods, typical, trace_name(path) or Path(path).stem))
+    cores = []
+    for e in range(args.num_envs):
+        pods, typical, name = workloads[e % len(workloads)]
+        cores.append(SchedulingCore(nodes, pods, typical, config, FeatureEncoder(typical, args.fgd_cpu_weight), name))
+    return cores
+
+
+def act(net: PolicyNetwork, core: SchedulingCore, rank_scale: float) -> dict[str, Any]:
+    """Sample one decision of ``core`` with the numpy policy (exactly as the learned scorer serves
+    in ``sample`` mode) and return what the buffer stores."""
+    cand = core.candidates
+    smask = core.special_mask()
+    if cand is not None:
+        h2 = net.hidden(cand.features)
+        s = net.scores(cand.features, cand.prior, h2)
+        cluster = cand.features[0, CLUSTER_SLICE]
+        r = core.rank_frac[cand.nodes]
+        offsets = group_offsets(cand.group, r, rank_scale, cand.num_groups)
+        x, prior, count = cand.features, cand.prior, cand.count
+    else:
+        h2 = np.zeros((0, net.hidden_size), dtype=np.float32)
+        s = offsets = np.zeros(0)
+        cluster = core.encoder.cluster_context(core.state, 0, 0)
+        x, prior, count = np.zeros((0, len(FEATURES)), np.float32), np.zeros(0), np.zeros(0)
+    pooled = net.pooled(h2, count, cluster)
+    value = net.value(pooled)
+    special = net.special_logits(pooled)
+    if smask.any():
+        logits = np.concatenate([s[cand.group] - rank_scale * r if cand is not None else np.zeros(0), special[smask]])
+        k = len(cand.nodes) if cand is not None else 0
+        j = sample_index(logits, core.tiebreak.rng) if len(logits) > 1 else 0
+        if j < k:
+            node, action = int(cand.nodes[j]), int(cand.group[j])
+        else:
+            node, action = -1, -1 - int(np.flatnonzero(smask)[j - k])
+    else:
+        pos = choose_node(s[cand.group] - rank_scale * r, cand.nodes, core.tiebreak, "sample")
+        node, action = int(cand.nodes[pos]), int(cand.group[pos])
+    z = np.concatenate([s + offsets, np.where(smask, special, -np.inf)])
+    lp = log_softmax(z)
+    logprob = float(lp[action] if action >= 0 else lp[len(s) + (-action - 1)])
+    return dict(node=node, action=action, logprob=logprob, value=value, x=x, prior=prior, offset=offsets,
+                count=count, cluster=cluster, special_mask=smask)
+
+
+def step_core(core: SchedulingCore, node: int, action: int) -> tuple[float, bool]:
+    if action >= 0:
+        return core.step_node(node)
+    return core.step_delay() if action == -1 else core.step_reject()
+
+
+def validate(net: PolicyNetwork, args: Args, seeds: Sequence[int], core: SchedulingCore) -> list[float]:
+    """Unallocated GPU % at 100 % arrival of the sampled policy on held-out seeds (first trace)."""
+    out = []
+    for seed in seeds:
+        core.reset(seed)
+        while not core.done:
+            d = act(net, core, args.rank_scale)
+            step_core(core, d["node"], d["action"])
+        out.append(core.unallocated_at_100())
+    return out
+
+
+def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
+    var = np.var(y_true)
+    return float("nan") if var == 0 else float(1 - np.var(y_true - y_pred) / var)
+
+
+def plot_curves(history: list[dict], episodes: list[dict], path: Path) -> None:
+    """PNG learning curves: episode metric, validation, losses, KL, clip fraction, explained variance, steps/s."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not history:
+        return
+    steps = [h["global_step"] for h in history]
+    panels = [("unallocated GPU % at 100 % (train episodes)", None), ("validation unallocated %", "val_unallocated"),
+              ("policy loss", "pg_loss"), ("value loss", "v_loss"), ("entropy", "entropy"), ("approx_kl", "approx_kl"),
+              ("clipfrac", "clipfrac"), ("explained variance", "explained_variance"), ("steps/s", "sps")]
+    fig, axes = plt.subplots(3, 3, figsize=(13, 9), dpi=100)
+    for ax, (title, key) in zip(axes.flat, panels):
+        if key is None:
+            xs = [e["global_step"] for e in episodes if e.get("unallocated_100") is not None]
+            ys = [e["unallocated_100"] for e in episodes if e.get("unallocated_100") is not None]
+            ax.plot(xs, ys, ".", alpha=0.5)
+            if len(ys) >= 5:
+                k = 5
+                ax.plot(xs[k - 1:], np.convolve(ys, np.ones(k) / k, mode="valid"), "-")
+        else:
+            pts = [(s, h[key]) for s, h in zip(steps, history) if h.get(key) is not None]
+            if pts:
+                ax.plot(*zip(*pts), "-o" if key == "val_unallocated" else "-", markersize=3)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("decisions", fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                              cwd=Path(__file__).resolve().parent).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def export(agent: Agent, args: Args, path: Path, training: dict[str, Any], typical_json: list[dict], version: str) -> str:
+    manifest = build_manifest(version=version, hidden=args.hidden, value_hidden=args.value_hidden,
+                              prior_scale=args.prior_scale, rank_scale=args.rank_scale, mode=args.serve_mode,
+                              fgd_cpu_weight=args.fgd_cpu_weight, typical_json=typical_json, training=training,
+                              allow_delay=args.allow_delay, allow_reject=args.allow_reject)
+    digest = save_model(path, agent.to_arrays(), manifest)
+    path.with_suffix(".json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return digest
+
+
+def numpy_net(agent: Agent, args: Args) -> PolicyNetwork:
+    return PolicyNetwork(agent.to_arrays(), prior_scale=args.prior_scale)
+
+
+# -- the loop -------------------------------------------------------------------------------------
+
+def train(args: Args) -> TrainResult:
+    """Run PPO; returns where the exported model went and the validation figures."""
+    args = parse_tuple_fields(args)
+    start_time = time.time()
+    run_dir = Path(args.out_dir) / f"{args.exp_name}-s{args.seed}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    batch_size = args.num_envs * args.num_steps
+    minibatch_size = batch_size // args.num_minibatches
+    num_iterations = max(1, args.total_timesteps // batch_size)
+
+    # seeding (every source of randomness in one block)
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(args.torch_threads)
+    shuffle_rng = np.random.default_rng([args.seed, 7])
+
+    cores = make_cores(args, args.end_at)
+    envs = VectorCore(cores, seed0=args.train_seed0 + 10_000 * args.seed)
+    val_core = make_cores(Args(**{**asdict(args), "num_envs": 1}), args.end_at)[0]
+    agent = Agent(len(FEATURES), len(CLUSTER_FEATURES), args.hidden, args.value_hidden, args.prior_scale)
+    if args.init_model:
+        from ..export import read_model
+
+        params, _, _ = read_model(args.init_model)
+        agent.load_arrays(params)
+    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    buffer = RolloutBuffer(args.num_steps, args.num_envs, len(FEATURES), len(CLUSTER_FEATURES))
+    history: list[dict] = []
+    episodes: list[dict] = []
+    global_step, first_iteration, elapsed_before = 0, 1, 0.0
+    best_val: float | None = None
+    if args.resume:
+        ckpt = torch.load(args.resume, weights_only=False)
+        agent.load_state_dict(ckpt["agent"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        envs = pickle.loads(ckpt["envs"])
+        shuffle_rng = ckpt["shuffle_rng"]
+        torch.set_rng_state(ckpt["torch_rng"])
+        history, episodes, best_val = ckpt["history"], ckpt["episodes"], ckpt["best_val"]
+        global_step, first_iteration, elapsed_before = ckpt["global_step"], ckpt["iteration"] + 1, ckpt["elapsed"]
+    typical_json = cores[0].typical.to_json()
+    (run_dir / "args.json").write_text(json.dumps(asdict(args), indent=1))
+    version = args.model_version or f"{args.exp_name}-s{args.seed}"
+    best_path, final_path = run_dir / "best.npz", run_dir / "final.npz"
+
+    def provenance(extra: dict[str, Any]) -> dict[str, Any]:
+        return {"command": " ".join(shlex.quote(a) for a in sys.argv), "args": asdict(args), "gitCommit": git_commit(),
+                "torch": torch.__version__, "traces": [trace_name(t) or t for t in args.traces],
+                "trainSeeds": f"{args.train_seed0 + 10_000 * args.seed}+", "valSeeds": list(args.val_seeds), **extra}
+
+    bar = None
+    if args.progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=num_iterations, initial=first_iteration - 1, desc="ppo", unit="it", dynamic_ncols=True)
+    iteration = first_iteration - 1
+    for iteration in range(first_iteration, num_iterations + 1):
+        if args.max_minutes and elapsed_before + time.time() - start_time > args.max_minutes * 60:
+            break
+        it_start = time.time()
+        if args.anneal_lr:
+            optimizer.param_groups[0]["lr"] = (1.0 - (iteration - 1.0) / num_iterations) * args.learning_rate
+
+        # rollout: the numpy policy, as served
+        net = numpy_net(agent, args)
+        buffer.reset()
+        for step in range(args.num_steps):
+            for e, core in enumerate(envs.cores):
+                d = act(net, core, args.rank_scale)
+                buffer.add(step, e, d["x"], d["prior"], d["offset"], d["count"], d["cluster"], d["special_mask"],
+                           d["action"], d["logprob"], d["value"])
+                reward, done = step_core(core, d["node"], d["action"])
+                buffer.rewards[step, e] = reward
+                buffer.ended[step, e] = float(done)
+                envs.after_step(e, done)
+            global_step += args.num_envs
+        for ep in envs.pop_finished():
+            ep["global_step"] = global_step
+            episodes.append(ep)
+        last_values = np.array([act(net, core, args.rank_scale)["value"] for core in envs.cores], dtype=np.float32)
+        buffer.compute_returns_and_advantage(last_values, args.gamma, args.gae_lambda)
+        rollout_s = time.time() - it_start
+
+        # update
+        b_inds = np.arange(batch_size)
+        clipfracs, approx_kl = [], torch.tensor(0.0)
+        pg_loss = v_loss = entropy_loss = torch.tensor(0.0)
+        for epoch in range(args.update_epochs):
+            shuffle_rng.shuffle(b_inds)
+            for start in range(0, batch_size, minibatch_size):
+                mb, extra = buffer.batch(b_inds[start:start + minibatch_size])
+                _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb, extra["actions"])
+                choice = extra["choice"].float()
+                n_choice = choice.sum().clamp(min=1.0)
+                logratio = (newlogprob - extra["logprobs"]) * choice
+                ratio = logratio.exp()
+                with torch.no_grad():
+                    approx_kl = (((ratio - 1) - logratio) * choice).sum() / n_choice
+                    clipfracs.append(float((((ratio - 1.0).abs() > args.clip_coef).float() * choice).sum() / n_choice))
+                mb_adv = extra["advantages"]
+                if args.norm_adv:
+                    sel = mb_adv[choice > 0]
+                    if len(sel) > 1:
+                        mb_adv = (mb_adv - sel.mean()) / (sel.std() + 1e-8)
+                pg_loss1 = -mb_adv * ratio
+                pg_loss2 = -mb_adv * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                pg_loss = (torch.max(pg_loss1, pg_loss2) * choice).sum() / n_choice
+                if args.clip_vloss:
+                    v_unclipped = (newvalue - extra["returns"]) ** 2
+                    v_clipped = extra["values"] + torch.clamp(newvalue - extra["values"], -args.clip_coef, args.clip_coef)
+                    v_loss = 0.5 * torch.max(v_unclipped, (v_clipped - extra["returns"]) ** 2).mean()
+                else:
+                    v_loss = 0.5 * ((newvalue - extra["returns"]) ** 2).mean()
+                entropy_loss = (entropy * choice).sum() / n_choice
+                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+                optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                optimizer.step()
+            if args.target_kl is not None and approx_kl > args.target_kl:
+                break
+        ev = explained_variance(buffer.values.reshape(-1), buffer.returns.reshape(-1))
+
+        # diagnostics, validation, checkpoint
+        it_s = time.time() - it_start
+        recent = [e["unallocated_100"] for e in episodes[-8:] if e.get("unallocated_100") is not None]
+        row = {"iteration": iteration, "global_step": global_step, "lr": optimizer.param_groups[0]["lr"],
+               "pg_loss": pg_loss.item(), "v_loss": v_loss.item(), "entropy": entropy_loss.item(),
+               "approx_kl": float(approx_kl), "clipfrac": float(np.mean(clipfracs)) if clipfracs else 0.0,
+               "explained_variance": ev, "epochs": epoch + 1,
+               "mean_reward": float(buffer.rewards.mean()), "sps": batch_size / max(rollout_s, 1e-9),
+               "iteration_s": it_s, "episodes": len(episodes),
+               "episode_unallocated": float(np.mean(recent)) if recent else None,
+               "episode_return": float(np.mean([e["return"] for e in episodes[-8:]])) if episodes else None,
+               "elapsed_s": elapsed_before + time.time() - start_time, "val_unallocated": None}
+        last_iteration = iteration == num_iterations
+        if (args.eval_every and iteration % args.eval_every == 0) or last_iteration:
+            val = validate(numpy_net(agent, args), args, args.val_seeds, val_core)
+            row["val_unallocated"] = float(np.mean(val))
+            if best_val is None or row["val_unallocated"] < best_val:
+                best_val = row["val_unallocated"]
+                export(agent, args, best_path, provenance({"globalStep": global_step, "valUnallocated": best_val}),
+                       typical_json, version)
+        history.append(row)
+        with open(run_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(unalloc=row["episode_unallocated"], val=best_val, kl=f"{row['approx_kl']:.4f}",
+                            ev=f"{ev:.2f}", sps=f"{row['sps']:.0f}")
+        if iteration % args.checkpoint_every == 0 or last_iteration:
+            save_checkpoint(run_dir / "checkpoint.pt", agent, optimizer, envs, shuffle_rng, history, episodes, best_val,
+                            global_step, iteration, elapsed_before + time.time() - start_time)
+            plot_curves(history, episodes, run_dir / "learning_curves.png")
+    if bar is not None:
+        bar.close()
+
+    # the end: validate the final policy, export final and (if it is better than every validated one) best
+    final_val = float(np.mean(validate(numpy_net(agent, args), args, args.val_seeds, val_core)))
+    seconds = elapsed_before + time.time() - start_time
+    export(agent, args, final_path, provenance({"globalStep": global_step, "valUnallocated": final_val,
+                                                "wallSeconds": seconds}), typical_json, version)
+    if best_val is None or final_val <= best_val:
+        best_val = final_val
+        export(agent, args, best_path, provenance({"globalStep": global_step, "valUnallocated": final_val,
+                                                   "wallSeconds": seconds}), typical_json, version)
+    save_checkpoint(run_dir / "checkpoint.pt", agent, optimizer, envs, shuffle_rng, history, episodes, best_val,
+                    global_step, iteration, seconds)
+    plot_curves(history, episodes, run_dir / "learning_curves.png")
+    (run_dir / "episodes.json").write_text(json.dumps(episodes, indent=0))
+    return TrainResult(str(best_path), best_val, final_val, global_step, seconds, str(run_dir), history)
+
+
+def save_checkpoint(path: Path, agent: Agent, optimizer: optim.Optimizer, envs: VectorCore, shuffle_rng: np.random.Generator,
+                    history: list[dict], episodes: list[dict], best_val: float | None, global_step: int, iteration: int,
+                    elapsed: float) -> None:
+    """Everything needed to continue the run exactly: weights, optimizer, simulations, random streams."""
+    tmp = path.with_suffix(".tmp")
+    torch.save({"agent": agent.state_dict(), "optimizer": optimizer.state_dict(), "envs": pickle.dumps(envs),
+                "shuffle_rng": shuffle_rng, "torch_rng": torch.get_rng_state(), "history": history,
+                "episodes": episodes, "best_val": best_val, "global_step": global_step, "iteration": iteration,
+                "elapsed": elapsed}, tmp)
+    os.replace(tmp, path)
+
+
+# -- offline seam ---------------------------------------------------------------------------------
+
+@dataclass
+class DecisionRecord:
+    """One logged decision: the candidate rows the policy saw, what was done, and what followed."""
+
+    features: np.ndarray
+    """float32[G, F] feature rows (schema :data:`rlsched.policy.features.FEATURES`)."""
+    prior: np.ndarray
+    """float[G] FGD-CPU prior per row (the ``fgdcpu_delta`` column)."""
+    action: int
+    """Chosen row, or -1 delay / -2 reject."""
+    reward: float = 0.0
+    """Reward observed after the decision (used as a weight when ``advantage_weighted``)."""
+    count: np.ndarray | None = None
+    """Nodes per row (default 1)."""
+    offset: np.ndarray | None = None
+    """Tie-break offsets per row (default 0)."""
+
+
+def fit_from_records(records: Sequence[DecisionRecord], args: Args | None = None, epochs: int = 10, batch: int = 256,
+                     learning_rate: float = 1e-3, advantage_weighted: bool = False, beta: float = 1.0,
+                     init: Agent | None = None) -> Agent:
+    """Fit the agent's policy to logged decisions by (optionally advantage-weighted) behaviour cloning.
+
+    Loss per decision: ``−w · log π(action)`` with ``w = 1`` (cloning) or ``w = exp(β · (r − mean r) / std r)``
+    clipped to 20 (advantage-weighted regression with the observed reward as the advantage). The
+    returned agent exports with :func:`export` like a PPO-trained one.
+    """
+    import torch.nn.functional  # noqa: F401  (keeps torch import explicit for readers)
+
+    args = parse_tuple_fields(args or Args())
+    if not records:
+        raise ValueError("fit_from_records: no records")
+    for i, r in enumerate(records):
+        if r.features.ndim != 2 or r.features.shape[1] != len(FEATURES):
+            raise ValueError(f"record {i}: features must be [G, {len(FEATURES)}], got {r.features.shape}")
+        if not -2 <= r.action < len(r.features):
+            raise ValueError(f"record {i}: action {r.action} out of range for {len(r.features)} rows")
+    torch.manual_seed(args.seed)
+    agent = init or Agent(len(FEATURES), len(CLUSTER_FEATURES), args.hidden, args.value_hidden, args.prior_scale)
+    buf = RolloutBuffer(len(records), 1, len(FEATURES), len(CLUSTER_FEATURES))
+    rewards = np.array([r.reward for r in records], dtype=np.float64)
+    for t, r in enumerate(records):
+        g = len(r.features)
+        buf.add(t, 0, r.features, r.prior, r.offset if r.offset is not None else np.zeros(g),
+                r.count if r.count is not None else np.ones(g), r.features[0, CLUSTER_SLICE] if g else np.zeros(len(CLUSTER_FEATURES)),
+                np.array([r.action == -1, r.action == -2]), r.action, 0.0, 0.0)
+    if advantage_weighted:
+        z = (rewards - rewards.mean()) / (rewards.std() + 1e-8)
+        weights = np.minimum(np.exp(beta * z), 20.0).astype(np.float32)
+    else:
+        weights = np.ones(len(records), dtype=np.float32)
+    optimizer = optim.Adam(agent.parameters(), lr=learning_rate)
+    rng = np.random.default_rng(args.seed)
+    idx = np.arange(len(records))
+    for _ in range(epochs):
+        rng.shuffle(idx)
+        for s in range(0, len(idx), batch):
+            mb = idx[s:s + batch]
+            b, extra = buf.batch(mb)
+            _, logprob, _, _ = agent.get_action_and_value(b, extra["actions"])
+            loss = -(torch.from_numpy(weights[mb]) * logprob).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            optimizer.step()
+    return agent
+

@@ -1,0 +1,110 @@
+"""The observation encoding (policy/features.py): grouping, values, schema."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ppo_fixtures import filled_state, small_pods, small_typical
+from rlsched.policy import ClusterState, Fragmentation, NodeSpec, PodSpec, feasible_nodes
+from rlsched.policy.features import (CLUSTER_FEATURES, CLUSTER_SLICE, FEATURES, NUM_FEATURES, FeatureEncoder,
+                                     node_keys)
+from rlsched.policy.scorers.fgd_cpu import CpuFragmentation
+
+COL = {name: i for i, name in enumerate(FEATURES)}
+
+
+def pods_with_candidates(state: ClusterState, seed: int = 5, n: int = 40):
+    for pod in small_pods(n, seed):
+        req = state.request(pod)
+        nodes = feasible_nodes(state, req)
+        if len(nodes):
+            yield pod, req, nodes
+
+
+def test_schema() -> None:
+    assert len(FEATURES) == len(set(FEATURES)) == NUM_FEATURES
+    assert FEATURES[CLUSTER_SLICE] == CLUSTER_FEATURES
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_group_rows_equal_per_node_rows(seed: int) -> None:
+    """Grouping changes nothing: each node's own row equals its group's row (cluster columns aside)."""
+    state = filled_state(seed)
+    enc = FeatureEncoder(small_typical())
+    node_cols = [i for i, name in enumerate(FEATURES) if name not in ("feasible_frac", "groups_frac")]
+    for _, req, nodes in pods_with_candidates(state, seed):
+        cand = enc.encode(state, req, nodes)
+        assert cand.features.shape == (cand.num_groups, NUM_FEATURES) and cand.features.dtype == np.float32
+        assert cand.count.sum() == len(nodes) and (np.bincount(cand.group) == cand.count).all()
+        assert (cand.group[cand.rep] == np.arange(cand.num_groups)).all()
+        assert np.isfinite(cand.features).all()
+        for k, n in enumerate(nodes):
+            alone = enc.encode(state, req, np.array([n]))
+            assert np.allclose(alone.features[0, node_cols], cand.features[cand.group[k], node_cols], atol=1e-6)
+            assert alone.prior[0] == pytest.approx(cand.prior[cand.group[k]])
+
+
+def test_interchangeable_nodes_share_a_group_and_cards_map_per_node() -> None:
+    nodes = [NodeSpec(f"n{i}", 32_000, 65_536, 4, "T4") for i in range(3)]
+    state = ClusterState(nodes)
+    share = state.request(PodSpec("s", 1000, 1024, 1, 500))
+    state.place(share, 0, (2,))       # node 0 free: [1000, 1000, 500, 1000]
+    state.place(share, 1, (0,))       # node 1 free: [500, 1000, 1000, 1000] — the same multiset
+    enc = FeatureEncoder(small_typical())
+    req = state.request(PodSpec("p", 1000, 1024, 1, 400))
+    cand = enc.encode(state, req, np.arange(3))
+    assert cand.num_groups == 2 and cand.group[0] == cand.group[1] != cand.group[2]
+    cards = enc.node_cards(state, req, cand)
+    # the same card *value* on each node of the group, found at that node's own index
+    assert state.card_free[0, cards[0]] == state.card_free[1, cards[1]]
+    for k in range(3):
+        assert enc.cards_at(state, req, cand, k) == (int(cards[k]),)
+        assert state.card_free[k, cards[k]] >= 400
+
+
+def test_load_splits_groups() -> None:
+    state = ClusterState([NodeSpec(f"n{i}", 32_000, 65_536, 2, "T4") for i in range(3)])
+    enc = FeatureEncoder(small_typical())
+    req = state.request(PodSpec("p", 1000, 1024, 1, 1000))
+    assert enc.encode(state, req, np.arange(3)).num_groups == 1
+    state.load[1] = [0.9, 0.5, 0.0, 0.0]
+    cand = enc.encode(state, req, np.arange(3))
+    assert cand.num_groups == 2
+    assert cand.features[cand.group[1], COL["load_cpu"]] == pytest.approx(0.9)
+    assert cand.features[cand.group[1], COL["load_known"]] == 1.0
+    assert cand.features[cand.group[0], COL["load_known"]] == 0.0
+
+
+def test_values_against_the_measures() -> None:
+    state = filled_state(2)
+    typical = small_typical()
+    enc = FeatureEncoder(typical, cpu_weight=0.8)
+    fgd = Fragmentation(typical, state.model_names)
+    cpu = CpuFragmentation(typical, state.model_names, 0.8)
+    for pod, req, nodes in pods_with_candidates(state, 9):
+        cand = enc.encode(state, req, nodes)
+        reps = nodes[cand.rep]
+        pf = fgd.placement(state, req, reps)
+        _, _, cdelta = cpu.placement(state, req, reps)
+        x = cand.features
+        assert np.allclose(x[:, COL["fgd_delta"]], pf.delta / 1000, atol=1e-5)
+        assert np.allclose(x[:, COL["fgd_score"]], pf.score / 100, atol=1e-6)
+        assert np.allclose(x[:, COL["fgdcpu_delta"]], cdelta / 1000, atol=1e-5)
+        assert np.allclose(cand.prior, cdelta / 1000)
+        assert np.allclose(x[:, COL["pod_cpu"]], pod.cpu_milli / 128_000)
+        assert np.allclose(x[:, COL["cpu_free"]], state.cpu_free[reps] / 128_000)
+        assert np.allclose(x[:, COL["card_free_0"]], state.card_free[reps].max(axis=1) / 1000)
+        assert np.allclose(x[:, COL["gpu_left_total"]], (state.card_free[reps].sum(axis=1) - req.gpu_total) / 8000, atol=1e-6)
+        assert np.allclose(x[:, COL["cluster_gpu_alloc"]], state.gpu_milli_allocated / state.gpu_milli_capacity)
+        assert np.allclose(x[:, COL["feasible_frac"]], len(nodes) / state.num_nodes)
+
+
+def test_node_keys_follow_node_versions() -> None:
+    state = filled_state(0, fills=5)
+    keys = node_keys(state).copy()
+    n = int(np.flatnonzero(state.card_free[:, 0] == 1000)[0])
+    state.place(state.request(PodSpec("x", 1000, 0, 1, 1000)), n, (0,))
+    after = node_keys(state)
+    assert after[n] != keys[n]
+    others = np.arange(state.num_nodes) != n
+    assert (after[others] == keys[others]).all()

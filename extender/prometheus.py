@@ -113,9 +113,13 @@ class LoadPoller:
                     raise RuntimeError(f"query must return an instant vector, got {data.get('resultType')}")
                 result = data.get("result") or []
             except Exception as exc:  # noqa: BLE001 - a failed query only ages the column out
-                status.last_error = f"{type(exc).__name__}: {exc}"
+                error = f"{type(exc).__name__}: {exc}"
+                # Once per new failure, not every interval while Prometheus stays down.
+                level = logging.WARNING if error != status.last_error else logging.DEBUG
+                status.last_error = error
                 self._count(column, "error")
-                log.warning("load query %s failed: %s", column, status.last_error, extra={"event": "load_query_failed", "column": column})
+                log.log(level, "load query %s failed: %s (values age out after %.0f s)", column, error,
+                        self.settings.stale_after_s, extra={"event": "load_query_failed", "column": column})
                 continue
             matched, unmatched = 0, []
             values = self.values[column]
@@ -133,6 +137,8 @@ class LoadPoller:
                 if math.isfinite(value):
                     values[node] = (min(max(value, 0.0), 1.0), now)
                     matched += 1
+            if status.last_error is not None:
+                log.info("load query %s works again", column, extra={"event": "load_query_recovered", "column": column})
             status.last_success, status.last_error = now, None
             status.series, status.matched, status.unmatched = len(result), matched, unmatched
             self._count(column, "ok")

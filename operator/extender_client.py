@@ -34,6 +34,8 @@ class ExtenderView:
     loaded_at: float | None = None
     error: str | None = None
     error_at: float | None = None
+    error_path: str | None = None
+    """The file the last load error is about, when the extender reports it (``model.errorPath``)."""
     counters: dict[str, int] = field(default_factory=dict)
 
     @classmethod
@@ -46,7 +48,7 @@ class ExtenderView:
             mode=p.get("mode"), fallback=p.get("fallback"), deadline_ms=p.get("deadlineMs"), top_k=p.get("topK"),
             policy_file_error=p.get("policyFileError"), model_path=m.get("path"), model_loaded=bool(m.get("loaded")),
             version=m.get("version"), digest=m.get("digest"), file_digest=m.get("fileDigest"),
-            loaded_at=m.get("loadedAt"), error=m.get("error"), error_at=m.get("errorAt"),
+            loaded_at=m.get("loadedAt"), error=m.get("error"), error_at=m.get("errorAt"), error_path=m.get("errorPath"),
             counters={k: int(v) for k, v in (p.get("counters") or {}).items() if isinstance(v, (int, float))},
         )
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import time
 from typing import Any, Mapping
 
 import kopf
@@ -112,7 +113,7 @@ async def reconcile(body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, status: k
                             _degraded(True, exc.reason, str(exc), generation))
             _transition(body, status, "Warning", exc.reason, str(exc))
             if exc.temporary:
-                raise kopf.TemporaryError(str(exc), delay=30) from None
+                raise kopf.TemporaryError(str(exc), delay=10) from None
             raise kopf.PermanentError(str(exc)) from None
         patch.status["extender"] = {"mode": ps.mode, "fallback": ps.fallback, "extenderWeight": ps.extender_weight}
 
@@ -146,7 +147,24 @@ async def reconcile(body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, status: k
                             _degraded(True, "PublishFailed", str(exc), generation))
             _transition(body, status, "Warning", "PublishFailed", str(exc))
             raise kopf.TemporaryError(str(exc), delay=15) from None
+        await _note_policy(rt, body, generation, ps.mode, result)
         report(result, body, status, patch, generation)
+
+
+async def _note_policy(rt: Runtime, body: Mapping[str, Any], generation: int | None, mode: str,
+                       result: RolloutResult) -> None:
+    """A ``policy`` line in the decision log: which model and reward weights hold from here on."""
+    if rt.decision_log is None:
+        return
+    meta = body.get("metadata") or {}
+    line = {"type": "policy", "policy": f"{meta.get('namespace')}/{meta.get('name')}", "generation": generation,
+            "mode": mode, "ok": result.ok, "reason": result.reason,
+            "modelVersion": result.view.version if result.view and result.view.model_loaded else None,
+            "rewardWeights": rt.reward_weights, "time": round(time.time(), 3)}
+    try:
+        await rt.decision_log.awrite([line])
+    except OSError as exc:
+        log.error("cannot write to the decision log: %s", exc)
 
 
 def report(result: RolloutResult, body: kopf.Body, status: Mapping[str, Any] | None, patch: kopf.Patch,
@@ -246,9 +264,11 @@ async def not_served(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, patc
 
 # -- pods ------------------------------------------------------------------------------------------
 
-def index_pending(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, PendingPod] | None:
+def index_pending(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, PendingPod | None]:
+    """Pending pods by UID. Pods that stop being pending leave the index through the ``when``
+    filter (kopf keeps an object's previous value when the function returns None)."""
     pod = pending_pod(body, memo.settings.requeue.annotation)
-    return {pod.uid: pod} if pod is not None and pod.uid else None
+    return {body.get("metadata", {}).get("uid", ""): pod}
 
 
 async def pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:  # noqa: A002 - kopf's name
@@ -287,11 +307,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, pending_pods
 
     def lookup(uid: str) -> PendingPod | None:
         for pod in pending_pods.get(uid, ()):
-            return pod
+            if pod is not None:
+                return pod
         return None
 
     def pending() -> list[PendingPod]:
-        return [pod for store in list(pending_pods.values()) for pod in store]
+        return [pod for store in list(pending_pods.values()) for pod in store if pod is not None]
 
     memo.runtime = start_runtime(s, memo.kube, lookup, pending)
     log.info("operator started: policy %s/%s, sink %s, extender %s, decision log %s, requeue %s",
@@ -304,6 +325,18 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     if rt is not None:
         await rt.stop()
         log.info("operator stopped (decision log closed)", extra={"event": "stopped"})
+
+
+def retry_backoffs(total_s: float) -> list[float]:
+    """kopf's retry delays: 1, 1, 2, 3, 5, 8, 13, 21, then 30 s each, adding up to ``total_s``."""
+    out: list[float] = []
+    for d in (1, 1, 2, 3, 5, 8, 13, 21):
+        if sum(out) + d > total_s:
+            return out or [1.0]
+        out.append(float(d))
+    while sum(out) + 30 <= total_s:
+        out.append(30.0)
+    return out
 
 
 def configure_kopf(settings: kopf.OperatorSettings, s: OperatorSettings) -> None:
@@ -320,6 +353,7 @@ def configure_kopf(settings: kopf.OperatorSettings, s: OperatorSettings) -> None
     settings.watching.connect_timeout = 10
     settings.networking.request_timeout = 60
     settings.networking.connect_timeout = 10
+    settings.networking.error_backoffs = retry_backoffs(s.kubernetes.outage_tolerance_s)
     settings.process.ultimate_exiting_timeout = 30
 
 
@@ -337,6 +371,9 @@ def build_registry(settings: OperatorSettings) -> kopf.OperatorRegistry:
     def is_ours(spec: kopf.Spec, **_: Any) -> bool:
         return spec.get("schedulerName") == scheduler
 
+    def is_pending(body: kopf.Body, spec: kopf.Spec, **_: Any) -> bool:
+        return spec.get("schedulerName") == scheduler and pending_pod(body, settings.requeue.annotation) is not None
+
     kopf.on.login(registry=registry)(login)
     kopf.on.startup(registry=registry)(startup)
     kopf.on.cleanup(registry=registry)(cleanup)
@@ -350,6 +387,6 @@ def build_registry(settings: OperatorSettings) -> kopf.OperatorRegistry:
     for decorator in (kopf.on.create, kopf.on.resume):
         decorator(*POLICY, id="not-served", when=kopf.not_(is_served), registry=registry)(not_served)
 
-    kopf.index(*PODS, id="pending_pods", when=is_ours, registry=registry)(index_pending)
+    kopf.index(*PODS, id="pending_pods", when=is_pending, registry=registry)(index_pending)
     kopf.on.event(*PODS, id="pod-outcomes", when=is_ours, registry=registry)(pod_event)
     return registry

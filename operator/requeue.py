@@ -35,7 +35,7 @@ log = logging.getLogger("rlsched.operator.requeue")
 
 DELAYED = re.compile(r"delayed by policy[^(]*(?:\(retry in (\d+(?:\.\d+)?)s\))?")
 """The extender's filter reason for a delayed pod (rlsched.extender.verbs, ``_verdict``)."""
-REJECTED = re.compile(r"rejected by policy[^:]*:?\s*(.*)")
+REJECTED = re.compile(r"rejected by policy[^:.]*:?\s*(.*?)(?:\.?\s*preemption:.*)?$", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,8 @@ class Requeuer:
 
     # -- the loop -----------------------------------------------------------------------------------
     async def run(self) -> None:
-        next_sweep = self.clock() + self.settings.sweep_interval_s
+        # The first sweep soon after start: pods delayed while no operator was running.
+        next_sweep = self.clock() + min(self.settings.sweep_interval_s, 3.0)
         while True:
             now = self.clock()
             if now >= next_sweep:

@@ -17,8 +17,11 @@ its :class:`RolloutResult` into status, conditions and events):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
+import os
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
@@ -143,11 +146,30 @@ def serves(view: ExtenderView, bundle: Bundle) -> bool:
     return view.model_path == path and view.model_loaded
 
 
+_MODEL_FILE = re.compile(r"model-[0-9a-f]{16}\.npz")
+
+
 def load_failed(view: ExtenderView, bundle: Bundle, since: float) -> bool:
-    """A model load error the extender reported after ``since`` (for this bundle's model)."""
-    if not bundle.settings.get("modelPath") or not view.error or view.error_at is None:
+    """Did the extender fail to load *this bundle's* model after ``since``?
+
+    ``/status`` shows the last load error next to the model that still serves, and the extender
+    retries a failing file on every poll, so a fresh error may belong to another file (the bundle
+    being rolled back from). It counts as ours when the extender names our file (``errorPath``),
+    when its message names our content-addressed file (or another one), or — with neither — when
+    the extender already runs our bundle's settings.
+    """
+    path = bundle.settings.get("modelPath")
+    if not path or not view.error or view.error_at is None or view.error_at < since - CLOCK_SKEW_S:
         return False
-    return view.error_at >= since - CLOCK_SKEW_S
+    if view.model_path == path:
+        return not view.model_loaded
+    if view.error_path:
+        return view.error_path == path
+    named = _MODEL_FILE.findall(view.error)
+    if named:
+        return os.path.basename(path) in named
+    s = bundle.settings
+    return view.mode == s.get("mode") and view.fallback == s.get("fallback")
 
 
 class Rollout:
@@ -218,6 +240,8 @@ class Rollout:
         since = await self.publish(bundle)
         outcome, view, message = await self.verify(bundle, since)
         if outcome == "ok":
+            if view is not None and view.model_loaded:
+                bundle = dataclasses.replace(bundle, meta=dict(bundle.meta, version=view.version))
             await self.sink.write(LAST_GOOD, bundle)
             return RolloutResult(True, "RolledOut", f"the extender serves {bundle_label(bundle)}", bundle, view)
         if outcome == "unreachable":

@@ -32,6 +32,9 @@ class KubeAccess:
     """Kubeconfig context (unset: the current one)."""
     request_timeout_s: float = 10.0
     """Timeout of the operator's own API requests (ConfigMap writes, pod patches), seconds."""
+    outage_tolerance_s: float = 600.0
+    """How long kopf keeps retrying a failing API request (watches included) before giving up and
+    stopping the operator (Kubernetes then restarts it). Covers API-server restarts and upgrades."""
 
 
 @dataclass

@@ -62,7 +62,9 @@ class FakeModelScorer:
         if limit is not None and req.cpu_milli > int(limit):
             return ("reject", f"asks {req.cpu_milli} mCPU, more than this policy places ({limit})", 0.0)
         if self.calls <= int(self.conf.get("delayFirst") or 0):
-            return ("delay", f"test delay {self.calls} of {self.conf['delayFirst']}", float(self.conf.get("retryAfterSeconds") or 1.0))
+            # The same reason every time, as a real policy would give: kube-scheduler then sees no
+            # change in the pod's PodScheduled condition and does not retry the pod by itself.
+            return ("delay", "test delay", float(self.conf.get("retryAfterSeconds") or 1.0))
         return None
 
 

@@ -29,6 +29,9 @@ def test_pending_pod_reads_the_extenders_reasons() -> None:
     assert p == PendingPod("u1", "ns", "pod-u1", 2, True, 30.0, None)
     r = pending_pod(pod_body(message="0/4 nodes are available: 4 rejected by policy rl-scheduler: too big."), ANN)
     assert r.rejected == "too big" and not r.delayed
+    r = pending_pod(pod_body(message="0/4 nodes are available: 4 rejected by policy rl-scheduler: asks 2.5 GPUs (max 2). "
+                                     "preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling."), ANN)
+    assert r.rejected == "asks 2.5 GPUs (max 2)"
     assert pending_pod(pod_body(node="n1"), ANN) is None
     assert pending_pod(pod_body(attempt="junk"), ANN).attempt == 0
 

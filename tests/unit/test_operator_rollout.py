@@ -185,3 +185,22 @@ def test_serves_compares_what_matters() -> None:
     assert serves(ExtenderView(**{**v.__dict__, "error": "another file failed", "error_at": 11.0}), b)
     assert not serves(ExtenderView(**{**v.__dict__, "model_loaded": False}), b)
     assert serves(ExtenderView(mode="off", fallback="fgd"), Bundle({"mode": "off", "fallback": "fgd", "modelPath": None}))
+
+
+def test_load_failed_only_counts_errors_about_our_file() -> None:
+    from rlsched.operator.extender_client import ExtenderView
+    from rlsched.operator.rollout import load_failed
+
+    ours = Bundle({"mode": "shadow", "fallback": "fgd", "modelPath": "/p/model-1111111111111111.npz"})
+    base = dict(mode="active", fallback="fgd", model_path="/p/model-2222222222222222.npz", model_loaded=True, error_at=10.0)
+    other = ExtenderView(**base, error="ValueError: /p/model-3333333333333333.npz: corrupt")
+    assert not load_failed(other, ours, since=5.0)   # the extender still retries the file we roll back from
+    mine = ExtenderView(**base, error="ValueError: /p/model-1111111111111111.npz: corrupt")
+    assert load_failed(mine, ours, since=5.0) and not load_failed(mine, ours, since=20.0)
+    anonymous = ExtenderView(**base, error="ValueError: bad magic")
+    assert not load_failed(anonymous, ours, since=5.0)   # still runs the old settings: not ours yet
+    assert load_failed(ExtenderView(**{**base, "mode": "shadow"}, error="ValueError: bad magic"), ours, since=5.0)
+    assert load_failed(ExtenderView(**base, error="x", error_path="/p/model-1111111111111111.npz"), ours, since=5.0)
+    first = ExtenderView(mode="shadow", fallback="fgd", model_path="/p/model-1111111111111111.npz", model_loaded=False,
+                         error="bad", error_at=10.0)
+    assert load_failed(first, ours, since=5.0)

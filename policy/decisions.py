@@ -13,6 +13,8 @@ The operator (``rlsched.operator.decisionlog``) writes a folder of JSON Lines *s
   (``node``, ``pendingSeconds``), ``ended`` (``how``: ``evicted`` | ``preempted`` | ``deleted`` |
   ``succeeded`` | ``failed``; ``lifetimeSeconds``) or ``load`` (``node``, ``load``: {cpu, memory, …}
   sampled some time after binding).
+- ``policy`` — a rollout of the served SchedulingPolicy: ``generation``, ``mode``, ``modelVersion``,
+  ``ok`` and ``reason``, and its ``rewardWeights`` (which hold from that line on).
 - ``gap`` — ``dropped`` ring records the operator never saw (the ring overflowed between drains).
 
 Crash safety: the writer appends whole lines and fsyncs; a crash can leave at most a torn last line,
@@ -212,18 +214,15 @@ def _num(v: Any) -> float | None:
 
 
 def reward_weights(path: str | Path) -> dict[str, float]:
-    """The reward weights in the newest segment header (the CRD defaults if none)."""
+    """The newest ``rewardWeights`` in the dataset (``policy`` lines, written at each rollout, and
+    segment headers); the CRD defaults for the weights it does not name."""
     weights = dict(REWARD_DEFAULTS)
-    for seg in reversed(segments(path)):
-        with open(seg, "rb") as f:
-            first = f.readline()
-        try:
-            header = json.loads(first)
-        except ValueError:
-            continue
-        if isinstance(header, dict) and header.get("type") == "header" and isinstance(header.get("rewardWeights"), dict):
-            weights.update({k: float(v) for k, v in header["rewardWeights"].items() if _num(v) is not None})
-            break
+    newest: dict[str, Any] | None = None
+    for rec in iter_records(path):
+        if rec.get("type") in ("policy", "header") and isinstance(rec.get("rewardWeights"), dict):
+            newest = rec["rewardWeights"]
+    if newest:
+        weights.update({k: float(v) for k, v in newest.items() if k in weights and _num(v) is not None})
     return weights
 
 

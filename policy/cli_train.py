@@ -20,6 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--config", help="YAML or JSON file with training settings (keys as below, with _ or -)")
     parser.add_argument("--export", help="copy the chosen model (.npz, plus its .json manifest) here when training ends")
+    parser.add_argument("--from-decisions", metavar="PATH",
+                        help="fine-tune on the workload in rlsched operator's decision log (folder or segment); it "
+                             "replaces --traces; start from the served model with --init-model (rlsched.policy.decisions)")
     for f in ARGS_FIELDS:
         flag = "--" + f.name.replace("_", "-")
         kind, elem = field_kind(f)
@@ -86,6 +89,18 @@ def run(ns: argparse.Namespace) -> int:
     except (ValueError, TypeError) as exc:
         print(f"rlsched train: {exc}", file=sys.stderr)
         return 2
+    if getattr(ns, "from_decisions", None):
+        import dataclasses
+
+        from .decisions import prepare_fine_tune
+
+        try:
+            trace, summary = prepare_fine_tune(ns.from_decisions, args.out_dir)
+        except (OSError, ValueError) as exc:
+            print(f"rlsched train: --from-decisions: {exc}", file=sys.stderr)
+            return 2
+        print("\n".join(["decision log " + str(ns.from_decisions) + ":", *summary.lines()]), file=sys.stderr)
+        args = dataclasses.replace(args, traces=(str(trace),))
     try:
         from .ppo.train import train
     except ImportError as exc:  # pragma: no cover - depends on the install

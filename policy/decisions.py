@@ -145,7 +145,7 @@ class DecisionExample:
         """The pod's request in domain terms (None when the features lack it or it is invalid)."""
         p = (self.features or {}).get("pod") or {}
         try:
-            return PodSpec(name=self.pod, cpu_milli=int(p["cpuMilli"]), memory_mib=int(p["memoryMiB"]),
+            return PodSpec(name=f"{self.pod}@{self.pod_uid[:8]}", cpu_milli=int(p["cpuMilli"]), memory_mib=int(p["memoryMiB"]),
                            num_gpu=int(p.get("numGpu", 0)), gpu_milli=int(p.get("gpuMilli", 0)),
                            creation_time=self.time,
                            deletion_time=(self.time + self.outcome.lifetime_seconds) if self.outcome.lifetime_seconds else None)
@@ -305,3 +305,30 @@ def summarize(path: str | Path, weights: Mapping[str, float] | None = None) -> t
         followed=sum(bool(e.followed) for e in places), evicted=sum(e.outcome.ended in ("evicted", "preempted") for e in places),
         mean_reward=sum(rewards) / len(rewards) if rewards else 0.0, model_versions=versions, stats=stats,
     )
+
+
+def prepare_fine_tune(path: str | Path, out_dir: str | Path, min_pods: int = 1) -> tuple[Path, DatasetSummary]:
+    """The seam ``rlsched train --from-decisions PATH`` calls: the observed workload as a pod list.
+
+    Writes ``<out_dir>/decisions-workload.json`` (the generic trace format, times relative to the
+    first pod) for the trainer's ``traces``; with ``--init-model`` (the served model) PPO then
+    fine-tunes on the workload the cluster actually sees. Returns the file and a summary of the
+    dataset (counts, mean reward of the logged placements under its reward weights).
+    Raises ValueError when the log holds fewer than ``min_pods`` usable pods.
+    """
+    from .trace import dump_generic
+
+    examples, summary = summarize(path)
+    pods = workload(examples)
+    if len(pods) < min_pods:
+        raise ValueError(f"{path}: {len(pods)} pods with a readable request in the decision log; need at least {min_pods}")
+    t0 = min(p.creation_time or 0.0 for p in pods)
+    pods = [PodSpec(name=p.name, cpu_milli=p.cpu_milli, memory_mib=p.memory_mib, num_gpu=p.num_gpu, gpu_milli=p.gpu_milli,
+                    gpu_models=p.gpu_models,
+                    creation_time=None if p.creation_time is None else round(p.creation_time - t0, 3),
+                    deletion_time=None if p.deletion_time is None else round(p.deletion_time - t0, 3)) for p in pods]
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    trace = out / "decisions-workload.json"
+    trace.write_text(dump_generic([], pods), encoding="utf-8")
+    return trace, summary

@@ -409,6 +409,11 @@ def test_decision_log_is_written_and_read_back_by_the_trainer(stack: Stack) -> N
     assert placed.features["pod"]["numGpu"] == 1 and placed.scores
     _, summary = summarize(stack.dlog)
     assert summary.rejects >= 1 and summary.bound >= 1 and summary.stats.bad_lines == 0
+    from rlsched.policy.decisions import prepare_fine_tune
+    from rlsched.policy.trace import load_pods
+
+    trace, _ = prepare_fine_tune(stack.dlog, stack.tmp / "train")   # what `rlsched train --from-decisions` trains on
+    assert any(p.num_gpu == 1 and p.cpu_milli == 1000 for p in load_pods(trace))
     policies = [json.loads(line) for seg in sorted(stack.dlog.glob("segment-*.jsonl")) for line in seg.read_text().splitlines()
                 if '"type":"policy"' in line]
     assert [p["generation"] for p in policies if p["ok"]][-1] == 4

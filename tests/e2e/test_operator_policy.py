@@ -308,6 +308,35 @@ def test_schema_rejection_says_what_to_fix(stack: Stack) -> None:
     assert "set exactly one of spec.model.configMapKeyRef, spec.model.path or spec.model.url" in err.value.body
 
 
+def test_configmap_sink_against_the_api_server(stack: Stack) -> None:
+    """The in-cluster sink: create then replace, binaryData round trip, the 1 MiB limit."""
+    import asyncio
+
+    from rlsched.operator.kube import Kube, load_configuration
+    from rlsched.operator.sink import CURRENT, LAST_GOOD, Bundle, ConfigMapSink, ModelTooLarge
+
+    async def go() -> None:
+        kube = Kube(load_configuration(str(stack.cluster.kubeconfig), None))
+        try:
+            sink = ConfigMapSink(kube, NS, "policy-sink", max_model_bytes=1 << 20)
+            model = os.urandom(1_000_000)   # near the limit: the API server counts decoded bytes
+            b = Bundle({"mode": "shadow", "modelPath": sink.model_path("model-0123456789abcdef.npz")},
+                       "model-0123456789abcdef.npz", model, {"digest": "d", "generation": 3})
+            await sink.write(CURRENT, b)
+            await sink.write(CURRENT, b)   # replace
+            await sink.write(LAST_GOOD, b)
+            got = await sink.read(CURRENT)
+            assert got.model == model and got.settings["mode"] == "shadow" and got.meta["generation"] == 3
+            with pytest.raises(ModelTooLarge):
+                await sink.write(CURRENT, Bundle({"mode": "active"}, "model-big.npz", os.urandom(1_100_000), {}))
+            await sink.clear(LAST_GOOD)
+            assert await sink.read(LAST_GOOD) is None
+        finally:
+            kube.close()
+
+    asyncio.run(go())
+
+
 # -- the lifecycle of the served policy ---------------------------------------------------------------
 
 def test_create_rolls_out_and_reports_what_the_extender_loaded(stack: Stack) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from rlsched.policy.cluster import NodeSpec, PodSpec, pod_request_problem
-from rlsched.policy.resources import MILLI_PER_CARD, QuantityError, count, cpu_milli, memory_mib, parse_quantity
+from rlsched.policy.resources import MILLI_PER_CARD, QuantityError, count, cpu_milli, parse_quantity
 
 from .settings import GpuConventions
 

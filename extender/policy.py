@@ -405,13 +405,20 @@ class PolicyEngine:
 
         Used by bind when the node kube-scheduler picked is not the one filter's decision chose.
         """
-        scorer = self.fallback_scorer
-        if self.settings.mode == "active" and self.model is not None:
-            scorer = self.model
-        try:
-            decision = decide(scorer, state, req, tiebreak, nodes=np.array([node]))
-        except Exception:  # noqa: BLE001 - the model's card rule failing must not fail the bind
-            decision = decide(self.fallback_scorer, state, req, tiebreak, nodes=np.array([node]))
+        nodes = np.array([node])
+        model = self.model
+        if self.settings.mode == "active" and model is not None:
+            try:
+                if self.settings.deadline_enforcement == "timer" and self._timer.usable():
+                    decision, _ = self._timer.run(lambda: _policy_call(model, state, tiebreak, req, nodes),
+                                                  self.settings.deadline_ms / 1e3)
+                else:
+                    decision, _ = _policy_call(model, state, tiebreak, req, nodes)
+                if decision is not None:
+                    return decision.cards
+            except (Exception, PolicyDeadline):  # noqa: BLE001 - the model failing must not fail the bind
+                pass
+        decision = decide(self.fallback_scorer, state, req, tiebreak, nodes=nodes)
         return None if decision is None else decision.cards
 
     async def shadow(self, state: ClusterState, tiebreak: TieBreak, req: PodRequest, nodes: np.ndarray,

@@ -1,6 +1,7 @@
 """Settings (YAML, environment, flags), the policy file, the scheduler configuration, the CLI."""
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,16 @@ from rlsched.extender.settings import (ConfigError, ExtenderSettings, PolicySett
                                        load_settings)
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def keep_root_logger():
+    """The CLI configures the root logger; put it back for the tests that follow."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 def test_defaults_are_safe() -> None:

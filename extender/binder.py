@@ -47,10 +47,10 @@ class Binder:
     """Reserve-then-write bind with idempotency by UID (module docstring)."""
 
     def __init__(self, cache: ClusterCache, engine: PolicyEngine, api: Any, gpu: GpuConventions, kube: KubeSettings,
-                 remembered: Callable[[str], Any] | None = None, on_result: Callable[[PodInfo | None, BindResult], None] | None = None):
+                 remembered: Callable[[str], Any] | None = None):
         self.cache, self.engine, self.api, self.gpu, self.kube = cache, engine, api, gpu, kube
         self.remembered = remembered or (lambda uid: None)
-        self.on_result = on_result
+        """uid → filter's remembered decision (``verbs.DecisionMemory.get``), or None."""
         self.lock = asyncio.Lock()
         self._inflight: dict[str, tuple[str, asyncio.Future]] = {}
 
@@ -135,9 +135,12 @@ class Binder:
             if spec.num_gpu:
                 await self.api.patch_pod_annotations(namespace, name, uid, assignment_annotations(self.gpu, node, cards, milli),
                                                      self.kube.write_timeout_s)
+        except ApiError as exc:  # no binding was attempted: whatever happened, the cards are free again
+            return await self._failed(uid, key, node, cards, milli, exc, binding_sent=False)
+        try:
             await self.api.create_binding(namespace, name, uid, node, self.kube.write_timeout_s)
         except ApiError as exc:
-            return await self._failed(uid, key, node, cards, milli, exc)
+            return await self._failed(uid, key, node, cards, milli, exc, binding_sent=True)
         entry.bind_done = True
         log.info("bound %s to %s cards %s", key, node, list(cards),
                  extra={"event": "bound", "pod": key, "uid": uid, "node": node, "cards": list(cards)})
@@ -175,7 +178,8 @@ class Binder:
             return None
         return decision.cards
 
-    async def _failed(self, uid: str, key: str, node: str, cards: tuple[int, ...], milli: int, exc: ApiError) -> BindResult:
+    async def _failed(self, uid: str, key: str, node: str, cards: tuple[int, ...], milli: int, exc: ApiError,
+                      binding_sent: bool) -> BindResult:
         entry = self.cache.pods.get(uid)
         if entry is not None and entry.status == BOUND and entry.node == node:
             return BindResult("", node, cards, milli)  # the watch already saw it bound there
@@ -190,7 +194,7 @@ class Binder:
             self.cache.forget(uid)
             where = f" to node {current.node_name}" if current is not None and current.node_name else ""
             return BindResult(f"pod {key} is already bound{where}: {exc.message}", node, result="error")
-        if exc.status == 0 and exc.reason == "Timeout":
+        if exc.status == 0 and binding_sent:  # timeout or connection lost: the binding may exist
             if entry is not None:
                 entry.status, entry.since = UNCERTAIN, self.cache.clock()
             log.warning("binding %s to %s: outcome unknown (%s); cards stay reserved for %.0f s unless the watch says otherwise",

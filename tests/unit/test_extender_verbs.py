@@ -426,3 +426,16 @@ async def test_unloadable_model_at_start(tmp_path) -> None:
     s = ExtenderSettings(policy=PolicySettings(model_path=str(tmp_path / "missing.npz")), strict_model=False)
     h = Harness(copy.deepcopy(NODES), [], s, model_loader=fake_loader)
     assert h.engine.model is None and "missing.npz" in h.engine.status()["model"]["error"]
+
+
+async def test_lost_connection_during_binding_keeps_cards_but_not_during_patch() -> None:
+    h = harness()
+    pod = h.add_pod(make_pod("p", gpus=4))
+    uid = pod["metadata"]["uid"]
+    h.api.fail["patch"] = ApiError(0, "Unreachable", "connection refused")
+    res = await h.binder.bind(uid, "default", "p", "v100-0")
+    assert res.result == "error" and uid not in h.cache.pods  # nothing was bound: released
+    del h.api.fail["patch"]
+    h.api.fail["bind"] = ApiError(0, "Unreachable", "connection reset by peer")
+    res = await h.binder.bind(uid, "default", "p", "v100-0")
+    assert res.result == "uncertain" and h.cache.pods[uid].status == UNCERTAIN

@@ -137,7 +137,7 @@ async def test_outcomes_and_the_joined_examples(tmp_path: Path) -> None:
     assert reward(evicted, w) == pytest.approx(-0.5 - 5.0)
     assert reward(delay, w) == pytest.approx(-0.01 * 40.0)  # the delay's pod was bound 40 s after creation
     pods = workload(examples)
-    assert [p.name for p in pods] == ["ns/p-a", "ns/p-b"] and pods[0].gpu_milli == 500
+    assert [p.name for p in pods] == ["ns/p-a@a", "ns/p-b@b"] and pods[0].gpu_milli == 500
     _, summary = summarize(tmp_path)
     assert (summary.examples, summary.placements, summary.delays, summary.bound, summary.followed, summary.evicted) == (3, 2, 1, 2, 1, 1)
     assert "model versions: v1 (3)" in "\n".join(summary.lines())

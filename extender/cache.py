@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from rlsched.policy.cards import default_cards
+from rlsched.policy.cluster import _MUTABLE_ARRAYS as MUTABLE_ARRAYS  # the per-node rows ClusterState.copy copies
 from rlsched.policy.cluster import LOAD_METRICS, ClusterState, NodeSpec, Placement, PodSpec
 from rlsched.policy.scorers import TieBreak
 
@@ -231,7 +232,9 @@ class ClusterCache:
         """Release a pod's resources and drop it."""
         self.pending.pop(uid, None)
         entry = self.pods.pop(uid, None)
-        if entry is not None and entry.placement is not None and not self._dirty and self._state is not None:
+        # Released even while a rebuild is pending: the old state stays exact, and the rebuild
+        # carries its unchanged nodes over as they are.
+        if entry is not None and entry.placement is not None and self._state is not None:
             try:
                 self._state.release(entry.placement)
             except ValueError as exc:  # pragma: no cover - would be a bug in the bookkeeping
@@ -284,11 +287,21 @@ class ClusterCache:
                 e.placement = None
             return
         specs = [self.nodes[name] for name in sorted(self.nodes)]
+        old = self._state
         state = ClusterState(specs)
         self._state = state
         self._tiebreak = TieBreak.by_name(state.names, self.seed)
-        # Our own reservations first: they were checked against the state when bind made them.
-        for entry in sorted(self.pods.values(), key=lambda e: (e.status == BOUND, e.since)):
+        carried = _carry_over(old, state)
+        # Pods on carried nodes keep their cards (same node, same capacity); the others are placed
+        # again — our own reservations first: bind checked them against the state when it made them.
+        replaced = []
+        for entry in self.pods.values():
+            p = entry.placement
+            if p is not None and entry.node in carried:
+                entry.placement = Placement(state.index[entry.node], p.cards, p.milli_per_card, p.cpu_milli, p.memory_mib, p.kind)
+            else:
+                replaced.append(entry)
+        for entry in sorted(replaced, key=lambda e: (e.status == BOUND, e.since)):
             self._place(entry)
         for name, row in self._load.items():
             i = state.index.get(name)
@@ -296,8 +309,8 @@ class ClusterCache:
                 state.load[i] = row
         self.stats.rebuilds += 1
         self.stats.last_rebuild_s = time.perf_counter() - start
-        log.info("cluster state rebuilt: %d nodes, %d pods in %.1f ms", state.num_nodes, len(self.pods),
-                 self.stats.last_rebuild_s * 1e3, extra={"event": "state_rebuilt"})
+        log.info("cluster state rebuilt: %d nodes (%d carried over), %d pods (%d placed again) in %.1f ms", state.num_nodes,
+                 len(carried), len(self.pods), len(replaced), self.stats.last_rebuild_s * 1e3, extra={"event": "state_rebuilt"})
 
     # -- load -------------------------------------------------------------------------------------
     def set_load(self, load: Mapping[str, np.ndarray]) -> None:
@@ -356,3 +369,29 @@ class ClusterCache:
 
     def _touch(self) -> None:
         self.last_update = self.clock()
+
+
+def _carry_over(old: ClusterState | None, new: ClusterState) -> set[str]:
+    """Copy the per-node rows of nodes whose spec did not change from ``old`` into ``new``.
+
+    A full re-placement of every pod costs ~25 µs a pod (5,000 nodes, 11,500 pods: 285 ms with the
+    event loop blocked); copying rows is a few vectorized assignments. Rows are the state's mutable
+    per-node arrays (the ones ``ClusterState.copy`` copies); card columns are matched up to the
+    narrower of the two states (a node's cards never exceed either width). Returns the carried names.
+    """
+    if old is None:
+        return set()
+    pairs = [(i, old.index[name]) for i, name in enumerate(new.names)
+             if name in old.index and old.nodes[old.index[name]] is new.nodes[i]]  # the same NodeSpec object
+    if not pairs:
+        return set()
+    new_idx = np.fromiter((a for a, _ in pairs), dtype=np.int64, count=len(pairs))
+    old_idx = np.fromiter((b for _, b in pairs), dtype=np.int64, count=len(pairs))
+    for attr in MUTABLE_ARRAYS:
+        src, dst = getattr(old, attr), getattr(new, attr)
+        if src.ndim == 1:
+            dst[new_idx] = src[old_idx]
+        else:
+            width = min(src.shape[1], dst.shape[1])
+            dst[new_idx, :width] = src[old_idx, :width]
+    return {new.names[i] for i in new_idx.tolist()}

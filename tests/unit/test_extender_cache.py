@@ -157,3 +157,42 @@ def test_unreadable_objects_are_skipped_and_counted() -> None:
 def test_no_nodes_means_no_state() -> None:
     c = cache_with([])
     assert c.state is None and c.summary()["nodes"] == 0
+
+
+def test_rebuild_carries_unchanged_nodes_over_exactly() -> None:
+    """After node churn, the carried-over state equals one built from scratch with the same pods."""
+    rng = np.random.default_rng(3)
+    nodes = [make_node(f"n{i:02d}", gpus=int(rng.choice([0, 2, 4, 8]))) for i in range(20)]
+    pods = []
+    for i in range(60):
+        n = nodes[int(rng.integers(len(nodes)))]
+        gpus = int(n["status"]["allocatable"].get("nvidia.com/gpu", 0))
+        kind = rng.integers(3) if gpus else 0
+        kw = {0: {}, 1: {"gpus": 1}, 2: {"gpu_milli": int(rng.choice([200, 500]))}}[int(kind)]
+        pods.append(make_pod(f"p{i}", cpu="1", memory="1Gi", node=n["metadata"]["name"], uid=f"p{i}", **kw))
+    c = cache_with(nodes, pods)
+    c.state  # noqa: B018
+    for step in range(30):
+        op = step % 4
+        if op == 0:
+            c.set_node(make_node(f"x{step}", gpus=int(rng.choice([0, 4, 16]))))
+        elif op == 1 and c.nodes:
+            c.delete_node(sorted(c.nodes)[int(rng.integers(len(c.nodes)))])
+        elif op == 2:
+            name = sorted(c.nodes)[int(rng.integers(len(c.nodes)))]
+            c.set_node(make_node(name, cpu="200", gpus=8))  # changed capacity: its pods are placed again
+        else:
+            for uid in list(c.pods)[: 3]:
+                c.forget(uid)
+        if step % 3 == 0:
+            c.state  # noqa: B018 - rebuild now and then, with forgets in between
+    got = c.state
+    fresh = ClusterCache(GPU)
+    fresh.nodes = dict(c.nodes)
+    for e in sorted(c.pods.values(), key=lambda e: e.uid):
+        fresh.pods[e.uid] = type(e)(e.uid, e.key, e.node, e.spec, e.cards, e.status, e.since)
+    want = fresh.state
+    for attr in ("cpu_free", "mem_free", "card_free", "full_free", "max_card_free", "kind_count", "gpu_pods",
+                 "nonzero_cpu_used", "nonzero_mem_used_bytes"):
+        np.testing.assert_array_equal(getattr(got, attr), getattr(want, attr), err_msg=attr)
+    assert {u: e.placement is None for u, e in c.pods.items()} == {u: e.placement is None for u, e in fresh.pods.items()}

@@ -99,7 +99,7 @@ class Stack:
         path.write_text(yaml.safe_dump(conf))
         self.cluster.scheduler(path)
 
-    def start_operator(self) -> None:
+    def start_operator(self, *extra: str) -> None:
         log_path = self.tmp / f"operator-{len(self.operator_logs)}.log"
         self.operator_logs.append(log_path)
         log = open(log_path, "ab")
@@ -108,7 +108,7 @@ class Stack:
              "--install-crds", "--namespace", NS, "--policy", f"{NS}/default", "--sink", "directory",
              "--directory", str(self.policy_dir), "--extender-url", self.status_url, "--decision-log", str(self.dlog),
              "--drain-interval", "0.5", "--requeue-initial", "1", "--requeue-max", "4", "--rollout-timeout", "15",
-             "--status-interval", "2"], stdout=log, stderr=log, start_new_session=True)
+             "--status-interval", "2", *extra], stdout=log, stderr=log, start_new_session=True)
         wait_for(lambda: "operator started" in log_path.read_text(), 60, "the operator to start")
 
     def stop_operator(self, timeout: float = 30) -> int:
@@ -508,3 +508,16 @@ def test_graceful_shutdown_and_resume(stack: Stack) -> None:
     assert "generation 2: resume handler runs" in stack.operator_logs[-1].read_text()
     time.sleep(2)
     assert [e["reason"] for e in stack.events("default", "SchedulingPolicy")].count("RolledOut") == before
+
+
+def test_peering_mode(stack: Stack) -> None:
+    """With --peering the operator coordinates through a KopfPeering (v1 CRD from operator/crds)."""
+    assert stack.stop_operator() == 0
+    stack.custom.create_namespaced_custom_object("kopf.dev", "v1", NS, "kopfpeerings",
+                                                 {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": "rlsched"}})
+    stack.start_operator("--peering", "rlsched")
+    stack.apply_policy({"mode": "off", "fallback": "least-allocated"})
+    wait_for(stack.rolled_out(3), 60, "generation 3 rolled out by the peering operator")
+    peering = stack.custom.get_namespaced_custom_object("kopf.dev", "v1", NS, "kopfpeerings", "rlsched")
+    assert peering.get("status"), "the operator did not announce itself in the KopfPeering"
+    assert stack.extender_status()["mode"] == "off"

@@ -80,7 +80,7 @@ def _degraded(bad: bool, reason: str, message: str, generation: int | None) -> d
     return condition("Degraded", bad, reason, message, generation)
 
 
-def _transition(body: Mapping[str, Any], status: Mapping[str, Any] | None, type_: str, reason: str, message: str) -> None:
+def _transition(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
     """A Kubernetes event for the policy (kopf posts it in the handler's context)."""
     (kopf.warn if type_ == "Warning" else kopf.info)(body, reason=reason, message=message)
 
@@ -102,7 +102,7 @@ async def reconcile(body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, status: k
         message = "the spec is invalid: " + "; ".join(exc.problems)
         _set_conditions(patch, status, generation, _ready(False, "InvalidSpec", message, generation),
                         _degraded(True, "InvalidSpec", message, generation))
-        _transition(body, status, "Warning", "InvalidSpec", message)
+        _transition(body, "Warning", "InvalidSpec", message)
         raise kopf.PermanentError(message) from None
     rt.reward_weights = dict(ps.reward_weights)
     async with rt.lock(uid):
@@ -111,7 +111,7 @@ async def reconcile(body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, status: k
         except SourceError as exc:
             _set_conditions(patch, status, generation, _ready(False, exc.reason, str(exc), generation),
                             _degraded(True, exc.reason, str(exc), generation))
-            _transition(body, status, "Warning", exc.reason, str(exc))
+            _transition(body, "Warning", exc.reason, str(exc))
             if exc.temporary:
                 raise kopf.TemporaryError(str(exc), delay=10) from None
             raise kopf.PermanentError(str(exc)) from None
@@ -132,7 +132,7 @@ async def reconcile(body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, status: k
                     log.info("policy %s/%s: the extender already serves generation %s; nothing to roll out", namespace, name, generation)
                     return
 
-        _transition(body, status, "Normal", "RollingOut",
+        _transition(body, "Normal", "RollingOut",
                     f"generation {generation}: publishing {bundle_label(bundle)} (mode {ps.mode}, fallback {ps.fallback}) "
                     f"to {rt.sink.describe()}")
         try:
@@ -140,12 +140,12 @@ async def reconcile(body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, status: k
         except ModelTooLarge as exc:
             _set_conditions(patch, status, generation, _ready(False, "ModelTooLarge", str(exc), generation),
                             _degraded(True, "ModelTooLarge", str(exc), generation))
-            _transition(body, status, "Warning", "ModelTooLarge", str(exc))
+            _transition(body, "Warning", "ModelTooLarge", str(exc))
             raise kopf.PermanentError(str(exc)) from None
         except SinkError as exc:
             _set_conditions(patch, status, generation, _ready(False, "PublishFailed", str(exc), generation),
                             _degraded(True, "PublishFailed", str(exc), generation))
-            _transition(body, status, "Warning", "PublishFailed", str(exc))
+            _transition(body, "Warning", "PublishFailed", str(exc))
             raise kopf.TemporaryError(str(exc), delay=15) from None
         await _note_policy(rt, body, generation, ps.mode, result)
         report(result, body, status, patch, generation)
@@ -179,12 +179,12 @@ def report(result: RolloutResult, body: kopf.Body, status: Mapping[str, Any] | N
                                     "path": b.settings.get("modelPath"), "generation": generation}
         _set_conditions(patch, status, generation, _ready(True, "RolledOut", result.message, generation),
                         _degraded(False, "AsExpected", "", generation))
-        _transition(body, status, "Normal", "RolledOut", f"generation {generation}: {result.message}")
+        _transition(body, "Normal", "RolledOut", f"generation {generation}: {result.message}")
         return
     if result.reason == "ExtenderUnreachable":
         _set_conditions(patch, status, generation, _ready(False, "ExtenderUnreachable", result.message, generation),
                         _degraded(True, "ExtenderUnreachable", result.message, generation))
-        _transition(body, status, "Warning", "ExtenderUnreachable", result.message)
+        _transition(body, "Warning", "ExtenderUnreachable", result.message)
         raise kopf.TemporaryError(result.message, delay=15)
     if result.rolled_back_to is not None and result.rollback_ok:
         t = result.rolled_back_to
@@ -193,7 +193,7 @@ def report(result: RolloutResult, body: kopf.Body, status: Mapping[str, Any] | N
     message = f"generation {generation}: {result.message}; fix the spec (or the model) and apply it again"
     _set_conditions(patch, status, generation, _ready(False, result.reason, message, generation),
                     _degraded(True, result.reason, message, generation))
-    _transition(body, status, "Warning", "RolledBack", message)
+    _transition(body, "Warning", "RolledBack", message)
     raise kopf.PermanentError(message)
 
 
@@ -226,7 +226,7 @@ async def refresh(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, uid: st
             message = f"the extender does not answer: {exc}"
             _set_conditions(patch, status, None, _ready(False, "ExtenderUnreachable", message, generation),
                             _degraded(True, "ExtenderUnreachable", message, generation))
-            _transition(body, status, "Warning", "ExtenderUnreachable", message)
+            _transition(body, "Warning", "ExtenderUnreachable", message)
         return
     patch.status["counts"] = _counts(view)
     if not watching or (status or {}).get("observedGeneration") != generation:
@@ -241,7 +241,7 @@ async def refresh(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, uid: st
         patch.status["model"] = _model_status(view)
         _set_conditions(patch, status, None, _ready(True, "RolledOut", message, generation),
                         _degraded(False, "AsExpected", "", generation))
-        _transition(body, status, "Normal", "Recovered", message)
+        _transition(body, "Normal", "Recovered", message)
     elif not ok and not was_degraded:
         message = (f"the extender serves mode={view.mode} fallback={view.fallback} model={view.model_path or 'none'}"
                    f"{' (load error: ' + view.error + ')' if view.error else ''}, not the rolled-out "
@@ -249,7 +249,7 @@ async def refresh(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, uid: st
         patch.status["model"] = _model_status(view)
         _set_conditions(patch, status, None, _ready(False, "Drift", message, generation),
                         _degraded(True, "Drift", message, generation))
-        _transition(body, status, "Warning", "Drift", message)
+        _transition(body, "Warning", "Drift", message)
 
 
 async def not_served(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
@@ -258,7 +258,7 @@ async def not_served(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, patc
     message = (f"this operator serves the SchedulingPolicy {s.policy.namespace}/{s.policy.name} "
                f"(rlsched operator --policy); this one has no effect")
     if (get_condition(status, "Ready") or {}).get("reason") != "NotServed":
-        _transition(body, status, "Warning", "NotServed", message)
+        _transition(body, "Warning", "NotServed", message)
     _set_conditions(patch, status, generation, _ready(False, "NotServed", message, generation))
 
 
@@ -287,6 +287,18 @@ async def pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any
 
 
 # -- operator-wide ---------------------------------------------------------------------------------
+
+def probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
+    """Liveness (``--liveness URL``): fails when a background task died; reports a few counters."""
+    rt: Runtime | None = memo.get("runtime")
+    if rt is None:
+        return {"state": "starting"}
+    problems = rt.problems()
+    if problems:
+        raise kopf.PermanentError("; ".join(problems))
+    return {"requeued": rt.requeuer.requeued, "requeueScheduled": rt.requeuer.scheduled,
+            "decisionsDrained": rt.drainer.drained, "drainError": rt.drainer.last_error}
+
 
 def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
     return memo.kube.connection_info()
@@ -377,6 +389,7 @@ def build_registry(settings: OperatorSettings) -> kopf.OperatorRegistry:
     kopf.on.login(registry=registry)(login)
     kopf.on.startup(registry=registry)(startup)
     kopf.on.cleanup(registry=registry)(cleanup)
+    kopf.on.probe(id="rlsched", registry=registry)(probe)
 
     kopf.on.create(*POLICY, id="rollout", when=is_served, registry=registry)(reconcile)
     kopf.on.update(*POLICY, id="rollout", field="spec", when=is_served, registry=registry)(reconcile)

@@ -74,6 +74,7 @@ class Stack:
         api = kubernetes.client.ApiClient(cfg)
         self.core = kubernetes.client.CoreV1Api(api)
         self.custom = kubernetes.client.CustomObjectsApi(api)
+        self.liveness_url = f"http://127.0.0.1:{free_port()}/healthz"
         self.extender: subprocess.Popen | None = None
         self.operator: subprocess.Popen | None = None
         self.operator_logs: list[Path] = []
@@ -108,7 +109,8 @@ class Stack:
              "--install-crds", "--namespace", NS, "--policy", f"{NS}/default", "--sink", "directory",
              "--directory", str(self.policy_dir), "--extender-url", self.status_url, "--decision-log", str(self.dlog),
              "--drain-interval", "0.5", "--requeue-initial", "1", "--requeue-max", "4", "--rollout-timeout", "15",
-             "--status-interval", "2", *extra], stdout=log, stderr=log, start_new_session=True)
+             "--status-interval", "2", "--liveness", self.liveness_url, *extra], stdout=log, stderr=log,
+            start_new_session=True)
         wait_for(lambda: "operator started" in log_path.read_text(), 60, "the operator to start")
 
     def stop_operator(self, timeout: float = 30) -> int:
@@ -500,6 +502,8 @@ def test_survives_an_apiserver_restart_without_running_a_handler_twice(stack: St
 
 
 def test_graceful_shutdown_and_resume(stack: Stack) -> None:
+    with urllib.request.urlopen(stack.liveness_url, timeout=15) as resp:   # kopf's liveness with our probe
+        assert resp.status == 200 and "decisionsDrained" in json.loads(resp.read())["rlsched"]
     before = [e["reason"] for e in stack.events("default", "SchedulingPolicy")].count("RolledOut")
     assert stack.stop_operator() == 0
     assert "operator stopped (decision log closed)" in stack.log()

@@ -173,3 +173,16 @@ def test_registry_and_kopf_settings() -> None:
     assert ks.watching.field_selectors[handlers.PODS] == "spec.schedulerName=rl-scheduler"
     assert 590 <= sum(ks.networking.error_backoffs) <= 600
     assert handlers.retry_backoffs(10) == [1, 1, 2, 3] and handlers.retry_backoffs(0.5) == [1.0]
+
+
+async def test_probe_reports_and_fails_on_dead_tasks(env) -> None:
+    import asyncio
+
+    memo, _, _, _ = env
+    assert handlers.probe(memo=memo)["requeued"] == 0
+    task = asyncio.get_running_loop().create_future()
+    task.set_result(None)
+    memo.runtime.tasks["drain"] = task
+    with pytest.raises(kopf.PermanentError, match="background task drain stopped"):
+        handlers.probe(memo=memo)
+    memo.runtime.tasks.clear()

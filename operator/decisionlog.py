@@ -30,6 +30,7 @@ import aiohttp
 from rlsched.policy.decisions import FORMAT, SEGMENT_GLOB
 
 from .extender_client import ExtenderClient, ExtenderUnavailable
+from .sink import fsync_dir
 
 log = logging.getLogger("rlsched.operator.decisions")
 
@@ -109,14 +110,14 @@ class DecisionLog:
             log.info("decision log: deleted the oldest segment %s (%d bytes) to stay under %d bytes",
                      s.name, sizes[s], self.max_bytes)
         if self.fsync:
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
 
     def _sync(self, directory: bool = False) -> None:
         self._file.flush()
         if self.fsync:
             os.fsync(self._file.fileno())
             if directory:
-                _fsync_dir(self.directory)
+                fsync_dir(self.directory)
 
     # -- writing ------------------------------------------------------------------------------------
     def append(self, records: Iterable[Mapping[str, Any]]) -> int:
@@ -168,14 +169,6 @@ class DecisionLog:
             if self.fsync:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 VerdictListener = Callable[[Mapping[str, Any]], None]

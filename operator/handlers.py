@@ -21,20 +21,19 @@ Operator-wide: login with the operator's own credentials; start-up configures ko
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import time
 from typing import Any, Mapping
 
 import kopf
 
-from .conditions import condition, get_condition, merge_conditions
+from .conditions import condition, get_condition, merge_conditions, now_iso
 from .extender_client import ExtenderUnavailable, ExtenderView
 from .requeue import PendingPod, pending_pod
 from .rollout import RolloutResult, SourceError, bundle_label, serves
 from .runtime import Runtime, start_runtime
 from .settings import OperatorSettings
-from .sink import CURRENT, LAST_GOOD, ModelTooLarge, SinkError
+from .sink import CURRENT, ModelTooLarge, SinkError
 from .spec import GROUP, PLURAL, VERSION, SpecError, crd_manifests, parse_spec
 
 log = logging.getLogger("rlsched.operator")
@@ -47,9 +46,7 @@ PROGRESS_PREFIX = "kopf.rlsched.io"
 # -- status helpers --------------------------------------------------------------------------------
 
 def _iso(ts: float | None) -> str | None:
-    if not ts:
-        return None
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return now_iso(ts) if ts else None
 
 
 def _model_status(view: ExtenderView | None) -> dict[str, Any] | None:

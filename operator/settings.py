@@ -8,17 +8,17 @@ the valid ones, so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
+from rlsched.extender.settings import ConfigError, camel, merge, read_yaml
+
+__all__ = ["OperatorSettings", "SettingsError", "camel", "load_settings"]
 
 
-class SettingsError(ValueError):
-    """A setting that cannot be used; the message names it and says what fits."""
+SettingsError = ConfigError
+"""A setting that cannot be used; the message names it and says what fits."""
 
 
 @dataclass
@@ -181,74 +181,11 @@ class OperatorSettings:
 
 
 # -- loading --------------------------------------------------------------------------------------
+# The keys, types and messages follow the extender's settings: the same loader serves both.
 
-def camel(name: str) -> str:
-    """``max_attempts`` → ``maxAttempts``."""
-    head, *rest = name.split("_")
-    return head + "".join(p[:1].upper() + p[1:] for p in rest)
-
-
-def _coerce(value: Any, hint: Any, where: str) -> Any:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        return _coerce(value, next(a for a in args if a is not type(None)), where)
-    if dataclasses.is_dataclass(hint):
-        if not isinstance(value, Mapping):
-            raise SettingsError(f"{where}: expected a mapping, got {type(value).__name__}")
-        return from_mapping(hint, value, where)
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-            return value.lower() in ("true", "1", "yes")
-        raise SettingsError(f"{where}: expected true or false, got {value!r}")
-    if hint in (int, float):
-        if isinstance(value, bool):
-            raise SettingsError(f"{where}: expected a number, got {value!r}")
-        try:
-            out = hint(value)
-        except (TypeError, ValueError):
-            raise SettingsError(f"{where}: expected {'an integer' if hint is int else 'a number'}, got {value!r}") from None
-        if hint is int and isinstance(value, float) and not value.is_integer():
-            raise SettingsError(f"{where}: expected an integer, got {value!r}")
-        return out
-    if hint is str:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
-        raise SettingsError(f"{where}: expected a string, got {type(value).__name__}")
-    if origin is tuple:
-        if isinstance(value, str):
-            value = [v.strip() for v in value.split(",") if v.strip()]
-        if not isinstance(value, (list, tuple)):
-            raise SettingsError(f"{where}: expected a list, got {type(value).__name__}")
-        return tuple(_coerce(v, args[0], f"{where}[{i}]") for i, v in enumerate(value))
-    if origin is dict:
-        if not isinstance(value, Mapping):
-            raise SettingsError(f"{where}: expected a mapping, got {type(value).__name__}")
-        return {str(k): _coerce(v, args[1], f"{where}.{k}") for k, v in value.items()}
-    raise SettingsError(f"{where}: unsupported setting type {hint!r}")  # pragma: no cover
-
-
-def from_mapping(cls: type, data: Mapping[str, Any], where: str = "", base: Any = None) -> Any:
-    """A ``cls`` instance from camelCase ``data`` on top of ``base`` (default: the defaults)."""
-    hints = typing.get_type_hints(cls)
-    by_key = {camel(f.name): f for f in dataclasses.fields(cls)}
-    current = base if base is not None else cls()
-    changes = {}
-    for key, value in data.items():
-        f = by_key.get(str(key))
-        path = f"{where}.{key}" if where else str(key)
-        if f is None:
-            raise SettingsError(f"unknown setting {path!r}; valid keys{' under ' + where if where else ''}: "
-                                f"{', '.join(sorted(by_key))}")
-        sub = getattr(current, f.name)
-        if dataclasses.is_dataclass(sub) and isinstance(value, Mapping):
-            changes[f.name] = from_mapping(type(sub), value, path, sub)
-        else:
-            changes[f.name] = _coerce(value, hints[f.name], path)
-    return dataclasses.replace(current, **changes)
+def from_mapping(data: Mapping[str, Any], base: OperatorSettings | None = None) -> OperatorSettings:
+    """``base`` (default: the defaults) with camelCase ``data`` applied; SettingsError names bad keys."""
+    return merge(base if base is not None else OperatorSettings(), data)
 
 
 def validate(s: OperatorSettings) -> OperatorSettings:
@@ -280,16 +217,9 @@ def load_settings(path: str | Path | None = None, overrides: Mapping[str, Any] |
     """Defaults ← YAML file ← ``overrides`` (dotted camelCase keys, None values skipped)."""
     settings = OperatorSettings()
     if path:
+        data = read_yaml(path)
         try:
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        except OSError as exc:
-            raise SettingsError(f"config file {path}: cannot read: {exc.strerror or exc}") from None
-        except yaml.YAMLError as exc:
-            raise SettingsError(f"config file {path}: not valid YAML: {exc}") from None
-        if not isinstance(data, Mapping):
-            raise SettingsError(f"config file {path}: expected a mapping at the top")
-        try:
-            settings = from_mapping(OperatorSettings, data, base=settings)
+            settings = from_mapping(data, settings)
         except SettingsError as exc:
             raise SettingsError(f"config file {path}: {exc}") from None
     for dotted, value in (overrides or {}).items():
@@ -298,5 +228,5 @@ def load_settings(path: str | Path | None = None, overrides: Mapping[str, Any] |
         nested: Any = value
         for part in reversed(dotted.split(".")):
             nested = {part: nested}
-        settings = from_mapping(OperatorSettings, nested, base=settings)
+        settings = from_mapping(nested, settings)
     return validate(settings)

@@ -112,7 +112,8 @@ class PolicySink(Protocol):
 
 # -- directory ------------------------------------------------------------------------------------
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """fsync a folder, so a rename or unlink in it is durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -186,7 +187,7 @@ class DirectorySink:
         for f in d.glob("model-*.npz"):
             if f.name not in keep:
                 f.unlink(missing_ok=True)
-        _fsync_dir(d)
+        fsync_dir(d)
 
     async def clear(self, slot: str) -> None:
         await asyncio.to_thread(self._clear, slot)

@@ -490,23 +490,27 @@ class DeadlineTimer:
 
     def __init__(self) -> None:
         self.armed = False
-        self.installed = False
 
     @staticmethod
     def usable() -> bool:
         return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
 
     def run(self, fn: Callable[[], Any], deadline_s: float) -> Any:
-        if not self.installed:
-            signal.signal(signal.SIGALRM, self._alarm)
-            self.installed = True
+        """``fn()`` under the deadline. Whatever else owned SIGALRM and the real-time timer (a test
+        runner's timeout, say) gets both back afterwards, its remaining time included."""
+        start = time.monotonic()
+        previous_handler = signal.signal(signal.SIGALRM, self._alarm)
+        previous_delay, previous_interval = signal.setitimer(signal.ITIMER_REAL, deadline_s)
         self.armed = True
-        signal.setitimer(signal.ITIMER_REAL, deadline_s)
         try:
             return fn()
         finally:
             self.armed = False
             signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous_handler)
+            if previous_delay > 0:
+                left = max(previous_delay - (time.monotonic() - start), 1e-6)
+                signal.setitimer(signal.ITIMER_REAL, left, previous_interval)
 
     def _alarm(self, signum: int, frame: Any) -> None:
         if self.armed:

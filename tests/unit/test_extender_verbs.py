@@ -439,3 +439,22 @@ async def test_lost_connection_during_binding_keeps_cards_but_not_during_patch()
     h.api.fail["bind"] = ApiError(0, "Unreachable", "connection reset by peer")
     res = await h.binder.bind(uid, "default", "p", "v100-0")
     assert res.result == "uncertain" and h.cache.pods[uid].status == UNCERTAIN
+
+
+def test_deadline_timer_gives_sigalrm_back() -> None:
+    """An outer SIGALRM user (pytest-timeout, say) keeps its handler and its remaining time."""
+    import signal
+
+    from rlsched.extender.policy import DeadlineTimer
+
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *a: fired.append(1))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        assert DeadlineTimer().run(lambda: 5, 0.01) == 5
+        assert signal.getsignal(signal.SIGALRM) is not None and 0.1 < signal.getitimer(signal.ITIMER_REAL)[0] <= 0.2
+        time.sleep(0.3)
+        assert fired == [1]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

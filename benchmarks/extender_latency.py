@@ -127,11 +127,12 @@ def serve_main(args: argparse.Namespace) -> int:
     import uvloop
 
     from rlsched.extender.logs import setup_logging
-    from rlsched.extender.server import serve
+    from rlsched.extender.server import limit_native_threads, serve
     from rlsched.extender.settings import ExtenderSettings, PolicySettings, ServerSettings
     from rlsched.extender.testing import FakeKubeApi
 
     setup_logging("WARNING", "text")
+    limit_native_threads()
     nodes, pods = cluster(args.serve_nodes)
     policy = PolicySettings(top_k=0, deadline_ms=200)
     loader = None

@@ -86,9 +86,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     from .logs import setup_logging
-    from .server import StartupError, serve
+    from .server import StartupError, limit_native_threads, serve
 
     setup_logging(settings.log.level, settings.log.format)
+    limit_native_threads()
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux

@@ -167,8 +167,9 @@ def limit_native_threads() -> None:
 
 async def serve(settings: ExtenderSettings, api: Any = None, model_loader: Callable = load_model,
                 stop: asyncio.Event | None = None, ready: Callable[[Service], None] | None = None) -> int:
-    """Run until ``stop`` is set or SIGTERM/SIGINT. Raises StartupError with a clear message."""
-    limit_native_threads()
+    """Run until ``stop`` is set or SIGTERM/SIGINT. Raises StartupError with a clear message.
+
+    Callers that own the process (the CLI, the benchmark) call :func:`limit_native_threads` first."""
     metrics = Metrics()
     engine = PolicyEngine(settings.policy, settings.policy_file, model_loader, metrics)
     try:

@@ -16,8 +16,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
-def keep_root_logger():
-    """The CLI configures the root logger; put it back for the tests that follow."""
+def keep_root_logger(monkeypatch):
+    """The CLI configures the root logger and the BLAS thread pools; leave both alone for the tests
+    that follow."""
+    import rlsched.extender.server
+
+    monkeypatch.setattr(rlsched.extender.server, "limit_native_threads", lambda: None)
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     yield

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from rlsched.policy.cards import default_cards
-from rlsched.policy.cluster import _MUTABLE_ARRAYS as MUTABLE_ARRAYS  # the per-node rows ClusterState.copy copies
+from rlsched.policy.cluster import MUTABLE_ARRAYS  # the per-node rows ClusterState.copy copies
 from rlsched.policy.cluster import LOAD_METRICS, ClusterState, NodeSpec, Placement, PodSpec
 from rlsched.policy.scorers import TieBreak
 

@@ -92,6 +92,8 @@ class ModelInfo:
     error: str | None = None
     """The last load error (the previous model, if any, keeps serving)."""
     error_at: float | None = None
+    error_path: str | None = None
+    """The file the last load error is about (may differ from ``path`` while an older model serves)."""
     file_digest: str | None = None
     """sha256 of the file as read (detects changes on disk)."""
 
@@ -197,6 +199,8 @@ class PolicyEngine:
         self.settings_loaded_at: float | None = None
         self._file_key: tuple | None = None
         self._model_key: tuple | None = None
+        self._failed: tuple[str, tuple | None] | None = None
+        """(path, stat key) of a model file that failed to load: not retried until it changes."""
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlsched-policy")
         self._busy = False
         self._timer = DeadlineTimer()
@@ -233,7 +237,7 @@ class PolicyEngine:
 
     def _load(self, path: str) -> tuple[Scorer | None, ModelInfo]:
         """Load a model (any thread). Never raises: the error goes into the returned info."""
-        info = ModelInfo(path=path)
+        info = ModelInfo(path=path, error_path=path)
         try:
             info.file_digest = file_sha256(path)
             scorer = self.model_loader(path, self.typical)
@@ -254,6 +258,7 @@ class PolicyEngine:
         info.version = str(getattr(scorer, "version", None) or Path(path).stem)
         info.digest = str(getattr(scorer, "digest", None) or info.file_digest)
         info.loaded_at = self.clock()
+        info.error_path = None
         return scorer, info
 
     def _install(self, scorer: Scorer | None, info: ModelInfo) -> None:
@@ -308,17 +313,22 @@ class PolicyEngine:
         key = _stat_key(path)
         if path == self.model_info.path and key == self._model_key:
             return
-        self._model_key = key
+        if self._failed == (path, key):
+            return  # the same bytes failed before; wait for the file to change
         scorer, info = await loop.run_in_executor(None, self._load, path)
         if scorer is None:
-            self.model_info = replace(self.model_info, error=info.error, error_at=info.error_at) if self.model else info
+            self._failed = (path, key)
+            self.model_info = (replace(self.model_info, error=info.error, error_at=info.error_at, error_path=path)
+                               if self.model else info)
             self._count("rlsched_model_reloads_total", "error")
             log.error("model %s not loaded (%s); %s", path, info.error,
                       "the previous model keeps serving" if self.model else "the fallback serves",
                       extra={"event": "model_load_failed"})
         elif info.file_digest == self.model_info.file_digest and self.model is not None:
+            self._model_key, self._failed = key, None
             self.model_info.path = path  # touched, same bytes
         else:
+            self._model_key, self._failed = key, None
             self._install(scorer, info)
             self._count("rlsched_model_reloads_total", "ok")
         self._report()
@@ -458,7 +468,8 @@ class PolicyEngine:
             "typicalPods": {"source": self.typical_source, "count": len(self.typical)},
             "model": {
                 "path": info.path, "loaded": self.model is not None, "version": info.version, "digest": info.digest,
-                "loadedAt": info.loaded_at, "error": info.error, "errorAt": info.error_at,
+                "loadedAt": info.loaded_at, "fileDigest": info.file_digest if self.model is not None else None,
+                "error": info.error, "errorAt": info.error_at, "errorPath": info.error_path if info.error else None,
             },
             "counters": dict(self.counters),
             "fallbacks": dict(self.fallbacks),

@@ -425,7 +425,13 @@ def setting_paths(cls: type, prefix: str = "") -> list[str]:
 
 
 def load_policy_file(path: str | Path, base: PolicySettings) -> PolicySettings:
-    """Policy settings from the operator's policy file, on top of ``base``."""
+    """Policy settings from the operator's policy file, on top of ``base``.
+
+    A policy file that does not exist (yet) means "no overrides": the operator creates it after the
+    scheduler pod may already be running, and its ConfigMap volume may be mounted empty.
+    """
+    if not Path(path).exists():
+        return base
     data = read_yaml(path, "policy file")
     try:
         return merge(base, data, "")

@@ -305,10 +305,11 @@ class ClusterState:
         """A deep copy sharing the immutable node specs."""
         other = object.__new__(ClusterState)
         other.__dict__.update(self.__dict__)
-        for name in _MUTABLE_ARRAYS:
+        for name in MUTABLE_ARRAYS:
             setattr(other, name, getattr(self, name).copy())
         other.caches = {}
         return other
 
 
-_MUTABLE_ARRAYS = ("cpu_free", "mem_free", "nonzero_cpu_used", "nonzero_mem_used_bytes", "card_free", "full_free", "max_card_free", "kind_count", "gpu_pods", "node_version", "load")
+MUTABLE_ARRAYS = (  # the per-node arrays that change as pods come and go (copy() copies these)
+    "cpu_free", "mem_free", "nonzero_cpu_used", "nonzero_mem_used_bytes", "card_free", "full_free", "max_card_free", "kind_count", "gpu_pods", "node_version", "load")

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from rlsched.policy import ClusterState, NodeSpec, PodSpec, default_cards, pod_request_problem
-from rlsched.policy.cluster import DEFAULT_MEMORY_REQUEST_BYTES, MIB, _MUTABLE_ARRAYS
+from rlsched.policy.cluster import DEFAULT_MEMORY_REQUEST_BYTES, MIB, MUTABLE_ARRAYS
 
 NODES = [
     NodeSpec("v100", 32000, 65536, 4, "V100"),
@@ -15,7 +15,7 @@ NODES = [
 
 
 def snapshot(state: ClusterState) -> dict[str, np.ndarray]:
-    return {name: getattr(state, name).copy() for name in _MUTABLE_ARRAYS}
+    return {name: getattr(state, name).copy() for name in MUTABLE_ARRAYS}
 
 
 def assert_same(state: ClusterState, before: dict[str, np.ndarray], skip: tuple[str, ...] = ()) -> None:
@@ -222,7 +222,7 @@ def test_copy_is_independent() -> None:
     before = snapshot(state)
     other = state.copy()
     assert other.caches == {}
-    for name in _MUTABLE_ARRAYS:
+    for name in MUTABLE_ARRAYS:
         assert not np.shares_memory(getattr(other, name), getattr(state, name)), name
     req = other.request(PodSpec("b", 2000, 2000, 2, 1000))
     other.place(req, 0, default_cards(other, req, 0))

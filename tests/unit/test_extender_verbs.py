@@ -458,3 +458,33 @@ def test_deadline_timer_gives_sigalrm_back() -> None:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+async def test_a_failing_model_file_is_retried_only_when_it_changes(tmp_path) -> None:
+    good = model_file(tmp_path, prefer="v100-2", version="v1")
+    h = harness(model_path=good)
+    bad = tmp_path / "other.npz"
+    bad.write_text("{broken")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(f"modelPath: {bad}\n")
+    h.engine.policy_file = str(policy)
+    loads = []
+    real_load = h.engine._load
+    h.engine._load = lambda path: (loads.append(path), real_load(path))[1]
+    await h.engine.poll()
+    await h.engine.poll()
+    await h.engine.poll()
+    assert loads == [str(bad)]  # one attempt for the same bytes, not one per poll
+    st = h.engine.status()["model"]
+    assert st["version"] == "v1" and st["errorPath"] == str(bad) and st["fileDigest"]
+    bad.write_text(json.dumps({"prefer": "v100-3", "version": "v3"}))
+    await h.engine.poll()
+    assert loads == [str(bad), str(bad)] and h.engine.status()["model"]["version"] == "v3"
+    assert h.engine.status()["model"]["errorPath"] is None
+
+
+def test_a_missing_policy_file_means_no_overrides(tmp_path) -> None:
+    from rlsched.extender.settings import load_policy_file
+
+    base = PolicySettings(fallback="bestfit")
+    assert load_policy_file(tmp_path / "not-yet.yaml", base) == base

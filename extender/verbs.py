@@ -100,7 +100,7 @@ class ReasonMemo:
         _, versions, texts = hit
         stale = nodes[versions[nodes] != state.node_version[nodes]]
         for n in stale.tolist():
-            texts[n] = infeasibility_reason(state, req, n)
+            texts[n] = infeasibility_reason(state, req, n, detail=False)
         versions[stale] = state.node_version[stale]
         return texts[nodes]
 

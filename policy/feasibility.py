@@ -39,18 +39,24 @@ def unresolvable_mask(state: ClusterState, req: PodRequest) -> np.ndarray:
     return bad
 
 
-def infeasibility_reason(state: ClusterState, req: PodRequest, node: int) -> str:
-    """A sentence a person can act on, saying why ``node`` cannot host the pod now ("" if it can)."""
+def infeasibility_reason(state: ClusterState, req: PodRequest, node: int, detail: bool = True) -> str:
+    """A sentence a person can act on, saying why ``node`` cannot host the pod now ("" if it can).
+
+    With ``detail`` the sentence includes the node's own numbers (free cpu, free cards); without, it
+    depends only on the pod and the kind of shortfall, so that kube-scheduler's ``FailedScheduling``
+    event, which counts identical reasons ("0/1000 nodes are available: 612 insufficient cpu ..."),
+    stays short.
+    """
     reasons = []
     if state.cpu_free[node] < req.cpu_milli:
         reasons.append(
             f"insufficient cpu: pod requests {req.cpu_milli}m, node has {state.cpu_free[node]}m free "
-            f"of {state.cpu_cap[node]}m"
+            f"of {state.cpu_cap[node]}m" if detail else f"insufficient cpu (pod requests {req.cpu_milli}m)"
         )
     if state.mem_free[node] < req.memory_mib:
         reasons.append(
             f"insufficient memory: pod requests {req.memory_mib}Mi, node has {state.mem_free[node]}Mi free "
-            f"of {state.mem_cap[node]}Mi"
+            f"of {state.mem_cap[node]}Mi" if detail else f"insufficient memory (pod requests {req.memory_mib}Mi)"
         )
     if req.is_gpu:
         model = state.model_names[state.model_id[node]] if state.model_id[node] >= 0 else ""
@@ -62,10 +68,12 @@ def infeasibility_reason(state: ClusterState, req: PodRequest, node: int) -> str
         elif req.is_share and state.max_card_free[node] < req.gpu_milli:
             reasons.append(
                 f"no GPU card with {req.gpu_milli} milli free (most free on one card: {state.max_card_free[node]})"
+                if detail else f"no GPU card with {req.gpu_milli} milli free"
             )
         elif not req.is_share and state.full_free[node] < req.num_gpu:
             reasons.append(
                 f"needs {req.num_gpu} whole free GPU card(s) of {MILLI_PER_CARD} milli, node has "
                 f"{state.full_free[node]} of {state.gpu_count[node]}"
+                if detail else f"needs {req.num_gpu} whole free GPU card(s)"
             )
     return "; ".join(reasons)

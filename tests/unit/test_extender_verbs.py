@@ -87,12 +87,11 @@ async def test_filter_cache_capable_reasons_and_top_choice() -> None:
     assert status == 200 and body["Error"] == "" and body["Nodes"] is None
     assert len(body["NodeNames"]) == 1 and body["NodeNames"][0].startswith("v100-")
     assert body["NodeNames"][0] == served(h)["node"]
-    assert body["FailedNodes"] == {"v100-5": "no GPU card with 500 milli free (most free on one card: 0)"}
+    assert body["FailedNodes"] == {"v100-5": "no GPU card with 500 milli free"}
     assert body["FailedAndUnresolvableNodes"] == {
         "t4-0": "GPU model T4 not allowed (pod allows V100M16)",
         "cpu-0": "node has no GPU",
-        "cpu-1": "insufficient cpu: pod requests 4000m, node has 2000m free of 2000m; insufficient memory: pod requests "
-                 "16384Mi, node has 4096Mi free of 4096Mi; node has no GPU",
+        "cpu-1": "insufficient cpu (pod requests 4000m); insufficient memory (pod requests 16384Mi); node has no GPU",
     }
     assert served(h)["servedBy"] == "fallback" and served(h)["fallbackReason"] == "no-model"
 

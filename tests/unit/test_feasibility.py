@@ -131,3 +131,16 @@ def test_empty_requests_fit_any_capable_node(spec: PodSpec) -> None:
     state = ClusterState([NodeSpec("z", 0, 0), NodeSpec("g", 0, 0, 1, "T4")])
     expected = [not spec.num_gpu, True]
     assert feasible_mask(state, state.request(spec)).tolist() == expected
+
+
+def test_reasons_without_detail_depend_only_on_the_pod() -> None:
+    """kube-scheduler's FailedScheduling event counts identical reasons: summaries must not carry node numbers."""
+    state = ClusterState([NodeSpec("a", 2000, 4096, 2, "T4"), NodeSpec("b", 3000, 8192, 4, "T4")])
+    big = state.request(PodSpec("p", 4000, 16384, 2, 1000))
+    assert infeasibility_reason(state, big, 0, detail=False) == infeasibility_reason(state, big, 1, detail=False) == (
+        "insufficient cpu (pod requests 4000m); insufficient memory (pod requests 16384Mi)")
+    state.place(state.request(PodSpec("x", 0, 0, 1, 700)), 0, (0,))
+    state.place(state.request(PodSpec("y", 0, 0, 1, 400)), 0, (1,))
+    share = state.request(PodSpec("s", 100, 100, 1, 700))
+    assert infeasibility_reason(state, share, 0, detail=False) == "no GPU card with 700 milli free"
+    assert infeasibility_reason(state, share, 0) == "no GPU card with 700 milli free (most free on one card: 600)"

@@ -1,6 +1,6 @@
 """``rlsched train``: PPO training from flags or a config file (YAML/JSON with the same keys).
 
-Every field of :class:`rlsched.policy.ppo.train.Args` is a flag (``--num-envs 4``, ``--traces a.csv b.csv``,
+Every field of :class:`rlsched.policy.ppo.config.Args` is a flag (``--num-envs 4``, ``--traces a.csv b.csv``,
 ``--no-anneal-lr``); ``--config FILE`` sets defaults that flags override. ``--export PATH`` copies the
 chosen model (and its manifest) to PATH when training ends. torch is imported only here, when the
 command runs.
@@ -78,6 +78,8 @@ def build_args(ns: argparse.Namespace):
             raise ValueError(f"no such file: {path}")
     if args.serve_mode not in ("sample", "greedy"):
         raise ValueError(f"--serve-mode must be sample or greedy, got {args.serve_mode!r}")
+    if not 0 <= args.learn_from < args.end_at:
+        raise ValueError(f"--learn-from ({args.learn_from}) must be in [0, --end-at = {args.end_at})")
     if args.num_envs < 1 or args.num_steps < 1 or args.num_minibatches < 1:
         raise ValueError("--num-envs, --num-steps and --num-minibatches must be at least 1")
     return args
@@ -102,7 +104,7 @@ def run(ns: argparse.Namespace) -> int:
         print("\n".join(["decision log " + str(ns.from_decisions) + ":", *summary.lines()]), file=sys.stderr)
         args = dataclasses.replace(args, traces=(str(trace),))
     try:
-        from .ppo.train import train
+        from .ppo.trainer import train
     except ImportError as exc:  # pragma: no cover - depends on the install
         print(f"rlsched train: needs torch ({exc}); install the 'train' extra: pip install 'kube-rl-scheduler[train]'",
               file=sys.stderr)

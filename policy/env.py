@@ -153,8 +153,8 @@ class SchedulingCore:
         self.failed_pods = 0
         self.decisions = 0
         self.episode_return = 0.0
-        self._sum100 = 0.0
-        self._n100 = 0
+        self._sums: dict[int, float] = {}
+        self._counts: dict[int, int] = {}
         self._frag = self._cluster_frag()
         self._pending = 0.0
         self.done = False
@@ -264,16 +264,21 @@ class SchedulingCore:
 
     def _measure(self) -> None:
         pct = math.floor(self.arrived * 100 / self.capacity + 0.5)
-        if pct == 100:
-            self._sum100 += self.allocated * 100.0 / self.capacity
-            self._n100 += 1
+        if pct <= 100:
+            self._sums[pct] = self._sums.get(pct, 0.0) + self.allocated * 100.0 / self.capacity
+            self._counts[pct] = self._counts.get(pct, 0) + 1
 
     def _cluster_frag(self) -> float:
         return float(self.encoder.measures(self.state)[1].node_frag(self.state).sum())
 
     def unallocated_at_100(self) -> float | None:
-        """The headline figure of this episode once it has passed 100 % arrival (else None)."""
-        return 100.0 - self._sum100 / self._n100 if self._n100 else None
+        """The headline figure: 100 − mean allocated % over the pod events at 100 % arrival (or at the
+        highest arrival % below it that was recorded, as :meth:`RunResult.allocated_at` does); None
+        before any pod was measured."""
+        if not self._counts:
+            return None
+        pct = max(self._counts)
+        return 100.0 - self._sums[pct] / self._counts[pct]
 
     def __getstate__(self) -> dict:
         # Per-state caches are keyed by object ids, which do not survive pickling: drop them.

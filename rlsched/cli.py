@@ -13,6 +13,7 @@ import sys
 from . import __version__
 
 COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("rlsched.policy.cli_train", "train a PPO placement policy (torch) and export it for serving"),
     "evaluate": ("rlsched.policy.cli_evaluate", "run policies through the FGD-protocol simulator and report"),
     "extender": ("rlsched.extender.cli", "run the kube-scheduler extender (filter/prioritize/bind/preempt)"),
     "operator": ("rlsched.operator.cli", "run the operator: SchedulingPolicy rollout, requeue of delayed pods, decision log"),

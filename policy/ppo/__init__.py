@@ -10,8 +10,8 @@ import importlib
 
 from .config import Args
 
-_LAZY = {"Agent": "agent", "RaggedBatch": "agent", "RolloutBuffer": "buffer", "DecisionRecord": "train",
-         "TrainResult": "train", "fit_from_records": "train", "train": "train"}
+_LAZY = {"Agent": "agent", "RaggedBatch": "agent", "RolloutBuffer": "buffer", "DecisionRecord": "trainer",
+         "TrainResult": "trainer", "fit_from_records": "trainer", "train": "trainer"}
 
 __all__ = ["Args", *_LAZY]
 

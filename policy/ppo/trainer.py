@@ -192,6 +192,8 @@ def numpy_net(agent: Agent, args: Args) -> PolicyNetwork:
 def train(args: Args) -> TrainResult:
     """Run PPO; returns where the exported model went and the validation figures."""
     args = parse_tuple_fields(args)
+    if not 0 <= args.learn_from < args.end_at:
+        raise ValueError(f"learn_from ({args.learn_from}) must be in [0, end_at = {args.end_at})")
     start_time = time.time()
     run_dir = Path(args.out_dir) / f"{args.exp_name}-s{args.seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -241,14 +243,23 @@ def train(args: Args) -> TrainResult:
                 "torch": torch.__version__, "traces": [trace_name(t) or t for t in args.traces],
                 "trainSeeds": f"{args.train_seed0 + 10_000 * args.seed}+", "valSeeds": list(args.val_seeds), **extra}
 
+    if not args.resume and args.eval_every:
+        # the starting policy is a candidate too: PPO must beat it on validation to replace it
+        best_val = float(np.mean(validate(numpy_net(agent, args), args, args.val_seeds, val_core)))
+        export(agent, args, best_path, provenance({"globalStep": 0, "valUnallocated": best_val}), typical_json, version)
+        history.append({"iteration": 0, "global_step": 0, "val_unallocated": best_val,
+                        "elapsed_s": time.time() - start_time})
+
     bar = None
     if args.progress:
         from tqdm import tqdm
 
         bar = tqdm(total=num_iterations, initial=first_iteration - 1, desc="ppo", unit="it", dynamic_ncols=True)
-    iteration = first_iteration - 1
+    done_iterations = first_iteration - 1
     for iteration in range(first_iteration, num_iterations + 1):
         if args.max_minutes and elapsed_before + time.time() - start_time > args.max_minutes * 60:
+            break
+        if args.max_iterations and iteration >= first_iteration + args.max_iterations:
             break
         it_start = time.time()
         if args.anneal_lr:
@@ -257,8 +268,14 @@ def train(args: Args) -> TrainResult:
         # rollout: the numpy policy, as served
         net = numpy_net(agent, args)
         buffer.reset()
+        warmup = 0
         for step in range(args.num_steps):
             for e, core in enumerate(envs.cores):
+                while args.learn_from and core.arrived < args.learn_from * core.capacity:
+                    d = act(net, core, args.rank_scale)
+                    _, done = step_core(core, d["node"], d["action"])
+                    envs.after_step(e, done)
+                    warmup += 1
                 d = act(net, core, args.rank_scale)
                 buffer.add(step, e, d["x"], d["prior"], d["offset"], d["count"], d["cluster"], d["special_mask"],
                            d["action"], d["logprob"], d["value"])
@@ -321,7 +338,8 @@ def train(args: Args) -> TrainResult:
                "pg_loss": pg_loss.item(), "v_loss": v_loss.item(), "entropy": entropy_loss.item(),
                "approx_kl": float(approx_kl), "clipfrac": float(np.mean(clipfracs)) if clipfracs else 0.0,
                "explained_variance": ev, "epochs": epoch + 1,
-               "mean_reward": float(buffer.rewards.mean()), "sps": batch_size / max(rollout_s, 1e-9),
+               "mean_reward": float(buffer.rewards.mean()), "sps": (batch_size + warmup) / max(rollout_s, 1e-9),
+               "warmup_decisions": warmup,
                "iteration_s": it_s, "episodes": len(episodes),
                "episode_unallocated": float(np.mean(recent)) if recent else None,
                "episode_return": float(np.mean([e["return"] for e in episodes[-8:]])) if episodes else None,
@@ -345,6 +363,7 @@ def train(args: Args) -> TrainResult:
             save_checkpoint(run_dir / "checkpoint.pt", agent, optimizer, envs, shuffle_rng, history, episodes, best_val,
                             global_step, iteration, elapsed_before + time.time() - start_time)
             plot_curves(history, episodes, run_dir / "learning_curves.png")
+        done_iterations = iteration
     if bar is not None:
         bar.close()
 
@@ -358,7 +377,7 @@ def train(args: Args) -> TrainResult:
         export(agent, args, best_path, provenance({"globalStep": global_step, "valUnallocated": final_val,
                                                    "wallSeconds": seconds}), typical_json, version)
     save_checkpoint(run_dir / "checkpoint.pt", agent, optimizer, envs, shuffle_rng, history, episodes, best_val,
-                    global_step, iteration, seconds)
+                    global_step, done_iterations, seconds)
     plot_curves(history, episodes, run_dir / "learning_curves.png")
     (run_dir / "episodes.json").write_text(json.dumps(episodes, indent=0))
     return TrainResult(str(best_path), best_val, final_val, global_step, seconds, str(run_dir), history)

@@ -19,6 +19,7 @@ card with the best score wins.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import numba
@@ -31,6 +32,9 @@ from .base import NodeScores, Scorer
 DEFAULT_CPU_WEIGHT = 0.8
 """Weight of CPU-stranded milli relative to FGD's fragment (tuned on default, seeds 0–5, not the
 evaluation seeds: 0.6–1.0 all land within 0.05 pp)."""
+_INSTANCES = itertools.count()
+"""Cache keys: a unique number per measure (``id()`` can repeat once an object is freed)."""
+
 DEFAULT_STEP = 40.0
 """Score bucket width in milli of fragmentation change."""
 
@@ -139,6 +143,7 @@ class CpuFragmentation:
 
     def __init__(self, typical: TypicalPods, model_names: tuple[str, ...], cpu_weight: float = DEFAULT_CPU_WEIGHT):
         self.cpu_weight = float(cpu_weight)
+        self._key = ("fragmentation-cpu", next(_INSTANCES))
         self._t = (
             np.ascontiguousarray(typical.cpu_milli, dtype=np.int64),
             np.ascontiguousarray(typical.gpu_milli, dtype=np.int64),
@@ -149,10 +154,9 @@ class CpuFragmentation:
 
     def node_frag(self, state: ClusterState) -> np.ndarray:
         """float[N]: each node's FGD-CPU fragmentation now (cached per ``node_version``)."""
-        key = ("fragmentation-cpu", id(self))
-        cached = state.caches.get(key)
+        cached = state.caches.get(self._key)
         if cached is None:
-            cached = state.caches[key] = (np.zeros(state.num_nodes), np.full(state.num_nodes, -1, dtype=np.int64))
+            cached = state.caches[self._key] = (np.zeros(state.num_nodes), np.full(state.num_nodes, -1, dtype=np.int64))
         frag, versions = cached
         stale = np.flatnonzero(versions != state.node_version)
         if len(stale):

@@ -62,6 +62,7 @@ def filled_state(seed: int = 0, fills: int = 30) -> ClusterState:
 def write_workload(folder: Path) -> tuple[str, str]:
     """The small cluster and workload as generic-format files; returns (nodes path, pods path)."""
     doc = dump_generic(small_nodes(), small_pods())
+    folder.mkdir(parents=True, exist_ok=True)
     nodes_path = folder / "cluster.json"
     nodes_path.write_text(doc)
     return str(nodes_path), str(nodes_path)

@@ -12,7 +12,7 @@ from rlsched.policy.features import CLUSTER_FEATURES, NUM_FEATURES  # noqa: E402
 from rlsched.policy.network import PolicyNetwork, group_offsets, log_softmax, param_shapes  # noqa: E402
 from rlsched.policy.ppo.agent import Agent, RaggedBatch  # noqa: E402
 from rlsched.policy.ppo.buffer import RolloutBuffer  # noqa: E402
-from rlsched.policy.ppo.train import act, step_core  # noqa: E402
+from rlsched.policy.ppo.trainer import act, step_core  # noqa: E402
 
 C = len(CLUSTER_FEATURES)
 

@@ -1,0 +1,143 @@
+"""Loading a trained model as a scorer (policy/learned.py, policy/export.py) — numpy only."""
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ppo_fixtures import filled_state, small_pods, small_typical
+from rlsched.policy import TieBreak, decide, feasible_nodes, make_scorer
+from rlsched.policy.export import MANIFEST_KEY, ModelFileError, build_manifest, file_digest, read_model, save_model
+from rlsched.policy.features import CLUSTER_FEATURES, FEATURES
+from rlsched.policy.learned import DEFAULT_MODEL, LearnedScorer, load_learned_scorer
+from rlsched.policy.network import param_shapes
+
+
+def write_model(path: Path, seed: int = 0, mode: str = "sample", **overrides) -> Path:
+    rng = np.random.default_rng(seed)
+    shapes = param_shapes(len(FEATURES), len(CLUSTER_FEATURES), (8, 8), 8)
+    params = {k: rng.normal(scale=0.2, size=s).astype(np.float32) for k, s in shapes.items()}
+    manifest = build_manifest(version="test-1", hidden=(8, 8), value_hidden=8, prior_scale=50.0, rank_scale=80.0,
+                              mode=mode, fgd_cpu_weight=0.8, typical_json=small_typical().to_json(),
+                              training={"test": True})
+    manifest.update(overrides)
+    save_model(path, params, manifest)
+    return path
+
+
+def rewrite(path: Path, dest: Path, change) -> Path:
+    """Copy a model file, letting ``change(arrays, manifest)`` edit it, without the exporter's checks."""
+    with np.load(path) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    manifest = json.loads(arrays.pop(MANIFEST_KEY).tobytes())
+    change(arrays, manifest)
+    arrays[MANIFEST_KEY] = np.frombuffer(json.dumps(manifest).encode(), dtype=np.uint8)
+    with open(dest, "wb") as f:
+        np.savez(f, **arrays)
+    return dest
+
+
+def test_scorer_interface_and_identity(tmp_path: Path) -> None:
+    path = write_model(tmp_path / "m.npz")
+    scorer = make_scorer(f"ppo:{path}", small_typical())
+    assert isinstance(scorer, LearnedScorer)
+    assert scorer.version == "test-1" and scorer.digest == file_digest(path) and len(scorer.digest) == 64
+    state = filled_state(1)
+    tiebreak = TieBreak.seeded(state.num_nodes, 3)
+    for pod in small_pods(20, 4):
+        req = state.request(pod)
+        nodes = feasible_nodes(state, req)
+        if len(nodes) < 2:
+            continue
+        scores = scorer.score(state, req, nodes)
+        assert scores.values.shape == (len(nodes),) and np.isfinite(scores.values).all()
+        i = scorer.choose(scores, nodes, tiebreak)
+        assert 0 <= i < len(nodes)
+        cards = scorer.cards(state, req, int(nodes[i]), i, scores, tiebreak)
+        assert len(cards) == req.num_gpu
+        decision = decide(scorer, state, req, tiebreak)
+        state.place(req, decision.node, decision.cards)
+
+
+def test_greedy_mode_takes_the_best_logit(tmp_path: Path) -> None:
+    scorer = load_learned_scorer(write_model(tmp_path / "m.npz", mode="greedy"), small_typical())
+    state = filled_state(2)
+    tiebreak = TieBreak.seeded(state.num_nodes, 1)
+    req = state.request(small_pods(5, 1)[0])
+    nodes = feasible_nodes(state, req)
+    scores = scorer.score(state, req, nodes)
+    assert scorer.choose(scores, nodes, tiebreak) == int(np.argmax(scorer.logits(scores, nodes, tiebreak)))
+    assert load_learned_scorer(tmp_path / "m.npz", mode="sample").decision.mode == "sample"
+
+
+def test_typical_pods_default_to_the_manifest(tmp_path: Path) -> None:
+    scorer = load_learned_scorer(write_model(tmp_path / "m.npz"))
+    assert len(scorer.encoder.typical) == len(small_typical())
+
+
+@pytest.mark.parametrize("what, change, message", [
+    ("format", lambda a, m: m.update(format="other"), "format"),
+    ("version", lambda a, m: m.update(formatVersion=99), "format version 99"),
+    ("features", lambda a, m: m["features"].update(names=m["features"]["names"][:-1]), "feature schema"),
+    ("feature version", lambda a, m: m["features"].update(version=0), "feature schema v0"),
+    ("shape", lambda a, m: a.update(w1=a["w1"][:, :3]), "array w1 has shape"),
+    ("missing array", lambda a, m: a.pop("v1"), "missing"),
+    ("nan", lambda a, m: a["b1"].__setitem__(0, np.nan), "not finite"),
+    ("mode", lambda a, m: m["decision"].update(mode="argmax"), "decision mode"),
+    ("field", lambda a, m: m["network"].pop("priorScale"), "malformed field"),
+])
+def test_incompatible_files_are_refused(tmp_path: Path, what: str, change, message: str) -> None:
+    bad = rewrite(write_model(tmp_path / "m.npz"), tmp_path / "bad.npz", change)
+    with pytest.raises(ModelFileError, match=message):
+        load_learned_scorer(bad)
+
+
+def test_corrupt_and_missing_files(tmp_path: Path) -> None:
+    with pytest.raises(ModelFileError, match="no such file"):
+        load_learned_scorer(tmp_path / "absent.npz")
+    junk = tmp_path / "junk.npz"
+    junk.write_bytes(b"not a zip file at all")
+    with pytest.raises(ModelFileError, match="not a readable"):
+        load_learned_scorer(junk)
+    good = write_model(tmp_path / "m.npz").read_bytes()
+    (tmp_path / "cut.npz").write_bytes(good[: len(good) // 2])
+    with pytest.raises(ModelFileError):
+        load_learned_scorer(tmp_path / "cut.npz")
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("w1.npy", b"")
+    (tmp_path / "nomanifest.npz").write_bytes(buf.getvalue())
+    with pytest.raises(ModelFileError):
+        load_learned_scorer(tmp_path / "nomanifest.npz")
+
+
+def test_save_refuses_a_bad_manifest(tmp_path: Path) -> None:
+    with pytest.raises(ModelFileError):
+        save_model(tmp_path / "x.npz", {}, {"format": "rlsched-policy"})
+    assert not (tmp_path / "x.npz").exists()
+
+
+def test_bundled_model_loads_and_serves_without_torch() -> None:
+    assert DEFAULT_MODEL.is_file(), "the bundled model must ship in rlsched/policy/models/"
+    params, manifest, digest = read_model(DEFAULT_MODEL)
+    assert manifest["training"]["traces"] and manifest["training"]["args"]["seed"] is not None
+    sidecar = DEFAULT_MODEL.with_suffix(".json")
+    assert json.loads(sidecar.read_text())["version"] == manifest["version"]
+    code = (
+        "import sys; sys.modules['torch'] = None\n"     # any torch import fails
+        "from rlsched.policy.learned import load_learned_scorer, DEFAULT_MODEL\n"
+        "from rlsched.policy import ClusterState, NodeSpec, PodSpec, TieBreak, decide\n"
+        "s = load_learned_scorer(DEFAULT_MODEL)\n"
+        "st = ClusterState([NodeSpec(f'n{i}', 96000, 393216, 8, 'G2') for i in range(3)])\n"
+        "d = decide(s, st, st.request(PodSpec('p', 8000, 1024, 1, 500)), TieBreak.seeded(3, 0))\n"
+        "print(s.version, s.digest[:12], d.node, d.cards)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert manifest["version"] in out.stdout and digest[:12] in out.stdout

@@ -1,0 +1,238 @@
+{{/*
+Names, labels and the configuration files shared by the templates. Every template uses these
+helpers; nothing hard-codes a name, so two releases never collide.
+*/}}
+
+{{/* The chart name (nameOverride wins). */}}
+{{- define "rl-scheduler.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+The full name prefix of every object: fullnameOverride, else the release name (plus the chart
+name unless the release name already contains it), 63 characters at most.
+*/}}
+{{- define "rl-scheduler.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A component's name: <fullname>-<component>, 63 characters at most. Call with (list . "operator"). */}}
+{{- define "rl-scheduler.componentName" -}}
+{{- $ctx := index . 0 -}}
+{{- printf "%s-%s" (include "rl-scheduler.fullname" $ctx | trunc (int (sub 62 (len (index . 1))))) (index . 1) | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+Name of a cluster-scoped object (ClusterRole, ClusterRoleBinding): <namespace>-<fullname>-<suffix>,
+so that releases with the same name in two namespaces do not collide. Call with (list . "suffix").
+*/}}
+{{- define "rl-scheduler.clusterScopedName" -}}
+{{- $ctx := index . 0 -}}
+{{- printf "%s-%s-%s" $ctx.Release.Namespace (include "rl-scheduler.fullname" $ctx) (index . 1) | trunc 253 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* chart label value: name-version. */}}
+{{- define "rl-scheduler.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels of every object. */}}
+{{- define "rl-scheduler.labels" -}}
+helm.sh/chart: {{ include "rl-scheduler.chart" . }}
+{{ include "rl-scheduler.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kube-rl-scheduler
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Selector labels of the release (add app.kubernetes.io/component per workload). */}}
+{{- define "rl-scheduler.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "rl-scheduler.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* Labels of one component's objects. Call with (list . "scheduler"). */}}
+{{- define "rl-scheduler.componentLabels" -}}
+{{ include "rl-scheduler.labels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{/* Selector labels of one component. Call with (list . "scheduler"). */}}
+{{- define "rl-scheduler.componentSelectorLabels" -}}
+{{ include "rl-scheduler.selectorLabels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{/* ServiceAccount names. */}}
+{{- define "rl-scheduler.scheduler.serviceAccountName" -}}
+{{- if .Values.scheduler.serviceAccount.create -}}
+{{- default (include "rl-scheduler.componentName" (list . "scheduler")) .Values.scheduler.serviceAccount.name -}}
+{{- else -}}
+{{- required "scheduler.serviceAccount.name is required when scheduler.serviceAccount.create is false" .Values.scheduler.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "rl-scheduler.operator.serviceAccountName" -}}
+{{- if .Values.operator.serviceAccount.create -}}
+{{- default (include "rl-scheduler.componentName" (list . "operator")) .Values.operator.serviceAccount.name -}}
+{{- else -}}
+{{- required "operator.serviceAccount.name is required when operator.serviceAccount.create is false" .Values.operator.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Images. */}}
+{{- define "rl-scheduler.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "rl-scheduler.scheduler.image" -}}
+{{- $img := .Values.scheduler.image -}}
+{{- if $img.digest -}}
+{{- printf "%s@%s" $img.repository $img.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $img.repository (required "scheduler.image.tag is required" $img.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The policy ConfigMap (operator writes it, scheduler pod mounts it) and its rollback slot. */}}
+{{- define "rl-scheduler.policyConfigMapName" -}}
+{{- default (include "rl-scheduler.componentName" (list . "policy")) .Values.policyConfigMap.name -}}
+{{- end -}}
+
+{{/* The Service in front of the scheduler pod. */}}
+{{- define "rl-scheduler.serviceName" -}}
+{{- include "rl-scheduler.fullname" . -}}
+{{- end -}}
+
+{{/* Leader-election Lease of our kube-scheduler: unique name and namespace, named by the RBAC Role. */}}
+{{- define "rl-scheduler.leaseName" -}}
+{{- default .Values.schedulerName .Values.scheduler.config.leaseName -}}
+{{- end -}}
+
+{{- define "rl-scheduler.leaseNamespace" -}}
+{{- default .Release.Namespace .Values.scheduler.config.leaseNamespace -}}
+{{- end -}}
+
+{{/* The Role/RoleBinding for the Lease: in another namespace than the release's, the name carries the
+release namespace too. */}}
+{{- define "rl-scheduler.leaseRoleName" -}}
+{{- if eq (include "rl-scheduler.leaseNamespace" .) .Release.Namespace -}}
+{{- include "rl-scheduler.componentName" (list . "scheduler-leader-election") -}}
+{{- else -}}
+{{- include "rl-scheduler.clusterScopedName" (list . "scheduler-leader-election") -}}
+{{- end -}}
+{{- end -}}
+
+{{/* kopf peering object(s): a ClusterKopfPeering, or KopfPeerings in the watched namespaces. */}}
+{{- define "rl-scheduler.peeringName" -}}
+{{- default (include "rl-scheduler.clusterScopedName" (list . "operator")) .Values.operator.peering.name -}}
+{{- end -}}
+
+{{/*
+The extender's settings file (extender/settings.py keys). extender.config is deep-merged last.
+*/}}
+{{- define "rl-scheduler.extenderConfig" -}}
+{{- $v := .Values.extender -}}
+{{- $policy := dict "mode" $v.policy.mode "fallback" $v.policy.fallback "deadlineMs" $v.policy.deadlineMs "topK" $v.policy.topK -}}
+{{- if $v.policy.modelPath -}}
+{{- $_ := set $policy "modelPath" $v.policy.modelPath -}}
+{{- end -}}
+{{- $cfg := dict
+  "server" (dict "host" "127.0.0.1" "port" $v.port "statusHost" "0.0.0.0" "statusPort" $v.statusPort)
+  "kubernetes" (dict "schedulerName" .Values.schedulerName)
+  "policy" $policy
+  "policyFile" (printf "%s/policy.yaml" (trimSuffix "/" $v.policyMountPath))
+  "strictModel" $v.strictModel
+  "log" (dict "level" $v.log.level "format" $v.log.format)
+-}}
+{{- if $v.prometheusUrl -}}
+{{- $_ := set $cfg "prometheus" (dict "url" $v.prometheusUrl) -}}
+{{- end -}}
+{{- $cfg = mustMergeOverwrite $cfg (deepCopy $v.config) -}}
+{{- toYaml $cfg -}}
+{{- end -}}
+
+{{/*
+The KubeSchedulerConfiguration: files/scheduler-config.yaml (a byte copy of
+extender/scheduler-config.yaml = rlsched.extender.scheduler_config.render()) with the same
+parameters scheduler_config() takes set from the values. tests/unit/test_chart_sync.py renders the
+chart and compares the result with scheduler_config(**those parameters).
+*/}}
+{{- define "rl-scheduler.schedulerConfig" -}}
+{{- $c := .Values.scheduler.config -}}
+{{- $cfg := .Files.Get "files/scheduler-config.yaml" | fromYaml -}}
+{{- if hasKey $cfg "Error" -}}
+{{- fail (printf "files/scheduler-config.yaml: %s" $cfg.Error) -}}
+{{- end -}}
+{{- if not $cfg.leaderElection -}}
+{{- fail "files/scheduler-config.yaml is missing or empty: run .venv/bin/python hack/sync-chart.py" -}}
+{{- end -}}
+{{- $le := $cfg.leaderElection -}}
+{{- $_ := set $le "leaderElect" $c.leaderElect -}}
+{{- $_ := set $le "resourceName" (include "rl-scheduler.leaseName" .) -}}
+{{- $_ := set $le "resourceNamespace" (include "rl-scheduler.leaseNamespace" .) -}}
+{{- $profile := first $cfg.profiles -}}
+{{- $_ := set $profile "schedulerName" .Values.schedulerName -}}
+{{- if $c.keepScorePlugins -}}
+{{- $_ := unset $profile "plugins" -}}
+{{- end -}}
+{{- $gpu := dig "gpu" "gpuMilliResource" "" (.Values.extender.config | default dict) -}}
+{{- if $gpu -}}
+{{- range $profile.pluginConfig -}}
+{{- if eq .name "NodeResourcesFit" -}}
+{{- $_ := set .args "ignoredResources" (list $gpu) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $ext := first $cfg.extenders -}}
+{{- $prefix := dig "server" "pathPrefix" "" (.Values.extender.config | default dict) -}}
+{{- $_ := set $ext "urlPrefix" (printf "http://127.0.0.1:%d%s" (int .Values.extender.port) $prefix) -}}
+{{- $_ := set $ext "weight" (int $c.weight) -}}
+{{- $_ := set $ext "httpTimeout" $c.httpTimeout -}}
+{{- $_ := set $ext "nodeCacheCapable" $c.nodeCacheCapable -}}
+{{- $cfg = mustMergeOverwrite $cfg (deepCopy $c.overrides) -}}
+{{- toYaml $cfg -}}
+{{- end -}}
+
+{{/*
+The operator's settings file (operator/settings.py keys). operator.config is deep-merged last.
+*/}}
+{{- define "rl-scheduler.operatorConfig" -}}
+{{- $o := .Values.operator -}}
+{{- $cfg := dict
+  "scope" (dict "namespaces" $o.watchNamespaces "schedulerName" .Values.schedulerName)
+  "policy" (dict "namespace" .Release.Namespace "name" $o.policyName)
+  "sink" (dict "kind" "configmap" "namespace" .Release.Namespace "configmap" (include "rl-scheduler.policyConfigMapName" .) "mountPath" .Values.extender.policyMountPath)
+  "extender" (dict "statusUrl" (printf "http://%s.%s.svc:%d" (include "rl-scheduler.serviceName" .) .Release.Namespace (int .Values.extender.statusPort)) "rolloutTimeoutS" $o.rolloutTimeoutS)
+  "livenessEndpoint" (printf "http://0.0.0.0:%d/healthz" (int $o.healthPort))
+  "logLevel" $o.logLevel
+-}}
+{{- if $o.peering.enabled -}}
+{{- $_ := set $cfg.scope "peering" (include "rl-scheduler.peeringName" .) -}}
+{{- end -}}
+{{- if $o.decisionLog.enabled -}}
+{{- $dl := dict "path" "/data/decisions" "maxBytes" (int64 $o.decisionLog.maxBytes) -}}
+{{- if $o.prometheusUrl -}}
+{{- $_ := set $dl "prometheusUrl" $o.prometheusUrl -}}
+{{- end -}}
+{{- $_ := set $cfg "decisionLog" $dl -}}
+{{- end -}}
+{{- $cfg = mustMergeOverwrite $cfg (deepCopy $o.config) -}}
+{{- toYaml $cfg -}}
+{{- end -}}

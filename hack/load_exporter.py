@@ -1,0 +1,325 @@
+#!/usr/bin/env python3
+"""Node-exporter series for fake (kwok) nodes, so the extender's Prometheus path runs for real.
+
+kwok nodes have no kernel to measure, so this exporter makes the numbers up — from what is placed
+on each node: every ``--refresh`` seconds it lists the nodes and pods, and a node's utilization is
+a small per-node base (stable, from a hash of its name) plus a share proportional to the cpu and
+memory its pods request. ``PUT /loads/<node>`` with ``{"cpu": 0.8}`` pins a value (tests).
+
+It publishes, per node, at ``/nodes/<node>/metrics``, the node-exporter series the extender's
+default PromQL reads (``extender/settings.py`` ``DEFAULT_QUERIES``):
+
+- ``node_cpu_seconds_total{cpu, mode="idle"|"user"|"system"}`` counters (idle grows at 1 − cpu per
+  second per cpu, so ``1 - avg(rate(idle))`` is the utilization);
+- ``node_memory_MemTotal_bytes`` / ``node_memory_MemAvailable_bytes`` gauges;
+- ``node_network_{receive,transmit}_bytes_total{device="eth0"|"lo"}`` counters (``lo`` is busy and
+  must be excluded by the query; eth0 carries utilization × 1.25e9 bytes/s each way);
+- ``node_disk_io_time_seconds_total{device="nvme0n1"}`` (busy fraction per second).
+
+With ``--targets-dir`` (``hack/local-cluster.sh``'s Prometheus file_sd folder) it writes
+``rlsched-load-exporter.json``: one target per node, ``instance`` = the node name and
+``__metrics_path__`` = its page — one scrape target per node, as one node-exporter per node would be,
+so ``by (instance)`` in the queries groups by node. The file is rewritten when nodes come and go and
+removed at exit.
+
+Other endpoints: ``/healthz``, ``/loads`` (JSON: node → the utilizations published now), ``/metrics``
+(the exporter's own counters).
+
+    hack/load_exporter.py --kubeconfig .cache/cluster/kubeconfig --port 9101 \\
+        --targets-dir .cache/cluster/prometheus/targets [--node-selector type=kwok]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+log = logging.getLogger("load_exporter")
+TARGETS_FILE = "rlsched-load-exporter.json"
+COLUMNS = ("cpu", "memory", "network", "disk")
+LINK_BYTES_PER_S = 1.25e9  # one direction of 10 Gbit/s; the default query divides rx+tx by 2.5e9
+CPUS_EXPOSED = 2  # per-cpu series; the query averages them
+
+
+def quantity(value: Any) -> float:
+    """A Kubernetes quantity as a float (cpu in cores, memory in bytes)."""
+    s = str(value).strip()
+    if not s:
+        return 0.0
+    suffixes = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60,
+                "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+    for suf in ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"):
+        if s.endswith(suf):
+            return float(s[:-2]) * suffixes[suf]
+    if s[-1] in "numkMGTPE" and not s[-1].isdigit():
+        return float(s[:-1]) * suffixes[s[-1]]
+    return float(s)
+
+
+def base_load(node: str, column: str) -> float:
+    """A stable per-node background utilization, 0.03..0.18."""
+    return 0.03 + 0.15 * (zlib.crc32(f"{column}/{node}".encode()) % 1000) / 1000
+
+
+@dataclass
+class NodeLoad:
+    cpu_cores: float
+    memory_bytes: float
+    util: dict[str, float]
+    pinned: dict[str, float] = field(default_factory=dict)
+    counters: dict[str, float] = field(default_factory=lambda: {"idle": 0.0, "user": 0.0, "system": 0.0, "rx": 0.0,
+                                                                  "tx": 0.0, "lo": 0.0, "disk": 0.0})
+    at: float = field(default_factory=time.time)
+
+    def value(self, column: str) -> float:
+        return self.pinned.get(column, self.util.get(column, 0.0))
+
+    def advance(self, now: float) -> None:
+        """Move the counters forward at the current rates."""
+        dt = max(0.0, now - self.at)
+        self.at = now
+        cpu = self.value("cpu")
+        c = self.counters
+        c["idle"] += (1 - cpu) * dt
+        c["user"] += cpu * 0.8 * dt
+        c["system"] += cpu * 0.2 * dt
+        c["rx"] += self.value("network") * LINK_BYTES_PER_S * dt
+        c["tx"] += self.value("network") * LINK_BYTES_PER_S * dt
+        c["lo"] += 5e8 * dt
+        c["disk"] += self.value("disk") * dt
+
+
+class Exporter:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.nodes: dict[str, NodeLoad] = {}
+        self.pins: dict[str, dict[str, float]] = {}
+        self.refreshes = 0
+        self.errors = 0
+        self.last_error: str | None = None
+        self.api: Any = None
+        self.targets_written: tuple[str, ...] = ()
+
+    # -- Kubernetes ----------------------------------------------------------------------------------
+    def connect(self) -> None:
+        import kubernetes
+
+        cfg = kubernetes.client.Configuration()
+        kubernetes.config.load_kube_config(config_file=self.args.kubeconfig, client_configuration=cfg)
+        self.api = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(cfg))
+
+    def fetch(self) -> tuple[list[dict], dict[str, list[float]]]:
+        """List nodes and pods (blocking: runs in a thread); the cpu and memory requested per node."""
+        nodes = self.api.list_node(label_selector=self.args.node_selector or None, _preload_content=False)
+        nodes = json.loads(nodes.data)["items"]
+        pods = self.api.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded,status.phase!=Failed",
+                                                    _preload_content=False)
+        pods = json.loads(pods.data)["items"]
+        used: dict[str, list[float]] = {}
+        for p in pods:
+            node = (p.get("spec") or {}).get("nodeName")
+            if not node:
+                continue
+            cpu = mem = 0.0
+            for c in (p["spec"].get("containers") or []):
+                req = (c.get("resources") or {}).get("requests") or {}
+                cpu += quantity(req.get("cpu", 0))
+                mem += quantity(req.get("memory", 0))
+            u = used.setdefault(node, [0.0, 0.0])
+            u[0] += cpu
+            u[1] += mem
+        return nodes, used
+
+    def apply(self, nodes: list[dict], used: dict[str, list[float]]) -> None:
+        """Recompute every node's utilization (on the event loop, like the scrapes)."""
+        now = time.time()
+        seen = set()
+        for n in nodes:
+            name = n["metadata"]["name"]
+            seen.add(name)
+            alloc = (n.get("status") or {}).get("allocatable") or {}
+            cores = max(quantity(alloc.get("cpu", "1")), 1e-3)
+            mem = max(quantity(alloc.get("memory", "1Gi")), 1.0)
+            cpu_used, mem_used = used.get(name, (0.0, 0.0))
+            cpu_frac, mem_frac = min(cpu_used / cores, 1.0), min(mem_used / mem, 1.0)
+            util = {
+                "cpu": min(1.0, base_load(name, "cpu") + 0.7 * cpu_frac),
+                "memory": min(1.0, base_load(name, "memory") + 0.75 * mem_frac),
+                "network": min(1.0, base_load(name, "network") * 0.5 + 0.3 * cpu_frac),
+                "disk": min(1.0, base_load(name, "disk") + 0.2 * cpu_frac),
+            }
+            entry = self.nodes.get(name)
+            if entry is None:
+                entry = self.nodes[name] = NodeLoad(cores, mem, util)
+            else:
+                entry.advance(now)
+                entry.cpu_cores, entry.memory_bytes, entry.util = cores, mem, util
+            entry.pinned = self.pins.get(name, {})
+        for gone in set(self.nodes) - seen:
+            del self.nodes[gone]
+        self.refreshes += 1
+        self.write_targets()
+
+    def write_targets(self) -> None:
+        if not self.args.targets_dir:
+            return
+        names = tuple(sorted(self.nodes))
+        if names == self.targets_written:
+            return
+        groups = [{"targets": [f"127.0.0.1:{self.args.port}"],
+                   "labels": {"__metrics_path__": f"/nodes/{n}/metrics", "instance": n, "node": n,
+                              "exporter": "rlsched-load-exporter"}} for n in names]
+        path = Path(self.args.targets_dir) / TARGETS_FILE
+        tmp = path.with_suffix(".tmp")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(groups, indent=1))
+        os.replace(tmp, path)
+        self.targets_written = names
+        log.info("registered %d node targets in %s", len(names), path)
+
+    def remove_targets(self) -> None:
+        if self.args.targets_dir:
+            (Path(self.args.targets_dir) / TARGETS_FILE).unlink(missing_ok=True)
+
+    async def loop(self) -> None:
+        while True:
+            try:
+                self.apply(*await asyncio.to_thread(self.fetch))
+                if self.last_error:
+                    log.info("refresh works again")
+                self.last_error = None
+            except Exception as exc:  # noqa: BLE001 - keep serving the last values
+                self.errors += 1
+                msg = f"{type(exc).__name__}: {exc}"
+                if msg != self.last_error:
+                    log.warning("refresh failed: %s", msg)
+                self.last_error = msg
+            await asyncio.sleep(self.args.refresh)
+
+    # -- HTTP ----------------------------------------------------------------------------------------
+    async def node_metrics(self, request: web.Request) -> web.Response:
+        name = request.match_info["node"]
+        entry = self.nodes.get(name)
+        if entry is None:
+            raise web.HTTPNotFound(text=f"no node {name}\n")
+        entry.advance(time.time())
+        c = entry.counters
+        lines = ["# HELP node_cpu_seconds_total Seconds the CPUs spent in each mode.",
+                 "# TYPE node_cpu_seconds_total counter"]
+        for cpu in range(CPUS_EXPOSED):
+            for mode in ("idle", "user", "system"):
+                lines.append(f'node_cpu_seconds_total{{cpu="{cpu}",mode="{mode}"}} {c[mode]:.6f}')
+        mem_total = entry.memory_bytes
+        lines += ["# HELP node_memory_MemTotal_bytes Memory information field MemTotal_bytes.",
+                  "# TYPE node_memory_MemTotal_bytes gauge", f"node_memory_MemTotal_bytes {mem_total:.0f}",
+                  "# HELP node_memory_MemAvailable_bytes Memory information field MemAvailable_bytes.",
+                  "# TYPE node_memory_MemAvailable_bytes gauge",
+                  f"node_memory_MemAvailable_bytes {mem_total * (1 - entry.value('memory')):.0f}",
+                  "# HELP node_network_receive_bytes_total Network device statistic receive_bytes.",
+                  "# TYPE node_network_receive_bytes_total counter",
+                  f'node_network_receive_bytes_total{{device="eth0"}} {c["rx"]:.0f}',
+                  f'node_network_receive_bytes_total{{device="lo"}} {c["lo"]:.0f}',
+                  "# HELP node_network_transmit_bytes_total Network device statistic transmit_bytes.",
+                  "# TYPE node_network_transmit_bytes_total counter",
+                  f'node_network_transmit_bytes_total{{device="eth0"}} {c["tx"]:.0f}',
+                  f'node_network_transmit_bytes_total{{device="lo"}} {c["lo"]:.0f}',
+                  "# HELP node_disk_io_time_seconds_total Total seconds spent doing I/Os.",
+                  "# TYPE node_disk_io_time_seconds_total counter",
+                  f'node_disk_io_time_seconds_total{{device="nvme0n1"}} {c["disk"]:.6f}', ""]
+        return web.Response(text="\n".join(lines), content_type="text/plain", charset="utf-8",
+                            headers={"X-Content-Type-Options": "nosniff"})
+
+    async def loads(self, request: web.Request) -> web.Response:
+        return web.json_response({n: {c: round(e.value(c), 6) for c in COLUMNS} for n, e in sorted(self.nodes.items())})
+
+    async def pin(self, request: web.Request) -> web.Response:
+        name = request.match_info["node"]
+        try:
+            body = await request.json()
+            values = {str(k): float(v) for k, v in body.items() if k in COLUMNS}
+        except (ValueError, AttributeError):
+            raise web.HTTPBadRequest(text='expected JSON like {"cpu": 0.8}\n') from None
+        if not all(0 <= v <= 1 for v in values.values()):
+            raise web.HTTPBadRequest(text="values are utilizations 0..1\n")
+        entry = self.nodes.get(name)
+        if entry is not None:
+            entry.advance(time.time())  # the old rate up to now
+            entry.pinned = values
+        self.pins[name] = values
+        return web.json_response({"node": name, "pinned": values})
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        if self.refreshes == 0:
+            return web.Response(status=503, text=f"no refresh yet ({self.last_error or 'starting'})\n")
+        return web.Response(text="ok\n")
+
+    async def own_metrics(self, request: web.Request) -> web.Response:
+        text = ("# TYPE rlsched_load_exporter_nodes gauge\n"
+                f"rlsched_load_exporter_nodes {len(self.nodes)}\n"
+                "# TYPE rlsched_load_exporter_refreshes_total counter\n"
+                f"rlsched_load_exporter_refreshes_total {self.refreshes}\n"
+                "# TYPE rlsched_load_exporter_refresh_errors_total counter\n"
+                f"rlsched_load_exporter_refresh_errors_total {self.errors}\n")
+        return web.Response(text=text, content_type="text/plain")
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/nodes/{node}/metrics", self.node_metrics)
+        app.router.add_get("/loads", self.loads)
+        app.router.add_put("/loads/{node}", self.pin)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/metrics", self.own_metrics)
+        return app
+
+
+async def amain(args: argparse.Namespace) -> None:
+    exp = Exporter(args)
+    exp.connect()
+    runner = web.AppRunner(exp.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, args.host, args.port)
+    await site.start()
+    log.info("serving on http://%s:%d (nodes: %s)", args.host, args.port, args.node_selector or "all")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    task = asyncio.create_task(exp.loop())
+    try:
+        await stop.wait()
+    finally:
+        task.cancel()
+        exp.remove_targets()
+        await runner.cleanup()
+        log.info("stopped")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="hack/load_exporter.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="kubeconfig (default $KUBECONFIG)")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=9101)
+    ap.add_argument("--refresh", type=float, default=5.0, help="seconds between lists of nodes and pods")
+    ap.add_argument("--node-selector", help="label selector of the nodes to cover (default: all)")
+    ap.add_argument("--targets-dir", help="Prometheus file_sd folder to register the per-node targets in")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.kubeconfig:
+        ap.error("--kubeconfig (or $KUBECONFIG) is required")
+    asyncio.run(amain(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

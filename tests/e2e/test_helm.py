@@ -416,7 +416,14 @@ def test_upgrade_changing_the_scheduler_config_rolls_the_scheduler_pod(release: 
     published = {"data": {"policy.yaml": "mode: shadow\nfallback: bestfit\n", "bundle.json": '{"generation": 7}'},
                  "binaryData": {"model-0123456789abcdef.npz": base64.b64encode(b"not really a model").decode()}}
     r.kubectl("patch", "configmap", f"{FULLNAME}-policy", "-n", NS, "--type=merge", "-p", json.dumps(published))
-    r.kubectl("patch", "configmap", f"{FULLNAME}-policy-last-good", "-n", NS, "--type=merge", "-p", json.dumps(published))
+    last_good = f"{FULLNAME}-policy-last-good"
+    if r.kubectl("get", "configmap", last_good, "-n", NS, check=False).returncode == 0:
+        r.kubectl("patch", "configmap", last_good, "-n", NS, "--type=merge", "-p", json.dumps(published))
+    else:  # deleted by the operator when step 3 retired its policy; it creates it anew (no Helm metadata)
+        r.kubectl("create", "-f", "-", input=json.dumps({
+            "apiVersion": "v1", "kind": "ConfigMap", **published,
+            "metadata": {"name": last_good, "namespace": NS,
+                         "labels": {"app.kubernetes.io/managed-by": "rlsched-operator", "rlsched.io/slot": "last-good"}}}))
     before = {c: (template_hash(r, c), live_hashes(r, c)) for c in ("scheduler", "operator")}
     values = r.values()
     r.helm("upgrade", RELEASE, str(CHART), "-n", NS, "-f", str(values), "--set", "scheduler.config.weight=500",
@@ -494,3 +501,30 @@ def test_every_switch_on_is_accepted_by_the_api_server(release: Release) -> None
     for kind in ("servicemonitor.monitoring.coreos.com", "prometheusrule.monitoring.coreos.com",
                  "kopfpeering.kopf.dev", "persistentvolumeclaim", "lease.coordination.k8s.io"):
         assert f"{kind}/" in out, out
+
+
+# -- 7 --------------------------------------------------------------------------------------------
+
+def test_plain_manifests_install_and_go_away(release: Release) -> None:
+    """manifests/ (the chart's default rendering) applied with kubectl: the pods come up (Pod Security
+    "restricted" enforced by its Namespace), then deleting the files removes every object of them."""
+    r = release
+    files = sorted((REPO_ROOT / "manifests").glob("*.yaml"))
+    assert [f.name for f in files][:2] == ["00-namespace.yaml", "01-crds.yaml"]
+    namespace = "rlsched-system"
+    if r.kubectl("get", "namespace", namespace, check=False).returncode == 0:
+        pytest.skip(f"namespace {namespace} exists already in this cluster")
+    done = r.kubectl("apply", "--server-side", "--force-conflicts", *[a for f in files for a in ("-f", str(f))], check=False)
+    assert done.returncode == 0 and "Warning" not in done.stderr, done.stderr
+    try:
+        for name in ("rl-scheduler-scheduler", "rl-scheduler-operator"):
+            r.kubectl("rollout", "status", f"deployment/{name}", "-n", namespace, "--timeout=120s")
+    finally:
+        others = [f for f in files if f.name != "01-crds.yaml"]  # the CRDs may serve others in this cluster
+        r.kubectl("delete", "--wait", "--ignore-not-found", *[a for f in reversed(others) for a in ("-f", str(f))],
+                  check=False)
+    wait_for(lambda: r.kubectl("get", "namespace", namespace, check=False).returncode != 0, 120, "the namespace to go")
+    left = r.kubectl("get", "clusterroles,clusterrolebindings", "-o", "name").stdout.split()
+    left += r.kubectl("get", "roles,rolebindings,leases", "-n", "kube-system", "-o", "name").stdout.split()
+    ours = [o for o in left if o.split("/", 1)[1].startswith(f"{namespace}-rl-scheduler") or (o.startswith("lease") and o.endswith("/rl-scheduler"))]
+    assert not ours, f"left behind by kubectl delete -f manifests/: {ours}"

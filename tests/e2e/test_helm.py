@@ -488,6 +488,7 @@ def test_every_switch_on_is_accepted_by_the_api_server(release: Release) -> None
     # The peering CRDs must exist for the KopfPeering to be accepted.
     r.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))
     values = r.values(
+        networkPolicy={"enabled": True, "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]},
         metrics={"serviceMonitor": {"enabled": True, "scrapeScheduler": True}, "prometheusRule": {"enabled": True},
                  "grafanaDashboard": {"enabled": True}},
         operator={"peering": {"enabled": True}, "watchNamespaces": [NS], "healthPort": r.ports["health"],
@@ -499,7 +500,8 @@ def test_every_switch_on_is_accepted_by_the_api_server(release: Release) -> None
     rendered = r.helm("template", RELEASE, str(CHART), "-n", NS, "-f", str(values)).stdout
     out = dry_run(r, rendered).stdout
     for kind in ("servicemonitor.monitoring.coreos.com", "prometheusrule.monitoring.coreos.com",
-                 "kopfpeering.kopf.dev", "persistentvolumeclaim", "lease.coordination.k8s.io"):
+                 "kopfpeering.kopf.dev", "persistentvolumeclaim", "lease.coordination.k8s.io",
+                 "networkpolicy.networking.k8s.io"):
         assert f"{kind}/" in out, out
 
 

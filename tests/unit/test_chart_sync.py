@@ -37,6 +37,7 @@ HELM = sync.helm_binary()
 needs_helm = pytest.mark.skipif(HELM is None, reason="helm binary missing: run hack/build-tools.sh (.tools/bin/helm)")
 
 ALL_ON: dict[str, Any] = {
+    "networkPolicy": {"enabled": True, "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]},
     "metrics": {
         "serviceMonitor": {"enabled": True, "scrapeScheduler": True, "labels": {"release": "prom"}},
         "prometheusRule": {"enabled": True, "alertLabels": {"team": "ml"}},

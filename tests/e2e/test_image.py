@@ -30,8 +30,8 @@ Cluster = Any  # tests/e2e/conftest.py's Cluster (conftest modules are not impor
 
 IMAGE = os.environ.get("RLSCHED_E2E_IMAGE", "localhost/rl-scheduler:e2e")
 MAX_SIZE_MB = 700
-"""Measured 548 MB on the debootstrap bookworm base (176 MB of it the base; numba + llvmlite ~215 MB,
-the kubernetes client + pydantic ~70 MB); the bound catches a training dependency creeping in."""
+"""Measured 548 MB on the debootstrap bookworm base (176 MB of it the base; numba + llvmlite 194 MB,
+the kubernetes client + pydantic 68 MB); the bound catches a training dependency creeping in."""
 
 pytestmark = pytest.mark.timeout(1800)
 

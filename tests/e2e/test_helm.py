@@ -26,6 +26,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -332,7 +333,7 @@ def test_the_charts_rbac_runs_the_real_components(release: Release) -> None:
     kubelet = Kubelet(r.cluster.kubeconfig, f"{FULLNAME}-policy", policy_dir)
     kubelet.start()
     status = f"http://127.0.0.1:{r.ports['status']}"
-    logs = {name: work / f"{name}.log" for name in ("extender", "kube-scheduler", "operator")}
+    logs = {name: work / f"{name}.log" for name in ("extender", "kube-scheduler", "standby", "operator")}
     procs: dict[str, subprocess.Popen] = {}
     try:
         procs["extender"] = start([sys.executable, "-m", "rlsched.cli", "extender", "--config", str(work / "extender.yaml"),
@@ -353,6 +354,19 @@ def test_the_charts_rbac_runs_the_real_components(release: Release) -> None:
         holder = wait_for(lambda: r.get("lease", SCHEDULER, "-n", "kube-system")["spec"].get("holderIdentity"), 90,
                           "kube-scheduler to take its Lease")
         assert holder
+        # A second replica (what a rolling update starts) is ready while it waits for the Lease: the
+        # chart's readiness probe (/readyz) cannot deadlock a rollout with maxUnavailable 0.
+        standby_port = free_port()
+        procs["standby"] = start([str(TOOLS_BIN / "kube-scheduler"), "--config", str(work / "scheduler.yaml"),
+                                  "--authentication-kubeconfig", str(sched_kc), "--authorization-kubeconfig", str(sched_kc),
+                                  "--bind-address", "127.0.0.1", "--secure-port", str(standby_port)], work / "standby.log")
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # its self-signed serving cert
+        for path in ("/readyz", "/livez"):
+            wait_for(lambda: urllib.request.urlopen(f"https://127.0.0.1:{standby_port}{path}", context=context,
+                                                    timeout=3).status == 200, 60, f"the standby's {path}")
+        assert r.get("lease", SCHEDULER, "-n", "kube-system")["spec"]["holderIdentity"] == holder
+        stop(procs.pop("standby"))
         # A pod of this scheduler: filtered, bound and annotated by the extender with the SA's RBAC.
         r.kubectl("apply", "-f", "-", input=yaml.safe_dump(restricted_pod("share", {"rlsched.io/gpu-milli": "300"})))
         pod = wait_for(lambda: (p := r.get("pod", "share", "-n", NS))["spec"].get("nodeName") and p, 90,
@@ -377,7 +391,7 @@ def test_the_charts_rbac_runs_the_real_components(release: Release) -> None:
         r.kubectl("delete", "schedulingpolicy", "default", "-n", NS, "--timeout=90s")
         r.kubectl("delete", "pod", "share", "-n", NS, "--timeout=60s")
     finally:
-        for name in ("operator", "kube-scheduler", "extender"):
+        for name in ("operator", "standby", "kube-scheduler", "extender"):
             stop(procs.get(name))
         kubelet.stopped.set()
     for name, path in logs.items():

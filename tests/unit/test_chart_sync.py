@@ -300,6 +300,14 @@ def test_helm_lint_strict(tmp_path) -> None:
         assert "[WARNING]" not in done.stdout and "[ERROR]" not in done.stdout, done.stdout
 
 
+@needs_helm
+def test_verbs_cannot_leave_loopback(tmp_path) -> None:
+    f = tmp_path / "open.yaml"
+    f.write_text(yaml.safe_dump({"extender": {"config": {"server": {"host": "0.0.0.0"}}}}))
+    done = subprocess.run([HELM, "template", "x", str(CHART), "--values", str(f)], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "must stay on loopback" in done.stderr
+
+
 # -- values.yaml: every key commented -----------------------------------------------------------------
 
 def test_every_values_key_is_commented() -> None:
@@ -387,6 +395,14 @@ def test_dockerfile_leaves_out_only_what_serving_never_imports() -> None:
             "from rlsched.policy.scorers import make_scorer\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_build_script_is_shellcheck_clean() -> None:
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck missing (hack/install-system-deps.sh)")
+    done = subprocess.run([shellcheck, str(REPO / "hack" / "build-image.sh")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout
 
 
 def test_dockerfile_is_hadolint_clean() -> None:

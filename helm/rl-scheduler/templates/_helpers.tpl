@@ -165,6 +165,9 @@ The extender's settings file (extender/settings.py keys). extender.config is dee
 {{- $_ := set $cfg "prometheus" (dict "url" $v.prometheusUrl) -}}
 {{- end -}}
 {{- $cfg = mustMergeOverwrite $cfg (deepCopy $v.config) -}}
+{{- if not (has $cfg.server.host (list "127.0.0.1" "localhost" "::1")) -}}
+{{- fail (printf "extender.config.server.host=%v: the extender's verbs have no caller authentication and must stay on loopback (kube-scheduler calls them from the same pod)" $cfg.server.host) -}}
+{{- end -}}
 {{- toYaml $cfg -}}
 {{- end -}}
 

@@ -71,4 +71,6 @@ fi
 log "building ${TAG} from ${BASE}"
 start=$(date +%s)
 "${PODMAN[@]}" build --isolation chroot --network host "${build_args[@]}" -t "${TAG}" .
+# Earlier builds of this image that lost their tag (layers still cached by the build stage stay).
+"${PODMAN[@]}" image prune --force --filter label=org.opencontainers.image.title=kube-rl-scheduler >/dev/null || true
 log "built ${TAG} in $(( $(date +%s) - start )) s; size: $("${PODMAN[@]}" image inspect --format '{{.Size}}' "${TAG}") bytes"

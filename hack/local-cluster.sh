@@ -208,8 +208,16 @@ start() {
   printf '%q ' "$@" >"${RUN}/${name}.cmd"
   echo "$1" >"${RUN}/${name}.exe"
   setsid "$@" >>"${LOGS}/${name}.log" 2>&1 </dev/null &
-  echo "$!" >"${RUN}/${name}.pid"
-  log "${name}: started pid $! (port $(port_of "${name}"), log ${LOGS}/${name}.log)"
+  local pid=$! i
+  echo "${pid}" >"${RUN}/${name}.pid"
+  # Until setsid has exec'd the binary, /proc/PID/cmdline still names bash or setsid, and alive()
+  # would call the component dead; wait out that window (or the process's early death).
+  for ((i = 0; i < 100; i++)); do
+    [[ "$(tr '\0' '\n' <"/proc/${pid}/cmdline" 2>/dev/null | head -n 1)" == "$1" ]] && break
+    running "${pid}" || break
+    sleep 0.02
+  done
+  log "${name}: started pid ${pid} (port $(port_of "${name}"), log ${LOGS}/${name}.log)"
 }
 
 # True while PID exists and is not a zombie (our children are reparented to PID 1 once

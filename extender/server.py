@@ -104,6 +104,17 @@ class Service:
                   sum(1 for e in c.pods.values() if e.placement is None)),
             gauge("rlsched_extender_cache_rebuilds", "ClusterState rebuilds since start", c.stats.rebuilds),
             gauge("rlsched_extender_decision_ring_last", "Cursor of the newest decision record", self.ring.last),
+            *self._gpu_gauges(),
+        ]
+
+    def _gpu_gauges(self) -> list[Any]:
+        state = self.cache.state
+        if state is None:
+            return []
+        return [
+            gauge("rlsched_extender_gpu_milli_capacity", "GPU milli on the cached nodes (cards × 1000)", state.gpu_milli_capacity),
+            gauge("rlsched_extender_gpu_milli_allocated", "GPU milli held by bound and assumed pods in the cache",
+                  state.gpu_milli_allocated),
         ]
 
     def _dead_tasks(self) -> str | None:

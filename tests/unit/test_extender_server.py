@@ -79,6 +79,9 @@ async def test_restart_rebuilds_assignments_and_serves() -> None:
             assert "new" not in service.cache.pods
             metrics = await (await http.get(f"http://{shost}:{sport}/metrics")).text()
             assert "rlsched_extender_cache_nodes 2.0" in metrics
+            # 8 cards; "old" holds 2 whole cards and "share" 600 milli ("new" has finished)
+            assert "rlsched_extender_gpu_milli_capacity 8000.0" in metrics
+            assert "rlsched_extender_gpu_milli_allocated 2600.0" in metrics
             status = await (await http.get(f"http://{shost}:{sport}/status")).json()
             assert set(status["watches"]) == {"nodes", "pods"}
         # a restart sees what the binds wrote

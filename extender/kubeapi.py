@@ -81,7 +81,11 @@ class KubeApi:
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(ssl=self.ssl_context if self.ssl_context is not None else False, limit=16)
+            # HTTP/1.1: one connection per request in flight. kube-scheduler starts a bind per pod without
+            # waiting for the previous one; with 16 connections a burst of binds queued for a
+            # connection inside each write's 2 s timeout, timed out, was retried and melted down
+            # (500 pods at once: 60 bound in 4 min; with 64: all in 12 s — docs/benchmarks.md).
+            connector = aiohttp.TCPConnector(ssl=self.ssl_context if self.ssl_context is not None else False, limit=64)
             self._session = aiohttp.ClientSession(connector=connector, json_serialize=lambda o: orjson.dumps(o).decode())
         return self._session
 

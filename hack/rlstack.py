@@ -432,7 +432,10 @@ class Extender(Proc):
             conf.setdefault("prometheus", {})["url"] = prometheus_url
         cfg = c.stack_dir / f"{self.name}.yaml"
         cfg.write_text(yaml.safe_dump(conf, sort_keys=False))
-        argv = [sys.executable, "-m", "rlsched.cli", "extender", "--config", str(cfg), "--kubeconfig", str(c.kubeconfig),
+        # RLSCHED_STACK_EXTENDER_LAUNCHER: another command instead of `python -m rlsched.cli` (experiments
+        # with a patched extender that must not touch the working tree).
+        launcher = os.environ.get("RLSCHED_STACK_EXTENDER_LAUNCHER", "").split() or [sys.executable, "-m", "rlsched.cli"]
+        argv = [*launcher, "extender", "--config", str(cfg), "--kubeconfig", str(c.kubeconfig),
                 "--port", str(self.port), "--status-port", str(self.status_port), "--status-host", "127.0.0.1"]
         if model:
             argv += ["--model", str(model), "--no-strict-model"]

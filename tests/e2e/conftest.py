@@ -17,6 +17,9 @@ is None without it.
 Any cluster (``hack/kind-e2e.sh``): ``RLSCHED_E2E_KUBECONFIG=FILE`` runs against that cluster instead
 of starting one; only tests marked ``kind`` run (the rest need local processes: they are skipped, with
 the reason), and ``Cluster.external`` is True.
+
+``RLSCHED_E2E_REQUIRE=1`` (set by hack/test.sh): missing control-plane binaries fail the run instead of
+skipping the e2e tests.
 """
 from __future__ import annotations
 
@@ -124,7 +127,10 @@ def cluster() -> Cluster:
     missing = [b for b in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok")
                if not (TOOLS_BIN / b).exists()]
     if missing:
-        pytest.skip(f"control-plane binaries missing in {TOOLS_BIN}: {', '.join(missing)} (run hack/build-tools.sh)")
+        why = f"control-plane binaries missing in {TOOLS_BIN}: {', '.join(missing)} (run hack/build-tools.sh)"
+        if os.environ.get("RLSCHED_E2E_REQUIRE") == "1":  # hack/test.sh: CI must not pass by skipping
+            pytest.fail(why)
+        pytest.skip(why)
     reuse = os.environ.get("RLSCHED_E2E_CLUSTER_DIR")
     state = Path(reuse) if reuse else Path(tempfile.mkdtemp(prefix="rlsched-e2e-"))
     env = dict(os.environ, RLSCHED_CLUSTER_DIR=str(state), PATH=f"{TOOLS_BIN}:{os.environ.get('PATH', '')}")

@@ -1,0 +1,401 @@
+#!/usr/bin/env python3
+"""Scheduling throughput and latency: kube-scheduler + our extender vs the same kube-scheduler without it.
+
+One run, one local control plane (``hack/local-cluster.sh``: etcd, kube-apiserver, controller-manager,
+kwok), 1,000 kwok nodes (600 with 8 cards, 150 with 4, 250 CPU-only; 96 cores, 384 GiB each; four
+card models), and for each *phase* a kube-scheduler process of its own (the same binary and the same
+``clientConnection`` qps/burst):
+
+- ``rl``: our configuration (``rlsched.extender.scheduler_config``: profile ``rl-scheduler``, score
+  plugins off, ``percentageOfNodesToScore: 100``, the extender's filter/bind on loopback, ``topK: 1``)
+  with ``rlsched extender`` running (FGD unless ``--model``);
+- ``default``: the stock profile (every default plugin, adaptive percentageOfNodesToScore), no
+  extender, kube-scheduler's own binder;
+- ``rl-noext`` (optional): our profile without the extender, to separate the profile's cost from
+  the extender's.
+
+Pods are openb-shaped (the 35 typical pods of ``extender/typical_default.json``, 4 GiB of memory per
+core); shares of a card are given by the ``rlsched.io/gpu-milli`` *annotation*, so the very same pods
+are valid for both profiles (the stock profile does not know our resource). Each phase runs two modes:
+
+- **backlog**: ``--pods`` pods are created while no scheduler runs, then the scheduler starts;
+  throughput = pods / (last bind − first bind) — what the scheduler sustains, independent of how fast
+  pods can be created;
+- **stream**: the scheduler runs and pods are created at ``--rate`` pods/s; per pod, the latency from
+  its creation (the POST returned) to the watch showing it bound; p50/p99.
+
+Also scraped from each kube-scheduler: ``scheduler_scheduling_attempt_duration_seconds`` (one
+scheduling cycle, extender filter call included) and ``scheduler_pod_scheduling_sli_duration_seconds``
+(queue entry to bound); from the extender, its ``filter`` and ``bind`` handling time.
+
+    .venv/bin/python benchmarks/scheduler_throughput.py                  # a fresh cluster in /tmp, torn down after
+    .venv/bin/python benchmarks/scheduler_throughput.py --json out.json --phases rl,default,rl-noext
+
+Numbers, machine load and commands: docs/benchmarks.md.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("rlstack", REPO_ROOT / "hack" / "rlstack.py")
+rlstack = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("rlstack", rlstack)
+_spec.loader.exec_module(rlstack)  # type: ignore[union-attr]
+
+NS = "bench"
+MODELS8 = ("V100M16", "V100M32", "A100")
+MODELS4 = ("T4",)
+PROFILE = {"rl": "rl-scheduler", "default": "bench-default", "rl-noext": "rl-scheduler"}
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def loadavg() -> str:
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def make_nodes(n: int) -> list[dict]:
+    gpu8, gpu4 = int(n * 0.6), int(n * 0.15)
+    nodes = []
+    for i in range(n):
+        if i < gpu8:
+            cards, model = 8, MODELS8[i % len(MODELS8)]
+        elif i < gpu8 + gpu4:
+            cards, model = 4, MODELS4[0]
+        else:
+            cards, model = 0, ""
+        nodes.append(rlstack.kwok_node(f"bench-node-{i:04d}", 96000, 384 * 1024, cards, model, labels={"bench": "1"}))
+    return nodes
+
+
+def make_pods(n: int, seed: int) -> list[dict[str, Any]]:
+    """Shapes drawn from the typical pods (cpu, cards, milli), 4 GiB per core."""
+    typical = json.loads((REPO_ROOT / "extender" / "typical_default.json").read_text())["typicalPods"]
+    rng = random.Random(seed)
+    weights = [t["weight"] for t in typical]
+    out = []
+    for i in range(n):
+        t = rng.choices(typical, weights)[0]
+        out.append({"name": f"bench-{i:05d}", "cpu": t["cpuMilli"], "mem": max(256, t["cpuMilli"] * 4096 // 1000),
+                    "gpus": t["numGpu"], "milli": t["gpuMilli"]})
+    return out
+
+
+def pod_body(shape: dict[str, Any], scheduler: str, prefix: str) -> dict:
+    return rlstack.pod_manifest(f"{prefix}-{shape['name']}", shape["cpu"], shape["mem"], shape["gpus"],
+                                shape["milli"], scheduler_name=scheduler, share_as_annotation=True,
+                                labels={"bench": "1"})
+
+
+# -- metrics ----------------------------------------------------------------------------------------
+
+def histogram(text: str, name: str, match: dict[str, str] | None = None) -> list[tuple[float, float]]:
+    """Cumulative (le, count) of a Prometheus histogram, summed over series whose labels match."""
+    buckets: dict[float, float] = {}
+    for line in text.splitlines():
+        if not line.startswith(name + "_bucket{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line[line.index("{"):line.rindex("}")]))
+        if match and any(labels.get(k) != v for k, v in match.items()):
+            continue
+        le = float(labels["le"].replace("+Inf", "inf"))
+        buckets[le] = buckets.get(le, 0.0) + float(line.rsplit(" ", 1)[1])
+    return sorted(buckets.items())
+
+
+def quantile(buckets: list[tuple[float, float]], q: float) -> float | None:
+    """Prometheus' histogram_quantile (linear within the bucket)."""
+    if not buckets or buckets[-1][1] == 0:
+        return None
+    total = buckets[-1][1]
+    rank = q * total
+    prev_le, prev_c = 0.0, 0.0
+    for le, c in buckets:
+        if c >= rank:
+            if le == float("inf"):
+                return prev_le
+            return prev_le + (le - prev_le) * (rank - prev_c) / max(c - prev_c, 1e-12)
+        prev_le, prev_c = le, c
+    return prev_le
+
+
+def diff(after: list[tuple[float, float]], before: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    b = dict(before)
+    return [(le, c - b.get(le, 0.0)) for le, c in after]
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))]
+
+
+# -- the run ----------------------------------------------------------------------------------------
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, cluster: Any):
+        self.args, self.cluster = args, cluster
+        self.extender = rlstack.Extender(cluster, "bench-extender")
+        self.results: list[dict[str, Any]] = []
+        self.procs: list[Any] = [self.extender]
+        """Everything started, stopped at the end whatever happens."""
+
+    def scheduler_config(self, phase: str) -> dict:
+        a = self.args
+        if phase == "rl":
+            return rlstack.rl_scheduler_config(self.cluster, self.extender.url, leader_elect=False, qps=a.qps, burst=a.burst)
+        if phase == "rl-noext":
+            return rlstack.rl_scheduler_config(self.cluster, None, leader_elect=False, qps=a.qps, burst=a.burst)
+        return rlstack.rl_scheduler_config(self.cluster, None, scheduler_name=PROFILE["default"], leader_elect=False,
+                                           qps=a.qps, burst=a.burst, default_profile=True)
+
+    async def wait_empty(self, api: Any) -> None:
+        await api.delete_collection(f"/api/v1/namespaces/{NS}/pods")
+        for _ in range(600):
+            items, _ = await api.list(f"/api/v1/namespaces/{NS}/pods")
+            if not items:
+                return
+            await asyncio.sleep(0.5)
+        raise RuntimeError("pods of the previous phase did not go away")
+
+    async def watch_bound(self, api: Any, rv: str, expected: set[str], bound: dict[str, float],
+                          done: asyncio.Event) -> None:
+        async for typ, obj in api.watch(f"/api/v1/namespaces/{NS}/pods", rv):
+            if typ in ("ADDED", "MODIFIED"):
+                name = obj["metadata"]["name"]
+                if name in expected and name not in bound and obj["spec"].get("nodeName"):
+                    bound[name] = time.monotonic()
+                    if len(bound) == len(expected):
+                        done.set()
+                        return
+
+    async def run_phase(self, api: Any, phase: str, shapes: list[dict], round_: int) -> dict[str, Any]:
+        a = self.args
+        sched = rlstack.KubeScheduler(self.cluster, f"bench-kube-scheduler-{phase}")
+        self.procs.append(sched)
+        profile = PROFILE[phase]
+        result: dict[str, Any] = {"phase": phase, "round": round_, "pods": len(shapes), "nodes": a.nodes,
+                                  "qps": a.qps, "burst": a.burst, "loadavgStart": loadavg()}
+        if phase == "rl" and not self.extender.alive():
+            settings: dict[str, Any] = {"log": {"level": "WARNING"}}
+            for item in a.extender_set:
+                key, value = item.split("=", 1)
+                section, _, field = key.rpartition(".")
+                target = settings
+                for part in filter(None, section.split(".")):
+                    target = target.setdefault(part, {})
+                target[field] = yaml.safe_load(value)
+            result["extenderSettings"] = settings
+            await asyncio.to_thread(self.extender.start_with, model=a.model, settings=settings)
+        ext_before = self.extender.metrics() if phase == "rl" else ""
+
+        # -- backlog: create everything, then start the scheduler
+        await self.wait_empty(api)
+        prefix = f"{phase.replace('-', '')}{round_}b"
+        bodies = [pod_body(s, profile, prefix) for s in shapes]
+        t0 = time.monotonic()
+        await api.create_many(f"/api/v1/namespaces/{NS}/pods", bodies, parallel=a.parallel)
+        result["createSeconds"] = round(time.monotonic() - t0, 2)
+        result["createRate"] = round(len(bodies) / (time.monotonic() - t0), 1)
+        _, rv = await api.list(f"/api/v1/namespaces/{NS}/pods", {"limit": "1"})
+        expected = {b["metadata"]["name"] for b in bodies}
+        bound: dict[str, float] = {}
+        done = asyncio.Event()
+        watcher = asyncio.create_task(self.watch_bound(api, rv, expected, bound, done))
+        if phase == "rl":  # the extender must have seen the pods (pending) before its first filter
+            await asyncio.sleep(1.0)
+        t_start = time.monotonic()
+        await asyncio.to_thread(sched.start_with, self.scheduler_config(phase), None, 1)
+        metrics_before = await asyncio.to_thread(sched.metrics)
+        try:
+            await asyncio.wait_for(done.wait(), a.timeout)
+        except asyncio.TimeoutError:
+            log(f"{phase}: only {len(bound)}/{len(expected)} bound after {a.timeout}s")
+        watcher.cancel()
+        times = sorted(bound.values())
+        if len(times) >= 2:
+            result["backlog"] = {
+                "bound": len(times),
+                "podsPerSecond": round((len(times) - 1) / (times[-1] - times[0]), 1),
+                "podsPerSecondFromStart": round(len(times) / (times[-1] - t_start), 1),
+                "podsPerSecondMiddle80": round(0.8 * len(times) / (times[int(0.9 * len(times)) - 1] - times[int(0.1 * len(times))]), 1),
+                "seconds": round(times[-1] - times[0], 2),
+            }
+        m_backlog = await asyncio.to_thread(sched.metrics)
+        result["backlog"]["attemptP50Ms"], result["backlog"]["attemptP99Ms"] = self.q_ms(
+            diff(histogram(m_backlog, "scheduler_scheduling_attempt_duration_seconds", {"result": "scheduled"}),
+                 histogram(metrics_before, "scheduler_scheduling_attempt_duration_seconds", {"result": "scheduled"})))
+        result["loadavgBacklog"] = loadavg()
+        log(f"{phase} backlog: {result['backlog']}  load {loadavg()}")
+
+        # -- stream: scheduler running, pods at a fixed rate
+        await self.wait_empty(api)
+        prefix = f"{phase.replace('-', '')}{round_}s"
+        bodies = [pod_body(s, profile, prefix) for s in shapes[: a.stream_pods]]
+        _, rv = await api.list(f"/api/v1/namespaces/{NS}/pods", {"limit": "1"})
+        expected = {b["metadata"]["name"] for b in bodies}
+        bound, created = {}, {}
+        done = asyncio.Event()
+        watcher = asyncio.create_task(self.watch_bound(api, rv, expected, bound, done))
+        m0 = await asyncio.to_thread(sched.metrics)
+        t0 = time.monotonic()
+        sem = asyncio.Semaphore(a.parallel)
+
+        async def create(i: int, b: dict) -> None:
+            await asyncio.sleep(max(0.0, t0 + i / a.rate - time.monotonic()))
+            async with sem:
+                await api.create(f"/api/v1/namespaces/{NS}/pods", b)
+                created[b["metadata"]["name"]] = time.monotonic()
+        await asyncio.gather(*(create(i, b) for i, b in enumerate(bodies)))
+        offered = len(bodies) / (time.monotonic() - t0)
+        try:
+            await asyncio.wait_for(done.wait(), a.timeout)
+        except asyncio.TimeoutError:
+            log(f"{phase}: stream: only {len(bound)}/{len(expected)} bound after {a.timeout}s")
+        watcher.cancel()
+        lat = [max(0.0, bound[n] - created[n]) * 1000 for n in bound if n in created]
+        m1 = await asyncio.to_thread(sched.metrics)
+        result["stream"] = {
+            "offeredRate": round(offered, 1), "bound": len(lat),
+            "latencyP50Ms": round(pct(lat, 0.5), 1), "latencyP90Ms": round(pct(lat, 0.9), 1),
+            "latencyP99Ms": round(pct(lat, 0.99), 1), "latencyMaxMs": round(max(lat), 1),
+        }
+        result["stream"]["attemptP50Ms"], result["stream"]["attemptP99Ms"] = self.q_ms(
+            diff(histogram(m1, "scheduler_scheduling_attempt_duration_seconds", {"result": "scheduled"}),
+                 histogram(m0, "scheduler_scheduling_attempt_duration_seconds", {"result": "scheduled"})))
+        result["stream"]["sliP50Ms"], result["stream"]["sliP99Ms"] = self.q_ms(
+            diff(histogram(m1, "scheduler_pod_scheduling_sli_duration_seconds"),
+                 histogram(m0, "scheduler_pod_scheduling_sli_duration_seconds")))
+        result["loadavgStream"] = loadavg()
+        log(f"{phase} stream: {result['stream']}  load {loadavg()}")
+        if phase == "rl":
+            ext = self.extender.metrics()
+            for verb in ("filter", "bind"):
+                h = diff(histogram(ext, "rlsched_extender_request_seconds", {"verb": verb, "code": "200"}),
+                         histogram(ext_before, "rlsched_extender_request_seconds", {"verb": verb, "code": "200"}))
+                result[f"extender{verb.title()}P50Ms"], result[f"extender{verb.title()}P99Ms"] = self.q_ms(h)
+            status = self.extender.status()
+            result["policy"] = rlstack.describe_policy(status)
+        errors = [ln for ln in sched.log_path.read_text(errors="replace").splitlines()
+                  if ln.startswith("E") and "extender" in ln.lower()]
+        result["schedulerExtenderErrors"] = len(errors)
+        await asyncio.to_thread(sched.stop)
+        await self.wait_empty(api)
+        if phase == "rl":  # the other phases run without it (and it need not follow their pods)
+            await asyncio.to_thread(self.extender.stop)
+        return result
+
+    @staticmethod
+    def q_ms(buckets: list[tuple[float, float]]) -> tuple[float | None, float | None]:
+        p50, p99 = quantile(buckets, 0.5), quantile(buckets, 0.99)
+        return (None if p50 is None else round(p50 * 1000, 2), None if p99 is None else round(p99 * 1000, 2))
+
+    async def run(self) -> None:
+        a = self.args
+        log(f"creating {a.nodes} kwok nodes (load {loadavg()})")
+        took = await asyncio.to_thread(rlstack.create_nodes, self.cluster, make_nodes(a.nodes))
+        log(f"{a.nodes} nodes Ready in {took:.1f}s")
+        await asyncio.to_thread(rlstack.ensure_namespace, self.cluster, NS)
+        shapes = make_pods(a.pods, a.seed)
+        async with rlstack.Api(self.cluster, connections=a.parallel + 4) as api:
+            for r in range(a.repeat):
+                for phase in a.phases.split(","):
+                    self.results.append(await self.run_phase(api, phase, shapes, r))
+        self.extender.stop()
+
+
+def summarize(results: list[dict[str, Any]]) -> str:
+    lines = ["| phase | round | backlog pods/s (first→last bind) | middle 80 % | attempt p50 / p99 ms | stream offered | creation→bound p50 / p99 ms | SLI p99 ms | load (1-min) |",
+             "|---|---:|---:|---:|---|---:|---|---:|---|"]
+    for r in results:
+        b, s = r.get("backlog", {}), r.get("stream", {})
+        lines.append(f"| {r['phase']} | {r['round']} | {b.get('podsPerSecond')} | {b.get('podsPerSecondMiddle80')} | "
+                     f"{b.get('attemptP50Ms')} / {b.get('attemptP99Ms')} | {s.get('offeredRate')} | "
+                     f"{s.get('latencyP50Ms')} / {s.get('latencyP99Ms')} | {s.get('sliP99Ms')} | "
+                     f"{r['loadavgStart'].split('/')[0]}–{r['loadavgStream'].split('/')[0]} |")
+    by = {}
+    for r in results:
+        by.setdefault(r["phase"], []).append(r["backlog"]["podsPerSecond"])
+    if "rl" in by and "default" in by:
+        rl, df = sum(by["rl"]) / len(by["rl"]), sum(by["default"]) / len(by["default"])
+        lines.append(f"\nrl / default backlog throughput: {rl:.1f} / {df:.1f} = **{rl / df:.2f}**")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="benchmarks/scheduler_throughput.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--pods", type=int, default=5000, help="pods per backlog run")
+    ap.add_argument("--stream-pods", type=int, default=5000, help="pods per stream run")
+    ap.add_argument("--rate", type=float, default=100.0, help="stream: pods created per second")
+    ap.add_argument("--phases", default="rl,default", help="comma list of rl, default, rl-noext")
+    ap.add_argument("--repeat", type=int, default=1, help="rounds over the phases")
+    ap.add_argument("--model", help="model file for the extender (default: none, FGD serves)")
+    ap.add_argument("--extender-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="an extender setting (config-file key, dotted), e.g. kubernetes.writeTimeoutS=4.5")
+    ap.add_argument("--qps", type=float, default=5000, help="clientConnection.qps of every kube-scheduler")
+    ap.add_argument("--burst", type=int, default=5000, help="clientConnection.burst of every kube-scheduler")
+    ap.add_argument("--parallel", type=int, default=32, help="concurrent pod creations")
+    ap.add_argument("--timeout", type=float, default=600, help="seconds per run before giving up")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--cluster-dir", help="use this running hack/local-cluster.sh state folder (else a fresh one)")
+    ap.add_argument("--keep", action="store_true", help="leave the fresh cluster up")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args(argv)
+
+    own = args.cluster_dir is None
+    state = Path(args.cluster_dir or tempfile.mkdtemp(prefix="rlsched-bench-"))
+    env = dict(os.environ, RLSCHED_CLUSTER_DIR=str(state))
+    for var in [k for k in env if k.startswith("RLSCHED_") and k.endswith("_PORT")]:
+        env.pop(var)
+    script = str(REPO_ROOT / "hack" / "local-cluster.sh")
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
+    if own:
+        log(f"starting a cluster in {state} (load {loadavg()})")
+        subprocess.run([script, "up", "--no-scheduler", "--no-prometheus"], env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+    cluster = rlstack.LocalCluster(state.resolve())
+    bench = Bench(args, cluster)
+
+    def interrupted(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, interrupted)
+    try:
+        asyncio.run(bench.run())
+    except KeyboardInterrupt:
+        log("interrupted; stopping what was started")
+    finally:
+        for p in bench.procs:
+            p.stop()
+        if own and not args.keep:
+            subprocess.run([script, "down"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            shutil.rmtree(state, ignore_errors=True)
+    report = {"started": started, "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count(),
+              "args": vars(args), "results": bench.results}
+    print(summarize(bench.results))
+    print(json.dumps(report, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

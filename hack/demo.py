@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""The demo's workload and report (``hack/demo.sh`` runs it once the stack is up).
+
+On the local cluster (``$RLSCHED_CLUSTER_DIR``, default ``.cache/cluster``) with the stack of
+``hack/rlstack.py`` running: creates 8 kwok GPU nodes of three card models, applies the
+SchedulingPolicy the operator serves (the bundled model when installed, else the FGD heuristic),
+submits ~20 pods — whole cards, shares of a card (by resource and by annotation), a model-constrained
+pod, CPU-only pods, two that cannot fit, one for the default scheduler — waits, and prints where each
+pod went with its cards, why the others did not, and the GPU allocation per node and cluster-wide.
+Idempotent: a second run replaces the demo's pods.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("rlstack", REPO_ROOT / "hack" / "rlstack.py")
+rlstack = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("rlstack", rlstack)
+_spec.loader.exec_module(rlstack)  # type: ignore[union-attr]
+
+NS = "rlsched-demo"
+LABEL = "rlsched.io/demo"
+NODES = [  # name, cpu milli, memory MiB, cards, model
+    *[(f"demo-v100-{i}", 64000, 262144, 8, "V100M16") for i in range(3)],
+    *[(f"demo-t4-{i}", 32000, 131072, 4, "T4") for i in range(3)],
+    *[(f"demo-a100-{i}", 96000, 524288, 8, "A100") for i in range(2)],
+]
+# name, cpu milli, memory MiB, whole cards, milli per card, models, scheduler, share by annotation
+PODS: list[tuple[str, int, int, int, int, tuple[str, ...], str, bool]] = [
+    ("train-8gpu", 32000, 131072, 8, 1000, (), rlstack.SCHEDULER_NAME, False),
+    ("train-4gpu-a", 16000, 65536, 4, 1000, (), rlstack.SCHEDULER_NAME, False),
+    ("train-4gpu-b", 16000, 65536, 4, 1000, (), rlstack.SCHEDULER_NAME, False),
+    ("train-2gpu-a", 8000, 32768, 2, 1000, (), rlstack.SCHEDULER_NAME, False),
+    ("train-2gpu-b", 8000, 32768, 2, 1000, (), rlstack.SCHEDULER_NAME, False),
+    ("a100-finetune", 12000, 65536, 2, 1000, ("A100",), rlstack.SCHEDULER_NAME, False),
+    ("infer-1gpu-a", 4000, 16384, 1, 1000, (), rlstack.SCHEDULER_NAME, False),
+    ("infer-1gpu-b", 4000, 16384, 1, 1000, (), rlstack.SCHEDULER_NAME, False),
+    ("infer-1gpu-c", 4000, 16384, 1, 1000, (), rlstack.SCHEDULER_NAME, False),
+    ("notebook-500-a", 2000, 8192, 1, 500, (), rlstack.SCHEDULER_NAME, False),
+    ("notebook-500-b", 2000, 8192, 1, 500, (), rlstack.SCHEDULER_NAME, False),
+    ("notebook-500-c", 2000, 8192, 1, 500, (), rlstack.SCHEDULER_NAME, False),
+    ("notebook-250-a", 1000, 4096, 1, 250, (), rlstack.SCHEDULER_NAME, False),
+    ("notebook-250-b", 1000, 4096, 1, 250, (), rlstack.SCHEDULER_NAME, False),
+    ("notebook-250-c", 1000, 4096, 1, 250, (), rlstack.SCHEDULER_NAME, False),
+    ("notebook-300-annot", 1000, 4096, 1, 300, (), rlstack.SCHEDULER_NAME, True),
+    ("t4-share-400", 2000, 8192, 1, 400, ("T4",), rlstack.SCHEDULER_NAME, False),
+    ("etl-cpu-a", 8000, 32768, 0, 0, (), rlstack.SCHEDULER_NAME, False),
+    ("etl-cpu-b", 4000, 16384, 0, 0, (), rlstack.SCHEDULER_NAME, False),
+    ("too-big-16gpu", 8000, 32768, 16, 1000, (), rlstack.SCHEDULER_NAME, False),
+    ("h100-only", 4000, 16384, 1, 1000, ("H100",), rlstack.SCHEDULER_NAME, False),
+    ("web-default-sched", 1000, 2048, 0, 0, (), "default-scheduler", False),
+]
+UNFIT = {"too-big-16gpu", "h100-only"}
+
+
+def log(msg: str) -> None:
+    print(f"[demo {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def apply_policy(cluster: Any) -> dict:
+    model = rlstack.bundled_model()
+    spec: dict[str, Any] = {"mode": "active", "fallback": "fgd", "topK": 1}
+    if model is not None:
+        spec["model"] = {"path": str(model)}
+    cluster.apply([{"apiVersion": "rlsched.io/v1alpha1", "kind": "SchedulingPolicy",
+                    "metadata": {"name": "default", "namespace": NS}, "spec": spec}])
+    return spec
+
+
+def policy_status(cluster: Any) -> dict:
+    out = cluster.kubectl("get", "schedulingpolicy", "default", "-n", NS, "-o", "json", check=False)
+    return json.loads(out.stdout) if out.returncode == 0 else {}
+
+
+def conditions(pol: dict) -> dict[str, dict]:
+    return {c["type"]: c for c in (pol.get("status") or {}).get("conditions") or []}
+
+
+def main() -> int:
+    cluster = rlstack.LocalCluster.from_env()
+    stack = rlstack.Stack.load(cluster)
+    if not stack.extender.alive() or not stack.scheduler.alive():
+        log("the stack is not running: start it with hack/demo.sh")
+        return 1
+
+    log(f"creating {len(NODES)} kwok GPU nodes (V100M16, T4, A100)")
+    rlstack.create_nodes(cluster, [rlstack.kwok_node(n, cpu, mem, cards, model, labels={LABEL: "1"})
+                                   for n, cpu, mem, cards, model in NODES])
+    rlstack.ensure_namespace(cluster, NS)
+
+    if stack.operator.alive():
+        spec = apply_policy(cluster)
+        log(f"SchedulingPolicy {NS}/default: {json.dumps(spec)}; waiting for the operator's rollout")
+        gen = None
+        try:
+            def rolled() -> Any:
+                pol = policy_status(cluster)
+                c = conditions(pol)
+                nonlocal gen
+                gen = pol.get("metadata", {}).get("generation")
+                if pol.get("status", {}).get("observedGeneration") == gen and ("Ready" in c or "Degraded" in c):
+                    return c
+                return None
+            conds = rlstack.wait_for(rolled, 90, "the SchedulingPolicy to be rolled out")
+            ready = conds.get("Ready", {})
+            log(f"policy Ready={ready.get('status')} ({ready.get('reason')}: {ready.get('message', '')[:160]})")
+        except AssertionError as exc:
+            log(f"the operator did not report a rollout: {exc}")
+
+    # Idempotent: replace the demo's pods.
+    cluster.kubectl("delete", "pods", "-n", NS, "-l", "app=rlsched-demo", "--grace-period=0", "--wait=true",
+                    "--timeout=60s", check=False)
+    log(f"submitting {len(PODS)} pods")
+    for name, cpu, mem, cards, milli, models, scheduler, annot in PODS:
+        body = rlstack.pod_manifest(name, cpu, mem, cards, milli, models, scheduler_name=scheduler, namespace=NS,
+                                    labels={"app": "rlsched-demo"}, node_selector={LABEL: "1"},
+                                    share_as_annotation=annot)
+        cluster.apply([body])
+
+    def settled() -> Any:
+        pods = json.loads(cluster.kubectl("get", "pods", "-n", NS, "-l", "app=rlsched-demo", "-o", "json").stdout)["items"]
+        by = {p["metadata"]["name"]: p for p in pods}
+        if len(by) < len(PODS):
+            return None
+        for name, *_ in PODS:
+            p = by[name]
+            if name in UNFIT:
+                if not any(c.get("reason") == "Unschedulable" for c in p["status"].get("conditions") or []):
+                    return None
+            elif not p["spec"].get("nodeName"):
+                return None
+        return by
+    pods = rlstack.wait_for(settled, 120, "every pod to be placed (or found unschedulable)", interval=1)
+    time.sleep(1)
+    report(cluster, stack, pods)
+    return 0
+
+
+def bar(milli: int) -> str:
+    full = round(milli / 100)
+    return "█" * full + "·" * (10 - full)
+
+
+def report(cluster: Any, stack: Any, pods: dict[str, dict]) -> None:
+    status = stack.extender.status()
+    nodes = {n: (cards, model) for n, _, _, cards, model in NODES}
+    print()
+    print(f"Policy serving (extender /status): {rlstack.describe_policy(status)}")
+    pol = policy_status(cluster)
+    if pol:
+        c = conditions(pol)
+        model = (pol.get("status") or {}).get("model") or {}
+        print(f"SchedulingPolicy {NS}/default: Ready={c.get('Ready', {}).get('status')} "
+              f"({c.get('Ready', {}).get('reason')}), model {model.get('version') or 'none (heuristic)'}")
+    print()
+    print(f"{'POD':20} {'SCHEDULER':18} {'NODE':13} {'MODEL':8} {'CARDS':10} {'MILLI/CARD':>10}  WANTED")
+    used: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for name, cpu, mem, cards, milli, models, scheduler, annot in PODS:
+        p = pods[name]
+        node = p["spec"].get("nodeName") or "-"
+        a = rlstack.card_assignment(p)
+        card_txt = ",".join(map(str, a[1])) if a and a[1] else "-"
+        per = str(a[2]) if a and a[1] else "-"
+        if a and a[1]:
+            for c in a[1]:
+                used[node][c] += a[2]
+        elif node != "-" and cards:  # default-scheduler GPU pods: counted, card unknown
+            used[node][-1] += cards * milli
+        want = (f"{cards} card(s)" if milli == 1000 else f"{milli} milli" if cards else "cpu only")
+        want += f" {'|'.join(models)}" if models else ""
+        want += f", {cpu // 1000} cpu"
+        model = nodes.get(node, ("", "-"))[1] if node != "-" else "-"
+        print(f"{name:20} {scheduler:18} {node:13} {model:8} {card_txt:10} {per:>10}  {want}")
+    print()
+    for name in sorted(UNFIT):
+        evs = json.loads(cluster.kubectl("get", "events", "-n", NS, "--field-selector", f"involvedObject.name={name}",
+                                         "-o", "json").stdout)["items"]
+        msg = next((e.get("message", "") for e in reversed(evs) if e.get("reason") == "FailedScheduling"), "")
+        print(f"{name} is pending: {msg[:400]}")
+    print()
+    print("GPU allocation per node (each bar is one card, █ = 100 milli):")
+    total_used = total_cap = free_cards = 0
+    for node, (cards, model) in nodes.items():
+        row = used.get(node, {})
+        alloc = sum(row.values())
+        cap = cards * 1000
+        total_used += alloc
+        total_cap += cap
+        free = sum(1 for c in range(cards) if row.get(c, 0) == 0)
+        free_cards += free
+        bars = " ".join(bar(row.get(c, 0)) for c in range(cards))
+        print(f"  {node:13} {model:8} {alloc:5}/{cap:5} milli {100 * alloc / cap:5.1f} %  {free} free card(s)  {bars}")
+    cache = status["cache"]
+    print(f"Cluster-wide (demo nodes): {total_used}/{total_cap} GPU milli allocated ({100 * total_used / total_cap:.1f} %), "
+          f"{free_cards} cards entirely free; the extender's own count over all nodes: "
+          f"{cache['gpuMilliAllocated']}/{cache['gpuMilliCapacity']} milli")
+    load = status.get("load", {}).get("columns", {})
+    if load:
+        print("Node load from Prometheus (extender /status): "
+              + ", ".join(f"{k} {v['freshNodes']} fresh node(s)" for k, v in load.items()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

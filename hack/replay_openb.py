@@ -1,0 +1,345 @@
+#!/usr/bin/env python3
+"""Replay the openb trace through the real kube-scheduler + extender and compare with the simulator.
+
+The simulator-to-reality check (docs/replay.md). The FGD protocol's arrival sequence for one seed
+(``rlsched.policy.workload.inflate``) is submitted to a local control plane with the openb nodes as
+kwok nodes (cpu, memory, ``nvidia.com/gpu`` cards, ``rlsched.io/gpu-model``), **one pod at a time**:
+each pod is created, and the next only after it is bound or marked ``Unschedulable`` by kube-scheduler
+(an unschedulable pod is then deleted: the protocol never retries a pod, and nothing leaves, so it
+would never fit later either). That keeps the real scheduler in the simulator's strict order.
+
+The placements are read back (``spec.nodeName`` and the ``rlsched.io/gpu-cards`` annotation bind
+wrote) and replayed into a fresh ``ClusterState`` with the simulator's own accounting (the loop of
+``rlsched.policy.simulator.run_sequence``: after every pod, arrived and allocated GPU milli, the curve
+at each arrived %, unallocated GPU % at 100 %). Every recorded placement must be feasible there.
+
+Three simulator references for the same sequence and policy:
+
+- ``sim-seeded``: the simulator exactly as ``run_fgd_protocol`` runs it (``run_sequence`` on the same
+  inflated sequence, ties broken by ``TieBreak.seeded(n, seed)``);
+- ``sim-by-name``: the same loop with the extender's tie-break, ``TieBreak.by_name(names, seed)``
+  (the extender runs with ``policy.seed`` = the replay seed) — the real stack should match it pod
+  for pod;
+- the spread of ``sim-by-name`` over other tie-break seeds: how much tie-breaking alone moves the
+  figure.
+
+    .venv/bin/python hack/replay_openb.py                         # default trace, seed 42, FGD, up to 100 % arrival
+    .venv/bin/python hack/replay_openb.py --limit 300             # a quick check (first 300 pods)
+    .venv/bin/python hack/replay_openb.py --pods .../openb_pod_list_gpushare60.csv --until 130 --json out.json
+
+A fresh cluster is started in a temporary folder (``hack/local-cluster.sh up --no-scheduler``) and torn
+down afterwards unless ``--cluster-dir`` names a running one.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("rlstack", REPO_ROOT / "hack" / "rlstack.py")
+rlstack = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("rlstack", rlstack)
+_spec.loader.exec_module(rlstack)  # type: ignore[union-attr]
+
+from rlsched.policy.cluster import ClusterState, NodeSpec, PodSpec  # noqa: E402
+from rlsched.policy.decision import decide  # noqa: E402
+from rlsched.policy.fragmentation import Fragmentation  # noqa: E402
+from rlsched.policy.scorers import TieBreak, make_scorer  # noqa: E402
+from rlsched.policy.simulator import RequestCache, run_sequence  # noqa: E402
+from rlsched.policy.trace import load_nodes, load_pods  # noqa: E402
+from rlsched.policy.typical import TypicalPods, typical_pods  # noqa: E402
+from rlsched.policy.workload import DEFAULT_TARGET, inflate  # noqa: E402
+
+DATA = Path(os.environ.get("RLSCHED_OPENB_DIR", REPO_ROOT.parent / "shared" / "data" / "openb"))
+NS = "replay"
+
+
+def log(msg: str) -> None:
+    print(f"[replay {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# -- the simulator's accounting over given outcomes --------------------------------------------------
+
+Outcome = tuple[str, tuple[int, ...]] | None
+"""(node name, cards) for a placed pod, None for a failed one."""
+
+
+@dataclass
+class Curve:
+    """What ``run_sequence`` measures, for any sequence of outcomes."""
+
+    curve: dict[int, float]
+    failed: int
+    failed_gpu: int
+    frag_at_100: float
+    problems: list[str] = field(default_factory=list)
+
+    def unallocated_at(self, pct: int) -> float:
+        if pct in self.curve:
+            return 100.0 - self.curve[pct]
+        below = [x for x in self.curve if x <= pct]
+        return 100.0 - (self.curve[max(below)] if below else 0.0)
+
+
+def account(nodes: Sequence[NodeSpec], sequence: Sequence[PodSpec], outcomes: Sequence[Outcome],
+            typical: TypicalPods) -> Curve:
+    """``run_sequence``'s measurement with the placements given instead of decided (same formulas:
+    ``pct = floor(arrived·100/capacity + 0.5)``, the curve is the mean allocated % per pct)."""
+    state = ClusterState(nodes)
+    requests = RequestCache(state)
+    capacity = state.gpu_milli_capacity
+    measure = Fragmentation(typical, state.model_names)
+    arrived = allocated = failed = failed_gpu = 0
+    sums: dict[int, float] = {}
+    counts: dict[int, int] = {}
+    frag: float | None = None
+    problems: list[str] = []
+    for pod, outcome in zip(sequence, outcomes):
+        req = requests(pod)
+        if outcome is None:
+            failed += 1
+            failed_gpu += int(req.is_gpu)
+        else:
+            node, cards = outcome
+            try:
+                state.place(req, state.index[node], cards)
+                allocated += req.gpu_total
+            except (ValueError, KeyError) as exc:
+                problems.append(f"{pod.name} on {node} cards {cards}: {exc}")
+        arrived += req.gpu_total
+        pct = math.floor(arrived * 100 / capacity + 0.5)
+        sums[pct] = sums.get(pct, 0.0) + allocated * 100 / capacity
+        counts[pct] = counts.get(pct, 0) + 1
+        if frag is None and pct >= 100:
+            frag = measure.cluster_frag(state) * 100 / capacity
+    if frag is None:
+        frag = measure.cluster_frag(state) * 100 / capacity
+    return Curve({p: sums[p] / counts[p] for p in sorted(sums)}, failed, failed_gpu, frag, problems)
+
+
+def simulate(nodes: Sequence[NodeSpec], sequence: Sequence[PodSpec], policy: str, typical: TypicalPods,
+             tiebreak: TieBreak) -> list[Outcome]:
+    """The simulator's decisions (``decide``, as in ``run_sequence``) with a given tie-break."""
+    state = ClusterState(nodes)
+    requests = RequestCache(state)
+    scorer = make_scorer(policy, typical)
+    out: list[Outcome] = []
+    for pod in sequence:
+        req = requests(pod)
+        d = decide(scorer, state, req, tiebreak)
+        if d is None:
+            out.append(None)
+        else:
+            state.place(req, d.node, d.cards)
+            out.append((state.names[d.node], tuple(d.cards)))
+    return out
+
+
+def prefix_until(sequence: Sequence[PodSpec], capacity: int, until_pct: int) -> int:
+    """How many pods of the sequence arrive before the arrived GPU % (rounded) passes ``until_pct``."""
+    arrived = 0
+    for i, pod in enumerate(sequence):
+        arrived += pod.num_gpu * pod.gpu_milli
+        if math.floor(arrived * 100 / capacity + 0.5) > until_pct:
+            return i
+    return len(sequence)
+
+
+# -- the real stack ----------------------------------------------------------------------------------
+
+async def replay(cluster: Any, sequence: Sequence[PodSpec], scheduler_name: str, timeout_s: float) -> tuple[list[Outcome], list[float]]:
+    """Submit pods one at a time; returns the outcomes and the seconds each pod took."""
+    outcomes: list[Outcome] = []
+    seconds: list[float] = []
+    async with rlstack.Api(cluster, connections=8) as api:
+        _, rv = await api.list(f"/api/v1/namespaces/{NS}/pods", {"limit": "1"})
+        waiting: dict[str, asyncio.Future] = {}
+
+        async def watch() -> None:
+            nonlocal rv
+            while True:
+                try:
+                    async for typ, obj in api.watch(f"/api/v1/namespaces/{NS}/pods", rv):
+                        if typ == "BOOKMARK":
+                            rv = obj["metadata"]["resourceVersion"]
+                            continue
+                        rv = obj["metadata"]["resourceVersion"]
+                        fut = waiting.get(obj["metadata"]["name"])
+                        if fut is None or fut.done() or typ == "DELETED":
+                            continue
+                        if obj["spec"].get("nodeName"):
+                            fut.set_result(("bound", obj))
+                        elif any(c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+                                 for c in (obj.get("status") or {}).get("conditions") or []):
+                            fut.set_result(("unschedulable", obj))
+                except rlstack.ApiError as exc:
+                    if exc.status != 410:
+                        raise
+                    _, rv = await api.list(f"/api/v1/namespaces/{NS}/pods", {"limit": "1"})
+        watcher = asyncio.create_task(watch())
+        loop = asyncio.get_running_loop()
+        t_report = time.monotonic()
+        try:
+            for i, spec in enumerate(sequence):
+                name = f"p{i:05d}-{rlstack.k8s_name(spec.name)}"[:63].rstrip("-")
+                body = rlstack.pod_from_spec(spec, name=name, scheduler_name=scheduler_name, labels={"replay": "1"})
+                fut = loop.create_future()
+                waiting[name] = fut
+                t0 = time.monotonic()
+                await api.create(f"/api/v1/namespaces/{NS}/pods", body)
+                try:
+                    kind, obj = await asyncio.wait_for(fut, timeout_s)
+                except asyncio.TimeoutError:
+                    raise RuntimeError(f"pod {i} ({name}) neither bound nor unschedulable after {timeout_s:.0f}s") from None
+                del waiting[name]
+                if kind == "bound":
+                    a = rlstack.card_assignment(obj)
+                    node = obj["spec"]["nodeName"]
+                    if spec.num_gpu and (a is None or a[0] != node):
+                        raise RuntimeError(f"pod {name} bound to {node} without matching card annotations: {a}")
+                    outcomes.append((node, a[1] if a else ()))
+                else:
+                    outcomes.append(None)
+                    await api.request("DELETE", f"/api/v1/namespaces/{NS}/pods/{name}", params={"gracePeriodSeconds": "0"},
+                                      ok=(200, 202, 404))
+                seconds.append(time.monotonic() - t0)
+                if time.monotonic() - t_report > 30:
+                    t_report = time.monotonic()
+                    placed = sum(o is not None for o in outcomes)
+                    log(f"{i + 1}/{len(sequence)} pods ({placed} placed), {len(seconds) / sum(seconds):.1f} pods/s, "
+                        f"load {'/'.join(f'{x:.1f}' for x in os.getloadavg())}")
+        finally:
+            watcher.cancel()
+    return outcomes, seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="hack/replay_openb.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", default=str(DATA / "openb_node_list_gpu_node.csv"), help="openb node list (1,213 GPU nodes)")
+    ap.add_argument("--pods", default=str(DATA / "openb_pod_list_default.csv"), help="openb pod list")
+    ap.add_argument("--seed", type=int, default=42, help="the protocol's seed (inflation; also the tie-break seed)")
+    ap.add_argument("--policy", default="fgd", help="fallback heuristic served by the extender (and simulated)")
+    ap.add_argument("--model", help="serve this learned model instead (compared statistically: it samples)")
+    ap.add_argument("--until", type=int, default=100, help="replay up to this arrived GPU %% (the headline needs 100; max 130)")
+    ap.add_argument("--limit", type=int, help="replay only the first N pods of the sequence (quick checks)")
+    ap.add_argument("--tiebreak-seeds", type=int, default=3, help="other tie-break seeds simulated for the spread")
+    ap.add_argument("--pod-timeout", type=float, default=60, help="seconds one pod may take")
+    ap.add_argument("--cluster-dir", help="a running hack/local-cluster.sh state folder (else a fresh one)")
+    ap.add_argument("--keep", action="store_true", help="leave the fresh cluster (and the replayed pods) up")
+    ap.add_argument("--json", help="write results (and every outcome) here")
+    args = ap.parse_args(argv)
+
+    nodes = load_nodes(args.nodes)
+    trace = load_pods(args.pods)
+    typical = typical_pods(trace)
+    capacity = ClusterState(nodes).gpu_milli_capacity
+    full = inflate(trace, capacity, args.seed, DEFAULT_TARGET)
+    n = prefix_until(full, capacity, args.until)
+    if args.limit:
+        n = min(n, args.limit)
+    sequence = full[:n]
+    log(f"{len(nodes)} nodes, {capacity // 1000} GPUs; trace {Path(args.pods).name}: {len(trace)} pods, inflated to "
+        f"{len(full)} (seed {args.seed}); replaying the first {n} (arrived ≤ {args.until} %)")
+
+    # Simulator references.
+    t0 = time.monotonic()
+    seeded = run_sequence(nodes, sequence, make_scorer(args.policy, typical), args.seed, typical, record_placements=True)
+    placed = {name: (node, tuple(cards)) for name, node, cards in seeded.placements}
+    sim_seeded: list[Outcome] = [placed.get(p.name) for p in sequence]
+    mine = account(nodes, sequence, sim_seeded, typical)
+    # Self-check: our accounting over run_sequence's own decisions gives run_sequence's figure.
+    assert abs(mine.unallocated_at(args.until) - seeded.unallocated_at(args.until)) < 1e-9, "account() ≠ run_sequence()"
+    names = [nd.name for nd in nodes]
+    by_name = simulate(nodes, sequence, args.policy, typical, TieBreak.by_name(names, args.seed))
+    spread = {}
+    for s in range(args.tiebreak_seeds):
+        other = simulate(nodes, sequence, args.policy, typical, TieBreak.by_name(names, 1000 + s))
+        spread[f"by-name seed {1000 + s}"] = account(nodes, sequence, other, typical).unallocated_at(args.until)
+    log(f"simulator references in {time.monotonic() - t0:.0f}s: seeded {mine.unallocated_at(args.until):.3f} %, "
+        f"by-name {account(nodes, sequence, by_name, typical).unallocated_at(args.until):.3f} %, spread {spread}")
+
+    # The real stack.
+    own = args.cluster_dir is None
+    state_dir = Path(args.cluster_dir or tempfile.mkdtemp(prefix="rlsched-replay-"))
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("RLSCHED_") and k.endswith("_PORT"))}
+    env["RLSCHED_CLUSTER_DIR"] = str(state_dir)
+    script = str(REPO_ROOT / "hack" / "local-cluster.sh")
+    if own:
+        log(f"starting a cluster in {state_dir}")
+        subprocess.run([script, "up", "--no-scheduler", "--no-prometheus"], env=env, check=True, stdout=subprocess.DEVNULL)
+    cluster = rlstack.LocalCluster(state_dir.resolve())
+    extender = rlstack.Extender(cluster, "replay-extender")
+    scheduler = rlstack.KubeScheduler(cluster, "replay-kube-scheduler")
+    result: dict[str, Any] = {"nodes": len(nodes), "trace": Path(args.pods).name, "seed": args.seed, "policy": args.policy,
+                              "model": args.model, "sequence": len(full), "replayed": n, "until": args.until}
+    try:
+        kwok_nodes = [rlstack.kwok_node(rlstack.k8s_name(nd.name), nd.cpu_milli, nd.memory_mib, nd.gpu_count, nd.gpu_model,
+                                        labels={"replay": "1"}) for nd in nodes]
+        took = rlstack.create_nodes(cluster, kwok_nodes)
+        log(f"{len(kwok_nodes)} kwok nodes Ready in {took:.0f}s")
+        rlstack.ensure_namespace(cluster, NS)
+        tp = cluster.stack_dir / "typical.json"
+        cluster.stack_dir.mkdir(parents=True, exist_ok=True)
+        tp.write_text(json.dumps({"typicalPods": typical.to_json()}))
+        extender.start_with(model=args.model, settings={
+            "policy": {"fallback": args.policy, "seed": args.seed, "typicalPodsPath": str(tp), "topK": 1},
+            "log": {"level": "WARNING"}})
+        scheduler.start_with(rlstack.rl_scheduler_config(cluster, extender.url, leader_elect=False, qps=1000, burst=1000),
+                             verbosity=1)
+        status = extender.status()
+        result["served"] = rlstack.describe_policy(status)
+        log(f"extender serves: {result['served']}; typical pods: {status['policy']['typicalPods']}")
+        t0 = time.monotonic()
+        real, secs = asyncio.run(replay(cluster, sequence, rlstack.SCHEDULER_NAME, args.pod_timeout))
+        result["replaySeconds"] = round(time.monotonic() - t0, 1)
+        result["podsPerSecond"] = round(n / (time.monotonic() - t0), 2)
+        secs.sort()
+        result["perPodMs"] = {"p50": round(1000 * secs[len(secs) // 2], 1), "p99": round(1000 * secs[int(0.99 * (len(secs) - 1))], 1)}
+        result["decisions"] = extender.status()["policy"]["counters"]
+    finally:
+        scheduler.stop()
+        extender.stop()
+        if own and not args.keep:
+            subprocess.run([script, "down"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            shutil.rmtree(state_dir, ignore_errors=True)
+
+    k8s = {rlstack.k8s_name(nd.name): nd.name for nd in nodes}
+    real = [None if o is None else (k8s[o[0]], tuple(o[1])) for o in real]
+    curves = {"real": account(nodes, sequence, real, typical), "sim-by-name": account(nodes, sequence, by_name, typical),
+              "sim-seeded": mine}
+    same = sum(a == b for a, b in zip(real, by_name))
+    first_diff = next((i for i, (a, b) in enumerate(zip(real, by_name)) if a != b), None)
+    u = args.until
+    result.update({
+        "unallocatedAt": {k: round(c.unallocated_at(u), 4) for k, c in curves.items()},
+        "tiebreakSpread": {k: round(v, 4) for k, v in spread.items()},
+        "failed": {k: c.failed for k, c in curves.items()},
+        "placementsEqualToSimByName": same,
+        "firstDifference": None if first_diff is None else {"index": first_diff, "pod": sequence[first_diff].name,
+                                                             "real": real[first_diff], "sim": by_name[first_diff]},
+        "infeasibleRealPlacements": curves["real"].problems[:10],
+    })
+    result["differenceRealVsSimByNamePP"] = round(result["unallocatedAt"]["real"] - result["unallocatedAt"]["sim-by-name"], 4)
+    result["differenceRealVsSimSeededPP"] = round(result["unallocatedAt"]["real"] - result["unallocatedAt"]["sim-seeded"], 4)
+    print(json.dumps(result, indent=1))
+    if args.json:
+        out = dict(result, outcomes={"real": real, "simByName": by_name, "simSeeded": sim_seeded},
+                   sequence=[p.name for p in sequence])
+        Path(args.json).write_text(json.dumps(out))
+    return 0 if not curves["real"].problems else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -141,3 +141,16 @@ def test_bundled_model_loads_and_serves_without_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert manifest["version"] in out.stdout and digest[:12] in out.stdout
+
+
+def test_rlsched_evaluate_runs_a_model(tmp_path: Path, capsys) -> None:
+    from ppo_fixtures import write_workload
+    from rlsched.cli import main
+
+    model = write_model(tmp_path / "m.npz")
+    nodes, pods = write_workload(tmp_path / "w")
+    code = main(["evaluate", "--nodes", nodes, "--pods", pods, "--policy", f"fgd,ppo:{model}", "--seeds", "1-2",
+                 "--jobs", "1", "--out", str(tmp_path / "out"), "--no-progress"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert f"ppo:{model}" in out and "fgd" in out

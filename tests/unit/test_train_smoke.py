@@ -22,8 +22,9 @@ from rlsched.policy.ppo.agent import Agent  # noqa: E402
 def tiny_args(tmp_path: Path, **kw) -> Args:
     nodes, pods = write_workload(tmp_path)
     base = dict(exp_name="tiny", seed=3, nodes=nodes, traces=(pods,), num_envs=2, num_steps=32, total_timesteps=256,
-                num_minibatches=2, update_epochs=2, hidden=(16, 16), value_hidden=16, end_at=1.3, eval_every=2,
-                checkpoint_every=1, val_seeds=(5,), out_dir=str(tmp_path / "runs"), progress=False, rank_scale=20.0)
+                num_minibatches=2, update_epochs=2, hidden=(16, 16), value_hidden=16, end_at=1.0, learn_from=0.3,
+                eval_every=2, checkpoint_every=100, val_seeds=(5,), out_dir=str(tmp_path / "runs"), progress=False,
+                rank_scale=20.0)
     base.update(kw)
     return Args(**base)
 

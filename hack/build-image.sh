@@ -16,6 +16,11 @@
 # Needs: podman, runc, debootstrap (hack/install-system-deps.sh --containers), root.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# The repository root holds a folder named `operator/` (mapped to rlsched.operator). `python -m X` and
+# `python -c` put the current directory first on sys.path, where that folder would shadow the standard
+# library's `operator` module before site-packages load; PYTHONSAFEPATH (Python 3.11+) stops that, here
+# and in every process these scripts start.
+export PYTHONSAFEPATH=1
 
 TAG=localhost/rl-scheduler:dev
 BASE=""

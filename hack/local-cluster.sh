@@ -25,6 +25,11 @@
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# The repository root holds a folder named `operator/` (mapped to rlsched.operator). `python -m X` and
+# `python -c` put the current directory first on sys.path, where that folder would shadow the standard
+# library's `operator` module before site-packages load; PYTHONSAFEPATH (Python 3.11+) stops that, here
+# and in every process these scripts start.
+export PYTHONSAFEPATH=1
 STATE="${RLSCHED_CLUSTER_DIR:-${REPO_ROOT}/.cache/cluster}"
 BIN="${RLSCHED_TOOLS_BIN:-${REPO_ROOT}/.tools/bin}"
 TIMEOUT="${RLSCHED_UP_TIMEOUT:-120}"

@@ -167,27 +167,37 @@ async def replay(cluster: Any, sequence: Sequence[PodSpec], scheduler_name: str,
         _, rv = await api.list(f"/api/v1/namespaces/{NS}/pods", {"limit": "1"})
         waiting: dict[str, asyncio.Future] = {}
 
+        def see(obj: dict) -> None:
+            fut = waiting.get(obj["metadata"]["name"])
+            if fut is None or fut.done():
+                return
+            if obj["spec"].get("nodeName"):
+                fut.set_result(("bound", obj))
+            elif any(c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+                     for c in (obj.get("status") or {}).get("conditions") or []):
+                fut.set_result(("unschedulable", obj))
+
         async def watch() -> None:
             nonlocal rv
             while True:
                 try:
-                    async for typ, obj in api.watch(f"/api/v1/namespaces/{NS}/pods", rv):
-                        if typ == "BOOKMARK":
-                            rv = obj["metadata"]["resourceVersion"]
-                            continue
-                        rv = obj["metadata"]["resourceVersion"]
-                        fut = waiting.get(obj["metadata"]["name"])
-                        if fut is None or fut.done() or typ == "DELETED":
-                            continue
-                        if obj["spec"].get("nodeName"):
-                            fut.set_result(("bound", obj))
-                        elif any(c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
-                                 for c in (obj.get("status") or {}).get("conditions") or []):
-                            fut.set_result(("unschedulable", obj))
-                except rlstack.ApiError as exc:
-                    if exc.status != 410:
-                        raise
-                    _, rv = await api.list(f"/api/v1/namespaces/{NS}/pods", {"limit": "1"})
+                    async for typ, obj in api.watch(f"/api/v1/namespaces/{NS}/pods", rv, timeout_s=300):
+                        rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                        if typ in ("ADDED", "MODIFIED"):
+                            see(obj)
+                        elif typ == "ERROR":
+                            raise rlstack.ApiError(int(obj.get("code", 0)), str(obj.get("message")), "watch")
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - 410 Gone, a dropped connection: relist, go on
+                    log(f"watch ended ({type(exc).__name__}); relisting")
+                    await asyncio.sleep(0.5)
+                    try:
+                        items, rv = await api.list(f"/api/v1/namespaces/{NS}/pods")
+                    except Exception:  # noqa: BLE001
+                        continue
+                    for obj in items:
+                        see(obj)
         watcher = asyncio.create_task(watch())
         loop = asyncio.get_running_loop()
         t_report = time.monotonic()

@@ -240,11 +240,14 @@ class Proc:
             raise RuntimeError(f"{self.name} already runs (pid {self.pid}); stop it first")
         self.cluster.run_dir.mkdir(parents=True, exist_ok=True)
         self.cluster.log_dir.mkdir(parents=True, exist_ok=True)
-        self.argv, self.env = list(map(str, argv)), dict(env) if env is not None else None
+        # PYTHONSAFEPATH: with cwd at the repository root, `python -m` would otherwise find the `operator/`
+        # folder before the standard library's `operator` (hack/test.sh explains).
+        env = dict(env if env is not None else os.environ, PYTHONSAFEPATH="1")
+        self.argv, self.env = list(map(str, argv)), env
         logf = open(self.log_path, "ab")
         try:
             self.popen = subprocess.Popen(list(argv), stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          start_new_session=True, env=dict(env) if env is not None else None,
+                                          start_new_session=True, env=env,
                                           cwd=str(cwd) if cwd else None)
         finally:
             logf.close()

@@ -12,6 +12,12 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+# The repository root holds a folder named `operator/` (mapped to rlsched.operator). `python -m X` and
+# `python -c` put the current directory first on sys.path, where that folder would shadow the standard
+# library's `operator` module before site-packages load; PYTHONSAFEPATH (Python 3.11+) stops that, here
+# and in every process these scripts start.
+export PYTHONSAFEPATH=1
+
 log() { printf '[test %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 log "system packages"

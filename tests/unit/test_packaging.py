@@ -1,6 +1,7 @@
 """Packaging: every Python package folder is listed in pyproject.toml, and the installed entry points work."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -70,3 +71,26 @@ def test_rlsched_help_exits_0() -> None:
     assert "usage: rlsched" in done.stdout and "evaluate" in done.stdout
     module = subprocess.run([sys.executable, "-m", "rlsched", "evaluate", "--help"], capture_output=True, text=True, timeout=120)
     assert module.returncode == 0 and "--policy" in module.stdout, module.stderr
+
+
+def test_operator_folder_shadows_stdlib_without_safe_path(repo_root: Path) -> None:
+    """Why the hack/ scripts export PYTHONSAFEPATH: run from the repository root without any .pth file
+    that happens to import `operator` early (`-S`, like a bare CI interpreter), `python -m` finds the
+    `operator/` folder first and the interpreter cannot even start. With PYTHONSAFEPATH=1 it starts."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
+    bare = subprocess.run([sys.executable, "-S", "-m", "json.tool", "--help"], capture_output=True, text=True,
+                          timeout=60, cwd=repo_root, env=env)
+    assert bare.returncode != 0 and "operator" in bare.stderr, bare.stderr
+    safe = subprocess.run([sys.executable, "-S", "-m", "json.tool", "--help"], capture_output=True, text=True,
+                          timeout=60, cwd=repo_root, env=dict(env, PYTHONSAFEPATH="1"))
+    assert safe.returncode == 0, safe.stderr
+
+
+@pytest.mark.parametrize("script", ["test.sh", "demo.sh", "kind-e2e.sh"])
+def test_scripts_that_run_python_set_safe_path_first(repo_root: Path, script: str) -> None:
+    lines = (repo_root / "hack" / script).read_text().splitlines()
+    guard = next((i for i, line in enumerate(lines) if line.strip() == "export PYTHONSAFEPATH=1"), None)
+    assert guard is not None, f"hack/{script} does not export PYTHONSAFEPATH=1"
+    first_python = next(i for i, line in enumerate(lines)
+                        if not line.lstrip().startswith("#") and ("python" in line.lower()) and "PYTHON" not in line.split("=")[0])
+    assert guard < first_python, f"hack/{script}:{first_python + 1} runs Python before PYTHONSAFEPATH is exported (line {guard + 1})"

@@ -1,6 +1,6 @@
 """p50/p99 latency of numpy inference for the learned policy on one core.
 
-    python benchmarks/inference_latency.py [--model rlsched/policy/models/...npz] [--nodes 100,1000,5000]
+    python benchmarks/inference_latency.py [--model policy/models/ppo-openb-default.npz] [--nodes 100,1000,5000]
 
 Two figures per cluster size K:
 

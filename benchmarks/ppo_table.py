@@ -1,6 +1,6 @@
 """The learned policy against the six FGD-paper baselines (and FGD-CPU) on every openb trace.
 
-    python benchmarks/ppo_table.py --data ../shared/data/openb --model rlsched/policy/models/ppo-openb-default.npz
+    python benchmarks/ppo_table.py --data ../shared/data/openb --model policy/models/ppo-openb-default.npz
 
 Median unallocated GPU % at 100 % arrival over seeds 42–51 (the FGD protocol, as ``rlsched evaluate``
 runs it: the policy served through ``make_scorer("ppo:PATH")`` and ``decide()``, exactly as the
@@ -43,9 +43,20 @@ def main() -> int:
     ppo = f"ppo:{args.model}"
     policies = [*POLICIES, *[p for p in args.extra.split(",") if p], ppo]
     traces = [t for t in args.traces.split(",") if t]
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path("runs") / f"{out.stem}.partial.json"   # git-ignored; removed when the table is written
+    partial.parent.mkdir(exist_ok=True)
     results: dict[str, dict] = {}
+    if partial.exists():   # a run that was stopped: keep the traces it finished for the same model and seeds
+        saved = json.loads(partial.read_text())
+        if saved.get("digest") == digest and saved.get("seeds") == args.seeds and saved.get("policies") == policies:
+            results = {t: r for t, r in saved["results"].items() if t in traces}
+            print(f"resuming: {', '.join(results) or 'nothing'} already done ({partial})", flush=True)
     started = time.time()
     for trace in traces:
+        if trace in results:
+            continue
         t0 = time.time()
         ev = evaluate(data / "openb_node_list_gpu_node.csv", data / f"openb_pod_list_{trace}.csv", policies, seeds,
                       jobs=args.jobs or default_jobs(), progress=False)
@@ -53,6 +64,8 @@ def main() -> int:
                                      "failed_pods_median": float(np.median(s.failed_pods))} for s in ev.summaries()}
         print(f"{trace}: " + ", ".join(f"{p.split('/')[-1]} {results[trace][p]['median']:.2f}" for p in policies)
               + f"  ({time.time() - t0:.0f} s)", flush=True)
+        partial.write_text(json.dumps({"digest": digest, "seeds": args.seeds, "policies": policies,
+                                       "results": results}))
     elapsed = time.time() - started
 
     def row(trace: str) -> str:
@@ -78,11 +91,10 @@ def main() -> int:
         "## Trained-on traces", "", *header, *[row(t) for t in traces if t in trained_on],
         "", "## Not trained on (generalization)", "", *header, *[row(t) for t in traces if t not in trained_on], "",
     ]
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines))
     out.with_suffix(".json").write_text(json.dumps({"model": manifest["version"], "digest": digest, "seeds": args.seeds,
                                                     "trainedOn": sorted(trained_on), "results": results}, indent=1))
+    partial.unlink(missing_ok=True)
     print("\n".join(lines))
     return 0
 

@@ -156,6 +156,7 @@ class Bench:
         self.extender = rlstack.Extender(cluster, "bench-extender")
         self.results: list[dict[str, Any]] = []
         self.procs: list[Any] = [self.extender]
+        self.watch_restarts = 0
         """Everything started, stopped at the end whatever happens."""
 
     def scheduler_config(self, phase: str) -> dict:
@@ -168,24 +169,57 @@ class Bench:
                                            qps=a.qps, burst=a.burst, default_profile=True)
 
     async def wait_empty(self, api: Any) -> None:
-        await api.delete_collection(f"/api/v1/namespaces/{NS}/pods")
-        for _ in range(600):
-            items, _ = await api.list(f"/api/v1/namespaces/{NS}/pods")
-            if not items:
-                return
-            await asyncio.sleep(0.5)
+        """Delete every pod of the namespace and wait until they are gone (a deletecollection of
+        thousands of pods can outlast the API server's 60 s request timeout: retry)."""
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline:
+            try:
+                await api.delete_collection(f"/api/v1/namespaces/{NS}/pods")
+                items, _ = await api.list(f"/api/v1/namespaces/{NS}/pods", {"limit": "1"})
+                if not items:
+                    return
+            except (rlstack.ApiError, OSError, asyncio.TimeoutError) as exc:
+                log(f"deleting the pods: {type(exc).__name__}: {exc}; retrying")
+            except Exception as exc:  # noqa: BLE001 - aiohttp.ServerDisconnectedError and the like
+                log(f"deleting the pods: {type(exc).__name__}: {exc}; retrying")
+            await asyncio.sleep(1)
         raise RuntimeError("pods of the previous phase did not go away")
 
     async def watch_bound(self, api: Any, rv: str, expected: set[str], bound: dict[str, float],
                           done: asyncio.Event) -> None:
-        async for typ, obj in api.watch(f"/api/v1/namespaces/{NS}/pods", rv):
-            if typ in ("ADDED", "MODIFIED"):
-                name = obj["metadata"]["name"]
-                if name in expected and name not in bound and obj["spec"].get("nodeName"):
-                    bound[name] = time.monotonic()
-                    if len(bound) == len(expected):
-                        done.set()
-                        return
+        """Record when each expected pod is first seen bound. Survives the API server ending or
+        dropping the watch under load (resume from the last resourceVersion; relist on 410 or
+        errors — pods first seen bound in a relist get the relist's time)."""
+        def see(obj: dict, now: float) -> None:
+            name = obj["metadata"]["name"]
+            if name in expected and name not in bound and obj["spec"].get("nodeName"):
+                bound[name] = now
+        path = f"/api/v1/namespaces/{NS}/pods"
+        while len(bound) < len(expected):
+            try:
+                async for typ, obj in api.watch(path, rv, timeout_s=300):
+                    rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                    if typ in ("ADDED", "MODIFIED"):
+                        see(obj, time.monotonic())
+                        if len(bound) == len(expected):
+                            break
+                    elif typ == "ERROR":
+                        raise rlstack.ApiError(int(obj.get("code", 0)), str(obj.get("message")), "watch")
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - 410 Gone, disconnects: relist and go on
+                self.watch_restarts += 1
+                log(f"watch ended ({type(exc).__name__}: {str(exc)[:120]}); relisting")
+                while True:
+                    try:
+                        items, rv = await api.list(path)
+                        break
+                    except Exception:  # noqa: BLE001
+                        await asyncio.sleep(1)
+                now = time.monotonic()
+                for obj in items:
+                    see(obj, now)
+        done.set()
 
     async def run_phase(self, api: Any, phase: str, shapes: list[dict], round_: int) -> dict[str, Any]:
         a = self.args
@@ -246,8 +280,11 @@ class Bench:
         result["loadavgBacklog"] = loadavg()
         log(f"{phase} backlog: {result['backlog']}  load {loadavg()}")
 
-        # -- stream: scheduler running, pods at a fixed rate
+        # -- stream: scheduler running, pods at a fixed rate. The scheduler is stopped while the
+        # backlog's leftovers are deleted (it would keep retrying them) and started again.
+        await asyncio.to_thread(sched.stop)
         await self.wait_empty(api)
+        await asyncio.to_thread(sched.start_with, self.scheduler_config(phase), None, 1)
         prefix = f"{phase.replace('-', '')}{round_}s"
         bodies = [pod_body(s, profile, prefix) for s in shapes[: a.stream_pods]]
         _, rv = await api.list(f"/api/v1/namespaces/{NS}/pods", {"limit": "1"})
@@ -297,6 +334,9 @@ class Bench:
         errors = [ln for ln in sched.log_path.read_text(errors="replace").splitlines()
                   if ln.startswith("E") and "extender" in ln.lower()]
         result["schedulerExtenderErrors"] = len(errors)
+        result["schedulerErrors"] = sum(1 for ln in sched.log_path.read_text(errors="replace").splitlines()
+                                        if ln.startswith("E") and "retrying" in ln)
+        result["watchRestarts"] = self.watch_restarts
         await asyncio.to_thread(sched.stop)
         await self.wait_empty(api)
         if phase == "rl":  # the other phases run without it (and it need not follow their pods)

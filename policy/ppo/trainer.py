@@ -157,6 +157,8 @@ def plot_curves(history: list[dict], episodes: list[dict], path: Path) -> None:
             pts = [(s, h[key]) for s, h in zip(steps, history) if h.get(key) is not None]
             if pts:
                 ax.plot(*zip(*pts), "-o" if key == "val_unallocated" else "-", markersize=3)
+        if key == "explained_variance":
+            ax.set_ylim(-1.05, 1.05)   # the first iterations' values (before the critic fits) would hide the rest
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("decisions", fontsize=8)
         ax.grid(alpha=0.3)
@@ -424,8 +426,6 @@ def fit_from_records(records: Sequence[DecisionRecord], args: Args | None = None
     clipped to 20 (advantage-weighted regression with the observed reward as the advantage). The
     returned agent exports with :func:`export` like a PPO-trained one.
     """
-    import torch.nn.functional  # noqa: F401  (keeps torch import explicit for readers)
-
     args = parse_tuple_fields(args or Args())
     if not records:
         raise ValueError("fit_from_records: no records")

@@ -301,6 +301,13 @@ class Proc:
             except subprocess.TimeoutExpired:
                 pass
 
+    def exit_note(self) -> str:
+        """' (exit status N)' / ' (killed by signal S)' when this process started it and it has ended."""
+        code = self.popen.poll() if self.popen is not None else None
+        if code is None:
+            return ""
+        return f" (killed by signal {-code})" if code < 0 else f" (exit status {code})"
+
     def tail(self, lines: int = 40) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
@@ -389,7 +396,7 @@ class KubeScheduler(Proc):
             wait_for(lambda: http_get(f"https://127.0.0.1:{self.port}/healthz", context=ctx)[0] == 200, timeout,
                      f"{self.name} /healthz", alive=self.alive)
         except AssertionError as exc:
-            raise RuntimeError(f"{exc}\n--- {self.log_path} ---\n{self.tail()}") from None
+            raise RuntimeError(f"{exc}{self.exit_note()}\n--- {self.log_path} ---\n{self.tail()}") from None
 
     def metrics(self) -> str:
         ctx = ssl.create_default_context(cafile=str(self.cluster.pki / "ca.crt"))
@@ -453,7 +460,7 @@ class Extender(Proc):
             wait_for(lambda: http_get(f"{self.status_url}/readyz")[0] == 200, timeout, f"{self.name} /readyz",
                      alive=self.alive)
         except AssertionError as exc:
-            raise RuntimeError(f"{exc}\n--- {self.log_path} ---\n{self.tail()}") from None
+            raise RuntimeError(f"{exc}{self.exit_note()}\n--- {self.log_path} ---\n{self.tail()}") from None
 
     def restart(self, timeout: float = 120) -> None:
         """Start again with the same command line and ports (after :meth:`kill` or :meth:`stop`)."""
@@ -518,7 +525,7 @@ class Operator(Proc):
         try:
             wait_for(started, timeout, f"{self.name} to start", alive=self.alive)
         except AssertionError as exc:
-            raise RuntimeError(f"{exc}\n--- {self.log_path} ---\n{self.tail()}") from None
+            raise RuntimeError(f"{exc}{self.exit_note()}\n--- {self.log_path} ---\n{self.tail()}") from None
 
 
 class LoadExporter(Proc):
@@ -546,7 +553,7 @@ class LoadExporter(Proc):
         try:
             wait_for(lambda: http_get(f"{self.url}/healthz")[0] == 200, timeout, f"{self.name} /healthz", alive=self.alive)
         except AssertionError as exc:
-            raise RuntimeError(f"{exc}\n--- {self.log_path} ---\n{self.tail()}") from None
+            raise RuntimeError(f"{exc}{self.exit_note()}\n--- {self.log_path} ---\n{self.tail()}") from None
 
     def loads(self) -> dict[str, dict[str, float]]:
         """node → the utilizations it publishes now (cpu, memory, network, disk: 0..1)."""

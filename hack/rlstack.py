@@ -223,6 +223,10 @@ class Proc:
         pid = self.pid
         if pid is None:
             return False
+        if self.popen is not None and self.popen.pid == pid:
+            # Started by this process: the child's exit status is the truth. (The /proc check below is
+            # for processes another invocation started; reading a busy child's cmdline can mislead.)
+            return self.popen.poll() is None
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()

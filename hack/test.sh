@@ -35,4 +35,4 @@ hack/build-tools.sh
 
 log "pytest"
 export RLSCHED_E2E_REQUIRE="${RLSCHED_E2E_REQUIRE:-1}"
-exec .venv/bin/python -m pytest tests -p no:cacheprovider --durations=15 "$@"
+exec .venv/bin/python -m pytest tests -p no:cacheprovider -rs --durations=15 "$@"

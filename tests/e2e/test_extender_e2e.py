@@ -261,11 +261,10 @@ def env(cluster: Any) -> Any:
             running = (Path(cluster.state_dir) / "run" / "kube-scheduler.pid").exists()
             if not running or "schedulerName: default-scheduler" not in conf or "extenders" in conf:
                 cluster.scheduler(None)
-            stack = rlstack.Stack(local)
+            stack = e.stack = rlstack.Stack(local)   # before up(): a failed start is still torn down
             stack.up(model="auto", load_exporter=local.prometheus_url is not None,
                      exporter_selector=f"{SUITE_LABEL}={SUITE}",
                      extender_settings={"prometheus": {"intervalS": 2.0}, "decisionRingSize": 8192})
-            e.stack = stack
         yield e
     finally:
         try:

@@ -163,17 +163,18 @@ class KubeApi:
     async def get_pod(self, namespace: str, name: str, timeout: float) -> dict:
         return await self.request("GET", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}", timeout=timeout)
 
-    async def patch_pod_annotations(self, namespace: str, name: str, uid: str, annotations: Mapping[str, str],
-                                    timeout: float) -> dict:
-        """Merge-patch annotations; the UID in the patch makes it fail (422) on a recreated pod."""
-        body = {"metadata": {"uid": uid, "annotations": dict(annotations)}}
-        return await self.request("PATCH", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}", body,
-                                  "application/merge-patch+json", timeout)
+    async def create_binding(self, namespace: str, name: str, uid: str, node: str, timeout: float,
+                             annotations: Mapping[str, str] | None = None) -> None:
+        """POST pods/binding (UID-guarded: 409 when the pod was recreated or is already bound).
 
-    async def create_binding(self, namespace: str, name: str, uid: str, node: str, timeout: float) -> None:
-        """POST pods/binding (UID-guarded: 409 when the pod was recreated or is already bound)."""
-        body = {"apiVersion": "v1", "kind": "Binding",
-                "metadata": {"name": name, "namespace": namespace, "uid": uid},
+        ``annotations`` ride on the Binding: kube-apiserver copies a Binding's metadata.annotations onto
+        the pod in the same update that sets ``spec.nodeName`` (BindingREST → assignPod), so the card
+        assignment and the node land together, in one write, or not at all.
+        """
+        meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid}
+        if annotations:
+            meta["annotations"] = dict(annotations)
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         await self.request("POST", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/binding", body,
                            timeout=timeout)

@@ -172,20 +172,10 @@ class FakeKubeApi:
             raise ApiError(404, "NotFound", f'pods "{name}" not found')
         return copy.deepcopy(pod)
 
-    async def patch_pod_annotations(self, namespace: str, name: str, uid: str, annotations: Mapping[str, str], timeout: float) -> dict:
-        self.calls.append(("patch", namespace, name, dict(annotations)))
-        await self._maybe_fail("patch")
-        pod = self.pods.get((namespace, name))
-        if pod is None:
-            raise ApiError(404, "NotFound", f'pods "{name}" not found')
-        if pod["metadata"]["uid"] != uid:
-            raise ApiError(422, "Invalid", "metadata.uid: field is immutable")
-        pod["metadata"].setdefault("annotations", {}).update(annotations)
-        self._bump(pod)
-        return copy.deepcopy(pod)
-
-    async def create_binding(self, namespace: str, name: str, uid: str, node: str, timeout: float) -> None:
-        self.calls.append(("bind", namespace, name, node))
+    async def create_binding(self, namespace: str, name: str, uid: str, node: str, timeout: float,
+                             annotations: Mapping[str, str] | None = None) -> None:
+        """Like kube-apiserver's BindingREST: node and the Binding's annotations in one update."""
+        self.calls.append(("bind", namespace, name, node, dict(annotations or {})))
         await self._maybe_fail("bind")
         pod = self.pods.get((namespace, name))
         if pod is None:
@@ -195,6 +185,8 @@ class FakeKubeApi:
         if pod["spec"].get("nodeName"):
             raise ApiError(409, "Conflict", f"Operation cannot be fulfilled on pods/binding \"{name}\": pod {name} is already assigned to node \"{pod['spec']['nodeName']}\"")
         pod["spec"]["nodeName"] = node
+        if annotations:
+            pod["metadata"].setdefault("annotations", {}).update(annotations)
         pod["status"]["phase"] = "Running"
         self._bump(pod)
 

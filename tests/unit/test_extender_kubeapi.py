@@ -19,7 +19,7 @@ def status(code, reason, message):
 
 
 class FakeServer:
-    """Just enough of kube-apiserver: paginated lists, a chunked watch, patch, binding."""
+    """Just enough of kube-apiserver: paginated lists, a chunked watch, binding."""
 
     def __init__(self) -> None:
         self.nodes = [make_node(f"n{i}", gpus=1) for i in range(5)]
@@ -28,7 +28,6 @@ class FakeServer:
         self.watch_events: list[bytes] = []
         app = web.Application()
         app.router.add_get("/api/v1/nodes", self.nodes_handler)
-        app.router.add_patch("/api/v1/namespaces/{ns}/pods/{name}", self.patch)
         app.router.add_post("/api/v1/namespaces/{ns}/pods/{name}/binding", self.bind)
         app.router.add_get("/api/v1/namespaces/{ns}/pods/{name}", self.get)
         self.app = app
@@ -49,17 +48,11 @@ class FakeServer:
         cont = str(start + limit) if start + limit < len(self.nodes) else ""
         return web.json_response({"kind": "NodeList", "metadata": {"resourceVersion": "77", "continue": cont}, "items": items})
 
-    async def patch(self, request):
-        assert request.content_type == "application/merge-patch+json"
-        body = await request.json()
-        self.requests.append(("PATCH", request.path, body))
-        if body["metadata"]["uid"] != self.pod["metadata"]["uid"]:
-            return status(422, "Invalid", "metadata.uid: Invalid value: field is immutable")
-        return web.json_response(self.pod)
-
     async def bind(self, request):
         body = await request.json()
         self.requests.append(("POST", request.path, body))
+        if body["metadata"]["uid"] != self.pod["metadata"]["uid"]:
+            return status(409, "Conflict", "Precondition failed: UID in precondition: other, UID in object meta: uid-p")
         if self.pod["spec"].get("nodeName"):
             return status(409, "Conflict", f"pod p is already assigned to node \"{self.pod['spec']['nodeName']}\"")
         self.pod["spec"]["nodeName"] = body["target"]["name"]
@@ -100,14 +93,13 @@ async def test_watch_splits_lines_across_chunks(server) -> None:
 
 async def test_writes_and_their_errors(server) -> None:
     fake, api = server
-    await api.patch_pod_annotations("default", "p", "uid-p", {"rlsched.io/gpu-cards": "0"}, 2)
-    assert fake.requests[-1][2] == {"metadata": {"uid": "uid-p", "annotations": {"rlsched.io/gpu-cards": "0"}}}
     with pytest.raises(ApiError) as info:
-        await api.patch_pod_annotations("default", "p", "other", {}, 2)
-    assert info.value.status == 422
-    await api.create_binding("default", "p", "uid-p", "n1", 2)
+        await api.create_binding("default", "p", "other", "n1", 2)
+    assert info.value.status == 409 and "UID" in info.value.message
+    await api.create_binding("default", "p", "uid-p", "n1", 2, {"rlsched.io/gpu-cards": "0"})
     assert fake.requests[-1][2]["target"] == {"apiVersion": "v1", "kind": "Node", "name": "n1"}
-    assert fake.requests[-1][2]["metadata"]["uid"] == "uid-p"
+    assert fake.requests[-1][2]["metadata"] == {"name": "p", "namespace": "default", "uid": "uid-p",
+                                                "annotations": {"rlsched.io/gpu-cards": "0"}}
     with pytest.raises(ApiError) as info:
         await api.create_binding("default", "p", "uid-p", "n2", 2)
     assert info.value.status == 409 and "already assigned" in info.value.message

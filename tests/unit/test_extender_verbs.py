@@ -181,7 +181,7 @@ def test_extender_scores_are_clamped_with_a_unique_top(values) -> None:
 
 # -- bind ------------------------------------------------------------------------------------------
 
-async def test_bind_records_cards_before_binding() -> None:
+async def test_bind_records_cards_on_the_binding_in_one_write() -> None:
     h = harness()
     pod = h.add_pod(make_pod("p", gpu_milli=300))
     uid = pod["metadata"]["uid"]
@@ -191,11 +191,12 @@ async def test_bind_records_cards_before_binding() -> None:
         status, body = await call(c, "bind", {"PodName": "p", "PodNamespace": "default", "PodUID": uid, "Node": node})
     assert status == 200 and body == {"Error": ""}
     cards = served(h)["cards"]
-    assert h.api.calls == [
-        ("patch", "default", "p", {"rlsched.io/gpu-cards": ",".join(map(str, cards)), "rlsched.io/gpu-card-milli": "300",
-                                   "rlsched.io/gpu-node": node}),
-        ("bind", "default", "p", node),
+    assert h.api.calls == [   # one API write: the Binding, carrying the assignment
+        ("bind", "default", "p", node, {"rlsched.io/gpu-cards": ",".join(map(str, cards)),
+                                        "rlsched.io/gpu-card-milli": "300", "rlsched.io/gpu-node": node}),
     ]
+    annotations = h.api.pods[("default", "p")]["metadata"]["annotations"]
+    assert annotations["rlsched.io/gpu-cards"] == ",".join(map(str, cards))
     entry = h.cache.pods[uid]
     assert entry.status == ASSUMED and entry.bind_done and entry.cards == tuple(cards)
     assert h.cache.state.card_free[h.cache.state.index[node], cards[0]] == 700
@@ -427,17 +428,17 @@ async def test_unloadable_model_at_start(tmp_path) -> None:
     assert h.engine.model is None and "missing.npz" in h.engine.status()["model"]["error"]
 
 
-async def test_lost_connection_during_binding_keeps_cards_but_not_during_patch() -> None:
+async def test_lost_connection_during_binding_keeps_cards_a_refusal_frees_them() -> None:
     h = harness()
     pod = h.add_pod(make_pod("p", gpus=4))
     uid = pod["metadata"]["uid"]
-    h.api.fail["patch"] = ApiError(0, "Unreachable", "connection refused")
+    h.api.fail["bind"] = ApiError(403, "Forbidden", "pods/binding is forbidden")
     res = await h.binder.bind(uid, "default", "p", "v100-0")
-    assert res.result == "error" and uid not in h.cache.pods  # nothing was bound: released
-    del h.api.fail["patch"]
+    assert res.result == "error" and uid not in h.cache.pods  # definitely not bound: released
+    assert "check RBAC" in res.error
     h.api.fail["bind"] = ApiError(0, "Unreachable", "connection reset by peer")
     res = await h.binder.bind(uid, "default", "p", "v100-0")
-    assert res.result == "uncertain" and h.cache.pods[uid].status == UNCERTAIN
+    assert res.result == "uncertain" and h.cache.pods[uid].status == UNCERTAIN  # may be bound: kept
 
 
 def test_deadline_timer_gives_sigalrm_back() -> None:

@@ -40,13 +40,27 @@ DEFAULT_STEP = 40.0
 
 
 @numba.njit(cache=True, nogil=True)
-def node_frag_cpu(row, ncards, cpu_free, model, t_cpu, t_milli, t_num, t_access, t_weight, cpu_weight):
-    """One node's FGD fragmentation with the CPU-per-free-card term (milli)."""
-    total = 0
+def _sorted_desc(row, ncards, desc, prefix):
+    """Free milli of the node's cards, largest first, into ``desc``; ``prefix[i]`` = sum of the first i."""
     for c in range(ncards):
-        total += row[c]
+        f = row[c]
+        i = c
+        while i > 0 and desc[i - 1] < f:   # insertion sort: at most 8 cards
+            desc[i] = desc[i - 1]
+            i -= 1
+        desc[i] = f
+    prefix[0] = 0
+    for c in range(ncards):
+        prefix[c + 1] = prefix[c] + desc[c]
+
+
+@numba.njit(cache=True, nogil=True)
+def _frag_of_sorted(desc, prefix, ncards, cpu_free, model, t_cpu, t_milli, t_num, t_access, t_weight, cpu_weight):
+    """:func:`node_frag_cpu` on the cards already sorted (``_sorted_desc``): the cards that fit a
+    typical pod are a prefix of ``desc``, and the least-free fitting cards are that prefix's tail, so
+    every term is a difference of prefix sums — no allocation, no per-pod sort."""
+    total = prefix[ncards]
     frag = 0.0
-    fit = np.empty(ncards, dtype=np.int64)
     for t in range(t_weight.shape[0]):
         h = t_milli[t]
         w = t_weight[t]
@@ -54,14 +68,8 @@ def node_frag_cpu(row, ncards, cpu_free, model, t_cpu, t_milli, t_num, t_access,
             frag += w * total
             continue
         nfit = 0
-        unusable = 0
-        for c in range(ncards):
-            f = row[c]
-            if f >= h:
-                fit[nfit] = f
-                nfit += 1
-            else:
-                unusable += f
+        while nfit < ncards and desc[nfit] >= h:
+            nfit += 1
         if nfit < t_num[t] or cpu_free < t_cpu[t]:
             frag += w * total
             continue
@@ -71,26 +79,39 @@ def node_frag_cpu(row, ncards, cpu_free, model, t_cpu, t_milli, t_num, t_access,
             extra = nfit - usable_cards
             if extra > 0:
                 # The CPU feeds the fullest-free cards; the `extra` cards with the least free are stranded.
-                fs = np.sort(fit[:nfit])
-                for i in range(extra):
-                    stranded += fs[i]
-        frag += w * (unusable + cpu_weight * stranded)
+                stranded = prefix[nfit] - prefix[nfit - extra]
+        frag += w * ((total - prefix[nfit]) + cpu_weight * stranded)
     return frag
 
 
 @numba.njit(cache=True, nogil=True)
+def node_frag_cpu(row, ncards, cpu_free, model, t_cpu, t_milli, t_num, t_access, t_weight, cpu_weight):
+    """One node's FGD fragmentation with the CPU-per-free-card term (milli)."""
+    desc = np.empty(max(ncards, 1), dtype=np.int64)
+    prefix = np.empty(ncards + 1, dtype=np.int64)
+    _sorted_desc(row, ncards, desc, prefix)
+    return _frag_of_sorted(desc, prefix, ncards, cpu_free, model, t_cpu, t_milli, t_num, t_access, t_weight, cpu_weight)
+
+
+@numba.njit(cache=True, nogil=True)
 def _frag_rows(card_free, gpu_count, cpu_free, model_id, nodes, t_cpu, t_milli, t_num, t_access, t_weight, cpu_weight, out):
+    ncols = card_free.shape[1]
+    desc = np.empty(max(ncols, 1), dtype=np.int64)
+    prefix = np.empty(ncols + 1, dtype=np.int64)
     for k in range(nodes.shape[0]):
         n = nodes[k]
-        out[n] = node_frag_cpu(card_free[n], gpu_count[n], cpu_free[n], model_id[n], t_cpu, t_milli, t_num, t_access,
-                               t_weight, cpu_weight)
+        _sorted_desc(card_free[n], gpu_count[n], desc, prefix)
+        out[n] = _frag_of_sorted(desc, prefix, gpu_count[n], cpu_free[n], model_id[n], t_cpu, t_milli, t_num, t_access,
+                                 t_weight, cpu_weight)
 
 
 @numba.njit(cache=True, nogil=True)
 def _placement(card_free, gpu_count, cpu_free, model_id, frag, nodes, p_cpu, p_milli, p_num, share,
                t_cpu, t_milli, t_num, t_access, t_weight, cpu_weight, step, out_score, out_card, out_delta):
     ncols = card_free.shape[1]
-    tmp = np.empty(ncols, dtype=card_free.dtype)
+    tmp = np.empty(max(ncols, 1), dtype=np.int64)
+    desc = np.empty(max(ncols, 1), dtype=np.int64)
+    prefix = np.empty(ncols + 1, dtype=np.int64)
     for k in range(nodes.shape[0]):
         n = nodes[k]
         nc = gpu_count[n]
@@ -114,7 +135,9 @@ def _placement(card_free, gpu_count, cpu_free, model_id, frag, nodes, p_cpu, p_m
                 if seen:
                     continue
                 tmp[c] = f - p_milli
-                after = node_frag_cpu(tmp, nc, cpu_after, model_id[n], t_cpu, t_milli, t_num, t_access, t_weight, cpu_weight)
+                _sorted_desc(tmp, nc, desc, prefix)
+                after = _frag_of_sorted(desc, prefix, nc, cpu_after, model_id[n], t_cpu, t_milli, t_num, t_access,
+                                        t_weight, cpu_weight)
                 tmp[c] = f
                 delta = before - after
                 s = np.int64(math.floor(delta / step))
@@ -131,7 +154,9 @@ def _placement(card_free, gpu_count, cpu_free, model_id, frag, nodes, p_cpu, p_m
                 if taken < p_num and tmp[c] == 1000:
                     tmp[c] = 0
                     taken += 1
-            after = node_frag_cpu(tmp, nc, cpu_after, model_id[n], t_cpu, t_milli, t_num, t_access, t_weight, cpu_weight)
+            _sorted_desc(tmp, nc, desc, prefix)
+            after = _frag_of_sorted(desc, prefix, nc, cpu_after, model_id[n], t_cpu, t_milli, t_num, t_access,
+                                    t_weight, cpu_weight)
             delta = before - after
             out_card[k] = -1
             out_score[k] = np.int64(math.floor(delta / step))

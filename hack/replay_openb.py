@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         tp.write_text(json.dumps({"typicalPods": typical.to_json()}))
         extender.start_with(model=args.model, settings={
             "policy": {"fallback": args.policy, "seed": args.seed, "typicalPodsPath": str(tp), "topK": 1},
-            "log": {"level": "WARNING"}})
+            "log": {"level": "WARNING"}, "decisionRingSize": 4 * len(sequence) + 64})
         scheduler.start_with(rlstack.rl_scheduler_config(cluster, extender.url, leader_elect=False, qps=1000, burst=1000),
                              verbosity=1)
         status = extender.status()
@@ -318,6 +318,23 @@ def main(argv: list[str] | None = None) -> int:
         secs.sort()
         result["perPodMs"] = {"p50": round(1000 * secs[len(secs) // 2], 1), "p99": round(1000 * secs[int(0.99 * (len(secs) - 1))], 1)}
         result["decisions"] = extender.status()["policy"]["counters"]
+        # The extender's own record of the first decisions (candidates, feasible, chosen, kept): what
+        # to look at when the real stack parts from the simulator.
+        records, cursor = [], 0
+        while True:
+            page = extender.decisions(cursor, 10_000)
+            records += [r for r in page["records"] if r.get("kind") == "filter"]
+            if not page["records"]:
+                break
+            cursor = page["next"]
+        result["firstFilterRecords"] = [
+            {k: r.get(k) for k in ("pod", "node", "kept", "candidates", "feasible", "servedBy", "topScores")}
+            for r in records[:5]]
+        # How many nodes kube-scheduler handed the extender per pod, in arrival order (a short list
+        # early on means nodes were still tainted not-ready, or kube-scheduler's own filters differ).
+        cands = [int(r.get("candidates") or 0) for r in records]
+        result["candidatesPer500Filters"] = [round(sum(cands[i:i + 500]) / len(cands[i:i + 500]), 1)
+                                             for i in range(0, len(cands), 500)]
     finally:
         scheduler.stop()
         extender.stop()

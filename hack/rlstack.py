@@ -750,10 +750,14 @@ class Api:
         await self.request("DELETE", path, params=dict(params or {}, gracePeriodSeconds="0"), ok=(200, 202, 404))
 
 
+NOT_READY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+"""Taints kube-controller-manager puts on nodes that are (or were, at creation) not Ready."""
+
+
 def create_nodes(cluster: LocalCluster, nodes: Sequence[Mapping[str, Any]], parallel: int = 16,
                  ready_timeout: float = 600) -> float:
     """Create kwok nodes (status included, so capacity is there before kwok marks them Ready) and wait
-    until every one is Ready. Returns the seconds it took."""
+    until every one is Ready and schedulable (no not-ready taint). Returns the seconds it took."""
     t0 = time.monotonic()
     names = {n["metadata"]["name"] for n in nodes}
 
@@ -778,14 +782,17 @@ def create_nodes(cluster: LocalCluster, nodes: Sequence[Mapping[str, Any]], para
             deadline = time.monotonic() + ready_timeout
             while True:
                 items, _ = await api.list("/api/v1/nodes")
+                # Ready, and the node lifecycle controller has lifted its not-ready taint: until then
+                # kube-scheduler filters the node out, and a benchmark would run on a fraction of them.
                 ready = {i["metadata"]["name"] for i in items
                          if any(c.get("type") == "Ready" and c.get("status") == "True"
-                                for c in (i.get("status") or {}).get("conditions") or [])}
+                                for c in (i.get("status") or {}).get("conditions") or [])
+                         and not any(t.get("key") in NOT_READY_TAINTS for t in (i.get("spec") or {}).get("taints") or [])}
                 if names <= ready:
                     return
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"{len(names - ready)} of {len(names)} nodes not Ready after {ready_timeout:.0f}s "
-                                       f"(is kwok running? {cluster.log_dir / 'kwok.log'})")
+                    raise RuntimeError(f"{len(names - ready)} of {len(names)} nodes not Ready (or still tainted not-ready) "
+                                       f"after {ready_timeout:.0f}s (is kwok running? {cluster.log_dir / 'kwok.log'})")
                 await asyncio.sleep(0.5)
     asyncio.run(go())
     return time.monotonic() - t0

@@ -134,7 +134,8 @@ def simulate(nodes: Sequence[NodeSpec], sequence: Sequence[PodSpec], policy: str
     """The simulator's decisions (``decide``, as in ``run_sequence``) with a given tie-break."""
     state = ClusterState(nodes)
     requests = RequestCache(state)
-    scorer = make_scorer(policy, typical)
+    # A learned model computes its features with its own typical pods, as the extender serves it.
+    scorer = make_scorer(policy, None if policy.startswith("ppo:") else typical)
     out: list[Outcome] = []
     for pod in sequence:
         req = requests(pod)
@@ -241,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pods", default=str(DATA / "openb_pod_list_default.csv"), help="openb pod list")
     ap.add_argument("--seed", type=int, default=42, help="the protocol's seed (inflation; also the tie-break seed)")
     ap.add_argument("--policy", default="fgd", help="fallback heuristic served by the extender (and simulated)")
-    ap.add_argument("--model", help="serve this learned model instead (compared statistically: it samples)")
+    ap.add_argument("--model", help="serve this learned model instead (the simulator references use it too)")
     ap.add_argument("--until", type=int, default=100, help="replay up to this arrived GPU %% (the headline needs 100; max 130)")
     ap.add_argument("--limit", type=int, help="replay only the first N pods of the sequence (quick checks)")
     ap.add_argument("--tiebreak-seeds", type=int, default=3, help="other tie-break seeds simulated for the spread")
@@ -265,17 +266,19 @@ def main(argv: list[str] | None = None) -> int:
 
     # Simulator references.
     t0 = time.monotonic()
-    seeded = run_sequence(nodes, sequence, make_scorer(args.policy, typical), args.seed, typical, record_placements=True)
+    served = f"ppo:{args.model}" if args.model else args.policy   # what the extender will serve
+    seeded = run_sequence(nodes, sequence, make_scorer(served, None if args.model else typical), args.seed, typical,
+                          record_placements=True)
     placed = {name: (node, tuple(cards)) for name, node, cards in seeded.placements}
     sim_seeded: list[Outcome] = [placed.get(p.name) for p in sequence]
     mine = account(nodes, sequence, sim_seeded, typical)
     # Self-check: our accounting over run_sequence's own decisions gives run_sequence's figure.
     assert abs(mine.unallocated_at(args.until) - seeded.unallocated_at(args.until)) < 1e-9, "account() ≠ run_sequence()"
     names = [nd.name for nd in nodes]
-    by_name = simulate(nodes, sequence, args.policy, typical, TieBreak.by_name(names, args.seed))
+    by_name = simulate(nodes, sequence, served, typical, TieBreak.by_name(names, args.seed))
     spread = {}
     for s in range(args.tiebreak_seeds):
-        other = simulate(nodes, sequence, args.policy, typical, TieBreak.by_name(names, 1000 + s))
+        other = simulate(nodes, sequence, served, typical, TieBreak.by_name(names, 1000 + s))
         spread[f"by-name seed {1000 + s}"] = account(nodes, sequence, other, typical).unallocated_at(args.until)
     log(f"simulator references in {time.monotonic() - t0:.0f}s: seeded {mine.unallocated_at(args.until):.3f} %, "
         f"by-name {account(nodes, sequence, by_name, typical).unallocated_at(args.until):.3f} %, spread {spread}")

@@ -57,11 +57,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
-    import dataclasses
 
-    import yaml
-
-    from .settings import ConfigError, camel, getenv, load_settings
+    from .settings import ConfigError, getenv, load_settings, settings_yaml
 
     try:
         settings = load_settings(args.config, getenv(), _overrides(args))
@@ -76,13 +73,7 @@ def run(args: argparse.Namespace) -> int:
                      scheduler_name=settings.kubernetes.scheduler_name, kubeconfig=None, gpu=settings.gpu), end="")
         return 0
     if args.print_settings:
-        def camelize(obj):
-            if isinstance(obj, dict):
-                return {camel(k): camelize(v) for k, v in obj.items()}
-            if isinstance(obj, (list, tuple)):
-                return [camelize(v) for v in obj]
-            return obj
-        print(yaml.safe_dump(camelize(dataclasses.asdict(settings)), sort_keys=False), end="")
+        print(settings_yaml(settings), end="")
         return 0
 
     from .logs import setup_logging

@@ -210,6 +210,17 @@ def camel(name: str) -> str:
     return head + "".join(p[:1].upper() + p[1:] for p in rest)
 
 
+def settings_yaml(settings: Any) -> str:
+    """A settings dataclass as the YAML a config file would hold (camelCase keys): ``--print-settings``."""
+    def camelize(obj: Any) -> Any:
+        if isinstance(obj, dict):
+            return {camel(k): camelize(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return [camelize(v) for v in obj]
+        return obj
+    return yaml.safe_dump(camelize(dataclasses.asdict(settings)), sort_keys=False)
+
+
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 

@@ -75,12 +75,11 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
-    import dataclasses
     import logging
 
-    import yaml
+    from rlsched.extender.settings import settings_yaml
 
-    from .settings import SettingsError, camel, load_settings
+    from .settings import SettingsError, load_settings
 
     try:
         settings = load_settings(args.config, _overrides(args))
@@ -88,13 +87,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"rlsched operator: {exc}", file=sys.stderr)
         return 2
     if args.print_settings:
-        def camelize(obj):
-            if isinstance(obj, dict):
-                return {camel(k): camelize(v) for k, v in obj.items()}
-            if isinstance(obj, (list, tuple)):
-                return [camelize(v) for v in obj]
-            return obj
-        print(yaml.safe_dump(camelize(dataclasses.asdict(settings)), sort_keys=False), end="")
+        print(settings_yaml(settings), end="")
         return 0
 
     logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,

@@ -14,10 +14,10 @@ twice) → graceful shutdown and resume.
 from __future__ import annotations
 
 import base64
+import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,25 +36,11 @@ NS = f"rlsched-e2e-{uuid.uuid4().hex[:6]}"
 GROUP, VERSION, PLURAL = "rlsched.io", "v1alpha1", "schedulingpolicies"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(fn: Callable[[], Any], timeout: float, what: str, interval: float = 0.3) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-        except Exception as exc:  # noqa: BLE001 - keep polling; report the last problem
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+_spec = importlib.util.spec_from_file_location("rlstack", Path(__file__).resolve().parents[2] / "hack" / "rlstack.py")
+rlstack = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("rlstack", rlstack)
+_spec.loader.exec_module(rlstack)  # type: ignore[union-attr]
+free_port, wait_for = rlstack.free_port, rlstack.wait_for
 
 
 class Stack:

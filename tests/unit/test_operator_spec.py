@@ -28,7 +28,12 @@ def test_defaults() -> None:
     {"model": {"url": "https://models.example.com/v4.npz"}, "rewardWeights": {"placed": -2, "evicted": 0}},
 ])
 def test_valid(spec: dict) -> None:
-    parse_spec(spec)
+    ps = parse_spec(spec)
+    # what was given is what the parsed spec says; the rest keeps its default
+    assert ps.mode == spec.get("mode", "active") and ps.fallback == spec.get("fallback", "fgd")
+    assert ps.top_k == spec.get("topK", 1) and ps.deadline_ms == spec.get("deadlineMs", 100.0)
+    assert (ps.model is None) == ("model" not in spec)
+    assert ps.reward_weights == {**REWARD_DEFAULTS, **spec.get("rewardWeights", {})}
 
 
 @pytest.mark.parametrize("spec, fragment", [

@@ -68,8 +68,8 @@ class KubeSettings:
     list_timeout_s: float = 60.0
     """Timeout of one list page (seconds)."""
     write_timeout_s: float = 2.0
-    """Timeout of each write made by bind (the pod annotation patch and the pods/binding create),
-    seconds. Both together must stay below kube-scheduler's extender ``httpTimeout`` (default 5 s)."""
+    """Timeout of bind's write (the pods/binding create, which carries the card annotations), seconds.
+    Must stay below kube-scheduler's extender ``httpTimeout`` (5 s by default; 10 s in our config)."""
     watch_timeout_s: int = 300
     """``timeoutSeconds`` of each watch request; the watch then resumes from the last resourceVersion."""
     retry_backoff_s: float = 1.0

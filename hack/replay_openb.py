@@ -55,9 +55,8 @@ _spec.loader.exec_module(rlstack)  # type: ignore[union-attr]
 
 from rlsched.policy.cluster import ClusterState, NodeSpec, PodSpec  # noqa: E402
 from rlsched.policy.decision import decide  # noqa: E402
-from rlsched.policy.fragmentation import Fragmentation  # noqa: E402
 from rlsched.policy.scorers import TieBreak, make_scorer  # noqa: E402
-from rlsched.policy.simulator import RequestCache, run_sequence  # noqa: E402
+from rlsched.policy.simulator import ProtocolMeter, RequestCache, RunResult, run_sequence  # noqa: E402
 from rlsched.policy.trace import load_nodes, load_pods  # noqa: E402
 from rlsched.policy.typical import TypicalPods, typical_pods  # noqa: E402
 from rlsched.policy.workload import DEFAULT_TARGET, inflate  # noqa: E402
@@ -78,55 +77,43 @@ Outcome = tuple[str, tuple[int, ...]] | None
 
 @dataclass
 class Curve:
-    """What ``run_sequence`` measures, for any sequence of outcomes."""
+    """What ``run_sequence`` measures (its :class:`RunResult`) for any sequence of outcomes, and the
+    outcomes the simulator's model could not place."""
 
-    curve: dict[int, float]
-    failed: int
-    failed_gpu: int
-    frag_at_100: float
+    run: RunResult
     problems: list[str] = field(default_factory=list)
 
+    @property
+    def failed(self) -> int:
+        return self.run.failed_pods
+
     def unallocated_at(self, pct: int) -> float:
-        if pct in self.curve:
-            return 100.0 - self.curve[pct]
-        below = [x for x in self.curve if x <= pct]
-        return 100.0 - (self.curve[max(below)] if below else 0.0)
+        return self.run.unallocated_at(pct)
 
 
 def account(nodes: Sequence[NodeSpec], sequence: Sequence[PodSpec], outcomes: Sequence[Outcome],
             typical: TypicalPods) -> Curve:
-    """``run_sequence``'s measurement with the placements given instead of decided (same formulas:
-    ``pct = floor(arrived·100/capacity + 0.5)``, the curve is the mean allocated % per pct)."""
+    """``run_sequence``'s measurement (the same :class:`ProtocolMeter`) with the placements given
+    instead of decided. A placement the simulator's model refuses is a problem, counted as neither
+    placed nor failed."""
     state = ClusterState(nodes)
     requests = RequestCache(state)
-    capacity = state.gpu_milli_capacity
-    measure = Fragmentation(typical, state.model_names)
-    arrived = allocated = failed = failed_gpu = 0
-    sums: dict[int, float] = {}
-    counts: dict[int, int] = {}
-    frag: float | None = None
+    meter = ProtocolMeter(state, typical)
     problems: list[str] = []
     for pod, outcome in zip(sequence, outcomes):
         req = requests(pod)
         if outcome is None:
-            failed += 1
-            failed_gpu += int(req.is_gpu)
+            meter.record(req, placed=False)
+            continue
+        node, cards = outcome
+        try:
+            state.place(req, state.index[node], cards)
+        except (ValueError, KeyError) as exc:
+            problems.append(f"{pod.name} on {node} cards {cards}: {exc}")
+            meter.record(req, placed=False, failed=False)
         else:
-            node, cards = outcome
-            try:
-                state.place(req, state.index[node], cards)
-                allocated += req.gpu_total
-            except (ValueError, KeyError) as exc:
-                problems.append(f"{pod.name} on {node} cards {cards}: {exc}")
-        arrived += req.gpu_total
-        pct = math.floor(arrived * 100 / capacity + 0.5)
-        sums[pct] = sums.get(pct, 0.0) + allocated * 100 / capacity
-        counts[pct] = counts.get(pct, 0) + 1
-        if frag is None and pct >= 100:
-            frag = measure.cluster_frag(state) * 100 / capacity
-    if frag is None:
-        frag = measure.cluster_frag(state) * 100 / capacity
-    return Curve({p: sums[p] / counts[p] for p in sorted(sums)}, failed, failed_gpu, frag, problems)
+            meter.record(req, placed=True)
+    return Curve(meter.result("replay", 0, len(sequence), 0.0), problems)
 
 
 def simulate(nodes: Sequence[NodeSpec], sequence: Sequence[PodSpec], policy: str, typical: TypicalPods,

@@ -82,6 +82,53 @@ class RequestCache:
         return req
 
 
+class ProtocolMeter:
+    """The protocol's measurement, pod by pod, after each pod's placement (or failure): arrived and
+    allocated GPU milli into the curve, failures, and FGD fragmentation when arrivals first reach
+    100 %. :func:`run_sequence` uses it, and so does anything that measures placements made
+    elsewhere (``hack/replay_openb.py`` reads them back from a real cluster)."""
+
+    def __init__(self, state: ClusterState, typical: TypicalPods):
+        self.state = state
+        self.capacity = state.gpu_milli_capacity
+        self._measure = Fragmentation(typical, state.model_names)
+        self.arrived = self.allocated = 0
+        self._sums: dict[int, float] = {}
+        self._counts: dict[int, int] = {}
+        self.failed = self.failed_gpu = self.failed_milli = 0
+        self._frag_at_100: float | None = None
+
+    def record(self, req: PodRequest, placed: bool, failed: bool | None = None) -> None:
+        """One arrival; ``state`` already holds the pod when ``placed``. ``failed`` defaults to
+        ``not placed`` (False: neither placed nor counted as failed)."""
+        if placed:
+            self.allocated += req.gpu_total
+        elif failed is None or failed:
+            self.failed += 1
+            if req.is_gpu:
+                self.failed_gpu += 1
+                self.failed_milli += req.gpu_total
+        self.arrived += req.gpu_total
+        pct = math.floor(self.arrived * 100 / self.capacity + 0.5)
+        self._sums[pct] = self._sums.get(pct, 0.0) + self.allocated * 100 / self.capacity
+        self._counts[pct] = self._counts.get(pct, 0) + 1
+        if self._frag_at_100 is None and pct >= 100:
+            self._frag_at_100 = self.frag_now()
+
+    def frag_now(self) -> float:
+        return self._measure.cluster_frag(self.state) * 100 / self.capacity
+
+    def result(self, policy: str, seed: int, pods: int, seconds: float,
+               placements: list[tuple[str, str, tuple[int, ...]]] | None = None) -> RunResult:
+        curve = {pct: self._sums[pct] / self._counts[pct] for pct in sorted(self._sums)}
+        return RunResult(
+            policy=policy, seed=seed, curve=curve, pods=pods, failed_pods=self.failed,
+            failed_gpu_pods=self.failed_gpu, failed_gpu_milli=self.failed_milli, gpu_capacity_milli=self.capacity,
+            frag_at_100=self._frag_at_100 if self._frag_at_100 is not None else self.frag_now(),
+            seconds=seconds, placements=placements or [],
+        )
+
+
 def run_sequence(
     nodes: Sequence[NodeSpec],
     sequence: Sequence[PodSpec],
@@ -97,51 +144,19 @@ def run_sequence(
     state = ClusterState(nodes)
     requests = RequestCache(state)
     tiebreak = TieBreak.seeded(state.num_nodes, seed)  # separate from the workload's stream
-    capacity = state.gpu_milli_capacity
-    measure = Fragmentation(typical, state.model_names)
-    arrived = allocated = 0
-    sums: dict[int, float] = {}
-    counts: dict[int, int] = {}
-    failed = failed_gpu = failed_milli = 0
-    frag_at_100: float | None = None
+    meter = ProtocolMeter(state, typical)
     placements: list[tuple[str, str, tuple[int, ...]]] = []
     for i, pod in enumerate(sequence):
         req = requests(pod)
         decision = decide(scorer, state, req, tiebreak)
-        if decision is None:
-            failed += 1
-            if req.is_gpu:
-                failed_gpu += 1
-                failed_milli += req.gpu_total
-        else:
+        if decision is not None:
             state.place(req, decision.node, decision.cards)
-            allocated += req.gpu_total
             if record_placements:
                 placements.append((pod.name, state.names[decision.node], decision.cards))
-        arrived += req.gpu_total
-        pct = math.floor(arrived * 100 / capacity + 0.5)
-        sums[pct] = sums.get(pct, 0.0) + allocated * 100 / capacity
-        counts[pct] = counts.get(pct, 0) + 1
-        if frag_at_100 is None and pct >= 100:
-            frag_at_100 = measure.cluster_frag(state) * 100 / capacity
+        meter.record(req, placed=decision is not None)
         if progress is not None and i % 512 == 0:
             progress(i)
-    curve = {pct: sums[pct] / counts[pct] for pct in sorted(sums)}
-    if frag_at_100 is None:
-        frag_at_100 = measure.cluster_frag(state) * 100 / capacity
-    return RunResult(
-        policy=policy_name or scorer.name,
-        seed=seed,
-        curve=curve,
-        pods=len(sequence),
-        failed_pods=failed,
-        failed_gpu_pods=failed_gpu,
-        failed_gpu_milli=failed_milli,
-        gpu_capacity_milli=capacity,
-        frag_at_100=frag_at_100,
-        seconds=time.perf_counter() - start,
-        placements=placements,
-    )
+    return meter.result(policy_name or scorer.name, seed, len(sequence), time.perf_counter() - start, placements)
 
 
 def run_fgd_protocol(

@@ -7,12 +7,35 @@ from pathlib import Path
 
 from .workload import DEFAULT_TARGET
 
+POLICY_HELP: dict[str, str] = {
+    "random": "a random feasible node",
+    "least-allocated": "Kubernetes NodeResourcesFit LeastAllocated (spread)",
+    "most-allocated": "Kubernetes NodeResourcesFit MostAllocated (pack)",
+    "balanced-allocation": "Kubernetes NodeResourcesBalancedAllocation",
+    "dotprod": "DotProduct / Tetris: free vector least aligned with the request",
+    "gpupacking": "GpuPacking: prefer partly used cards, then used nodes",
+    "gpuclustering": "GpuClustering: keep GPU pods of one kind (share, k-card) together",
+    "bestfit": "BestFit: least cpu and GPU left after placing",
+    "fgd": "FGD (Weng et al., ATC'23): least GPU fragmentation increase",
+    "fgd-cpu": "FGD plus the cards stranded by too little cpu per free card",
+    "ppo:PATH": "a trained model file (.npz), as trained",
+    "ppo-prior:PATH": "the same model with its network zeroed: its prior and decision rule alone (the ablation)",
+}
+"""One line per policy name, for ``--help`` (a unit test keeps it in step with the scorer registry;
+kept here so that ``rlsched --help`` imports no numpy)."""
+
+
+def _policy_epilog() -> str:
+    width = max(len(name) for name in POLICY_HELP)
+    return "policies:\n" + "\n".join(f"  {name:<{width}}  {text}" for name, text in POLICY_HELP.items())
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = _policy_epilog()
     parser.add_argument("--nodes", required=True, help="node list: openb CSV (sn,cpu_milli,memory_mib,gpu,model) or generic YAML/JSON")
     parser.add_argument("--pods", required=True, help="pod list: openb CSV or generic YAML/JSON")
-    parser.add_argument("--policy", required=True, help="comma-separated policies: random, least-allocated, most-allocated, "
-                        "balanced-allocation, dotprod, gpupacking, gpuclustering, bestfit, fgd, ppo:PATH")
+    parser.add_argument("--policy", required=True, help="comma-separated policies (listed below), e.g. fgd,ppo:model.npz")
     parser.add_argument("--seeds", default="42-51", help="seeds, e.g. 42-51 or 1,5,9 (default: %(default)s)")
     parser.add_argument("--target", type=float, default=DEFAULT_TARGET,
                         help="inflate arrivals to this fraction of cluster GPU capacity (default: %(default)s)")

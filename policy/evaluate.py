@@ -50,9 +50,10 @@ def parse_policies(text: str) -> list[str]:
         part = part.strip()
         if not part:
             continue
-        if part.startswith("ppo:"):
-            if not Path(part[4:]).exists():
-                raise UnknownPolicyError(f"policy {part!r}: model file {part[4:]!r} does not exist")
+        if part.startswith(("ppo:", "ppo-prior:")):
+            path = part.split(":", 1)[1]
+            if not Path(path).exists():
+                raise UnknownPolicyError(f"policy {part!r}: model file {path!r} does not exist")
             out.append(part)
         else:
             out.append(canonical_name(part))

@@ -26,10 +26,26 @@ from .network import DecisionRule, PolicyNetwork, choose_node, node_logits, rank
 from .scorers.base import NodeScores, Scorer, TieBreak
 from .typical import TypicalPods
 
-__all__ = ["LearnedScorer", "ModelFileError", "load_learned_scorer", "DEFAULT_MODEL"]
+__all__ = ["LearnedScorer", "ModelFileError", "load_learned_scorer", "learned_policy_path", "DEFAULT_MODEL",
+           "LEARNED_PREFIXES"]
 
 DEFAULT_MODEL = Path(__file__).resolve().parent / "models" / "ppo-openb-default.npz"
 """The bundled model (trained on the openb default trace; see docs/ppo.md)."""
+
+LEARNED_PREFIXES = {"ppo:": False, "ppo-prior:": True}
+"""Policy-name prefixes of a model file, and whether the network's contribution is zeroed:
+``ppo:PATH`` is the model as trained; ``ppo-prior:PATH`` is the *same* model with the learned
+correction removed (the output layer zeroed), i.e. its hand-set prior and decision rule alone — the
+ablation that measures what learning adds."""
+
+
+def learned_policy_path(name: str) -> tuple[str, bool] | None:
+    """``"ppo:m.npz"`` → ``("m.npz", False)``, ``"ppo-prior:m.npz"`` → ``("m.npz", True)``; None for
+    any other policy name."""
+    for prefix, prior_only in LEARNED_PREFIXES.items():
+        if name.startswith(prefix):
+            return name[len(prefix):], prior_only
+    return None
 
 
 class LearnedScorer(Scorer):
@@ -65,12 +81,15 @@ class LearnedScorer(Scorer):
         return choose_node(self.logits(scores, nodes, tiebreak), nodes, tiebreak, self.decision.mode)
 
 
-def load_learned_scorer(path: str | Path, typical: TypicalPods | None = None, mode: str | None = None) -> LearnedScorer:
+def load_learned_scorer(path: str | Path, typical: TypicalPods | None = None, mode: str | None = None,
+                        prior_only: bool = False) -> LearnedScorer:
     """Load a model file (see :mod:`rlsched.policy.export`) as a scorer.
 
     ``typical`` is the workload model for the fragmentation features (the evaluated workload's typical
     pods, as FGD uses); None takes the typical pods stored with the model. ``mode`` overrides the
-    manifest's decision mode (``sample`` / ``greedy``). Raises :class:`ModelFileError` for a missing,
+    manifest's decision mode (``sample`` / ``greedy``). ``prior_only`` zeroes the network's output
+    layer (``w_out``, ``b_out``): every node's score is then the prior alone, with the same features,
+    typical pods and decision rule — the ablation of ``ppo-prior:PATH``. Raises :class:`ModelFileError` for a missing,
     corrupt or incompatible file.
     """
     params, manifest, digest = read_model(path)
@@ -82,6 +101,12 @@ def load_learned_scorer(path: str | Path, typical: TypicalPods | None = None, mo
     net = manifest["network"]
     decision = manifest["decision"]
     rule = DecisionRule(rank_scale=float(decision["rankScale"]), mode=mode or decision["mode"])
+    if prior_only:
+        params = {**params, "w_out": np.zeros_like(params["w_out"]), "b_out": np.zeros_like(params["b_out"])}
+        manifest = {**manifest, "version": f"{manifest.get('version', 'unversioned')}+prior-only"}
     network = PolicyNetwork(params, prior_scale=float(net["priorScale"]))
     encoder = FeatureEncoder(typical, cpu_weight=float(manifest["features"]["fgdCpuWeight"]))
-    return LearnedScorer(network, encoder, rule, manifest, digest, str(path))
+    scorer = LearnedScorer(network, encoder, rule, manifest, digest, str(path))
+    if prior_only:
+        scorer.name = "ppo-prior"
+    return scorer

@@ -98,9 +98,11 @@ def canonical_name(name: str) -> str:
 
 
 def make_scorer(name: str, typical: TypicalPods | None = None) -> Scorer:
-    """Build a scorer by name (case-insensitive; ``LeastAllocated``, ``FGD`` and the like work too)."""
-    if name.startswith("ppo:"):
-        from ..learned import load_learned_scorer  # deferred: the learned policy is optional
+    """Build a scorer by name (case-insensitive; ``LeastAllocated``, ``FGD`` and the like work too);
+    ``ppo:PATH`` loads a trained model, ``ppo-prior:PATH`` the same model with its network zeroed."""
+    if name.startswith(("ppo:", "ppo-prior:")):
+        from ..learned import learned_policy_path, load_learned_scorer  # deferred: the learned policy is optional
 
-        return load_learned_scorer(name[len("ppo:"):], typical=typical)
+        path, prior_only = learned_policy_path(name)
+        return load_learned_scorer(path, typical=typical, prior_only=prior_only)
     return SCORERS[canonical_name(name)](typical)

@@ -1,26 +1,38 @@
 """The one adapter from Kubernetes objects (v1.Node, v1.Pod as JSON dicts) to the domain model.
 
-Quantities go through :mod:`rlsched.policy.resources`; the GPU conventions (which resource, label and
+Quantities go through :mod:`rlsched.policy.resources` (bounded: a length cap, exponents checked before
+any arithmetic); a pod's request beyond what any node holds saturates at
+:data:`~rlsched.policy.resources.QUANTITY_LIMIT` so the pod is unschedulable with a reason rather than an
+error, while a node's is refused. Every other number read from an object (annotations) has an ASCII
+grammar and a length cap too: Python's ``int()``/``float()`` accept ``"５００"``, ``"1_000"`` and
+``" 500 "``, which Kubernetes does not. The GPU conventions (which resource, label and
 annotation means what) come from :class:`~rlsched.extender.settings.GpuConventions` and are described
 in docs/gpu-sharing.md. Every malformed field raises :class:`ObjectError` naming the field path
 (``spec.containers[1].resources.requests.cpu``) so a 400 can tell the caller what to fix.
 """
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from rlsched.policy.cluster import NodeSpec, PodSpec, pod_request_problem
-from rlsched.policy.resources import MILLI_PER_CARD, QuantityError, count, cpu_milli, parse_quantity
+from rlsched.policy.resources import (MILLI_PER_CARD, QUANTITY_LIMIT, QuantityError, amount_text, clip, count, cpu_milli,
+                                      memory_bytes)
 
 from .settings import GpuConventions
 
 
-MAX_QUANTITY = 2**53
-"""Larger cpu (milli), memory (bytes) or counts are refused: no real object has them, and the
-arrays and kernels downstream are int64."""
+MAX_QUANTITY = QUANTITY_LIMIT
+"""A node's cpu (milli), memory (bytes) or count at or above this is refused; a pod's request at or
+above it reads as exactly this (more than any node holds): the arrays and kernels downstream are int64."""
 MAX_CARDS_PER_NODE = 256
 """More GPU cards than this on one node is refused (the state holds a card column per slot)."""
+MAX_KEY_CHARS = 64
+"""Map keys longer than this are cut in error field paths (a client picks them; messages stay short)."""
+_PRICE = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?", re.ASCII)
+_CARDS = re.compile(r"[0-9]{1,3}(?:,[0-9]{1,3})*", re.ASCII)
 
 
 class ObjectError(ValueError):
@@ -72,8 +84,14 @@ def _str_map(value: Any, where: str) -> dict[str, str]:
     m = _mapping(value, where)
     for k, v in m.items():
         if not isinstance(v, str):
-            raise ObjectError(f"{where}.{k}", f"expected a string, got {type(v).__name__}")
+            raise ObjectError(f"{where}.{_key(k)}", f"expected a string, got {type(v).__name__}")
     return dict(m)
+
+
+def _key(key: Any) -> str:
+    """A map key for a field path, cut to :data:`MAX_KEY_CHARS`."""
+    text = key if isinstance(key, str) else clip(key)
+    return text if len(text) <= MAX_KEY_CHARS else f"{text[:MAX_KEY_CHARS]}…"
 
 
 def name_of(obj: Any, where: str) -> str:
@@ -129,7 +147,7 @@ def node_spec(node: Any, gpu: GpuConventions, where: str = "node") -> NodeSpec:
     else:
         base = f"{where}.status.allocatable"
     cpu = _quantity(alloc, "cpu", base, cpu_milli)
-    mem = _quantity(alloc, "memory", base, _bytes) >> 20  # MiB, rounded down
+    mem = _quantity(alloc, "memory", base, memory_bytes) >> 20  # MiB, rounded down
     cards = _quantity(alloc, gpu.gpu_resource, base, count)
     if cards > MAX_CARDS_PER_NODE:
         raise ObjectError(f"{base}.{gpu.gpu_resource}", f"{cards} cards on one node; at most {MAX_CARDS_PER_NODE} are supported")
@@ -139,14 +157,19 @@ def node_spec(node: Any, gpu: GpuConventions, where: str = "node") -> NodeSpec:
     price = 1.0
     raw_price = annotations.get(gpu.node_price_annotation)
     if raw_price:
-        try:
-            price = float(raw_price)
-        except ValueError:
-            raise ObjectError(f"{where}.metadata.annotations.{gpu.node_price_annotation}", f"expected a number, got {raw_price!r}") from None
-        if not price >= 0:
-            raise ObjectError(f"{where}.metadata.annotations.{gpu.node_price_annotation}", "must not be negative")
+        price = parse_price(raw_price, f"{where}.metadata.annotations.{gpu.node_price_annotation}")
     return NodeSpec(name=name, cpu_milli=cpu, memory_mib=mem, gpu_count=cards,
                     gpu_model=model, labels=labels, price=price)
+
+
+def parse_price(text: str, where: str) -> float:
+    """A node price annotation: a finite non-negative decimal in ASCII (``"2.5"``, ``"1e-3"``)."""
+    if len(text) > 32 or not _PRICE.fullmatch(text):
+        raise ObjectError(where, f"expected a non-negative decimal number such as '2.5', got {clip(text)}")
+    price = float(text)
+    if not math.isfinite(price):
+        raise ObjectError(where, f"{clip(text)} is too large")
+    return price
 
 
 def node_addresses(node: Mapping[str, Any]) -> list[str]:
@@ -169,32 +192,18 @@ def _container_requests(container: Any, where: str) -> Mapping[str, Any]:
     return requests
 
 
-def _quantity(req: Mapping[str, Any], key: str, where: str, fn) -> int:
+def _quantity(req: Mapping[str, Any], key: str, where: str, fn: Callable[..., int], saturate: bool = False) -> int:
+    """``fn(req[key])`` (0 when absent); a bad quantity is an ObjectError naming ``where.key``.
+
+    Negative or malformed quantities are errors; one at or above :data:`MAX_QUANTITY` is an error too,
+    unless ``saturate`` (a pod's request), where it reads as :data:`MAX_QUANTITY`.
+    """
     if key not in req:
         return 0
     try:
-        value = fn(req[key])
+        return fn(req[key], saturate=saturate)
     except QuantityError as exc:
         raise ObjectError(f"{where}.{key}", str(exc)) from None
-    return _bounded(value, f"{where}.{key}")
-
-
-def _bounded(value: int, where: str) -> int:
-    if value < 0:
-        raise ObjectError(where, f"must not be negative (got {_short(value)})")
-    if value > MAX_QUANTITY:
-        raise ObjectError(where, f"is unreasonably large ({_short(value)})")
-    return value
-
-
-def _short(value: int) -> str:
-    text = str(value)
-    return text if len(text) <= 24 else f"{text[:12]}…({len(text)} digits)"
-
-
-def _bytes(value: Any) -> int:
-    q = parse_quantity(value)
-    return int(q.to_integral_value(rounding="ROUND_CEILING"))
 
 
 def _pod_totals(spec: Mapping[str, Any], keys: tuple[str, ...], where: str) -> dict[str, int]:
@@ -204,10 +213,11 @@ def _pod_totals(spec: Mapping[str, Any], keys: tuple[str, ...], where: str) -> d
     plus ``spec.overhead``; ``spec.resources`` (pod-level resources) replaces cpu/memory when set.
     Quantities here are integers: millicores for cpu, bytes for memory, counts/milli for the rest.
     """
-    convert = {"cpu": cpu_milli, "memory": _bytes}
+    convert: dict[str, Callable[..., int]] = {"cpu": cpu_milli, "memory": memory_bytes}
+
     def req_of(container: Any, w: str) -> dict[str, int]:
         r = _container_requests(container, w)
-        return {k: _quantity(r, k, f"{w}.resources.requests", convert.get(k, _count_or_milli)) for k in keys}
+        return {k: _quantity(r, k, f"{w}.resources.requests", convert.get(k, count), saturate=True) for k in keys}
 
     total = dict.fromkeys(keys, 0)
     for i, c in enumerate(_list(spec.get("containers"), f"{where}.containers")):
@@ -229,16 +239,13 @@ def _pod_totals(spec: Mapping[str, Any], keys: tuple[str, ...], where: str) -> d
     pod_level = _mapping(_mapping(spec.get("resources"), f"{where}.resources").get("requests"), f"{where}.resources.requests")
     for k in ("cpu", "memory"):
         if k in keys and k in pod_level:
-            out[k] = _quantity(pod_level, k, f"{where}.resources.requests", convert[k])
+            out[k] = _quantity(pod_level, k, f"{where}.resources.requests", convert[k], saturate=True)
     overhead = _mapping(spec.get("overhead"), f"{where}.overhead")
     for k in ("cpu", "memory"):
         if k in keys and k in overhead:
-            out[k] += _quantity(overhead, k, f"{where}.overhead", convert[k])
-    return out
-
-
-def _count_or_milli(value: Any) -> int:
-    return count(value)
+            out[k] += _quantity(overhead, k, f"{where}.overhead", convert[k], saturate=True)
+    # Sums of saturated requests stay saturated (and within int64 downstream).
+    return {k: min(v, MAX_QUANTITY) for k, v in out.items()}
 
 
 def pod_info(pod: Any, gpu: GpuConventions, where: str = "Pod") -> PodInfo:
@@ -258,14 +265,16 @@ def pod_info(pod: Any, gpu: GpuConventions, where: str = "Pod") -> PodInfo:
     totals = _pod_totals(spec, ("cpu", "memory", gpu.gpu_resource, gpu.gpu_milli_resource), f"{where}.spec")
     num_gpu = totals[gpu.gpu_resource]
     milli_res = totals[gpu.gpu_milli_resource]
-    raw = annotations.get(gpu.gpu_milli_annotation, "").strip()
+    raw = annotations.get(gpu.gpu_milli_annotation, "")
     milli_ann = 0
     problem = ""
     if raw:
+        # One grammar with the resource form: a whole-number Kubernetes quantity, ASCII, no spaces.
         try:
-            milli_ann = int(raw)
-        except ValueError:
-            problem = f"annotation {gpu.gpu_milli_annotation}={raw!r} is not an integer number of milli (1..{MILLI_PER_CARD})"
+            milli_ann = count(raw, saturate=True)
+        except QuantityError:
+            problem = (f"annotation {gpu.gpu_milli_annotation}={clip(raw)} is not an integer number of milli "
+                       f"(1..{MILLI_PER_CARD}; read like the {gpu.gpu_milli_resource} resource, e.g. '500')")
     models_raw = annotations.get(gpu.gpu_models_annotation, "")
     models = tuple(sorted({m.strip() for m in models_raw.replace(",", "|").split("|") if m.strip()}))
     share = milli_res or milli_ann
@@ -277,7 +286,7 @@ def pod_info(pod: Any, gpu: GpuConventions, where: str = "Pod") -> PodInfo:
                    f"({gpu.gpu_milli_resource}); ask whole cards with {gpu.gpu_resource} or a share of one card "
                    f"with {gpu.gpu_milli_resource}, not both")
     if not problem and share and not 0 < share <= MILLI_PER_CARD:
-        problem = f"{gpu.gpu_milli_resource} must be 1..{MILLI_PER_CARD} milli of one card, got {share}"
+        problem = f"{gpu.gpu_milli_resource} must be 1..{MILLI_PER_CARD} milli of one card, got {amount_text(share)}"
     cpu = totals["cpu"]
     mem = -(-totals["memory"] // (1 << 20))
     if share and not problem:
@@ -300,15 +309,13 @@ def pod_info(pod: Any, gpu: GpuConventions, where: str = "Pod") -> PodInfo:
 
 
 def parse_cards(text: str) -> tuple[int, ...] | None:
-    """``"0,3"`` → (0, 3); None when absent or malformed."""
-    text = text.strip()
-    if not text:
+    """``"0,3"`` → (0, 3); None when absent or malformed (ASCII digits, at most
+    :data:`MAX_CARDS_PER_NODE` distinct card indices below it)."""
+    text = text.strip(" ")
+    if not text or len(text) > 4 * MAX_CARDS_PER_NODE or not _CARDS.fullmatch(text):
         return None
-    try:
-        cards = tuple(int(c) for c in text.split(","))
-    except ValueError:
-        return None
-    if any(c < 0 for c in cards) or len(set(cards)) != len(cards):
+    cards = tuple(int(c) for c in text.split(","))
+    if any(c >= MAX_CARDS_PER_NODE for c in cards) or len(set(cards)) != len(cards):
         return None
     return cards
 

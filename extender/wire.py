@@ -5,6 +5,9 @@ The Go structs carry no json tags, so keys are the Go field names (``Pod``, ``No
 ``FailedAndUnresolvableNodes`` …). Go's decoder matches keys case-insensitively, so requests are read
 the same way (hand-written clients following old docs send ``pod``/``nodenames``); responses are
 always PascalCase. Unknown fields are ignored — newer kube-schedulers add some.
+
+Parsing is linear in the body (whose size the app caps with ``server.maxBodyBytes``), and error messages
+never echo more than a short prefix of what the client sent (a map key, a value).
 """
 from __future__ import annotations
 
@@ -12,6 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+MAX_KEY_CHARS = 64
+"""A client's map key (a node name in NodeNameToVictims) is cut to this in error field paths."""
 
 
 class BadRequest(Exception):
@@ -43,6 +49,11 @@ def _fields(obj: Any, what: str) -> dict[str, Any]:
 
 _KNOWN = {"pod", "nodes", "nodenames", "podname", "podnamespace", "poduid", "node", "nodenametovictims",
           "nodenametometavictims"}
+
+
+def _key(key: str) -> str:
+    """A client-chosen map key for a field path: cut to :data:`MAX_KEY_CHARS`."""
+    return key if len(key) <= MAX_KEY_CHARS else f"{key[:MAX_KEY_CHARS]}…"
 
 
 def _type(value: Any) -> str:
@@ -146,7 +157,7 @@ def preemption_args(body: Any) -> PreemptionArgs:
         if not isinstance(mapping, dict):
             raise BadRequest(field, f"expected an object keyed by node name, got {_type(mapping)}")
         for node, v in mapping.items():
-            where = f"{field}.{node}"
+            where = f"{field}.{_key(node)}"
             if v is None:
                 victims[node] = ([], 0)
                 continue

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .cluster import ClusterState, PodRequest
-from .resources import MILLI_PER_CARD
+from .resources import MILLI_PER_CARD, QUANTITY_LIMIT, amount_text
 
 
 def feasible_mask(state: ClusterState, req: PodRequest) -> np.ndarray:
@@ -50,13 +50,13 @@ def infeasibility_reason(state: ClusterState, req: PodRequest, node: int, detail
     reasons = []
     if state.cpu_free[node] < req.cpu_milli:
         reasons.append(
-            f"insufficient cpu: pod requests {req.cpu_milli}m, node has {state.cpu_free[node]}m free "
-            f"of {state.cpu_cap[node]}m" if detail else f"insufficient cpu (pod requests {req.cpu_milli}m)"
+            f"insufficient cpu: pod requests {amount_text(req.cpu_milli, 'm')}, node has {state.cpu_free[node]}m free "
+            f"of {state.cpu_cap[node]}m" if detail else f"insufficient cpu (pod requests {amount_text(req.cpu_milli, 'm')})"
         )
     if state.mem_free[node] < req.memory_mib:
         reasons.append(
-            f"insufficient memory: pod requests {req.memory_mib}Mi, node has {state.mem_free[node]}Mi free "
-            f"of {state.mem_cap[node]}Mi" if detail else f"insufficient memory (pod requests {req.memory_mib}Mi)"
+            f"insufficient memory: pod requests {_mib(req.memory_mib)}, node has {state.mem_free[node]}Mi free "
+            f"of {state.mem_cap[node]}Mi" if detail else f"insufficient memory (pod requests {_mib(req.memory_mib)})"
         )
     if req.is_gpu:
         model = state.model_names[state.model_id[node]] if state.model_id[node] >= 0 else ""
@@ -72,8 +72,19 @@ def infeasibility_reason(state: ClusterState, req: PodRequest, node: int, detail
             )
         elif not req.is_share and state.full_free[node] < req.num_gpu:
             reasons.append(
-                f"needs {req.num_gpu} whole free GPU card(s) of {MILLI_PER_CARD} milli, node has "
+                f"needs {_cards(req.num_gpu)} of {MILLI_PER_CARD} milli, node has "
                 f"{state.full_free[node]} of {state.gpu_count[node]}"
-                if detail else f"needs {req.num_gpu} whole free GPU card(s)"
+                if detail else f"needs {_cards(req.num_gpu)}"
             )
     return "; ".join(reasons)
+
+
+def _mib(memory_mib: int) -> str:
+    """A pod's memory request in MiB; a saturated request (2**53 bytes) says so instead of its number."""
+    return amount_text(memory_mib, "Mi") if memory_mib < QUANTITY_LIMIT >> 20 else amount_text(QUANTITY_LIMIT)
+
+
+def _cards(num_gpu: int) -> str:
+    if num_gpu >= QUANTITY_LIMIT:
+        return "more whole free GPU cards than any node holds"
+    return f"{num_gpu} whole free GPU card(s)"

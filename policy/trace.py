@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -41,11 +42,15 @@ from typing import Any, Callable, Iterator, Sequence
 import yaml
 
 from .cluster import NodeSpec, PodSpec, pod_request_problem
-from .resources import MILLI_PER_CARD, QuantityError, count, cpu_milli, memory_mib
+from .resources import MILLI_PER_CARD, QUANTITY_LIMIT, QuantityError, clip, count, cpu_milli, memory_mib
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS_SHORT = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 POD_COLUMNS_OPTIONAL = ("gpu_spec", "qos", "pod_phase", "creation_time", "deletion_time", "scheduled_time")
+MAX_COUNT = 1_000_000
+"""``count:`` of one generic entry at most this (a typo of a few digits must not fill the memory)."""
+_INT = re.compile(r"-?[0-9]{1,40}", re.ASCII)
+"""openb integer cells: ASCII digits only (``int()`` would take "１０" and "1_0"), short enough to convert cheaply."""
 
 
 class TraceError(ValueError):
@@ -111,12 +116,13 @@ def _int_field(path: Path, line: int, row: dict[str, str], column: str, what: st
     text = row.get(column, "")
     if text == "" and optional:
         return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise TraceError(path, line, f"column '{column}'", f"expected a non-negative integer ({what}), got {text!r}") from None
+    if not _INT.fullmatch(text):
+        raise TraceError(path, line, f"column '{column}'", f"expected a non-negative integer ({what}), got {clip(text)}")
+    value = int(text)
     if value < 0:
         raise TraceError(path, line, f"column '{column}'", f"expected a non-negative integer ({what}), got {value}")
+    if value >= QUANTITY_LIMIT:
+        raise TraceError(path, line, f"column '{column}'", f"{value} is unreasonably large ({what}; at most 2**53 - 1)")
     return value
 
 
@@ -130,7 +136,7 @@ def read_openb_nodes(path: str | Path) -> list[NodeSpec]:
         if not name:
             raise TraceError(path, line, "column 'sn'", "expected a node name, got an empty field")
         if name in seen:
-            raise TraceError(path, line, "column 'sn'", f"node {name!r} already defined on line {seen[name]}")
+            raise TraceError(path, line, "column 'sn'", f"node {clip(name)} already defined on line {seen[name]}")
         seen[name] = line
         cpu = _int_field(path, line, row, "cpu_milli", "millicores")
         mem = _int_field(path, line, row, "memory_mib", "MiB")
@@ -139,7 +145,7 @@ def read_openb_nodes(path: str | Path) -> list[NodeSpec]:
         if gpus and not model:
             raise TraceError(path, line, "column 'model'", f"node has {gpus} GPUs, so a GPU model name is expected")
         if not gpus and model:
-            raise TraceError(path, line, "column 'gpu'", f"model is {model!r} but gpu is 0; give the number of cards or clear the model")
+            raise TraceError(path, line, "column 'gpu'", f"model is {clip(model)} but gpu is 0; give the number of cards or clear the model")
         nodes.append(NodeSpec(name, cpu, mem, gpus, model))
     if not nodes:
         raise TraceError(path, None, None, "no nodes: the file has a header but no rows")
@@ -156,7 +162,7 @@ def read_openb_pods(path: str | Path) -> list[PodSpec]:
         if not name:
             raise TraceError(path, line, "column 'name'", "expected a pod name, got an empty field")
         if name in seen:
-            raise TraceError(path, line, "column 'name'", f"pod {name!r} already defined on line {seen[name]}")
+            raise TraceError(path, line, "column 'name'", f"pod {clip(name)} already defined on line {seen[name]}")
         seen[name] = line
         cpu = _int_field(path, line, row, "cpu_milli", "millicores")
         mem = _int_field(path, line, row, "memory_mib", "MiB")
@@ -168,7 +174,7 @@ def read_openb_pods(path: str | Path) -> list[PodSpec]:
         spec = row.get("gpu_spec", "")
         models = tuple(m.strip() for m in spec.split("|")) if spec else ()
         if any(not m for m in models):
-            raise TraceError(path, line, "column 'gpu_spec'", f"expected GPU models joined by '|' (e.g. V100M16|V100M32), got {spec!r}")
+            raise TraceError(path, line, "column 'gpu_spec'", f"expected GPU models joined by '|' (e.g. V100M16|V100M32), got {clip(spec)}")
         created = _int_field(path, line, row, "creation_time", "seconds", optional=True)
         deleted = _int_field(path, line, row, "deletion_time", "seconds", optional=True)
         if created is not None and deleted is not None and deleted < created:
@@ -221,7 +227,11 @@ class _Doc:
             return out
         if isinstance(node, yaml.SequenceNode):
             return [self._convert(v) for v in node.value]
-        return self._loader.construct_object(node)
+        try:
+            return self._loader.construct_object(node)
+        except ValueError as exc:  # e.g. an integer beyond Python's 4300-digit conversion limit
+            raise TraceError(self.path, node.start_mark.line + 1, None, f"unreadable value ({exc.__class__.__name__}): "
+                             f"{clip(str(node.value))}") from None
 
     def line_of(self, mapping: dict, key: str | None = None) -> int | None:
         keys = self.lines.get(id(mapping), {})
@@ -259,14 +269,16 @@ def _expand(doc: _Doc, section: str, fields: set[str], build: Callable[[dict, st
 
         n = item.get("count", 1)
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise fail("count", f"expected a positive integer, got {n!r}")
+            raise fail("count", f"expected a positive integer, got {clip(n)}")
+        if n > MAX_COUNT:
+            raise fail("count", f"{clip(n)} is more than {MAX_COUNT:,} copies; split the entry or use an openb CSV")
         name = item.get("name")
         if not isinstance(name, str) or not name:
             raise fail("name", "expected a non-empty string")
         for j in range(n):
             full = name if n == 1 else f"{name}-{j}"
             if full in seen:
-                raise fail("name", f"name {full!r} is used twice (first by {seen[full]}; with count: N, names get -0..-N-1 suffixes)")
+                raise fail("name", f"name {clip(full)} is used twice (first by {seen[full]}; with count: N, names get -0..-N-1 suffixes)")
             seen[full] = where
             out.append(build(item, full, fail))
     return out
@@ -279,17 +291,23 @@ def _quantity(item: dict, key: str, convert: Callable, fail: Callable, default: 
         return default
     try:
         value = convert(item[key])
-    except (QuantityError, TypeError) as exc:
+    except QuantityError as exc:
         raise fail(key, f"{exc} ({what})") from None
     if value < 0:
         raise fail(key, f"must not be negative ({what})")
     return value
 
 
+def _memory_mib(value: Any) -> int:
+    """A memory quantity; a bare integer (not a bool) means MiB."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() <= 64:
+        return memory_mib(f"{value}Mi")
+    return memory_mib(value)  # huge ints are refused by the parser without being turned into text
+
+
 def _generic_node(item: dict, name: str, fail: Callable) -> NodeSpec:
     cpu = _quantity(item, "cpu", cpu_milli, fail, what="cores, e.g. '64' or '500m'")
-    mem = _quantity(item, "memory", lambda v: memory_mib(v if not isinstance(v, int) else f"{v}Mi"), fail,
-                    what="bytes with a unit, e.g. '256Gi'; a bare integer means MiB")
+    mem = _quantity(item, "memory", _memory_mib, fail, what="bytes with a unit, e.g. '256Gi'; a bare integer means MiB")
     gpus = _quantity(item, "gpus", count, fail, default=0, what="number of GPU cards")
     model = item.get("gpuModel", "")
     if not isinstance(model, str):
@@ -304,12 +322,12 @@ def _generic_node(item: dict, name: str, fail: Callable) -> NodeSpec:
 
 def _generic_pod(item: dict, name: str, fail: Callable) -> PodSpec:
     cpu = _quantity(item, "cpu", cpu_milli, fail, default=0, what="cores, e.g. '8' or '500m'")
-    mem = _quantity(item, "memory", lambda v: memory_mib(v if not isinstance(v, int) else f"{v}Mi"), fail,
-                    default=0, what="bytes with a unit, e.g. '32Gi'; a bare integer means MiB")
+    mem = _quantity(item, "memory", _memory_mib, fail, default=0,
+                    what="bytes with a unit, e.g. '32Gi'; a bare integer means MiB")
     gpus = _quantity(item, "gpus", count, fail, default=0, what="whole GPU cards, or 1 with gpuMilli for a share")
     milli = item.get("gpuMilli", MILLI_PER_CARD if gpus else 0)
-    if not isinstance(milli, int) or isinstance(milli, bool):
-        raise fail("gpuMilli", f"expected an integer 1..{MILLI_PER_CARD}, got {milli!r}")
+    if not isinstance(milli, int) or isinstance(milli, bool) or milli.bit_length() > 64:
+        raise fail("gpuMilli", f"expected an integer 1..{MILLI_PER_CARD}, got {clip(milli)}")
     problem = pod_request_problem(cpu, mem, gpus, milli)
     if problem:
         raise fail("gpuMilli" if "gpuMilli" in item else "gpus", problem)
@@ -321,8 +339,8 @@ def _generic_pod(item: dict, name: str, fail: Callable) -> PodSpec:
     times = []
     for key in ("creationTime", "deletionTime"):
         value = item.get(key)
-        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0):
-            raise fail(key, f"expected non-negative seconds, got {value!r}")
+        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < QUANTITY_LIMIT):
+            raise fail(key, f"expected non-negative seconds, got {clip(value)}")
         times.append(value)
     if times[0] is not None and times[1] is not None and times[1] < times[0]:
         raise fail("deletionTime", "is before creationTime")

@@ -5,7 +5,8 @@ import copy
 
 import pytest
 
-from rlsched.extender.objects import ObjectError, assignment_annotations, node_spec, parse_cards, pod_info
+from rlsched.extender.objects import (MAX_QUANTITY, ObjectError, assignment_annotations, node_spec, parse_cards,
+                                     parse_price, pod_info)
 from rlsched.extender.settings import GpuConventions
 from rlsched.extender.testing import make_node, make_pod
 
@@ -139,26 +140,98 @@ def test_cards_trusted_only_on_the_recorded_node() -> None:
     assert pod_info(elsewhere, GPU).cards is None
 
 
-@pytest.mark.parametrize("text, cards", [("0,3", (0, 3)), ("", None), ("1,1", None), ("a", None), ("-1", None), (" 2 ", (2,))])
+@pytest.mark.parametrize("text, cards", [
+    ("0,3", (0, 3)), ("", None), ("1,1", None), ("a", None), ("-1", None), (" 2 ", (2,)), ("255", (255,)),
+    ("256", None), ("1_0", None), ("５", None), ("1,,2", None), ("0," * 300 + "0", None), ("1" * 5000, None),
+])
 def test_parse_cards(text, cards) -> None:
     assert parse_cards(text) == cards
 
 
-@pytest.mark.parametrize("key, value, words", [
-    ("cpu", "-1", "must not be negative"),
-    ("cpu", "1e30", "unreasonably large"),
-    ("memory", "9e40", "unreasonably large"),
-])
-def test_out_of_range_pod_quantities(key, value, words) -> None:
+@pytest.mark.parametrize("key, value", [("cpu", "-1"), ("memory", "-1e5000"), ("nvidia.com/gpu", "-1e999999999")])
+def test_negative_pod_quantities_name_the_field(key, value) -> None:
     pod = make_pod("p")
     pod["spec"]["containers"][0]["resources"]["requests"][key] = value
-    with pytest.raises(ObjectError, match=words) as info:
+    with pytest.raises(ObjectError, match="must not be negative") as info:
         pod_info(pod, GPU, "Pod")
+    assert info.value.field == f"Pod.spec.containers[0].resources.requests.{key}"
     assert len(str(info.value)) < 200
+
+
+def test_overlong_pod_quantity_names_the_field_without_echoing_it() -> None:
+    pod = make_pod("p")
+    pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1" * 5000
+    with pytest.raises(ObjectError, match="longer than 64 characters") as info:
+        pod_info(pod, GPU, "Pod")
+    assert info.value.field == "Pod.spec.containers[0].resources.requests.cpu" and len(str(info.value)) < 200
+
+
+@pytest.mark.parametrize("value", ["1e30", "1e999999", "1e400000", "1e999999999", "16384Ei"])
+def test_pod_requests_beyond_any_node_saturate(value) -> None:
+    """kube-apiserver stores cpu: "1e999999"; the pod is unschedulable, not an error."""
+    pod = make_pod("p", gpus=1)
+    requests = pod["spec"]["containers"][0]["resources"]["requests"]
+    requests.update(cpu=value, memory=value)
+    pod["spec"]["initContainers"] = [{"name": "side", "restartPolicy": "Always", "resources": {"requests": {"cpu": value}}}]
+    pod["spec"]["overhead"] = {"cpu": value, "memory": value}
+    spec = pod_info(pod, GPU, "Pod").spec
+    assert (spec.cpu_milli, spec.memory_mib) == (MAX_QUANTITY, MAX_QUANTITY >> 20)
+    requests.update({GPU.gpu_resource: value, "cpu": "1"})
+    spec = pod_info(pod, GPU, "Pod").spec
+    assert spec.num_gpu == MAX_QUANTITY and spec.gpu_milli == 1000
 
 
 def test_out_of_range_nodes() -> None:
     with pytest.raises(ObjectError, match="at most 256"):
         node_spec(make_node("n", gpus=100000), GPU)
+    for value in ("1e30", "1e999999", "1e999999999"):
+        with pytest.raises(ObjectError, match="unreasonably large") as info:
+            node_spec(make_node("n", cpu=value), GPU)
+        assert info.value.field == "node.status.allocatable.cpu" and len(str(info.value)) < 200
     with pytest.raises(ObjectError, match="unreasonably large"):
-        node_spec(make_node("n", cpu="1e30"), GPU)
+        node_spec(make_node("n", memory="1e400000"), GPU)
+
+
+@pytest.mark.parametrize("raw", ["５００", "1_000", " 500 ", "500 ", "0x1f4", "5e2.0", "half", "1" * 5000])
+def test_gpu_milli_annotation_has_the_resource_grammar(raw) -> None:
+    """What the resource form refuses, the annotation refuses (Python's int() would take most of these)."""
+    info = pod_info(make_pod("p", annotations={GPU.gpu_milli_annotation: raw}), GPU)
+    assert info.spec is None and "not an integer" in info.problem and len(info.problem) < 250
+    pod = make_pod("p")
+    pod["spec"]["containers"][0]["resources"]["requests"][GPU.gpu_milli_resource] = raw
+    with pytest.raises(ObjectError):
+        pod_info(pod, GPU)
+
+
+@pytest.mark.parametrize("raw, milli", [("500", 500), ("5e2", 500), ("0.5k", 500), ("+250", 250)])
+def test_gpu_milli_annotation_reads_like_the_resource(raw, milli) -> None:
+    by_annotation = pod_info(make_pod("p", annotations={GPU.gpu_milli_annotation: raw}), GPU).spec
+    pod = make_pod("p")
+    pod["spec"]["containers"][0]["resources"]["requests"][GPU.gpu_milli_resource] = raw
+    by_resource = pod_info(pod, GPU).spec
+    assert (by_annotation.num_gpu, by_annotation.gpu_milli) == (by_resource.num_gpu, by_resource.gpu_milli) == (1, milli)
+
+
+def test_huge_gpu_milli_is_a_problem_with_a_short_message() -> None:
+    info = pod_info(make_pod("p", annotations={GPU.gpu_milli_annotation: "1e999999"}), GPU)
+    assert info.spec is None and "1..1000" in info.problem and "9007199254740992" not in info.problem
+
+
+@pytest.mark.parametrize("raw, price", [("2.5", 2.5), ("0", 0.0), ("1e-3", 0.001), (".5", 0.5)])
+def test_node_price(raw, price) -> None:
+    assert parse_price(raw, "p") == price
+
+
+@pytest.mark.parametrize("raw", ["-1", "inf", "nan", "1e999", "２", "1_0", " 2 ", "0x10", "9" * 5000])
+def test_node_price_rejects(raw) -> None:
+    with pytest.raises(ObjectError) as info:
+        parse_price(raw, "node.metadata.annotations.rlsched.io/node-price")
+    assert info.value.field == "node.metadata.annotations.rlsched.io/node-price" and len(str(info.value)) < 200
+
+
+def test_long_map_keys_are_cut_in_field_paths() -> None:
+    pod = make_pod("p")
+    pod["metadata"]["annotations"]["k" * 5000] = 1
+    with pytest.raises(ObjectError) as info:
+        pod_info(pod, GPU, "Pod")
+    assert info.value.field.startswith("Pod.metadata.annotations.kkk") and len(str(info.value)) < 200

@@ -78,6 +78,26 @@ class Args:
     serve_mode: str = "greedy"
     """Decision mode written into the exported model: ``greedy`` (the largest logit; 0.05 pp better than
     ``sample`` on validation seeds 100–109 of default) or ``sample`` (as trained)."""
+    advantage: str = "gae"
+    """How advantages are estimated: ``gae`` (classic PPO rollouts, GAE over the critic) or ``vine``
+    (branch rollouts with common random numbers: each tried action's return to the episode's end,
+    from a copy of the simulation with the same future; see rlsched.policy.ppo.vine)."""
+    vine_trunks: int = 4
+    """vine: trunk episodes (workload seeds) per iteration."""
+    vine_points: int = 24
+    """vine: branch states per trunk, uniform in ``vine_window``."""
+    vine_actions: int = 3
+    """vine: actions tried per branch state (the policy's most likely groups)."""
+    vine_window: tuple[float, ...] = (0.85, 0.97)
+    """vine: arrival fractions (of GPU capacity) between which branch states are taken."""
+    rollout_mode: str = "greedy"
+    """vine: how trunks and branches are played: ``greedy`` (the serving rule) or ``sample``."""
+    workers: int = 1
+    """vine: processes that play trunks and branches."""
+    head_lr_scale: float = 1.0
+    """Step-size multiplier of the score head (the last layer of the learned correction): its
+    initialization is tiny (0.01), so at the base step size it cannot grow to the logit scale of the
+    prior (tens of logits) within a run."""
     learn_from: float = 0.85
     """Decisions made before arrivals reach this fraction of GPU capacity are played by the current
     policy but not stored for updates (pods only start failing at ~96 %, so earlier decisions carry
@@ -120,6 +140,13 @@ def parse_tuple_fields(args: Args) -> Args:
     args.traces = tuple(args.traces)
     args.val_seeds = tuple(int(s) for s in args.val_seeds)
     args.hidden = tuple(int(h) for h in args.hidden)
+    args.vine_window = tuple(float(w) for w in args.vine_window)
+    if args.advantage not in ("gae", "vine"):
+        raise ValueError(f"advantage must be gae or vine, got {args.advantage!r}")
+    if args.rollout_mode not in ("greedy", "sample"):
+        raise ValueError(f"rollout_mode must be greedy or sample, got {args.rollout_mode!r}")
+    if len(args.vine_window) != 2 or not 0 <= args.vine_window[0] < args.vine_window[1]:
+        raise ValueError(f"vine_window must be two ascending arrival fractions, got {args.vine_window}")
     return args
 
 

@@ -194,6 +194,8 @@ def numpy_net(agent: Agent, args: Args) -> PolicyNetwork:
 def train(args: Args) -> TrainResult:
     """Run PPO; returns where the exported model went and the validation figures."""
     args = parse_tuple_fields(args)
+    if args.advantage == "vine":
+        return train_vine(args)
     if not 0 <= args.learn_from < args.end_at:
         raise ValueError(f"learn_from ({args.learn_from}) must be in [0, end_at = {args.end_at})")
     start_time = time.time()
@@ -383,6 +385,190 @@ def train(args: Args) -> TrainResult:
     plot_curves(history, episodes, run_dir / "learning_curves.png")
     (run_dir / "episodes.json").write_text(json.dumps(episodes, indent=0))
     return TrainResult(str(best_path), best_val, final_val, global_step, seconds, str(run_dir), history)
+
+
+def make_optimizer(agent: Agent, args: Args) -> optim.Adam:
+    """Adam over every parameter, the score head at ``head_lr_scale`` times the base step size."""
+    head = list(agent.out.parameters())
+    rest = [p for n, p in agent.named_parameters() if not n.startswith("out.")]
+    return optim.Adam([{"params": rest, "lr_scale": 1.0}, {"params": head, "lr_scale": args.head_lr_scale}],
+                      lr=args.learning_rate, eps=1e-5)
+
+
+def set_lr(optimizer: optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr * group.get("lr_scale", 1.0)
+
+
+def validate_mode(net: PolicyNetwork, args: Args, seeds: Sequence[int], core: SchedulingCore) -> list[float]:
+    """Unallocated GPU % at 100 % arrival of the policy played in ``rollout_mode`` on held-out seeds."""
+    from .vine import play_out
+
+    out = []
+    for seed in seeds:
+        core.reset(seed)
+        play_out(net, core, args.rank_scale, args.rollout_mode)
+        out.append(core.unallocated_at_100())
+    return out
+
+
+def train_vine(args: Args) -> TrainResult:
+    """PPO's clipped objective on branch-rollout advantages (:mod:`rlsched.policy.ppo.vine`).
+
+    Each iteration: ``vine_trunks`` workload seeds are played by the current policy in ``workers``
+    processes; at ``vine_points`` states of each, the ``vine_actions`` likeliest groups are each played
+    to the episode's end in a copy of the simulation with the same future; then ``update_epochs``
+    passes of minibatch updates of the clipped surrogate over (state, tried action) pairs.
+    """
+    import multiprocessing
+
+    from .vine import BranchBatch, branch_points, set_worker_core, trunk_job, vine_loss
+
+    start_time = time.time()
+    run_dir = Path(args.out_dir) / f"{args.exp_name}-s{args.seed}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(args.torch_threads)
+    num_iterations = max(1, args.total_timesteps // max(1, args.vine_trunks * args.vine_points))
+
+    core = make_cores(Args(**{**asdict(args), "num_envs": 1}), args.end_at)[0]
+    agent = Agent(len(FEATURES), len(CLUSTER_FEATURES), args.hidden, args.value_hidden, args.prior_scale)
+    if args.init_model:
+        from ..export import read_model
+
+        params, _, _ = read_model(args.init_model)
+        agent.load_arrays(params)
+    optimizer = make_optimizer(agent, args)
+    history: list[dict] = []
+    first_iteration, elapsed_before, best_val = 1, 0.0, None
+    if args.resume:
+        ckpt = torch.load(args.resume, weights_only=False)
+        agent.load_state_dict(ckpt["agent"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        torch.set_rng_state(ckpt["torch_rng"])
+        history, best_val = ckpt["history"], ckpt["best_val"]
+        first_iteration, elapsed_before = ckpt["iteration"] + 1, ckpt["elapsed"]
+    typical_json = core.typical.to_json()
+    (run_dir / "args.json").write_text(json.dumps(asdict(args), indent=1))
+    version = args.model_version or f"{args.exp_name}-s{args.seed}"
+    best_path, final_path = run_dir / "best.npz", run_dir / "final.npz"
+    seed0 = args.train_seed0 + 10_000 * args.seed
+
+    def provenance(extra: dict[str, Any]) -> dict[str, Any]:
+        return {"command": " ".join(shlex.quote(a) for a in sys.argv), "args": asdict(args), "gitCommit": git_commit(),
+                "torch": torch.__version__, "traces": [trace_name(t) or t for t in args.traces],
+                "trainSeeds": f"{seed0}+", "valSeeds": list(args.val_seeds), **extra}
+
+    if not args.resume and args.eval_every:
+        best_val = float(np.mean(validate_mode(numpy_net(agent, args), args, args.val_seeds, core)))
+        export(agent, args, best_path, provenance({"iteration": 0, "valUnallocated": best_val}), typical_json, version)
+        history.append({"iteration": 0, "val_unallocated": best_val, "elapsed_s": time.time() - start_time})
+
+    pool = None
+    if args.workers > 1:
+        pool = multiprocessing.get_context("fork").Pool(args.workers, initializer=set_worker_core,
+                                                        initargs=(pickle.dumps(core),))
+    else:
+        set_worker_core(pickle.dumps(core))
+    done_iterations = first_iteration - 1
+    try:
+        for iteration in range(first_iteration, num_iterations + 1):
+            if args.max_minutes and elapsed_before + time.time() - start_time > args.max_minutes * 60:
+                break
+            if args.max_iterations and iteration >= first_iteration + args.max_iterations:
+                break
+            it_start = time.time()
+            frac = 1.0 - (iteration - 1.0) / num_iterations if args.anneal_lr else 1.0
+            set_lr(optimizer, frac * args.learning_rate)
+
+            # rollouts: trunks and their branches, in the workers (the numpy policy, as served)
+            params = agent.to_arrays()
+            jobs = []
+            for t in range(args.vine_trunks):
+                seed = seed0 + (iteration - 1) * args.vine_trunks + t
+                rng = np.random.default_rng([args.seed, iteration, t])
+                jobs.append({"params": params, "prior_scale": args.prior_scale, "seed": seed,
+                             "points": branch_points(rng, args.vine_window, args.vine_points),
+                             "actions": args.vine_actions, "rank_scale": args.rank_scale, "mode": args.rollout_mode})
+            results = pool.map(trunk_job, jobs) if pool else [trunk_job(j) for j in jobs]
+            points = [p for pts, _ in results for p in pts]
+            trunk_unalloc = [u for _, u in results]
+            rollout_s = time.time() - it_start
+            batch = BranchBatch(points)
+
+            # update: the clipped surrogate over (state, tried action) pairs
+            moving = batch.advantage[np.abs(batch.advantage) > 0]
+            adv_scale = float(moving.std()) if len(moving) > 1 and moving.std() > 0 else 1.0
+            pairs = np.arange(len(batch))
+            mb_size = max(1, len(pairs) // args.num_minibatches)
+            stats: dict[str, float] = {}
+            for epoch in range(args.update_epochs):
+                np.random.default_rng([args.seed, iteration, 1000 + epoch]).shuffle(pairs)
+                for start in range(0, len(pairs), mb_size):
+                    loss, stats = vine_loss(agent, batch, pairs[start:start + mb_size], args.clip_coef, adv_scale,
+                                            args.ent_coef, args.vf_coef)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                    optimizer.step()
+                if args.target_kl is not None and stats.get("approx_kl", 0.0) > args.target_kl:
+                    break
+            with torch.no_grad():
+                values = agent(batch.ragged(np.array([np.flatnonzero(batch.point_of == i)[0]
+                                                      for i in range(len(points))], dtype=np.int64)))[1].numpy()
+            ev = explained_variance(values, batch.value_target)
+            grad_norms = {f"grad_{name}": float(p.grad.norm()) for name, p in agent.named_parameters()
+                          if p.grad is not None and name.endswith("weight")}
+            w_out = agent.out.weight.detach().abs().sum().item()
+
+            row = {"iteration": iteration, "lr": optimizer.param_groups[0]["lr"], **stats,
+                   "explained_variance": ev, "epochs": epoch + 1, "points": len(points), "pairs": len(batch),
+                   "points_moving": int((np.ptp(np.stack([p.returns for p in points]), axis=1) > 0).sum())
+                   if points and all(len(p.returns) == args.vine_actions for p in points) else None,
+                   "adv_scale": adv_scale, "head_l1": w_out, **grad_norms,
+                   "episode_unallocated": float(np.mean(trunk_unalloc)), "rollout_s": rollout_s,
+                   "iteration_s": time.time() - it_start,
+                   "elapsed_s": elapsed_before + time.time() - start_time, "val_unallocated": None}
+            last_iteration = iteration == num_iterations
+            if (args.eval_every and iteration % args.eval_every == 0) or last_iteration:
+                val = validate_mode(numpy_net(agent, args), args, args.val_seeds, core)
+                row["val_unallocated"] = float(np.mean(val))
+                if best_val is None or row["val_unallocated"] < best_val:
+                    best_val = row["val_unallocated"]
+                    export(agent, args, best_path, provenance({"iteration": iteration, "valUnallocated": best_val}),
+                           typical_json, version)
+            history.append(row)
+            with open(run_dir / "metrics.jsonl", "a") as f:
+                f.write(json.dumps(row) + "\n")
+            if args.progress:
+                print(f"[vine] it {iteration}/{num_iterations} trunk {row['episode_unallocated']:.3f} "
+                      f"val {row['val_unallocated']} kl {row.get('approx_kl', 0):.4f} clip {row.get('clipfrac', 0):.3f} "
+                      f"ev {ev:.2f} head {w_out:.2f} moving {row['points_moving']}/{len(points)} "
+                      f"{row['iteration_s']:.0f}s", file=sys.stderr, flush=True)
+            if iteration % args.checkpoint_every == 0 or last_iteration:
+                torch.save({"agent": agent.state_dict(), "optimizer": optimizer.state_dict(),
+                            "torch_rng": torch.get_rng_state(), "history": history, "best_val": best_val,
+                            "iteration": iteration, "elapsed": elapsed_before + time.time() - start_time},
+                           run_dir / "checkpoint.pt")
+            done_iterations = iteration
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
+
+    final_val = float(np.mean(validate_mode(numpy_net(agent, args), args, args.val_seeds, core)))
+    seconds = elapsed_before + time.time() - start_time
+    export(agent, args, final_path, provenance({"iteration": done_iterations, "valUnallocated": final_val,
+                                                "wallSeconds": seconds}), typical_json, version)
+    if best_val is None or final_val <= best_val:
+        best_val = final_val
+        export(agent, args, best_path, provenance({"iteration": done_iterations, "valUnallocated": final_val,
+                                                   "wallSeconds": seconds}), typical_json, version)
+    return TrainResult(str(best_path), best_val, final_val, done_iterations * args.vine_trunks * args.vine_points,
+                       seconds, str(run_dir), history)
 
 
 def save_checkpoint(path: Path, agent: Agent, optimizer: optim.Optimizer, envs: VectorCore, shuffle_rng: np.random.Generator,

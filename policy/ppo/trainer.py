@@ -222,7 +222,7 @@ def train(args: Args) -> TrainResult:
 
         params, _, _ = read_model(args.init_model)
         agent.load_arrays(params)
-    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    optimizer = make_optimizer(agent, args)
     buffer = RolloutBuffer(args.num_steps, args.num_envs, len(FEATURES), len(CLUSTER_FEATURES))
     history: list[dict] = []
     episodes: list[dict] = []
@@ -267,7 +267,7 @@ def train(args: Args) -> TrainResult:
             break
         it_start = time.time()
         if args.anneal_lr:
-            optimizer.param_groups[0]["lr"] = (1.0 - (iteration - 1.0) / num_iterations) * args.learning_rate
+            set_lr(optimizer, (1.0 - (iteration - 1.0) / num_iterations) * args.learning_rate)
 
         # rollout: the numpy policy, as served
         net = numpy_net(agent, args)
@@ -334,6 +334,9 @@ def train(args: Args) -> TrainResult:
             if args.target_kl is not None and approx_kl > args.target_kl:
                 break
         ev = explained_variance(buffer.values.reshape(-1), buffer.returns.reshape(-1))
+        grad_norms = {f"grad_{name}": float(p.grad.norm()) for name, p in agent.named_parameters()
+                      if p.grad is not None and name.endswith("weight")}
+        raw_adv = buffer.advantages[buffer.choice]
 
         # diagnostics, validation, checkpoint
         it_s = time.time() - it_start
@@ -343,7 +346,8 @@ def train(args: Args) -> TrainResult:
                "approx_kl": float(approx_kl), "clipfrac": float(np.mean(clipfracs)) if clipfracs else 0.0,
                "explained_variance": ev, "epochs": epoch + 1,
                "mean_reward": float(buffer.rewards.mean()), "sps": (batch_size + warmup) / max(rollout_s, 1e-9),
-               "warmup_decisions": warmup,
+               "warmup_decisions": warmup, **grad_norms, "head_l1": agent.out.weight.detach().abs().sum().item(),
+               "adv_std": float(raw_adv.std()) if raw_adv.size else 0.0,
                "iteration_s": it_s, "episodes": len(episodes),
                "episode_unallocated": float(np.mean(recent)) if recent else None,
                "episode_return": float(np.mean([e["return"] for e in episodes[-8:]])) if episodes else None,

@@ -530,8 +530,7 @@ def train_vine(args: Args) -> TrainResult:
 
             row = {"iteration": iteration, "lr": optimizer.param_groups[0]["lr"], **stats,
                    "explained_variance": ev, "epochs": epoch + 1, "points": len(points), "pairs": len(batch),
-                   "points_moving": int((np.ptp(np.stack([p.returns for p in points]), axis=1) > 0).sum())
-                   if points and all(len(p.returns) == args.vine_actions for p in points) else None,
+                   "points_moving": sum(int(np.ptp(p.returns) > 0) for p in points),
                    "adv_scale": adv_scale, "head_l1": w_out, **grad_norms,
                    "episode_unallocated": float(np.mean(trunk_unalloc)), "rollout_s": rollout_s,
                    "iteration_s": time.time() - it_start,

@@ -1,6 +1,16 @@
 """Bind: reserve cards at once, then create the binding that records them on the pod.
 
-1. The pod is looked up (filter's remembered decision, else the watch cache, else one GET).
+Bind trusts nobody: anything that can reach the verb could otherwise place any pod anywhere (a
+forged filter followed by a bind once put an 8-GPU pod on a node whose cards were all held).
+
+1. The names are checked (:mod:`rlsched.extender.names`) before any API path is built; the pod's
+   *current* spec is looked up — the watch cache by UID (namespace and name must agree), else one
+   GET, whose UID must match. Bind refuses a pod whose ``schedulerName`` is not ours, and takes the
+   request (cpu, memory, cards, model) and the placement rules from that spec only — never from the
+   bind request, never from filter's memory, which is a *hint* for the card choice, used only when
+   its pod UID and resourceVersion match the current pod's.
+   The node must be in the cache, and the pod must tolerate its NoSchedule/NoExecute taints and
+   match its nodeSelector and required node affinity (:mod:`rlsched.extender.node_rules`).
 2. Under the lock, synchronously: the cards are chosen (the decision's cards when kube-scheduler
    picked the decision's node and they are still free, else the serving scorer's card rule on that
    node), checked and placed in the ClusterState as an *assumed* pod — from this instant every filter
@@ -26,8 +36,11 @@ from rlsched.policy.feasibility import feasible_mask, infeasibility_reason
 
 from .cache import ASSUMED, BOUND, UNCERTAIN, ClusterCache
 from .kubeapi import ApiError
-from .objects import ObjectError, PodInfo, assignment_annotations, pod_info
+from .names import InvalidName, check_node_name, check_pod_ref, check_uid
+from .node_rules import NO_RULES, PodRules, pod_rules, refusal
+from .objects import PodInfo, assignment_annotations, pod_info
 from .policy import PolicyEngine
+from .rejections import describe
 from .settings import GpuConventions, KubeSettings
 
 log = logging.getLogger("rlsched.extender.bind")
@@ -42,7 +55,8 @@ class BindResult:
     cards: tuple[int, ...] = ()
     milli: int = 0
     result: str = "ok"
-    """ok | error | uncertain | duplicate."""
+    """ok | error | uncertain | duplicate | refused (the pod is not ours, or may not go on the node, or the
+    request names no real object)."""
 
 
 class Binder:
@@ -52,11 +66,18 @@ class Binder:
                  remembered: Callable[[str], Any] | None = None):
         self.cache, self.engine, self.api, self.gpu, self.kube = cache, engine, api, gpu, kube
         self.remembered = remembered or (lambda uid: None)
-        """uid → filter's remembered decision (``verbs.DecisionMemory.get``), or None."""
+        """uid → filter's remembered decision (``verbs.DecisionMemory.get``), or None: a hint for the
+        cards only, trusted when its resourceVersion is the current pod's."""
         self.lock = asyncio.Lock()
         self._inflight: dict[str, tuple[str, asyncio.Future]] = {}
 
     async def bind(self, uid: str, namespace: str, name: str, node: str) -> BindResult:
+        try:
+            check_uid(uid)
+            check_pod_ref(namespace, name)
+            check_node_name(node)
+        except InvalidName as exc:
+            return BindResult(f"refused: {exc}", node, result="refused")
         inflight = self._inflight.get(uid)
         if inflight is not None:
             other, future = inflight
@@ -82,28 +103,49 @@ class Binder:
     async def _bind(self, uid: str, namespace: str, name: str, node: str) -> BindResult:
         key = f"{namespace}/{name}"
         existing = self.cache.pods.get(uid)
-        if existing is not None and existing.node != node and existing.status == BOUND:
-            return BindResult(f"pod {key} is already bound to node {existing.node}", node, result="error")
-        if existing is not None and existing.node == node and existing.status == BOUND:
+        if existing is not None and existing.key != key:
+            return BindResult(f"refused: pod {key} does not have UID {uid}", node, result="refused")
+        if existing is not None and existing.bind_done and existing.status == BOUND:  # ours, and the watch saw it
+            if existing.node != node:
+                return BindResult(f"pod {key} is already bound to node {existing.node}", node, result="error")
             return BindResult("", node, existing.cards, existing.spec.gpu_milli if existing.spec.num_gpu else 0, "duplicate")
-        info = await self._pod(uid, namespace, name)
-        if isinstance(info, BindResult):
-            return info
+        current = await self.current_pod(uid, namespace, name)
+        if isinstance(current, BindResult):
+            return current
+        info, rules = current
+        ours = self.kube.scheduler_name
+        if info.scheduler_name != ours:
+            return BindResult(f"refused: pod {key} is not scheduled by {ours}; this extender binds only pods whose "
+                              f"spec.schedulerName is {ours}", node, result="refused")
         if info.node_name:
             if info.node_name == node:
                 return BindResult("", node, info.cards or (), 0, "duplicate")
             return BindResult(f"pod {key} is already bound to node {info.node_name}", node, result="error")
         if info.spec is None:
             return BindResult(f"pod {key}: {info.problem}", node, result="error")
+        if node not in self.cache.nodes:
+            return BindResult(f"node {node} is not in the extender's cache (not yet seen by the watch, or deleted)",
+                              node, result="error")
+        facts = self.cache.node_facts.get(node)
+        if facts is None:
+            return BindResult(f"refused: the taints of node {node} could not be read (see the extender's log)", node,
+                              result="refused")
+        why = refusal(rules, facts)
+        if why:
+            return BindResult(f"refused: pod {key} may not run on node {node}: {why}", node, result="refused")
         spec = info.spec
         # -- the critical section: choose, check and reserve cards without yielding ---------------
         async with self.lock:
-            reused = existing is not None and existing.node == node and existing.status in (ASSUMED, UNCERTAIN)
+            existing = self.cache.pods.get(uid)  # may have changed while the pod was read
+            reused = (existing is not None and existing.node == node and existing.status in (ASSUMED, UNCERTAIN)
+                      and existing.spec == spec)
             if reused:
                 entry = existing  # a retry after an unknown outcome: keep the reservation
                 entry.status, entry.since = ASSUMED, self.cache.clock()
             else:
                 if existing is not None:
+                    if existing.status == BOUND:
+                        return BindResult(f"pod {key} is already bound to node {existing.node}", node, result="error")
                     self.cache.forget(uid)
                 state = self.cache.state
                 if state is None or node not in state.index:
@@ -115,7 +157,7 @@ class Binder:
                     why = infeasibility_reason(state, req, idx)
                     return BindResult(f"pod {key} no longer fits node {node}: {why}", node, result="error")
                 entry = None
-                cards = self._remembered_cards(uid, info, node)
+                cards = self._hinted_cards(uid, info, node)
                 if cards is not None:  # filter's choice, if its cards are still free
                     entry = self.cache.add(uid, key, node, spec, cards, ASSUMED, exact=True)
                     if entry.placement is None:
@@ -143,14 +185,23 @@ class Binder:
                  extra={"event": "bound", "pod": key, "uid": uid, "node": node, "cards": list(cards)})
         return BindResult("", node, cards, milli)
 
-    async def _pod(self, uid: str, namespace: str, name: str) -> PodInfo | BindResult:
+    async def current_pod(self, uid: str, namespace: str, name: str) -> tuple[PodInfo, PodRules] | BindResult:
+        """The pod as it is now, with its placement rules: the watch cache when it holds this pod
+        (UID, namespace and name agreeing), else one GET whose UID must match. Never the caller's copy.
+
+        Errors name only what the caller sent: another object's data (a different UID under that
+        name, say) is not repeated back."""
         key = f"{namespace}/{name}"
-        remembered = self.remembered(uid)
-        if remembered is not None:
-            return remembered.info
+        try:
+            check_pod_ref(namespace, name)
+        except InvalidName as exc:
+            return BindResult(f"refused: {exc}", "", result="refused")
         info = self.cache.pending.get(uid)
-        if info is not None:
-            return info
+        rules = self.cache.pod_rules.get(uid)
+        if info is not None and rules is not None and info.key == key:
+            return info, rules
+        if self.api is None:
+            return BindResult(f"pod {key} is not in the extender's cache", "", result="error")
         try:
             pod = await self.api.get_pod(namespace, name, self.kube.write_timeout_s)
         except ApiError as exc:
@@ -159,16 +210,25 @@ class Binder:
             return BindResult(f"cannot read pod {key}: {exc}", "", result="error")
         try:
             info = pod_info(pod, self.gpu, "pod")
-        except ObjectError as exc:
-            return BindResult(f"pod {key} unreadable: {exc}", "", result="error")
-        if info.uid != uid:
-            return BindResult(f"pod {key} has UID {info.uid}, not {uid} (recreated?)", "", result="error")
-        return info
+        except Exception as exc:  # noqa: BLE001 - whatever the pod holds, the answer is a refusal, not a 500
+            return BindResult(f"refused: pod {key} cannot be read: {describe(exc)}", "", result="refused")
+        if info.uid != uid or info.key != key:
+            return BindResult(f"refused: pod {key} does not have UID {uid} (deleted and recreated?)", "", result="refused")
+        if info.node_name:
+            return info, NO_RULES  # bound already: the rules no longer matter
+        try:
+            rules = pod_rules(pod)
+        except Exception as exc:  # noqa: BLE001
+            return BindResult(f"refused: pod {key}'s placement rules cannot be read: {describe(exc)}", "", result="refused")
+        return info, rules
 
-    def _remembered_cards(self, uid: str, info: PodInfo, node: str) -> tuple[int, ...] | None:
+    def _hinted_cards(self, uid: str, info: PodInfo, node: str) -> tuple[int, ...] | None:
+        """Filter's cards for this node, when its memory is about this very pod version."""
         remembered = self.remembered(uid)
         if remembered is None or remembered.epoch != self.cache.epoch:
             return None
+        if remembered.info.resource_version != info.resource_version or remembered.info.key != info.key:
+            return None  # a forged or stale filter: not this pod as it is now
         decision = remembered.outcome.decision
         state = self.cache.state
         if decision is None or state is None or state.names[decision.node] != node:
@@ -184,7 +244,7 @@ class Binder:
             # Already assigned: success when it is ours (a retried bind), else report where it went.
             try:
                 current = pod_info(await self.api.get_pod(*key.split("/", 1), self.kube.write_timeout_s), self.gpu, "pod")
-            except (ApiError, ObjectError):
+            except Exception:  # noqa: BLE001 - unreadable or gone: report the conflict as it is
                 current = None
             if current is not None and current.uid == uid and current.node_name == node:
                 return BindResult("", node, cards, milli)

@@ -6,6 +6,13 @@ the state is rebuilt (lazily, at the next read) when the node set or a node's ca
 
 Only the event loop's thread mutates the cache; every mutation is synchronous (no ``await`` inside),
 so a filter never sees half an update and a bind's check-and-reserve cannot interleave with another.
+
+An object that cannot be read — whatever the exception — is logged once per version, counted and
+ignored (:mod:`rlsched.extender.rejections`): one odd pod anywhere in the cluster must not stop the
+watch. Besides the ClusterState the cache keeps what bind's placement rules need
+(:mod:`rlsched.extender.node_rules`): every node's labels and NoSchedule/NoExecute taints, and the
+tolerations, nodeSelector and required node affinity of our scheduler's pending pods — small frozen
+values, not the raw objects.
 """
 from __future__ import annotations
 
@@ -21,7 +28,9 @@ from rlsched.policy.cluster import MUTABLE_ARRAYS  # the per-node rows ClusterSt
 from rlsched.policy.cluster import LOAD_METRICS, ClusterState, NodeSpec, Placement, PodSpec
 from rlsched.policy.scorers import TieBreak
 
-from .objects import ObjectError, PodInfo, node_addresses, node_spec, pod_info
+from .node_rules import NodeFacts, PodRules, node_facts, pod_rules
+from .objects import PodInfo, node_addresses, node_spec, pod_info
+from .rejections import Rejections, identity
 from .settings import GpuConventions
 
 log = logging.getLogger("rlsched.extender.cache")
@@ -66,16 +75,25 @@ class CacheStats:
 class ClusterCache:
     """Nodes, pods and the ClusterState built from them."""
 
-    def __init__(self, gpu: GpuConventions, seed: int = 0, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, gpu: GpuConventions, seed: int = 0, clock: Callable[[], float] = time.monotonic,
+                 rejections: Rejections | None = None, scheduler_name: str | None = None):
         self.gpu = gpu
         self.seed = seed
         self.clock = clock
+        self.rejections = rejections or Rejections()
+        """Where unreadable objects are logged (once per version) and counted."""
+        self.scheduler_name = scheduler_name
+        """Placement rules are kept for pending pods of this scheduler only (None: every pending pod)."""
         self.nodes: dict[str, NodeSpec] = {}
         self.addresses: dict[str, list[str]] = {}
+        self.node_facts: dict[str, NodeFacts | None] = {}
+        """Labels and taints by node name (None: the node's taints could not be read — bind refuses it)."""
         self.pods: dict[str, Entry] = {}
         """Pods holding resources, by UID."""
         self.pending: dict[str, PodInfo] = {}
-        """Pods without a node, by UID (bind looks pods up here when filter's decision is gone)."""
+        """Pods without a node, by UID (bind looks pods up here before it falls back to a GET)."""
+        self.pod_rules: dict[str, PodRules] = {}
+        """Placement rules of pending pods (of ``scheduler_name``), by UID; a subset of ``pending``."""
         self.synced = {"nodes": False, "pods": False}
         self.stats = CacheStats()
         self.last_update = 0.0
@@ -114,13 +132,19 @@ class ClusterCache:
 
     # -- nodes ------------------------------------------------------------------------------------
     def set_node(self, node: Mapping[str, Any]) -> None:
-        """A node was added or changed."""
+        """A node was added or changed. An unreadable version is ignored (the last good one stays)."""
         try:
             spec = node_spec(node, self.gpu)
-        except (ObjectError, ValueError) as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure on one object: log once, count, ignore
             self.stats.node_errors += 1
-            log.warning("ignoring node: %s", exc, extra={"event": "node_unreadable"})
+            self.rejections.reject("Node", node, exc)
             return
+        try:
+            facts: NodeFacts | None = node_facts(node)
+        except Exception as exc:  # noqa: BLE001
+            facts = None
+            self.rejections.reject("Node", node, exc, "kept without placement rules (bind refuses it)")
+        self.node_facts[spec.name] = facts
         self.addresses[spec.name] = node_addresses(node)
         if self.nodes.get(spec.name) != spec:
             self.nodes[spec.name] = spec
@@ -128,6 +152,7 @@ class ClusterCache:
         self._touch()
 
     def delete_node(self, name: str) -> None:
+        self.node_facts.pop(name, None)
         if self.nodes.pop(name, None) is not None:
             self.addresses.pop(name, None)
             self._dirty = True
@@ -138,10 +163,9 @@ class ClusterCache:
         seen = set()
         for node in nodes:
             self.set_node(node)
-            try:
-                seen.add(node["metadata"]["name"])
-            except (KeyError, TypeError):
-                pass
+            name = identity(node)[1]
+            if name:
+                seen.add(name)
         for name in list(self.nodes):
             if name not in seen:
                 self.delete_node(name)
@@ -149,14 +173,31 @@ class ClusterCache:
 
     # -- pods -------------------------------------------------------------------------------------
     def set_pod(self, pod: Mapping[str, Any]) -> None:
-        """A pod was added or changed (the watch)."""
+        """A pod was added or changed (the watch).
+
+        A version that cannot be read is logged once, counted and ignored: a pending pod leaves
+        ``pending`` (bind then reads it afresh and refuses it with the reason; filter answers it
+        unschedulable), a pod holding resources keeps its last readable entry."""
         try:
             info = pod_info(pod, self.gpu, "pod")
-        except (ObjectError, ValueError) as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure on one object: log once, count, ignore
             self.stats.pod_errors += 1
-            log.warning("ignoring pod: %s", exc, extra={"event": "pod_unreadable"})
+            self.rejections.reject("Pod", pod, exc)
+            uid = identity(pod)[2]
+            if uid:
+                self.pending.pop(uid, None)
+                self.pod_rules.pop(uid, None)
             return
         self.observe(info)
+        if not info.node_name and not info.terminal and self._wants_rules(info):
+            try:
+                self.pod_rules[info.uid] = pod_rules(pod)
+            except Exception as exc:  # noqa: BLE001 - bind reads the pod afresh and refuses it
+                self.pod_rules.pop(info.uid, None)
+                self.rejections.reject("Pod", pod, exc, "kept without placement rules (bind refuses it)")
+
+    def _wants_rules(self, info: PodInfo) -> bool:
+        return self.scheduler_name is None or info.scheduler_name == self.scheduler_name
 
     def observe(self, info: PodInfo) -> None:
         """Apply what the API server says about a pod."""
@@ -165,6 +206,7 @@ class ClusterCache:
             self.forget(info.uid)
             return
         entry = self.pods.get(info.uid)
+        self.pod_rules.pop(info.uid, None)  # set_pod puts them back for a pending pod
         if not info.node_name:
             self.pending[info.uid] = info
             # A pod we are binding, or whose binding outcome is unknown, keeps its reservation.
@@ -198,8 +240,8 @@ class ClusterCache:
         seen = set()
         for pod in pods:
             self.set_pod(pod)
-            uid = pod.get("metadata", {}).get("uid") if isinstance(pod, Mapping) else None
-            if isinstance(uid, str):
+            uid = identity(pod)[2]
+            if uid:
                 seen.add(uid)
         now = self.clock()
         gone = [u for u, e in self.pods.items()
@@ -208,6 +250,7 @@ class ClusterCache:
             self.forget(uid)
         for uid in [u for u in self.pending if u not in seen]:
             del self.pending[uid]
+            self.pod_rules.pop(uid, None)
         self.synced["pods"] = True
 
     # -- placing ----------------------------------------------------------------------------------
@@ -231,6 +274,7 @@ class ClusterCache:
     def forget(self, uid: str) -> Entry | None:
         """Release a pod's resources and drop it."""
         self.pending.pop(uid, None)
+        self.pod_rules.pop(uid, None)
         entry = self.pods.pop(uid, None)
         # Released even while a rebuild is pending: the old state stays exact, and the rebuild
         # carries its unchanged nodes over as they are.
@@ -358,6 +402,7 @@ class ClusterCache:
             "pods": len(self.pods),
             "podsByStatus": by_status,
             "pendingPods": len(self.pending),
+            "rejectedObjects": dict(self.rejections.totals),
             "unplaceablePods": sum(1 for e in self.pods.values() if e.placement is None),
             "ageSeconds": None if not self.last_update else round(self.age_s(), 3),
             "epoch": self.epoch,

@@ -26,7 +26,7 @@ class Metrics:
                                  ["reason"], registry=r)
         self.shadow = Counter("rlsched_extender_shadow_total", "Shadow mode: did the policy agree with the served heuristic",
                               ["result"], registry=r)
-        self.binds = Counter("rlsched_extender_binds_total", "Bind calls by result (ok, error, uncertain, duplicate)",
+        self.binds = Counter("rlsched_extender_binds_total", "Bind calls by result (ok, error, uncertain, duplicate, refused)",
                              ["result"], registry=r)
         self.preempt_nodes = Counter("rlsched_extender_preempt_nodes_total", "Preemption candidates kept or dropped",
                                      ["result"], registry=r)
@@ -38,6 +38,10 @@ class Metrics:
                                 ["version", "digest", "mode"], registry=r)
         self.watch_restarts = Counter("rlsched_extender_watch_restarts_total", "Watch restarts by resource and reason",
                                       ["resource", "reason"], registry=r)
+        self.objects_rejected = Counter("rlsched_extender_objects_rejected_total",
+                                        "Watched objects (one count per object version) that could not be read and were "
+                                        "ignored, by kind and reason (quantity, field, placement-rules, event, unexpected)",
+                                        ["kind", "reason"], registry=r)
         self.load_refreshes = Counter("rlsched_extender_load_queries_total", "Prometheus load queries by column and result",
                                       ["column", "result"], registry=r)
         self._model_labels: tuple[str, str, str] | None = None

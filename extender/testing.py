@@ -207,9 +207,12 @@ class FakeKubeApi:
         items = self.nodes.values() if "nodes" in path else self.pods.values()
         return [copy.deepcopy(i) for i in items], str(self.rv)
 
-    async def watch(self, path: str, resource_version: str, timeout_s: int) -> AsyncIterator[dict]:
+    async def watch(self, path: str, resource_version: str, timeout_s: int,
+                    on_open: Any = None) -> AsyncIterator[dict]:
         self.calls.append(("watch", path, resource_version))
         await self._maybe_fail("watch")
+        if on_open is not None:
+            on_open()
         queue: asyncio.Queue = asyncio.Queue()
         watcher = ("nodes" in path, queue)
         self._watchers.append(watcher)
@@ -236,13 +239,16 @@ class Harness:
         from .decisions import DecisionRing
         from .metrics import Metrics
         from .policy import PolicyEngine, load_model
+        from .rejections import Rejections
         from .settings import ExtenderSettings
         from .verbs import Extender
 
         self.settings = settings or ExtenderSettings()
         self.metrics = Metrics()
         self.api = api or FakeKubeApi(nodes, pods)
-        self.cache = ClusterCache(self.settings.gpu, self.settings.policy.seed)
+        self.cache = ClusterCache(self.settings.gpu, self.settings.policy.seed,
+                                  rejections=Rejections(lambda kind, reason: self.metrics.objects_rejected.labels(kind, reason).inc()),
+                                  scheduler_name=self.settings.kubernetes.scheduler_name)
         self.cache.replace_nodes(nodes)
         self.cache.replace_pods(pods or [])
         self.engine = PolicyEngine(self.settings.policy, self.settings.policy_file, model_loader or load_model, self.metrics)

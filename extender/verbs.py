@@ -4,6 +4,12 @@ Filter makes the decision (feasibility → policy or fallback → node and cards
 UID and resourceVersion; prioritize and bind reuse it. With ``topK`` > 0 filter keeps only the
 policy's top K feasible nodes; ``topK: 1`` hands kube-scheduler exactly one node, which it then binds
 without running any score plugin or prioritize (docs/extender.md, "Decisions that survive").
+
+Filter and prioritize judge the pod kube-scheduler sends and leave taints, nodeSelector and node
+affinity to kube-scheduler's own plugins, which ran first. Bind and preempt change the cluster, so
+they trust no caller: they read the pod from the watch cache or the API server (:mod:`.binder`), and
+filter's memory is only a hint for them. A pod whose spec cannot be read is answered unschedulable
+by filter (every node unresolvable, with the reason), never a 5xx.
 """
 from __future__ import annotations
 
@@ -24,12 +30,18 @@ from rlsched.policy.resources import MILLI_PER_CARD
 from .binder import Binder, BindResult
 from .cache import ClusterCache
 from .decisions import DecisionRing
+from .names import InvalidName, check_node_name, check_pod_ref, check_uid
 from .objects import ObjectError, PodInfo, pod_info
 from .policy import Outcome, PolicyEngine, Verdict
+from .rejections import describe
 from .settings import ExtenderSettings
 from .wire import BadRequest, BindingArgs, ExtenderArgs, PreemptionArgs
 
 log = logging.getLogger("rlsched.extender.verbs")
+
+
+class UnreadablePod(BadRequest):
+    """The pod's spec cannot be read: filter answers it unschedulable, the other verbs 400."""
 
 MAX_EXTENDER_PRIORITY = 10
 """extenderv1.MaxExtenderPriority: prioritize scores are integers 0..10."""
@@ -130,7 +142,12 @@ class Extender:
         try:
             return pod_info(pod, self.cache.gpu, "Pod")
         except ObjectError as exc:
-            raise BadRequest(exc.field, str(exc).split(": ", 1)[1] if ": " in str(exc) else str(exc)) from None
+            message = str(exc).split(": ", 1)[1] if ": " in str(exc) else str(exc)
+            if exc.field.startswith("Pod.spec"):
+                raise UnreadablePod(exc.field, message) from None
+            raise BadRequest(exc.field, message) from None
+        except Exception as exc:  # noqa: BLE001 - whatever the pod holds, a client error, never a 500
+            raise UnreadablePod("Pod", f"cannot be read ({describe(exc)})") from None
 
     def _indices(self, state: ClusterState, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Node indices for ``names`` (-1: unknown) and the sorted unique known ones. The last
@@ -158,7 +175,14 @@ class Extender:
 
     # -- filter -------------------------------------------------------------------------------------
     async def filter(self, args: ExtenderArgs) -> dict[str, Any]:
-        info = self._pod(args.pod)
+        try:
+            info = self._pod(args.pod)
+        except UnreadablePod as exc:
+            # A stored pod kube-apiserver accepted but we cannot read (a quantity beyond any node, a
+            # field of an odd type): unschedulable with the reason, in its FailedScheduling event.
+            self._count("invalid")
+            why = f"pod cannot be scheduled by {self.settings.kubernetes.scheduler_name}: {exc}"[:1000]
+            return self._filter_result(args, [], {}, {n: why for n in args.node_names})
         names = args.node_names
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
@@ -318,6 +342,12 @@ class Extender:
 
     # -- bind ---------------------------------------------------------------------------------------
     async def bind(self, args: BindingArgs) -> dict[str, Any]:
+        try:  # before anything else: these names go into API paths
+            check_uid(args.pod_uid)
+            check_pod_ref(args.pod_namespace, args.pod_name)
+            check_node_name(args.node)
+        except InvalidName as exc:
+            raise BadRequest(exc.field, exc.message) from None
         if self.binder is None:
             return {"Error": "this extender was started without a binder (no API server access)"}
         remembered = self.memory.get(args.pod_uid)
@@ -342,36 +372,69 @@ class Extender:
     # -- preempt ------------------------------------------------------------------------------------
     async def preempt(self, args: PreemptionArgs) -> dict[str, Any]:
         """Keep the candidate nodes where evicting the given victims frees what the pod needs
-        (GPU cards included); victims are returned unchanged (always by UID)."""
-        info = self._pod(args.pod)
-        out: dict[str, Any] = {}
-        remembered = self.memory.get(info.uid)
-        held_back = remembered is not None and remembered.outcome.verdict is not None
+        (GPU cards included).
+
+        Like bind, preempt trusts no caller: the preemptor must be one of our pending pods, read from
+        the watch cache or the API server (not the request's copy), and a victim counts only when the
+        cache holds it on that node — unknown victims are dropped (kube-scheduler would refuse them),
+        a node left without victims is dropped. Victims go back by UID."""
+        sent = self._pod(args.pod)
+        try:
+            check_pod_ref(sent.namespace, sent.name, "Pod.metadata.namespace", "Pod.metadata.name")
+        except InvalidName as exc:
+            raise BadRequest(exc.field, exc.message) from None
+        info = await self._preemptor(sent)
         state = self.cache.state
-        if state is None or info.spec is None or held_back:
+        held_back = False
+        if info is not None:
+            remembered = self.memory.get(info.uid, info.resource_version)
+            held_back = remembered is not None and remembered.outcome.verdict is not None
+        if state is None or info is None or info.spec is None or held_back:
             self._count_preempt(dropped=len(args.victims))
-            return {"NodeNameToMetaVictims": out}
+            return {"NodeNameToMetaVictims": {}}
         trial = state.copy()
+        known: dict[str, list[str]] = {}
         for node, (uids, _) in args.victims.items():
-            for uid in uids:
+            mine = known.setdefault(node, [])
+            for uid in dict.fromkeys(uids):  # a victim named twice is released once
                 entry = self.cache.pods.get(uid)
-                if entry is not None and entry.placement is not None and entry.node == node:
-                    try:
-                        trial.release(entry.placement)
-                    except ValueError:  # pragma: no cover - bookkeeping bug; be conservative
-                        log.error("preempt: cannot release %s on %s in the trial state", entry.key, node)
+                if entry is None or entry.placement is None or entry.node != node:
+                    continue
+                try:
+                    trial.release(entry.placement)
+                except ValueError:  # pragma: no cover - bookkeeping bug; be conservative
+                    log.error("preempt: cannot release %s on %s in the trial state", entry.key, node)
+                    continue
+                mine.append(uid)
         req = trial.request(info.spec)
         ok = feasible_mask(trial, req)
+        out: dict[str, Any] = {}
         kept = dropped = 0
-        for node, (uids, pdb) in args.victims.items():
+        for node, (_, pdb) in args.victims.items():
             i = state.index.get(node)
-            if not uids or i is None or not ok[i]:
+            if not known[node] or i is None or not ok[i]:
                 dropped += 1
                 continue
             kept += 1
-            out[node] = {"Pods": [{"UID": u} for u in uids], "NumPDBViolations": pdb}
+            out[node] = {"Pods": [{"UID": u} for u in known[node]], "NumPDBViolations": pdb}
         self._count_preempt(kept, dropped)
         return {"NodeNameToMetaVictims": out}
+
+    async def _preemptor(self, sent: PodInfo) -> PodInfo | None:
+        """The preemptor as it is now (cache, else a GET), if it is ours and pending; else None."""
+        if self.binder is not None:
+            current = await self.binder.current_pod(sent.uid, sent.namespace, sent.name)
+            if isinstance(current, BindResult):
+                log.info("preempt for %s ignored: %s", sent.key, current.error, extra={"event": "preempt_refused"})
+                return None
+            info = current[0]
+        else:
+            info = self.cache.pending.get(sent.uid)
+            if info is None or info.key != sent.key:
+                return None
+        if info.scheduler_name != self.settings.kubernetes.scheduler_name or info.node_name:
+            return None
+        return info
 
     def _count_preempt(self, kept: int = 0, dropped: int = 0) -> None:
         if self.metrics is not None:

@@ -70,7 +70,8 @@ async def test_filter_sees_a_reservation_while_its_bind_is_in_flight() -> None:
     first = h.add_pod(make_pod("first", uid="first", gpus=1))
     second = make_pod("second", uid="second", gpus=1)
     async with TestClient(TestServer(h.app())) as c:
-        await c.post("/filter", data=orjson.dumps({"Pod": first, "NodeNames": ["a", "b"]}))  # remembered: no GET in bind
+        h.cache.set_pod(first)  # the watch delivered it: bind reads it from the cache, no GET
+        await c.post("/filter", data=orjson.dumps({"Pod": first, "NodeNames": ["a", "b"]}))
         bind = asyncio.create_task(c.post("/bind", data=orjson.dumps(
             {"PodName": "first", "PodNamespace": "default", "PodUID": "first", "Node": "b"})))
         await asyncio.sleep(0.01)  # the bind has reserved and is now waiting on the API

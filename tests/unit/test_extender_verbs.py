@@ -184,6 +184,7 @@ def test_extender_scores_are_clamped_with_a_unique_top(values) -> None:
 async def test_bind_records_cards_on_the_binding_in_one_write() -> None:
     h = harness()
     pod = h.add_pod(make_pod("p", gpu_milli=300))
+    h.cache.set_pod(pod)  # the watch delivered it: bind reads it from the cache, no GET
     uid = pod["metadata"]["uid"]
     async with TestClient(TestServer(h.app())) as c:
         _, f = await call(c, "filter", {"Pod": pod, "NodeNames": NAMES})
@@ -289,7 +290,7 @@ async def test_preempt_keeps_nodes_where_victims_free_the_cards() -> None:
     b = make_pod("b", cpu="1", node="v100-1", uid="b")
     c_ = make_pod("c", gpus=4, node="v100-1", uid="c")
     h = harness([a, b, c_])
-    pod = make_pod("p", gpus=2)
+    pod = h.add_pod(make_pod("p", gpus=2))  # preempt reads the preemptor from the API, not the request
     meta = {"v100-0": {"Pods": [{"UID": "a"}], "NumPDBViolations": 1},
             "v100-1": {"Pods": [{"UID": "b"}], "NumPDBViolations": 0},  # frees cpu only: cards stay taken
             "ghost": {"Pods": [{"UID": "x"}], "NumPDBViolations": 0}}

@@ -6,15 +6,24 @@
 
 One error middleware maps :class:`~rlsched.extender.wire.BadRequest` to 400 (or its status) and an
 oversized body to 413, each with a JSON ``{"Error": ...}`` naming the field; the request is logged
-(truncated) and the server carries on. The cyclic garbage collector is paused while a verb runs
-(parsing big requests allocates many objects; collecting them mid-request doubled tail latency).
+(truncated) and the server carries on. A client that goes away mid-request is not an error of the
+extender: it is logged at INFO and its latency sample carries code 499 ("client closed request"), never
+500. A body must arrive within ``server.bodyTimeoutS`` (408 and the connection closed otherwise);
+request lines and headers are bounded by :mod:`rlsched.extender.listener`. The cyclic garbage
+collector is paused while a verb runs (parsing big requests allocates many objects; collecting them
+mid-request doubled tail latency).
+
+On the status listener, ``auth`` (:class:`rlsched.extender.auth.Authenticator`) guards /status and
+/decisions, and /metrics with ``protect_metrics``; /healthz and /readyz stay open (kubelet probes).
 """
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
+import re
 import time
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from aiohttp import web
 
@@ -22,6 +31,10 @@ from .metrics import Metrics
 from .settings import ExtenderSettings
 from .verbs import Extender
 from .wire import BadRequest, binding_args, dumps, error_body, extender_args, loads, preemption_args
+
+if TYPE_CHECKING:
+    from .auth import Authenticator
+    from .listener import ConnectionGuard
 
 log = logging.getLogger("rlsched.extender.http")
 
@@ -90,7 +103,10 @@ def _error_middleware(metrics: Metrics, verb_of: Callable[[str], str | None]):
             status = exc.status
             metrics.bad_requests.labels(verb or "other").inc()
             _log_bad(request, verb, exc.status, str(exc))
-            return web.Response(status=exc.status, body=error_body(str(exc)), content_type="application/json")
+            response = web.Response(status=exc.status, body=error_body(str(exc)), content_type="application/json")
+            if exc.status == 408:
+                response.force_close()  # the rest of a late body must not be read as the next request
+            return response
         except web.HTTPRequestEntityTooLarge as exc:
             status = 413
             metrics.bad_requests.labels(verb or "other").inc()
@@ -101,6 +117,12 @@ def _error_middleware(metrics: Metrics, verb_of: Callable[[str], str | None]):
             status = exc.status
             raise
         except Exception as exc:  # noqa: BLE001 - last line of defence: answer and keep serving
+            if isinstance(exc, ConnectionError) and _client_gone(request):
+                # The client went away (mid-body, or before the answer): nothing to answer, nothing broken.
+                status = 499
+                log.info("%s %s: the client closed the connection before the answer", request.method, request.path,
+                         extra={"event": "client_gone", "verb": verb, "remote": request.remote})
+                return web.Response(status=499, reason="Client Closed Request")
             log.exception("%s %s failed", request.method, request.path, extra={"event": "internal_error", "verb": verb})
             return web.Response(status=500, body=error_body(f"internal error in the extender: {type(exc).__name__}: {exc}"),
                                 content_type="application/json")
@@ -111,6 +133,12 @@ def _error_middleware(metrics: Metrics, verb_of: Callable[[str], str | None]):
     return middleware
 
 
+def _client_gone(request: web.Request) -> bool:
+    """The request's own connection is closed (a ConnectionError from elsewhere is ours to report)."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
 def _log_bad(request: web.Request, verb: str | None, status: int, message: str) -> None:
     body = getattr(request, "_read_bytes", None) or b""
     log.warning("bad request %s %s → %d: %s", request.method, request.path, status, message,
@@ -118,29 +146,43 @@ def _log_bad(request: web.Request, verb: str | None, status: int, message: str) 
                        "bodyBytes": len(body), "body": body[:512].decode("utf-8", "replace")})
 
 
-def make_app(extender: Extender, metrics: Metrics, settings: ExtenderSettings) -> web.Application:
-    """The verb listener's application."""
+async def read_body(request: web.Request, timeout_s: float) -> bytes:
+    """The whole body, or BadRequest 408 when it does not arrive within ``timeout_s``."""
+    try:
+        return await asyncio.wait_for(request.read(), timeout_s)
+    except asyncio.TimeoutError:
+        raise BadRequest("body", f"not received within {timeout_s:g} s (server.bodyTimeoutS)", status=408) from None
+
+
+def _middlewares(connections: "ConnectionGuard | None", *rest: Any) -> list[Any]:
+    return ([connections.middleware()] if connections is not None else []) + list(rest)
+
+
+def make_app(extender: Extender, metrics: Metrics, settings: ExtenderSettings,
+             connections: "ConnectionGuard | None" = None) -> web.Application:
+    """The verb listener's application (``connections``: the listener's guard, told of each request)."""
     prefix = settings.server.path_prefix
     paths = {f"{prefix}/{v}": v for v in VERBS}
     app = web.Application(client_max_size=settings.server.max_body_bytes,
-                          middlewares=[_error_middleware(metrics, paths.get)])
+                          middlewares=_middlewares(connections, _error_middleware(metrics, paths.get)))
     app[EXTENDER] = extender
     app[METRICS] = metrics
+    body_timeout = settings.server.body_timeout_s
 
     async def filter_(request: web.Request) -> web.Response:
-        args = extender_args(loads(await request.read()))
+        args = extender_args(loads(await read_body(request, body_timeout)))
         return _json(await request.app[EXTENDER].filter(args))
 
     async def prioritize(request: web.Request) -> web.Response:
-        args = extender_args(loads(await request.read()))
+        args = extender_args(loads(await read_body(request, body_timeout)))
         return _json(await request.app[EXTENDER].prioritize(args))
 
     async def bind(request: web.Request) -> web.Response:
-        args = binding_args(loads(await request.read()))
+        args = binding_args(loads(await read_body(request, body_timeout)))
         return _json(await request.app[EXTENDER].bind(args))
 
     async def preempt(request: web.Request) -> web.Response:
-        args = preemption_args(loads(await request.read()))
+        args = preemption_args(loads(await read_body(request, body_timeout)))
         return _json(await request.app[EXTENDER].preempt(args))
 
     for path, handler in ((f"{prefix}/filter", filter_), (f"{prefix}/prioritize", prioritize),
@@ -153,10 +195,37 @@ def _json(obj: Any, status: int = 200) -> web.Response:
     return web.Response(status=status, body=dumps(obj), content_type="application/json")
 
 
+_CURSOR = re.compile(r"[0-9]{1,18}")
+"""A query integer: ASCII digits only (``int()`` would also take ``1_000``, ``" 5"`` and ``"５"``), short
+enough that parsing it costs nothing."""
+
+
+def _int_param(request: web.Request, name: str, default: int, low: int, high: int, what: str) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    if _CURSOR.fullmatch(raw) is None:
+        raise BadRequest(name, f"expected {what}, got {raw[:40]!r}{'…' if len(raw) > 40 else ''}")
+    value = int(raw)
+    if not low <= value <= high:
+        raise BadRequest(name, f"must be {low}..{high}, got {value}")
+    return value
+
+
 def make_status_app(extender: Extender, metrics: Metrics, health: Health,
-                    extra_status: Callable[[], dict[str, Any]] | None = None) -> web.Application:
-    """The read-only listener: metrics, probes, status and the decision ring."""
-    app = web.Application(middlewares=[_error_middleware(metrics, lambda path: None)])
+                    extra_status: Callable[[], dict[str, Any]] | None = None, auth: "Authenticator | None" = None,
+                    protect_metrics: bool = False, connections: "ConnectionGuard | None" = None) -> web.Application:
+    """The read-only listener: metrics, probes, status and the decision ring.
+
+    ``auth`` None: nothing is checked (``auth.mode: none``, tests); else /status and /decisions (and
+    /metrics with ``protect_metrics``) need a bearer token the API server allows."""
+    middlewares = _middlewares(connections, _error_middleware(metrics, lambda path: None))
+    if auth is not None:
+        from .auth import auth_middleware
+
+        protected = {"/status", "/decisions"} | ({"/metrics"} if protect_metrics else set())
+        middlewares.append(auth_middleware(auth, frozenset(protected)))
+    app = web.Application(middlewares=middlewares)
     app[EXTENDER] = extender
     app[METRICS] = metrics
     app[HEALTH] = health
@@ -187,13 +256,9 @@ def make_status_app(extender: Extender, metrics: Metrics, health: Health,
         return _json(body)
 
     async def decisions(request: web.Request) -> web.Response:
-        try:
-            after = int(request.query.get("after", "0"))
-            limit = int(request.query.get("limit", "1000"))
-        except ValueError:
-            raise BadRequest("after", "expected an integer cursor (the 'next' of the previous answer, 0 at first)") from None
-        if limit < 1 or limit > 10000:
-            raise BadRequest("limit", "must be 1..10000")
+        after = _int_param(request, "after", 0, 0, 10**18 - 1,
+                           "an integer cursor (the 'next' of the previous answer, 0 at first)")
+        limit = _int_param(request, "limit", 1000, 1, 10000, "an integer number of records, 1..10000")
         return _json(request.app[EXTENDER].ring.read(after, limit))
 
     app.router.add_get("/metrics", metrics_)

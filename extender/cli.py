@@ -16,8 +16,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--host", help="verb listener address (default 127.0.0.1: keep the verbs on loopback)")
     g.add_argument("--port", type=int, help="verb listener port (default 8888)")
     g.add_argument("--path-prefix", help="path the verbs hang under, e.g. /rlsched (default none)")
-    g.add_argument("--status-host", help="status listener address (default 0.0.0.0)")
+    g.add_argument("--status-host", help="status listener address (default 127.0.0.1; the chart sets 0.0.0.0)")
     g.add_argument("--status-port", type=int, help="status listener port: /metrics /healthz /readyz /status /decisions (default 8889)")
+    g.add_argument("--tls-cert-file", help="serve the verbs over HTTPS with this certificate (with --tls-key-file "
+                                           "and --tls-client-ca-file: mutual TLS)")
+    g.add_argument("--tls-key-file", help="private key of --tls-cert-file")
+    g.add_argument("--tls-client-ca-file", help="CA that must have signed the callers' client certificates")
+    g = parser.add_argument_group("authentication (status listener)")
+    g.add_argument("--auth", choices=("kubernetes", "none"),
+                   help="kubernetes (default): /status and /decisions need a bearer token allowed by TokenReview + "
+                        "SubjectAccessReview; none: open (local development only)")
+    g.add_argument("--protect-metrics", action="store_true", default=None, help="/metrics needs a token too")
     g = parser.add_argument_group("kubernetes")
     g.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)")
     g.add_argument("--context", help="kubeconfig context")
@@ -39,6 +48,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--log-format", choices=("json", "text"), help="json (default) or text")
     g.add_argument("--print-scheduler-config", action="store_true",
                    help="print the recommended KubeSchedulerConfiguration for these settings and exit")
+    g.add_argument("--client-cert-file", help="with --print-scheduler-config and mutual TLS: kube-scheduler's client "
+                                              "certificate (the path kube-scheduler sees)")
+    g.add_argument("--client-key-file", help="with --print-scheduler-config and mutual TLS: its private key")
+    g.add_argument("--server-ca-file", help="with --print-scheduler-config and mutual TLS: the CA that signed the "
+                                            "extender's serving certificate")
     g.add_argument("--print-settings", action="store_true", help="print the effective settings as YAML and exit")
 
 
@@ -46,6 +60,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
     return {
         "server.host": args.host, "server.port": args.port, "server.pathPrefix": args.path_prefix,
         "server.statusHost": args.status_host, "server.statusPort": args.status_port,
+        "server.tls.certFile": args.tls_cert_file, "server.tls.keyFile": args.tls_key_file,
+        "server.tls.clientCaFile": args.tls_client_ca_file, "auth.mode": args.auth, "auth.protectMetrics": args.protect_metrics,
         "kubernetes.kubeconfig": args.kubeconfig, "kubernetes.context": args.context,
         "kubernetes.schedulerName": args.scheduler_name,
         "policyFile": args.policy_file, "policy.mode": args.mode, "policy.modelPath": args.model,
@@ -66,11 +82,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"rlsched extender: {exc}", file=sys.stderr)
         return 2
     if args.print_scheduler_config:
-        from .scheduler_config import render
+        from .scheduler_config import ClientTls, render
 
         host = "127.0.0.1" if settings.server.host in ("0.0.0.0", "::", "") else settings.server.host
-        print(render(url=f"http://{host}:{settings.server.port}{settings.server.path_prefix}",
-                     scheduler_name=settings.kubernetes.scheduler_name, kubeconfig=None, gpu=settings.gpu), end="")
+        tls = None
+        if settings.server.tls.cert_file:
+            missing = [f for f, v in (("--client-cert-file", args.client_cert_file), ("--client-key-file", args.client_key_file),
+                                      ("--server-ca-file", args.server_ca_file)) if not v]
+            if missing:
+                print(f"rlsched extender: the verbs use mutual TLS (server.tls): --print-scheduler-config needs "
+                      f"{', '.join(missing)} (kube-scheduler's side of it)", file=sys.stderr)
+                return 2
+            tls = ClientTls(args.client_cert_file, args.client_key_file, args.server_ca_file)
+        print(render(url=f"{'https' if tls else 'http'}://{host}:{settings.server.port}{settings.server.path_prefix}",
+                     scheduler_name=settings.kubernetes.scheduler_name, kubeconfig=None, gpu=settings.gpu, tls=tls), end="")
         return 0
     if args.print_settings:
         print(settings_yaml(settings), end="")

@@ -3,20 +3,26 @@
 Credentials come from the ``kubernetes`` package's loaders (kubeconfig with exec/token/cert auth, or
 in-cluster service account with token refresh); the requests themselves run on the extender's event
 loop, so the watch and the bind writes never block a thread. Watches resume from the last
-resourceVersion and relist on 410 Gone (:class:`Informer`).
+resourceVersion and relist on 410 Gone (:class:`Informer`); nothing one object or one event carries
+can end an informer's loop. Object names are checked (:mod:`rlsched.extender.names`) and every path
+segment is URL-quoted before a request is built.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
+import random
 import ssl
+import time
 from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
 from urllib.parse import quote, urlencode
 
 import aiohttp
 import orjson
 
+from .names import check_pod_ref
+from .rejections import Rejections, describe
 from .settings import KubeSettings
 
 log = logging.getLogger("rlsched.extender.kubeapi")
@@ -135,8 +141,10 @@ class KubeApi:
             if not cont:
                 return items, meta.get("resourceVersion", "")
 
-    async def watch(self, path: str, resource_version: str, timeout_s: int) -> AsyncIterator[dict]:
-        """Watch events from ``resource_version`` until the server ends the watch."""
+    async def watch(self, path: str, resource_version: str, timeout_s: int,
+                    on_open: Callable[[], None] | None = None) -> AsyncIterator[dict]:
+        """Watch events from ``resource_version`` until the server ends the watch; ``on_open`` is
+        called once the server has accepted the watch (before any event)."""
         params = {"watch": "1", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
                   "timeoutSeconds": str(timeout_s)}
         try:
@@ -144,6 +152,8 @@ class KubeApi:
                                           timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=timeout_s + 30)) as resp:
                 if resp.status >= 400:
                     raise _api_error(resp.status, await resp.read())
+                if on_open is not None:
+                    on_open()
                 buf = b""
                 async for chunk in resp.content.iter_any():
                     buf += chunk
@@ -161,7 +171,9 @@ class KubeApi:
 
     # -- the extender's calls ---------------------------------------------------------------------
     async def get_pod(self, namespace: str, name: str, timeout: float) -> dict:
-        return await self.request("GET", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}", timeout=timeout)
+        """One pod; raises :class:`~rlsched.extender.names.InvalidName` before any request for a name
+        no pod can have."""
+        return await self.request("GET", pod_path(namespace, name), timeout=timeout)
 
     async def create_binding(self, namespace: str, name: str, uid: str, node: str, timeout: float,
                              annotations: Mapping[str, str] | None = None) -> None:
@@ -176,8 +188,13 @@ class KubeApi:
             meta["annotations"] = dict(annotations)
         body = {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
-        await self.request("POST", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/binding", body,
-                           timeout=timeout)
+        await self.request("POST", pod_path(namespace, name) + "/binding", body, timeout=timeout)
+
+
+def pod_path(namespace: str, name: str) -> str:
+    """``/api/v1/namespaces/NS/pods/NAME`` for valid names only, each segment quoted (no '/' survives)."""
+    check_pod_ref(namespace, name)
+    return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
 
 
 def _with_params(path: str, params: Mapping[str, str]) -> str:
@@ -193,37 +210,93 @@ def _api_error(status: int, raw: bytes) -> ApiError:
         return ApiError(status, "", raw[:300].decode("utf-8", "replace"))
 
 
+WATCH_BACKOFF_MAX_S = 30.0
+"""Longest pause between two tries of a failing list or watch."""
+
+
+def backoff_delay(base_s: float, failures: int, jitter: float) -> float:
+    """Exponential backoff with jitter: ``base·2^(failures-1)`` capped at WATCH_BACKOFF_MAX_S, times
+    0.5..1.0 (``jitter`` in [0, 1)) so that many extenders restarted together do not retry in step."""
+    exp = min(max(failures - 1, 0), 16)
+    return min(base_s * (2 ** exp), WATCH_BACKOFF_MAX_S) * (0.5 + 0.5 * jitter)
+
+
 class Informer:
-    """List once, then watch; resume from the last resourceVersion, relist on 410 Gone."""
+    """List once, then watch; resume from the last resourceVersion, relist on 410 Gone.
+
+    Per-object failures while applying an event are the cache's to absorb (logged once, counted); an
+    event that is not an object is skipped the same way. Anything else that goes wrong — the API
+    server unreachable, a broken stream, a bug — ends only the current list or watch: the loop waits
+    (exponential backoff with jitter), relists when it cannot trust its resourceVersion any more, and
+    goes on. ``up``/``down_since``/``last_error`` tell /readyz and /status how it is doing.
+    """
 
     def __init__(self, api: KubeApi, resource: str, path: str, replace: Callable[[list[dict]], None],
                  apply: Callable[[str, dict], None], settings: KubeSettings, metrics: Any = None,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, rejections: Rejections | None = None,
+                 jitter: Callable[[], float] = random.random, clock: Callable[[], float] = time.monotonic):
         self.api, self.resource, self.path = api, resource, path
         self.replace, self.apply = replace, apply
         self.settings, self.metrics, self.sleep = settings, metrics, sleep
+        self.rejections = rejections or Rejections()
+        self.jitter, self.clock = jitter, clock
+        self.kind = {"pods": "Pod", "nodes": "Node"}.get(resource, resource)
         self.resource_version: str | None = None
+        self.up = False
+        """The last list or watch request succeeded (and no failure since)."""
+        self.down_since: float | None = clock()
+        """Monotonic time since when it has not been up (None while up); set at creation: not listed yet."""
         self.last_error: str | None = None
+        """The current failure; None while up (cleared when the list or watch works again)."""
+        self.last_error_at: float | None = None
+        self.resolved: dict[str, Any] | None = None
+        """The last failure that was resolved: {"error", "at", "resolvedAt"} (wall-clock seconds)."""
+        self.failures = 0
+        """Consecutive failures (the backoff's exponent); reset by a list, an event or a watch that ran to
+        its end — not by a watch merely accepted, so a server that accepts and then drops every watch
+        still meets a growing backoff."""
+
+    def down_for(self) -> float:
+        """Seconds since the informer was last up (0 while up)."""
+        return 0.0 if self.down_since is None else self.clock() - self.down_since
+
+    def status(self) -> dict[str, Any]:
+        """For /status ``watches.<resource>``."""
+        return {"resourceVersion": self.resource_version, "up": self.up,
+                "downSeconds": None if self.up else round(self.down_for(), 3),
+                "lastError": self.last_error, "lastErrorAt": self.last_error_at, "resolved": self.resolved,
+                "consecutiveFailures": self.failures}
 
     async def sync(self) -> None:
         """The initial (or a re-) list; raises ApiError."""
         items, rv = await self.api.list(self.path, timeout=self.settings.list_timeout_s)
         self.replace(items)
         self.resource_version = rv
+        self.failures = 0
+        self._opened()
         log.info("listed %d %s at resourceVersion %s", len(items), self.resource, rv,
                  extra={"event": "listed", "resource": self.resource, "count": len(items)})
 
     async def run(self) -> None:
-        """Forever: watch, resume, relist when needed. Errors are logged, counted and retried."""
-        backoff = self.settings.retry_backoff_s
+        """Forever: watch, resume, relist when needed. Errors are logged, counted and retried; only
+        cancellation ends it."""
         while True:
             try:
                 if self.resource_version is None:
                     await self.sync()
-                async for event in self.api.watch(self.path, self.resource_version or "", self.settings.watch_timeout_s):
+                started, events = self.clock(), 0
+                async for event in self.api.watch(self.path, self.resource_version or "", self.settings.watch_timeout_s,
+                                                  on_open=self._opened):
+                    events += 1
+                    self.failures = 0
+                    self._opened()
                     self._handle(event)
-                backoff = self.settings.retry_backoff_s
+                self.failures = 0
                 self._restart("timeout")
+                if not events and self.clock() - started < 1.0:  # a server that ends every watch at once
+                    await self.sleep(backoff_delay(self.settings.retry_backoff_s, 1, self.jitter()))
+            except asyncio.CancelledError:
+                raise
             except Gone:
                 self.resource_version = None
                 self._restart("gone")
@@ -233,36 +306,64 @@ class Informer:
                     self.resource_version = None
                     self._restart("gone")
                     continue
-                self.last_error = str(exc)
-                self._restart("error")
-                log.warning("%s watch failed: %s; retrying in %.0f s", self.resource, exc, backoff,
-                            extra={"event": "watch_failed", "resource": self.resource})
-                await self.sleep(backoff)
-                backoff = min(backoff * 2, 30.0)
-            except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
-                self.last_error = f"bad watch event: {exc}"
-                self.resource_version = None
-                self._restart("bad-event")
-                log.warning("%s watch sent something unreadable (%s); relisting", self.resource, exc,
-                            extra={"event": "watch_failed", "resource": self.resource})
-                await self.sleep(backoff)
+                await self._failed("error", str(exc), relist=False)
+            except Exception as exc:  # noqa: BLE001 - a broken stream or a bug: relist, never die
+                await self._failed("bad-event" if isinstance(exc, orjson.JSONDecodeError) else "unexpected",
+                                   describe(exc), relist=True)
 
-    def _handle(self, event: dict) -> None:
+    def _handle(self, event: Any) -> None:
+        if not isinstance(event, Mapping):
+            self.rejections.reject(self.kind, None, TypeError(f"watch event is {type(event).__name__}, not an object"))
+            return
         kind = event.get("type")
-        obj = event.get("object") or {}
+        obj = event.get("object")
+        if not isinstance(obj, Mapping):
+            self.rejections.reject(self.kind, None, TypeError(f"{kind} event without an object"))
+            return
         if kind == "ERROR":
-            if obj.get("code") == 410:
+            code = obj.get("code")
+            if code == 410:
                 raise Gone()
-            raise ApiError(int(obj.get("code") or 500), str(obj.get("reason", "")), str(obj.get("message", "watch error")))
-        rv = (obj.get("metadata") or {}).get("resourceVersion")
+            raise ApiError(code if isinstance(code, int) and not isinstance(code, bool) else 500,
+                           str(obj.get("reason", ""))[:200], str(obj.get("message", "watch error"))[:500])
+        meta = obj.get("metadata")
+        rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+        rv = rv if isinstance(rv, str) else None
         if kind == "BOOKMARK":
             if rv:
                 self.resource_version = rv
             return
         if kind in ("ADDED", "MODIFIED", "DELETED"):
-            self.apply(kind, obj)
+            try:
+                self.apply(kind, obj)  # type: ignore[arg-type]
+            except Exception as exc:  # noqa: BLE001 - the cache absorbs its own; this is the last fence
+                self.rejections.reject(self.kind, obj, exc)
         if rv:
             self.resource_version = rv
+
+    def _opened(self) -> None:
+        """The list or watch works (again): clear the failure."""
+        if self.up:
+            return
+        if self.last_error is not None:
+            self.resolved = {"error": self.last_error, "at": self.last_error_at, "resolvedAt": round(time.time(), 3)}
+            log.info("%s watch recovered after %.1f s (%s)", self.resource, self.down_for(), self.last_error,
+                     extra={"event": "watch_recovered", "resource": self.resource})
+        self.up, self.down_since, self.last_error, self.last_error_at = True, None, None, None
+
+    async def _failed(self, reason: str, message: str, relist: bool) -> None:
+        self.failures += 1
+        self.up = False
+        if self.down_since is None:
+            self.down_since = self.clock()
+        self.last_error, self.last_error_at = message, round(time.time(), 3)
+        if relist:
+            self.resource_version = None
+        self._restart(reason)
+        delay = backoff_delay(self.settings.retry_backoff_s, self.failures, self.jitter())
+        log.warning("%s watch failed: %s; %s in %.1f s", self.resource, message, "relisting" if relist else "retrying",
+                    delay, extra={"event": "watch_failed", "resource": self.resource, "reason": reason})
+        await self.sleep(delay)
 
     def _restart(self, reason: str) -> None:
         if self.metrics is not None:

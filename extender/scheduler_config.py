@@ -20,10 +20,15 @@ What it does and why (docs/extender.md, "Decisions that survive kube-scheduler")
 - ``nodeCacheCapable: true`` (names only; full v1.Node lists cost ~70 ms per call at 1,000 nodes);
 - ``NodeResourcesFit`` ignores ``rlsched.io/gpu-milli`` (no node advertises it; the extender checks
   shares per card). ``managedResources`` is deliberately unset: it would stop CPU-only pods of the
-  profile from reaching the policy.
+  profile from reaching the policy;
+- optionally mutual TLS (``tls``: where the extender is not a loopback sidecar): an ``https`` URL,
+  ``enableHTTPS: true`` and ``tlsConfig`` with kube-scheduler's client certificate and the CA that
+  signed the extender's serving certificate (the extender's ``server.tls``). Without it the output is
+  unchanged.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -34,12 +39,30 @@ DEFAULT_URL = "http://127.0.0.1:8888"
 """The extender as a sidecar of kube-scheduler, on loopback."""
 
 
+@dataclass(frozen=True)
+class ClientTls:
+    """kube-scheduler's side of the extender's mutual TLS (paths as kube-scheduler sees them)."""
+
+    cert_file: str
+    """kube-scheduler's client certificate (signed by the CA in the extender's ``server.tls.clientCaFile``)."""
+    key_file: str
+    """Its private key."""
+    ca_file: str
+    """The CA that signed the extender's serving certificate (``server.tls.certFile``)."""
+    server_name: str | None = None
+    """Name to verify in the extender's certificate when the URL's host is not in it."""
+
+
 def scheduler_config(url: str = DEFAULT_URL, scheduler_name: str = "rl-scheduler", weight: int = 1000,
                      node_cache_capable: bool = True, lease_name: str | None = None,
                      lease_namespace: str = "kube-system", http_timeout: str = "10s", kubeconfig: str | None = None,
                      leader_elect: bool = True, gpu: GpuConventions | None = None,
-                     keep_score_plugins: bool = False) -> dict[str, Any]:
-    """The recommended configuration as a dict (``kubescheduler.config.k8s.io/v1``)."""
+                     keep_score_plugins: bool = False, tls: ClientTls | None = None) -> dict[str, Any]:
+    """The recommended configuration as a dict (``kubescheduler.config.k8s.io/v1``).
+
+    ``tls``: call the extender over mutual TLS (``url`` must be ``https://``)."""
+    if tls is not None and not url.startswith("https://"):
+        raise ValueError(f"extender URL {url!r}: mutual TLS needs an https:// URL")
     gpu = gpu or GpuConventions()
     plugins: dict[str, Any] = {}
     if not keep_score_plugins:
@@ -79,6 +102,11 @@ def scheduler_config(url: str = DEFAULT_URL, scheduler_name: str = "rl-scheduler
             "ignorable": False,
         }],
     }
+    if tls is not None:
+        tls_config = {"certFile": tls.cert_file, "keyFile": tls.key_file, "caFile": tls.ca_file}
+        if tls.server_name:
+            tls_config["serverName"] = tls.server_name
+        config["extenders"][0]["tlsConfig"] = tls_config
     if kubeconfig:
         config["clientConnection"] = {"kubeconfig": kubeconfig}
     return config

@@ -4,37 +4,57 @@ Start-up order, each step failing with a message that says what to fix:
 
 1. the policy (policy file, model; a bad one stops start-up when ``strictModel``);
 2. API credentials (kubeconfig / in-cluster);
-3. the status listener (/healthz answers from here on; /readyz says "starting");
+3. the status listener (/healthz answers from here on; /readyz says "starting"), with the bearer-token
+   checks of :mod:`rlsched.extender.auth` unless ``auth.mode`` is ``none``;
 4. the initial list of nodes and pods — the cache, with the card assignments recorded on bound pods,
    is complete before anything is decided (an unreachable API server stops start-up);
 5. ``gc.freeze()``: the start-up objects leave the collector's view;
-6. the verb listener and the background tasks (watches, policy/model polling, Prometheus load,
+6. the verb listener (HTTPS with client certificates when ``server.tls`` is set) and the background tasks (watches, policy/model polling, Prometheus load,
    expiry of uncertain reservations) in the verb app's ``cleanup_ctx``; /readyz turns ready.
 
 SIGTERM/SIGINT stop the listeners (in-flight requests get ``shutdown_timeout_s``) and cancel the tasks.
+Both listeners drop clients that are slow to send their headers and cap open connections
+(:mod:`rlsched.extender.listener`).
+
+Every background task runs under a supervisor that restarts it (exponential backoff with jitter,
+logged) whenever it ends, for whatever reason but cancellation: a watch can fail, it cannot stay down.
+/readyz reports a watch only when it has been down longer than :data:`WATCH_DOWN_NOT_READY_S`.
 """
 from __future__ import annotations
 
 import asyncio
 import gc
 import logging
+import random
 import signal
+import ssl
 from typing import Any, AsyncIterator, Callable
 
 from aiohttp import web
 
 from .app import Health, make_app, make_status_app
+from .auth import Authenticator
 from .binder import Binder
 from .cache import ClusterCache
 from .decisions import DecisionRing
-from .kubeapi import NODES_PATH, PODS_PATH, ApiError, Informer, KubeApi
+from .kubeapi import NODES_PATH, PODS_PATH, ApiError, Informer, KubeApi, backoff_delay
+from .listener import ConnectionGuard, ConnectionMetrics, GuardedSite
 from .metrics import Metrics, gauge
 from .policy import PolicyEngine, load_model
 from .prometheus import LoadPoller
-from .settings import ConfigError, ExtenderSettings
+from .rejections import Rejections, describe, identity
+from .settings import ConfigError, ExtenderSettings, TlsSettings, check_complete
 from .verbs import Extender
 
 log = logging.getLogger("rlsched.extender")
+
+WATCH_DOWN_NOT_READY_S = 60.0
+"""A watch that has been failing this long makes /readyz 503: the cache may be that stale. Shorter
+outages (an API server restart, a dropped connection) are retried without flapping readiness."""
+
+
+LINGER_S = 1.0
+"""Seconds aiohttp keeps reading (and dropping) the rest of a body answered early before it closes."""
 
 
 class StartupError(Exception):
@@ -54,7 +74,9 @@ class Service:
         self.settings = settings
         self.metrics = metrics
         self.api = api
-        self.cache = ClusterCache(settings.gpu, settings.policy.seed)
+        self.cache = ClusterCache(settings.gpu, settings.policy.seed,
+                                  rejections=Rejections(lambda kind, reason: metrics.objects_rejected.labels(kind, reason).inc()),
+                                  scheduler_name=settings.kubernetes.scheduler_name)
         self.engine = engine
         self.ring = DecisionRing(settings.decision_ring_size)
         self.binder = Binder(self.cache, self.engine, api, settings.gpu, settings.kubernetes) if api is not None else None
@@ -63,8 +85,10 @@ class Service:
         self.informers: list[Informer] = []
         if api is not None:
             self.informers = [
-                Informer(api, "nodes", NODES_PATH, self.cache.replace_nodes, self._apply_node, settings.kubernetes, self.metrics),
-                Informer(api, "pods", PODS_PATH, self.cache.replace_pods, self._apply_pod, settings.kubernetes, self.metrics),
+                Informer(api, "nodes", NODES_PATH, self.cache.replace_nodes, self._apply_node, settings.kubernetes, self.metrics,
+                         rejections=self.cache.rejections),
+                Informer(api, "pods", PODS_PATH, self.cache.replace_pods, self._apply_pod, settings.kubernetes, self.metrics,
+                         rejections=self.cache.rejections),
             ]
         self.load: LoadPoller | None = None
         if settings.prometheus.url:
@@ -76,18 +100,19 @@ class Service:
         """Where the listeners ended up (``verbs``, ``status``: (host, port)); port 0 picks a free one."""
         self.health.checks["cache"] = lambda: None if self.cache.ready else "nodes and pods not listed yet"
         self.health.checks["tasks"] = self._dead_tasks
+        self.health.checks["watches"] = self._watches_down
         self.health.liveness["tasks"] = self._dead_tasks
 
     # -- watch callbacks --------------------------------------------------------------------------
     def _apply_node(self, kind: str, obj: dict) -> None:
         if kind == "DELETED":
-            self.cache.delete_node(obj.get("metadata", {}).get("name", ""))
+            self.cache.delete_node(identity(obj)[1])
         else:
             self.cache.set_node(obj)
 
     def _apply_pod(self, kind: str, obj: dict) -> None:
         if kind == "DELETED":
-            uid = obj.get("metadata", {}).get("uid", "")
+            uid = identity(obj)[2]
             self.cache.delete_pod(uid)
             self.extender.memory.pop(uid)
         else:
@@ -121,6 +146,37 @@ class Service:
         dead = [name for name, t in self.tasks.items() if t.done()]
         return f"background task(s) stopped: {', '.join(dead)}" if dead else None
 
+    def _watches_down(self) -> str | None:
+        """Readiness: only a watch down longer than WATCH_DOWN_NOT_READY_S (the initial list is the
+        ``cache`` check's)."""
+        if not self.cache.ready:
+            return None
+        down = [f"{i.resource} for {i.down_for():.0f} s ({i.last_error})" for i in self.informers
+                if not i.up and i.down_for() > WATCH_DOWN_NOT_READY_S]
+        return f"watch down: {'; '.join(down)}" if down else None
+
+    async def _supervise(self, name: str, run: Callable[[], Any], base_s: float = 1.0) -> None:
+        """Run ``run()`` forever: whenever it ends — returns or raises — log it and start it again
+        after a backoff with jitter. Only cancellation stops the supervisor."""
+        failures = 0
+        while True:
+            started = asyncio.get_running_loop().time()
+            try:
+                await run()
+                why = "ended"
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a background task must come back, whatever killed it
+                why = f"failed: {describe(exc)}"
+                log.error("background task %s %s", name, why, exc_info=exc, extra={"event": "task_failed", "task": name})
+            failures = 1 if asyncio.get_running_loop().time() - started > 60 else failures + 1
+            delay = backoff_delay(base_s, failures, random.random())
+            log.warning("background task %s %s; restarting in %.1f s", name, why, delay,
+                        extra={"event": "task_restart", "task": name})
+            if name.startswith("watch-"):
+                self.metrics.watch_restarts.labels(name[len("watch-"):], "task-ended").inc()
+            await asyncio.sleep(delay)
+
     # -- lifecycle --------------------------------------------------------------------------------
     async def sync(self) -> None:
         """The initial list of nodes and pods."""
@@ -135,12 +191,13 @@ class Service:
 
     async def background(self, app: web.Application) -> AsyncIterator[None]:
         """cleanup_ctx of the verb app: start the background tasks, cancel and await them on exit."""
-        for informer in self.informers:
-            self.tasks[f"watch-{informer.resource}"] = asyncio.create_task(informer.run(), name=f"watch-{informer.resource}")
-        self.tasks["policy-poll"] = asyncio.create_task(self.engine.run_poller(self.settings.policy_poll_s), name="policy-poll")
+        runs: dict[str, Callable[[], Any]] = {f"watch-{i.resource}": i.run for i in self.informers}
+        runs["policy-poll"] = lambda: self.engine.run_poller(self.settings.policy_poll_s)
         if self.load is not None:
-            self.tasks["prometheus"] = asyncio.create_task(self.load.run(), name="prometheus")
-        self.tasks["expire"] = asyncio.create_task(self._expire(), name="expire")
+            runs["prometheus"] = self.load.run
+        runs["expire"] = self._expire
+        for name, run in runs.items():
+            self.tasks[name] = asyncio.create_task(self._supervise(name, run), name=name)
         try:
             yield
         finally:
@@ -158,11 +215,29 @@ class Service:
             self.cache.expire_uncertain(self.settings.kubernetes.assumed_ttl_s)
 
     def status_extra(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"watches": {i.resource: {"resourceVersion": i.resource_version, "lastError": i.last_error}
-                                           for i in self.informers}}
+        out: dict[str, Any] = {"watches": {i.resource: i.status() for i in self.informers}}
         if self.load is not None:
             out["load"] = self.load.status()
         return out
+
+
+def verb_ssl_context(tls: TlsSettings) -> ssl.SSLContext | None:
+    """Mutual TLS for the verb listener: our certificate, and callers must present one signed by
+    ``clientCaFile`` (None without ``server.tls``). ConfigError names the file that cannot be used."""
+    if not tls.cert_file:
+        return None
+    try:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=tls.client_ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"server.tls.clientCaFile {tls.client_ca_file}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        ctx.load_cert_chain(tls.cert_file, tls.key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"server.tls.certFile {tls.cert_file} / keyFile {tls.key_file}: "
+                          f"{getattr(exc, 'strerror', None) or exc}") from None
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    return ctx
 
 
 def limit_native_threads() -> None:
@@ -184,6 +259,8 @@ async def serve(settings: ExtenderSettings, api: Any = None, model_loader: Calla
     metrics = Metrics()
     engine = PolicyEngine(settings.policy, settings.policy_file, model_loader, metrics)
     try:
+        check_complete(settings)
+        verb_ssl = verb_ssl_context(settings.server.tls)
         engine.start(strict_model=settings.strict_model)
     except ConfigError as exc:
         raise StartupError(str(exc), 2) from None
@@ -194,13 +271,27 @@ async def serve(settings: ExtenderSettings, api: Any = None, model_loader: Calla
             raise StartupError(str(exc), 2) from None
         log.info("API server %s (%s)", api.host, getattr(api, "source", ""), extra={"event": "api"})
     service = Service(settings, api, engine, metrics)
-    status_app = make_status_app(service.extender, service.metrics, service.health, service.status_extra)
-    status_runner = web.AppRunner(status_app, access_log=None, shutdown_timeout=settings.server.shutdown_timeout_s)
+    srv = settings.server
+    connection_metrics = ConnectionMetrics(metrics.registry)
+    status_guard = ConnectionGuard("status", srv.header_timeout_s, srv.status_max_connections, connection_metrics)
+    verb_guard = ConnectionGuard("verbs", srv.header_timeout_s, srv.max_connections, connection_metrics)
+    auth: Authenticator | None = None
+    if settings.auth.mode == "kubernetes":
+        auth = Authenticator(api, settings.auth, metrics.registry)
+    else:
+        log.warning("auth.mode is none: /status and /decisions answer anyone who reaches %s:%d (local development only)",
+                    srv.status_host, srv.status_port, extra={"event": "auth_off"})
+    status_app = make_status_app(service.extender, service.metrics, service.health, service.status_extra, auth=auth,
+                                 protect_metrics=settings.auth.protect_metrics, connections=status_guard)
+    # lingering_time: after an early answer (408, 413, 401) aiohttp reads and drops the rest of the body
+    # for this long before closing; its default of 10 s would let a stalled client keep the connection.
+    status_runner = web.AppRunner(status_app, access_log=None, shutdown_timeout=srv.shutdown_timeout_s,
+                                  keepalive_timeout=srv.idle_timeout_s, lingering_time=LINGER_S)
     await status_runner.setup()
     verb_runner: web.AppRunner | None = None
     try:
         try:
-            await web.TCPSite(status_runner, settings.server.status_host, settings.server.status_port).start()
+            await GuardedSite(status_runner, srv.status_host, srv.status_port, status_guard).start()
         except OSError as exc:
             raise StartupError(f"cannot listen on {settings.server.status_host}:{settings.server.status_port} "
                                f"(server.statusPort): {exc.strerror or exc}") from None
@@ -208,20 +299,23 @@ async def serve(settings: ExtenderSettings, api: Any = None, model_loader: Calla
         await service.sync()
         gc.collect()
         gc.freeze()
-        verb_app = make_app(service.extender, service.metrics, settings)
+        verb_app = make_app(service.extender, service.metrics, settings, connections=verb_guard)
         verb_app.cleanup_ctx.append(service.background)
-        verb_runner = web.AppRunner(verb_app, access_log=None, shutdown_timeout=settings.server.shutdown_timeout_s)
+        verb_runner = web.AppRunner(verb_app, access_log=None, shutdown_timeout=srv.shutdown_timeout_s,
+                                    keepalive_timeout=srv.idle_timeout_s, lingering_time=LINGER_S)
         await verb_runner.setup()
         try:
-            await web.TCPSite(verb_runner, settings.server.host, settings.server.port, backlog=1024).start()
+            await GuardedSite(verb_runner, srv.host, srv.port, verb_guard, ssl_context=verb_ssl, backlog=1024).start()
         except OSError as exc:
             raise StartupError(f"cannot listen on {settings.server.host}:{settings.server.port} (server.port): "
                                f"{exc.strerror or exc}") from None
         service.addresses["verbs"] = verb_runner.addresses[0][:2]
         service.health.started = True
-        log.info("extender serving: verbs on %s:%d%s, status on %s:%d; %d nodes, %d pods; mode %s, model %s, fallback %s",
-                 settings.server.host, settings.server.port, settings.server.path_prefix or "", settings.server.status_host,
-                 settings.server.status_port, len(service.cache.nodes), len(service.cache.pods), service.engine.settings.mode,
+        log.info("extender serving: verbs on %s://%s:%d%s, status on %s:%d (auth %s%s); %d nodes, %d pods; mode %s, "
+                 "model %s, fallback %s", "https" if verb_ssl else "http", srv.host, srv.port, srv.path_prefix or "",
+                 srv.status_host, srv.status_port, settings.auth.mode,
+                 ", /metrics too" if auth is not None and settings.auth.protect_metrics else "",
+                 len(service.cache.nodes), len(service.cache.pods), service.engine.settings.mode,
                  service.engine.model_info.version or "none", service.engine.fallback_scorer.name, extra={"event": "serving"})
         if ready is not None:
             ready(service)

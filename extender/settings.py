@@ -33,25 +33,88 @@ class ConfigError(ValueError):
 
 
 @dataclass
+class TlsSettings:
+    """Mutual TLS on the verb listener (all three files, or none)."""
+
+    cert_file: str | None = None
+    """PEM certificate the verb listener serves (HTTPS); unset: plain HTTP on loopback."""
+    key_file: str | None = None
+    """PEM private key of ``certFile``."""
+    client_ca_file: str | None = None
+    """PEM CA bundle; every caller must present a client certificate signed by it (kube-scheduler's
+    extender ``tlsConfig.certFile``/``keyFile``). Without a verified certificate the TLS handshake fails."""
+
+
+@dataclass
 class ServerSettings:
     """The two HTTP listeners."""
 
     host: str = "127.0.0.1"
-    """Address of the verb listener (filter/prioritize/bind/preempt). Loopback by default: the
-    protocol has no caller authentication, so run the extender as a sidecar of kube-scheduler."""
+    """Address of the verb listener (filter/prioritize/bind/preempt). Loopback by default: without
+    ``tls`` the protocol has no caller authentication, so run the extender as a sidecar of kube-scheduler."""
     port: int = 8888
     """Port of the verb listener."""
     path_prefix: str = ""
     """Path the verbs hang under (``/rlsched`` → ``POST /rlsched/filter``); must match ``urlPrefix``."""
-    status_host: str = "0.0.0.0"
-    """Address of the read-only listener: /metrics, /healthz, /readyz, /status, /decisions."""
+    status_host: str = "127.0.0.1"
+    """Address of the status listener: /metrics, /healthz, /readyz, /status, /decisions. Loopback
+    by default; the Helm chart sets 0.0.0.0 (probes, Prometheus and the operator reach it through
+    the Service, with ``auth`` guarding what reveals anything)."""
     status_port: int = 8889
-    """Port of the read-only listener."""
+    """Port of the status listener."""
     max_body_bytes: int = 64 * 1024 * 1024
     """Largest request body accepted (HTTP 413 above). Full-node mode sends every v1.Node: about
     5 KB per node, so 5,000 nodes need ~26 MB."""
     shutdown_timeout_s: float = 5.0
     """Seconds to let in-flight requests finish on SIGTERM; keep below the pod's grace period."""
+    header_timeout_s: float = 10.0
+    """Seconds a client has to send a request line and its headers, counted from connecting (or from
+    the first byte of a further request on a kept-alive connection); slower clients are answered 408
+    and dropped (a slowloris client would otherwise hold a connection forever)."""
+    body_timeout_s: float = 15.0
+    """Seconds to receive a whole request body once the headers are in (HTTP 408 and the connection
+    closed past it). kube-scheduler gives up on a call after its ``httpTimeout`` (10 s in our config)."""
+    idle_timeout_s: float = 120.0
+    """Seconds a kept-alive connection may sit idle between requests. Longer than Go's 90 s
+    ``IdleConnTimeout`` (kube-scheduler's client), so the client closes idle connections first and
+    never sends a request on one the extender is closing."""
+    max_connections: int = 1024
+    """Open connections the verb listener accepts at once; more are answered 503 and closed.
+    kube-scheduler opens one per call in flight (binds run concurrently, one per pod)."""
+    status_max_connections: int = 64
+    """Open connections the status listener accepts at once (probes, Prometheus, the operator)."""
+    tls: TlsSettings = field(default_factory=TlsSettings)
+    """Optional mutual TLS on the verb listener (``server.tls.certFile`` …)."""
+
+
+AUTH_MODES = ("kubernetes", "none")
+"""``kubernetes``: bearer tokens checked with TokenReview + SubjectAccessReview; ``none``: no checks
+(local development only; logged as a warning at start-up)."""
+
+
+@dataclass
+class AuthSettings:
+    """Who may read the status listener (``GET /status``, ``/decisions``; ``/metrics`` optionally).
+
+    A caller sends ``Authorization: Bearer <token>``; the extender asks the API server who it is
+    (TokenReview) and whether it may ``get`` the non-resource URL it asked for
+    (SubjectAccessReview: ``nonResourceURLs: ["/status", "/decisions"]``, ``verbs: [get]``) — the
+    convention of kube-rbac-proxy and controller-runtime's metrics filter. /healthz and /readyz stay open.
+    """
+
+    mode: str = "kubernetes"
+    """``kubernetes`` | ``none`` (see :data:`AUTH_MODES`). The extender's own identity needs
+    ``create`` on tokenreviews and subjectaccessreviews (the ClusterRole ``system:auth-delegator``)."""
+    protect_metrics: bool = False
+    """Also require a token allowed ``get`` on ``/metrics``. Off by default, where the listener is on
+    loopback; the chart turns it on (Prometheus then scrapes with its ServiceAccount token)."""
+    cache_ttl_s: float = 30.0
+    """Seconds an allowed (token, path) answer is reused without asking the API server again."""
+    negative_cache_ttl_s: float = 5.0
+    """Seconds a refused answer (invalid token, denied access) is reused; shorter, so a token that was
+    just granted access works soon, while a caller repeating a bad token cannot flood the API server."""
+    review_timeout_s: float = 5.0
+    """Timeout of one TokenReview or SubjectAccessReview call; past it the request gets HTTP 503."""
 
 
 @dataclass
@@ -63,8 +126,8 @@ class KubeSettings:
     context: str | None = None
     """Kubeconfig context (unset: the current one)."""
     scheduler_name: str = "rl-scheduler"
-    """``spec.schedulerName`` of the pods this extender serves (for counting and logs only: the
-    kube-scheduler profile decides which pods reach the extender)."""
+    """``spec.schedulerName`` of the pods this extender serves: bind and preempt refuse every other pod
+    (the kube-scheduler profile decides which pods reach filter and prioritize)."""
     list_timeout_s: float = 60.0
     """Timeout of one list page (seconds)."""
     write_timeout_s: float = 2.0
@@ -200,6 +263,8 @@ class ExtenderSettings:
     """How long filter's decision for a pod is reused by prioritize and bind."""
     log: LogSettings = field(default_factory=LogSettings)
     """Logging."""
+    auth: AuthSettings = field(default_factory=AuthSettings)
+    """Authentication and authorization of the status listener."""
 
 
 # -- loading --------------------------------------------------------------------------------------
@@ -347,6 +412,19 @@ def validate(obj: Any, where: str = "") -> None:
             raise ConfigError(f"{prefix}maxBodyBytes: must be at least 1024, got {obj.max_body_bytes}")
         if obj.path_prefix and (not obj.path_prefix.startswith("/") or obj.path_prefix.endswith("/")):
             raise ConfigError(f"{prefix}pathPrefix: must start with '/' and not end with one, got {obj.path_prefix!r}")
+        for name in ("header_timeout_s", "body_timeout_s", "idle_timeout_s", "shutdown_timeout_s"):
+            if not getattr(obj, name) > 0:
+                raise ConfigError(f"{prefix}{camel(name)}: must be positive, got {getattr(obj, name)}")
+        for name in ("max_connections", "status_max_connections"):
+            if getattr(obj, name) < 1:
+                raise ConfigError(f"{prefix}{camel(name)}: must be at least 1, got {getattr(obj, name)}")
+    elif isinstance(obj, AuthSettings):
+        if obj.mode not in AUTH_MODES:
+            raise ConfigError(f"{prefix}mode: {obj.mode!r} is not one of {', '.join(AUTH_MODES)}")
+        for name in ("cache_ttl_s", "negative_cache_ttl_s", "review_timeout_s"):
+            if not getattr(obj, name) >= 0 or (name == "review_timeout_s" and not obj.review_timeout_s > 0):
+                raise ConfigError(f"{prefix}{camel(name)}: must be {'positive' if name == 'review_timeout_s' else '0 or more'}, "
+                                  f"got {getattr(obj, name)}")
     elif isinstance(obj, PrometheusSettings):
         unknown = set(obj.queries) - {"cpu", "memory", "network", "disk"}
         if unknown:
@@ -363,6 +441,18 @@ def validate(obj: Any, where: str = "") -> None:
             raise ConfigError("decisionRingSize: must be at least 1")
         if not obj.policy_poll_s > 0:
             raise ConfigError("policyPollS: must be positive")
+
+
+def check_complete(settings: ExtenderSettings) -> ExtenderSettings:
+    """Checks across keys that may come from different sources (file, environment, flags), so they run
+    once everything is merged: the TLS files come as a set."""
+    tls = settings.server.tls
+    given = {camel(n): getattr(tls, n) for n in ("cert_file", "key_file", "client_ca_file")}
+    if any(given.values()) and not all(given.values()):
+        missing = ", ".join(f"server.tls.{k}" for k, v in given.items() if not v)
+        raise ConfigError(f"{missing}: mutual TLS needs certFile, keyFile and clientCaFile together "
+                          "(a server certificate without client verification would authenticate no caller)")
+    return settings
 
 
 def read_yaml(path: str | Path, what: str = "config file") -> Mapping[str, Any]:
@@ -398,7 +488,7 @@ def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None 
     for key, value in (overrides or {}).items():
         if value is not None:
             settings = merge(settings, _nest(key, value), "")
-    return settings
+    return check_complete(settings)
 
 
 def _nest(dotted: str, value: Any) -> dict[str, Any]:

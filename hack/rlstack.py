@@ -13,9 +13,17 @@ plain processes on loopback, each with a pid file in ``<state>/run/`` and a log 
   ``default-scheduler``: kube-scheduler's ``extenders:`` apply to every profile of a process, so the
   two profiles cannot share one process without the default one calling our extender too.
 - ``rlsched-extender``: ``rlsched extender`` serving the bundled model when it is installed
-  (:data:`rlsched.policy.learned.DEFAULT_MODEL`), the FGD fallback otherwise.
+  (:data:`rlsched.policy.learned.DEFAULT_MODEL`), the FGD fallback otherwise. Its /status and
+  /decisions need a bearer token (``auth.mode: kubernetes``, the extender's default); it runs with
+  the admin kubeconfig (group system:masters), which may create the TokenReviews and
+  SubjectAccessReviews that checking takes (in a cluster: the ClusterRole system:auth-delegator).
 - ``rlsched-operator`` (optional): ``rlsched operator`` publishing a SchedulingPolicy into a folder the
-  extender reads.
+  extender reads, sending the token of the ServiceAccount ``kube-system/rlsched-operator``.
+
+Who reads the status listener: the ServiceAccounts :data:`STACK_IDENTITY` (this module's
+``Extender.status()``/``decisions()``, the demo) and :data:`OPERATOR_IDENTITY`, bound to the ClusterRole
+:data:`READER_ROLE` (``get`` on the non-resource URLs /status, /decisions, /metrics); their tokens come
+from the TokenRequest API (``kubectl create token``) into ``<state>/rlstack/tokens/`` (:func:`service_account_token`).
 - ``rlsched-load-exporter`` (optional): ``hack/load_exporter.py``, node-exporter series per kwok node,
   registered with the cluster's Prometheus, which the extender queries.
 
@@ -319,29 +327,76 @@ class Proc:
             return ""
 
 
-def http_get(url: str, timeout: float = 3, context: ssl.SSLContext | None = None) -> tuple[int, bytes]:
+def http_get(url: str, timeout: float = 3, context: ssl.SSLContext | None = None,
+             token: str | None = None) -> tuple[int, bytes]:
+    """(status, body) of a GET; ``token``: sent as ``Authorization: Bearer``."""
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
-        with urllib.request.urlopen(url, timeout=timeout, context=context) as resp:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
+
+
+# -- who may read the extender's status listener --------------------------------------------------------
+
+READER_ROLE = "rlsched-extender-reader"
+"""ClusterRole: ``get`` on the extender's /status, /decisions and /metrics (non-resource URLs, which the
+extender checks with a SubjectAccessReview)."""
+STACK_IDENTITY = "rlsched-stack"
+"""ServiceAccount of this harness's own reads (``Extender.status()`` …) and of the demo."""
+OPERATOR_IDENTITY = "rlsched-operator"
+"""ServiceAccount whose token the local operator sends to the extender."""
+IDENTITY_NAMESPACE = "kube-system"
+
+
+def reader_rbac(account: str, namespace: str = IDENTITY_NAMESPACE, grant: bool = True) -> list[dict]:
+    """The ServiceAccount ``account`` and, with ``grant``, a binding to :data:`READER_ROLE`."""
+    objs: list[dict] = [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": namespace}}]
+    if grant:
+        objs += [
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": READER_ROLE},
+             "rules": [{"nonResourceURLs": ["/status", "/decisions", "/metrics"], "verbs": ["get"]}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": f"{READER_ROLE}-{account}"},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": READER_ROLE},
+             "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]},
+        ]
+    return objs
+
+
+def service_account_token(cluster: "LocalCluster", account: str, grant: bool = True,
+                          namespace: str = IDENTITY_NAMESPACE, duration: str = "24h") -> Path:
+    """Create the ServiceAccount (bound to :data:`READER_ROLE` with ``grant``), request a token for it
+    (TokenRequest API) and write it to ``<state>/rlstack/tokens/<account>.token`` (mode 0600)."""
+    cluster.apply(reader_rbac(account, namespace, grant))
+    token = cluster.kubectl("create", "token", account, "-n", namespace, "--duration", duration).stdout.strip()
+    folder = cluster.stack_dir / "tokens"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{account}.token"
+    tmp = folder / f".{account}.token.tmp"
+    tmp.write_text(token + "\n")
+    tmp.chmod(0o600)
+    tmp.replace(path)  # atomic, like the kubelet's rotation: a reader sees the old token or the new one
+    return path
 
 
 # -- kube-scheduler ----------------------------------------------------------------------------------
 
 def rl_scheduler_config(cluster: LocalCluster, extender_url: str | None, *, scheduler_name: str = SCHEDULER_NAME,
                         leader_elect: bool = True, lease_name: str = LEASE_NAME, qps: float | None = None,
-                        burst: int | None = None, default_profile: bool = False) -> dict[str, Any]:
+                        burst: int | None = None, default_profile: bool = False, tls: Any = None) -> dict[str, Any]:
     """Our KubeSchedulerConfiguration (``rlsched.extender.scheduler_config``) pointed at this cluster.
 
     ``extender_url`` None drops the extender (the benchmark's baseline); ``default_profile`` replaces our
     profile by a stock one (every plugin, default percentageOfNodesToScore) under ``scheduler_name``.
-    ``qps``/``burst`` set ``clientConnection`` (kube-scheduler's defaults are 50/100).
+    ``qps``/``burst`` set ``clientConnection`` (kube-scheduler's defaults are 50/100). ``tls``: a
+    :class:`rlsched.extender.scheduler_config.ClientTls` — call the extender over mutual TLS (https URL).
     """
     from rlsched.extender.scheduler_config import scheduler_config
 
     conf = scheduler_config(url=extender_url or "http://127.0.0.1:1", scheduler_name=scheduler_name,
-                            lease_name=lease_name, leader_elect=leader_elect,
+                            lease_name=lease_name, leader_elect=leader_elect, tls=tls,
                             kubeconfig=str(cluster.state_dir / "kubeconfigs" / "kube-scheduler.kubeconfig"))
     if extender_url is None:
         del conf["extenders"]
@@ -413,12 +468,22 @@ class KubeScheduler(Proc):
 # -- extender, operator, load exporter ---------------------------------------------------------------
 
 class Extender(Proc):
-    """``rlsched extender`` against this cluster (admin credentials), verbs and status on loopback."""
+    """``rlsched extender`` against this cluster (admin credentials), verbs and status on loopback.
+    Reads of /status, /decisions and /metrics carry the token of :data:`STACK_IDENTITY`."""
 
     def __init__(self, cluster: LocalCluster, name: str = "rlsched-extender"):
         super().__init__(cluster, name)
         self.port: int | None = None
         self.status_port: int | None = None
+        self.token_path: Path | None = None
+
+    @property
+    def token(self) -> str | None:
+        """The reader token (None before :meth:`start_with` has made one)."""
+        try:
+            return self.token_path.read_text().strip() if self.token_path else None
+        except OSError:
+            return None
 
     @property
     def url(self) -> str:
@@ -446,6 +511,7 @@ class Extender(Proc):
             conf.setdefault("prometheus", {})["url"] = prometheus_url
         cfg = c.stack_dir / f"{self.name}.yaml"
         cfg.write_text(yaml.safe_dump(conf, sort_keys=False))
+        self.token_path = service_account_token(c, STACK_IDENTITY)
         # RLSCHED_STACK_EXTENDER_LAUNCHER: another command instead of `python -m rlsched.cli` (experiments
         # with a patched extender that must not touch the working tree).
         launcher = os.environ.get("RLSCHED_STACK_EXTENDER_LAUNCHER", "").split() or [sys.executable, "-m", "rlsched.cli"]
@@ -474,19 +540,19 @@ class Extender(Proc):
         wait_for(lambda: http_get(f"{self.status_url}/readyz")[0] == 200, timeout, f"{self.name} /readyz", alive=self.alive)
 
     def status(self) -> dict[str, Any]:
-        code, body = http_get(f"{self.status_url}/status")
+        code, body = http_get(f"{self.status_url}/status", token=self.token)
         if code != 200:
-            raise RuntimeError(f"{self.name} /status: HTTP {code}")
+            raise RuntimeError(f"{self.name} /status: HTTP {code}: {body[:300]!r}")
         return json.loads(body)
 
     def decisions(self, after: int = 0, limit: int = 4096) -> dict[str, Any]:
-        code, body = http_get(f"{self.status_url}/decisions?after={after}&limit={limit}", timeout=10)
+        code, body = http_get(f"{self.status_url}/decisions?after={after}&limit={limit}", timeout=10, token=self.token)
         if code != 200:
-            raise RuntimeError(f"{self.name} /decisions: HTTP {code}")
+            raise RuntimeError(f"{self.name} /decisions: HTTP {code}: {body[:300]!r}")
         return json.loads(body)
 
     def metrics(self) -> str:
-        return http_get(f"{self.status_url}/metrics")[1].decode()
+        return http_get(f"{self.status_url}/metrics", token=self.token)[1].decode()
 
 
 def describe_policy(status: Mapping[str, Any]) -> str:
@@ -511,9 +577,11 @@ class Operator(Proc):
                    prometheus_url: str | None = None, extra: Sequence[str] = (), timeout: float = 120) -> None:
         policy_dir.mkdir(parents=True, exist_ok=True)
         start_len = self.log_path.stat().st_size if self.log_path.exists() else 0
+        token = service_account_token(self.cluster, OPERATOR_IDENTITY)
         argv = [sys.executable, "-m", "rlsched.cli", "operator", "--kubeconfig", str(self.cluster.kubeconfig),
                 "--install-crds", "--namespace", namespace, "--policy", f"{namespace}/default", "--sink", "directory",
-                "--directory", str(policy_dir), "--extender-url", extender_status_url, "--status-interval", "5"]
+                "--directory", str(policy_dir), "--extender-url", extender_status_url, "--extender-token-file", str(token),
+                "--status-interval", "5"]
         if decision_log:
             argv += ["--decision-log", str(decision_log)]
         if prometheus_url:
@@ -578,6 +646,35 @@ def prometheus_query(url: str, promql: str) -> list[dict[str, Any]]:
         raise RuntimeError(f"Prometheus {url}: HTTP {code}: {body[:200]!r}")
     return json.loads(body)["data"]["result"]
 
+
+
+# -- test certificates -------------------------------------------------------------------------------
+
+def tls_pki(folder: Path, name: str = "rlsched-test") -> dict[str, Path]:
+    """A throwaway CA in ``folder`` (openssl) and, signed by it, a server certificate for 127.0.0.1 /
+    localhost and a client certificate: the files of the verbs' mutual TLS (``server.tls``, kube-scheduler's
+    ``tlsConfig``). Keys: ``ca``, ``server_cert``, ``server_key``, ``client_cert``, ``client_key``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    out = {"ca": folder / "ca.crt", "ca_key": folder / "ca.key"}
+
+    def openssl(*args: str) -> None:
+        done = subprocess.run(["openssl", *args], capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            raise RuntimeError(f"openssl {args[0]} failed: {done.stderr.strip()[-1000:]}")
+    openssl("req", "-x509", *key, "-keyout", str(out["ca_key"]), "-out", str(out["ca"]), "-days", "2",
+            "-subj", f"/CN={name}-ca", "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    for role, cn, ext in (("server", "rlsched-extender", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth"),
+                          ("client", "kube-scheduler", "extendedKeyUsage=clientAuth")):
+        k, csr, crt, extfile = (folder / f"{role}.{x}" for x in ("key", "csr", "crt", "ext"))
+        extfile.write_text(ext + "\nkeyUsage=critical,digitalSignature\n"
+                           "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid,issuer\n")
+        openssl("req", *key, "-keyout", str(k), "-out", str(csr), "-subj", f"/CN={cn}")
+        openssl("x509", "-req", "-in", str(csr), "-CA", str(out["ca"]), "-CAkey", str(out["ca_key"]), "-CAcreateserial",
+                "-out", str(crt), "-days", "2", "-extfile", str(extfile))
+        out[f"{role}_cert"], out[f"{role}_key"] = crt, k
+    return out
 
 
 # -- objects -----------------------------------------------------------------------------------------
@@ -848,6 +945,8 @@ class Stack:
             return s
         s.extender.port = info.get("extender", {}).get("port")
         s.extender.status_port = info.get("extender", {}).get("statusPort")
+        token = cluster.stack_dir / "tokens" / f"{STACK_IDENTITY}.token"
+        s.extender.token_path = token if token.exists() else None
         s.scheduler.port = info.get("scheduler", {}).get("port")
         s.exporter.port = info.get("exporter", {}).get("port")
         s.info = info  # type: ignore[attr-defined]

@@ -49,7 +49,8 @@ metadata:
 GROUPS = {
     "00-namespace.yaml": ("Namespace",),
     "01-crds.yaml": ("CustomResourceDefinition",),
-    "02-rbac.yaml": ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"),
+    "02-rbac.yaml": ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+                     "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"),  # who may do what
     "03-config.yaml": ("ConfigMap",),
     "04-workloads.yaml": None,  # everything else: Deployments, Service, PodDisruptionBudget, ...
 }

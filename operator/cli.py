@@ -31,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--directory", help="folder the extender reads (--sink directory)")
     g.add_argument("--mount-path", help="where the extender sees the published files (default /etc/rlsched/policy)")
     g.add_argument("--extender-url", help="the extender's status port (default http://127.0.0.1:8889)")
+    g.add_argument("--extender-token-file", help="bearer token for the extender's /status and /decisions, re-read "
+                                                 "when it changes (default: the in-cluster ServiceAccount token)")
     g.add_argument("--rollout-timeout", type=float, help="seconds to wait for the extender to load a model (default 120)")
     g.add_argument("--status-interval", type=float, help="seconds between status.counts refreshes (default 30)")
     g = parser.add_argument_group("requeue of delayed pods")
@@ -62,7 +64,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
         "policy.namespace": ns, "policy.name": name,
         "sink.kind": args.sink, "sink.namespace": args.sink_namespace, "sink.configmap": args.configmap,
         "sink.directory": args.directory, "sink.mountPath": args.mount_path,
-        "extender.statusUrl": args.extender_url, "extender.rolloutTimeoutS": args.rollout_timeout,
+        "extender.statusUrl": args.extender_url, "extender.tokenFile": args.extender_token_file,
+        "extender.rolloutTimeoutS": args.rollout_timeout,
         "extender.statusIntervalS": args.status_interval,
         "requeue.enabled": False if args.no_requeue else None, "requeue.initialS": args.requeue_initial,
         "requeue.maxS": args.requeue_max, "requeue.maxAttempts": args.requeue_attempts,

@@ -131,16 +131,12 @@ class Kube:
 
     # -- pods ---------------------------------------------------------------------------------------
     async def patch_pod_annotations(self, namespace: str, name: str, uid: str, annotations: Mapping[str, str]) -> dict:
-        """Merge-patch annotations; ``metadata.uid`` in the patch is a precondition (409 if recreated)."""
+        """Merge-patch annotations; ``metadata.uid`` in the patch is a precondition (409 if recreated).
+        The operator's only write to pods: RBAC grants pod patch and nothing on pods/status, and the
+        chart's admission policy lets this identity change nothing but ``rlsched.io/`` annotations."""
         body = {"metadata": {"uid": uid, "annotations": dict(annotations)}}
         return await self._call(self.core.patch_namespaced_pod, name, namespace, body,
                                 _content_type="application/merge-patch+json")
-
-    async def set_pod_condition(self, namespace: str, name: str, condition: Mapping[str, Any]) -> None:
-        """Add or replace one condition in ``status.conditions`` (strategic merge by ``type``)."""
-        body = {"status": {"conditions": [dict(condition)]}}
-        await self._call(self.core.patch_namespaced_pod_status, name, namespace, body,
-                         _content_type="application/strategic-merge-patch+json")
 
     async def post_event(self, ref: Mapping[str, Any], type_: str, reason: str, message: str,
                          component: str = "rlsched-operator") -> None:

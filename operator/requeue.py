@@ -226,15 +226,22 @@ class Requeuer:
 
 
 class Rejections:
-    """Pods the policy rejected: one ``RejectedByPolicy`` event and a ``rlsched.io/PolicyRejected``
-    condition per pod, naming the policy's reason (from decision records, or from the pod's own
-    PodScheduled message after an operator restart)."""
+    """Pods the policy rejected: one ``RejectedByPolicy`` event and an ``rlsched.io/policy-rejected``
+    annotation per pod, naming the policy's reason (from decision records, or from the pod's own
+    PodScheduled message after an operator restart).
 
-    CONDITION = "rlsched.io/PolicyRejected"
+    An annotation rather than a pod condition: a condition needs ``pods/status`` patch, which would
+    let the operator rewrite any status (a running pod's Ready condition, hence Service endpoints);
+    the annotation needs only the pod patch the requeue uses anyway, which the chart's admission
+    policy limits to ``rlsched.io/`` annotations. kube-scheduler's own PodScheduled condition already
+    carries the reason ("rejected by policy: ...")."""
 
-    def __init__(self, set_condition: Callable[[str, str, Mapping[str, Any]], Awaitable[None]], event: Event,
-                 wall: Callable[[], float] = time.time, memory: int = 50_000):
-        self.set_condition, self.event, self.wall, self.memory = set_condition, event, wall, memory
+    ANNOTATION = "rlsched.io/policy-rejected"
+    MAX_MESSAGE = 1024
+    """Characters of the reason kept in the annotation (the event is cut at the same length)."""
+
+    def __init__(self, patch: Patch, event: Event, memory: int = 50_000):
+        self.patch, self.event, self.memory = patch, event, memory
         self._done: OrderedDict[str, None] = OrderedDict()
         self._tasks: set[asyncio.Task] = set()
         self.notified = 0
@@ -257,17 +264,15 @@ class Rejections:
         task.add_done_callback(self._tasks.discard)
 
     async def _notify(self, uid: str, namespace: str, name: str, reason: str) -> None:
-        from .conditions import now_iso
         from .kube import KubeError
 
-        message = f"the scheduling policy rejected this pod: {reason}"
+        message = f"the scheduling policy rejected this pod: {reason}"[:self.MAX_MESSAGE]
         ref = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid}
         await self.event(ref, "Warning", "RejectedByPolicy", message)
         try:
-            await self.set_condition(namespace, name, {"type": self.CONDITION, "status": "True", "reason": "RejectedByPolicy",
-                                                       "message": message, "lastTransitionTime": now_iso(self.wall())})
+            await self.patch(namespace, name, uid, {self.ANNOTATION: message})
         except KubeError as exc:
-            log.warning("could not set the %s condition on %s/%s: %s", self.CONDITION, namespace, name, exc)
+            log.warning("could not set the %s annotation on %s/%s: %s", self.ANNOTATION, namespace, name, exc)
         self.notified += 1
         log.info("pod %s/%s rejected by the policy: %s", namespace, name, reason, extra={"event": "pod_rejected"})
 

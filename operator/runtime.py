@@ -87,11 +87,11 @@ def start_runtime(settings: OperatorSettings, kube: Any, lookup: Callable[[str],
                   pending: Callable[[], Iterable[PendingPod]]) -> Runtime:
     """Build the runtime (``lookup``/``pending`` read kopf's pod index) and start its tasks."""
     ext = settings.extender
-    client = ExtenderClient(ext.status_url, ext.timeout_s)
+    client = ExtenderClient(ext.status_url, ext.timeout_s, token_file=ext.token_file)
     sink = make_sink(settings, kube)
     rollout = Rollout(sink, client, ModelFetcher(kube), ext.rollout_timeout_s, ext.poll_interval_s)
     requeuer = Requeuer(settings.requeue, lookup, pending, kube.patch_pod_annotations, kube.post_event)
-    rejections = Rejections(kube.set_pod_condition, kube.post_event)
+    rejections = Rejections(kube.patch_pod_annotations, kube.post_event)
     dl = settings.decision_log
     decision_log = tracker = None
     holder: dict[str, Any] = {}

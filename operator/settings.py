@@ -88,12 +88,21 @@ class SinkSettings:
     mounts) instead."""
 
 
+IN_CLUSTER_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+"""Where the kubelet mounts a pod's ServiceAccount token (a projected, rotated volume)."""
+
+
 @dataclass
 class ExtenderAccess:
     """The extender's read-only listener (``GET /status``, ``GET /decisions``)."""
 
     status_url: str = "http://127.0.0.1:8889"
     """Base URL of the extender's status port."""
+    token_file: str | None = IN_CLUSTER_TOKEN
+    """Bearer token sent to ``/status`` and ``/decisions`` (the extender checks it with a TokenReview
+    and a SubjectAccessReview: the identity needs ``get`` on those non-resource URLs). Re-read whenever
+    the file changes, so the kubelet's token rotation works. Default: the pod's ServiceAccount token;
+    a file that does not exist means no token is sent (an extender with ``auth.mode: none``)."""
     timeout_s: float = 5.0
     """Timeout of one request to the status port, seconds."""
     rollout_timeout_s: float = 120.0
@@ -119,7 +128,8 @@ class RequeueSettings:
     """Requeues per pod before the operator gives up with a ``RequeueGaveUp`` event."""
     annotation: str = "rlsched.io/requeue-attempt"
     """Pod annotation the operator bumps: an update of the pod itself is the cluster event that
-    moves it out of kube-scheduler's unschedulable pool (docs/operator.md)."""
+    moves it out of kube-scheduler's unschedulable pool (docs/operator.md). Must start with
+    ``rlsched.io/``: the chart's admission policy denies the operator any other pod change."""
     sweep_interval_s: float = 15.0
     """Seconds between sweeps over pending pods whose condition says "delayed by policy" but that
     no decision record announced (operator restarts, a drained ring)."""
@@ -204,6 +214,10 @@ def validate(s: OperatorSettings) -> OperatorSettings:
         raise SettingsError("requeue: initialS must be positive and maxS at least initialS")
     if r.max_attempts < 1:
         raise SettingsError("requeue.maxAttempts: must be at least 1")
+    if not (r.annotation.startswith("rlsched.io/") and len(r.annotation) > len("rlsched.io/")):
+        # The chart's admission policy lets the operator change only rlsched.io/ annotations of pods.
+        raise SettingsError(f"requeue.annotation: {r.annotation!r} must start with rlsched.io/ "
+                            "(the only pod annotations the operator may change)")
     d = s.decision_log
     if d.segment_bytes < 4096 or d.max_bytes < 2 * d.segment_bytes:
         raise SettingsError("decisionLog: segmentBytes must be at least 4096 and maxBytes at least twice segmentBytes")

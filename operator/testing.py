@@ -164,14 +164,6 @@ class FakeKube:
         pod["metadata"]["annotations"].update(annotations)
         return copy.deepcopy(pod)
 
-    async def set_pod_condition(self, namespace: str, name: str, condition: Mapping[str, Any]) -> None:
-        self.calls.append(("set_condition", namespace, name, dict(condition)))
-        pod = self.pods.get((namespace, name))
-        if pod is None:
-            raise KubeError(404, "NotFound", f'pods "{name}" not found')
-        conds = [c for c in pod["status"]["conditions"] if c["type"] != condition["type"]]
-        pod["status"]["conditions"] = [*conds, dict(condition)]
-
     async def post_event(self, ref: Mapping[str, Any], type_: str, reason: str, message: str, component: str = "rlsched-operator") -> None:
         self.events.append({"ref": dict(ref), "type": type_, "reason": reason, "message": message})
 

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -243,8 +244,10 @@ def test_install_wait(release: Release) -> None:
 # -- 3 --------------------------------------------------------------------------------------------
 
 def token_kubeconfig(r: Release, service_account: str, path: Path) -> Path:
-    """A kubeconfig that authenticates as the ServiceAccount (a bound token from the API server)."""
+    """A kubeconfig that authenticates as the ServiceAccount (a bound token from the API server); the
+    token alone is written next to it (``<path>.token``, what the kubelet would mount)."""
     token = r.kubectl("create", "token", service_account, "-n", NS, "--duration", "3600s").stdout.strip()
+    path.with_suffix(".token").write_text(token)
     admin = json.loads(r.kubectl("config", "view", "--raw", "--flatten", "-o", "json").stdout)
     cluster = admin["clusters"][0]["cluster"]
     path.write_text(yaml.safe_dump({
@@ -347,6 +350,7 @@ def test_the_charts_rbac_runs_the_real_components(release: Release) -> None:
                                         logs["kube-scheduler"])
         procs["operator"] = start([sys.executable, "-m", "rlsched.cli", "operator", "--config", str(work / "operator.yaml"),
                                    "--kubeconfig", str(op_kc), "--extender-url", status, "--mount-path", str(policy_dir),
+                                   "--extender-token-file", str(op_kc.with_suffix(".token")),
                                    "--decision-log", str(work / "decisions"), "--rollout-timeout", "60",
                                    "--status-interval", "2", "--liveness", f"http://127.0.0.1:{r.ports['health']}/healthz"],
                                   logs["operator"])
@@ -383,7 +387,22 @@ def test_the_charts_rbac_runs_the_real_components(release: Release) -> None:
             conditions = r.get("schedulingpolicy", "default", "-n", NS).get("status", {}).get("conditions", [])
             return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
         wait_for(ready, 120, "the SchedulingPolicy to be rolled out (Ready=True)")
-        served = json.loads(urllib.request.urlopen(f"{status}/status", timeout=3).read())["policy"]
+        # The status port as the chart configures it: no token 401, a token without the grant 403 (the
+        # scheduler's own ServiceAccount), the operator's token 200; probes stay open.
+        op_token = op_kc.with_suffix(".token").read_text()
+
+        def get(path: str, token: str | None) -> int:
+            request = urllib.request.Request(f"{status}{path}", headers={"Authorization": f"Bearer {token}"} if token else {})
+            try:
+                with urllib.request.urlopen(request, timeout=5) as resp:
+                    return resp.status
+            except urllib.error.HTTPError as exc:
+                return exc.code
+        sched_token = sched_kc.with_suffix(".token").read_text()
+        assert [get(p, None) for p in ("/decisions", "/status", "/metrics", "/healthz", "/readyz")] == [401, 401, 401, 200, 200]
+        assert get("/decisions", sched_token) == 403 and get("/decisions", op_token) == 200
+        served = json.loads(urllib.request.urlopen(urllib.request.Request(
+            f"{status}/status", headers={"Authorization": f"Bearer {op_token}"}), timeout=3).read())["policy"]
         assert (served["mode"], served["fallback"]) == ("shadow", "bestfit"), served
         assert "mode: shadow" in r.get("configmap", f"{FULLNAME}-policy", "-n", NS)["data"]["policy.yaml"]
         assert r.get("configmap", f"{FULLNAME}-policy-last-good", "-n", NS).get("data")

@@ -148,7 +148,15 @@ def test_extender_container_turns_ready_against_the_control_plane(image, cluster
                 time.sleep(1)
         logs = podman("logs", name, env=image, check=False)
         assert ready, f"/readyz never turned 200:\n{logs.stdout[-2000:]}{logs.stderr[-3000:]}"
-        with urllib.request.urlopen(f"http://127.0.0.1:{status_port}/status", timeout=3) as resp:
+        # The chart's settings check tokens (auth.mode kubernetes): read /status as a ServiceAccount allowed to.
+        for args in (("create", "serviceaccount", "rlsched-image-e2e", "-n", "default"),
+                     ("create", "clusterrole", "rlsched-image-e2e", "--non-resource-url=/status", "--verb=get"),
+                     ("create", "clusterrolebinding", "rlsched-image-e2e", "--clusterrole=rlsched-image-e2e",
+                      "--serviceaccount=default:rlsched-image-e2e")):
+            cluster.kubectl(*args, check=False)  # already there from an earlier run: fine
+        token = cluster.kubectl("create", "token", "rlsched-image-e2e", "-n", "default").stdout.strip()
+        request = urllib.request.Request(f"http://127.0.0.1:{status_port}/status", headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(request, timeout=3) as resp:
             status = json.loads(resp.read())
         assert status["policy"]["mode"] == "active" and status["cache"]["nodes"] >= 1
         assert "Read-only file system" not in logs.stderr and "cannot cache" not in logs.stderr

@@ -241,10 +241,114 @@ def test_rbac_has_no_wildcards_and_binds_what_each_part_needs(tmp_path, values) 
     assert grants == {("nodes", "list"), ("nodes", "watch"), ("pods", "get"), ("pods", "list"), ("pods", "watch"),
                       ("pods/binding", "create")}
     op_sa = pod_spec(objs, "operator")["serviceAccountName"]
-    role = find(objs, "Role", "-operator")
+    role = find([o for o in objs if o["metadata"].get("namespace") == "rlsched-system"], "Role", "-operator")
     updates = [r for r in role["rules"] if "update" in r["verbs"]]
     assert len(updates) == 1 and len(updates[0]["resourceNames"]) == 2  # only the two policy slots
     assert bound[("Role", role["metadata"]["name"])] == op_sa != sched_sa
+
+
+def grants(role: dict) -> set[tuple[str, str]]:
+    """(resource or non-resource URL, verb) pairs of a Role or ClusterRole."""
+    return {(what, v) for r in role["rules"] for what in r.get("resources", r.get("nonResourceURLs", [])) for v in r["verbs"]}
+
+
+@needs_helm
+def test_operator_patches_pods_only_where_it_watches(tmp_path) -> None:
+    """Cluster-wide pod rights only when the operator watches every namespace; with watchNamespaces a
+    Role per namespace holds them. Never pods/status, never pod get/create/delete; always the
+    extender's /status and /decisions (the auth contract's SubjectAccessReview)."""
+    pod_rights = {("pods", "list"), ("pods", "watch"), ("pods", "patch")}
+    everywhere = render(tmp_path, namespace="sched")
+    cluster = find(everywhere, "ClusterRole", "-operator")
+    assert {g for g in grants(cluster) if g[0].startswith("pods")} == pod_rights
+    assert {("/status", "get"), ("/decisions", "get")} <= grants(cluster)
+    operator_roles = [o for o in everywhere if o["kind"] == "Role" and o["metadata"]["labels"]["app.kubernetes.io/component"] == "operator"]
+    assert [o["metadata"]["namespace"] for o in operator_roles] == ["sched"]  # the ConfigMap Role only
+
+    ns_objs = render(tmp_path, {"operator": {"watchNamespaces": ["ml", "batch"], "peering": {"enabled": True}}},
+                     namespace="sched")
+    cluster = find(ns_objs, "ClusterRole", "-operator")
+    assert not {g for g in grants(cluster) if g[0] in ("pods", "pods/status", "events", "schedulingpolicies",
+                                                       "clusterkopfpeerings", "kopfpeerings")}
+    assert {("/status", "get"), ("/decisions", "get")} <= grants(cluster)
+    op_sa = pod_spec(ns_objs, "operator")["serviceAccountName"]
+    for ns in ("ml", "batch"):
+        role = next(o for o in ns_objs if o["kind"] == "Role" and o["metadata"]["namespace"] == ns)
+        assert {g for g in grants(role) if g[0].startswith("pods")} == pod_rights
+        assert {("events", "create"), ("schedulingpolicies", "watch"), ("kopfpeerings", "patch")} <= grants(role)
+        binding = next(o for o in ns_objs if o["kind"] == "RoleBinding" and o["metadata"]["namespace"] == ns)
+        assert binding["roleRef"]["name"] == role["metadata"]["name"]
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": op_sa, "namespace": "sched"}]
+    # The operator's rights on pods exist nowhere else.
+    for o in ns_objs:
+        if o["kind"] in ("Role", "ClusterRole") and o["metadata"]["labels"]["app.kubernetes.io/component"] == "operator":
+            assert ("pods/status", "patch") not in grants(o)
+            if o["metadata"].get("namespace") not in ("ml", "batch"):
+                assert not {g for g in grants(o) if g[0].startswith("pods")}, o["metadata"]
+
+    f = tmp_path / "glob.yaml"
+    f.write_text(yaml.safe_dump({"operator": {"watchNamespaces": ["team-*"]}}))
+    done = subprocess.run([HELM, "template", "x", str(CHART), "--values", str(f)], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "is not a namespace name" in done.stderr
+
+
+@needs_helm
+def test_admission_policy_binds_the_operators_identity(tmp_path) -> None:
+    """On by default: the policy matches the operator's ServiceAccount on pods and their subresources,
+    fails closed and denies; a value turns it off (tests/e2e/test_admission_e2e.py runs it for real)."""
+    objs = render(tmp_path, namespace="sched")
+    policy = find(objs, "ValidatingAdmissionPolicy")
+    binding = find(objs, "ValidatingAdmissionPolicyBinding")
+    op_sa = pod_spec(objs, "operator")["serviceAccountName"]
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    assert [c["expression"] for c in spec["matchConditions"]] == [
+        f'request.userInfo.username == "system:serviceaccount:sched:{op_sa}"']
+    rule = spec["matchConstraints"]["resourceRules"][0]
+    assert set(rule["resources"]) == {"pods", "pods/*"} and {"UPDATE", "CREATE", "DELETE"} <= set(rule["operations"])
+    assert "rlsched.io/" in json.dumps(spec["validations"])
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    off = render(tmp_path, {"operator": {"admissionPolicy": {"enabled": False}}})
+    assert not [o for o in off if o["kind"].startswith("ValidatingAdmissionPolicy")]
+    # Kubernetes 1.29 has no admissionregistration.k8s.io/v1 policies: a clear refusal, not a failed install.
+    done = subprocess.run([HELM, "template", "x", str(CHART), "--kube-version", "1.29.3"], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "needs Kubernetes 1.30" in done.stderr and "admissionPolicy.enabled=false" in done.stderr
+
+
+@needs_helm
+def test_status_port_is_authenticated_and_fenced_by_default(tmp_path) -> None:
+    """The auth contract in the chart: the extender checks tokens (and may ask the API server to),
+    /metrics too; Prometheus gets a reader role to bind; the NetworkPolicy is on."""
+    from rlsched.extender.settings import load_settings
+
+    def extender_settings(objs: list[dict]):
+        path = tmp_path / f"extender-{len(list(tmp_path.iterdir()))}.yaml"
+        path.write_text(find(objs, "ConfigMap", "-config")["data"]["extender.yaml"])
+        return load_settings(path)
+
+    objs = render(tmp_path)
+    s = extender_settings(objs)
+    assert (s.server.status_host, s.auth.mode, s.auth.protect_metrics) == ("0.0.0.0", "kubernetes", True)
+    sched_sa = pod_spec(objs, "scheduler")["serviceAccountName"]
+    delegator = find(objs, "ClusterRoleBinding", "-scheduler-auth-delegator")
+    assert delegator["roleRef"]["name"] == "system:auth-delegator" and delegator["subjects"][0]["name"] == sched_sa
+    reader = find(objs, "ClusterRole", "-metrics-reader")
+    assert grants(reader) == {("/metrics", "get")}
+    assert not [o for o in objs if o["kind"] == "ClusterRoleBinding" and o["metadata"]["name"].endswith("-metrics-reader")]
+    assert find(objs, "NetworkPolicy")["spec"]["policyTypes"] == ["Ingress"]
+
+    prom = {"metrics": {"serviceMonitor": {"enabled": True},
+                        "reader": {"serviceAccounts": [{"name": "prometheus-k8s", "namespace": "monitoring"}]}}}
+    objs = render(tmp_path, prom)
+    binding = find(objs, "ClusterRoleBinding", "-metrics-reader")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}]
+    endpoint = find(objs, "ServiceMonitor")["spec"]["endpoints"][0]
+    assert endpoint["port"] == "http-status" and endpoint["bearerTokenFile"].endswith("/serviceaccount/token")
+
+    objs = render(tmp_path, {"extender": {"auth": {"mode": "none"}}, "metrics": {"serviceMonitor": {"enabled": True}}})
+    assert extender_settings(objs).auth.mode == "none"
+    assert not [o for o in objs if o["metadata"]["name"].endswith(("-auth-delegator", "-metrics-reader"))]
+    assert "bearerTokenFile" not in find(objs, "ServiceMonitor")["spec"]["endpoints"][0]
 
 
 @needs_helm

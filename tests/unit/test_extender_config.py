@@ -46,7 +46,7 @@ def test_yaml_env_and_overrides_in_order(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("text, words", [
-    ("server:\n  prot: 1\n", "unknown setting 'server.prot'; valid keys under server: host"),
+    ("server:\n  prot: 1\n", "unknown setting 'server.prot'; valid keys under server: bodyTimeoutS, headerTimeoutS, host"),
     ("sever: {}\n", "unknown setting 'sever'"),
     ("server:\n  port: eighty\n", "server.port: expected an integer"),
     ("server:\n  port: 70000\n", "is not a TCP port"),

@@ -131,7 +131,7 @@ class ScriptedApi:
             raise step[1]
         return step[1], step[2]
 
-    async def watch(self, path, rv, timeout_s):
+    async def watch(self, path, rv, timeout_s, on_open=None):
         self.calls.append(("watch", rv))
         step = self.script.pop(0) if self.script else ("stop",)
         if step[0] == "stop":
@@ -164,7 +164,8 @@ async def test_informer_resumes_and_relists_on_410() -> None:
         sleeps.append(s)
 
     inf = Informer(api, "nodes", "/api/v1/nodes", lambda items: seen.append(("replace", [i["metadata"]["name"] for i in items])),
-                   lambda kind, obj: seen.append((kind, obj["metadata"]["name"])), KubeSettings(), sleep=sleep)
+                   lambda kind, obj: seen.append((kind, obj["metadata"]["name"])), KubeSettings(), sleep=sleep,
+                   jitter=lambda: 1.0)  # the longest backoff of the jittered range
     with pytest.raises(asyncio.CancelledError):
         await inf.run()
     assert seen == [("replace", ["a"]), ("ADDED", "b"), ("MODIFIED", "b"), ("replace", ["c"]), ("DELETED", "c")]

@@ -12,14 +12,16 @@ import pytest
 from rlsched.extender.kubeapi import ApiError
 from rlsched.extender.objects import assignment_annotations
 from rlsched.extender.server import StartupError, serve
-from rlsched.extender.settings import ExtenderSettings, GpuConventions, ServerSettings
+from rlsched.extender.settings import AuthSettings, ExtenderSettings, GpuConventions, ServerSettings
 from rlsched.extender.testing import FakeKubeApi, make_node, make_pod
 
 GPU = GpuConventions()
 
 
 def settings() -> ExtenderSettings:
-    return ExtenderSettings(server=ServerSettings(port=0, status_port=0, status_host="127.0.0.1"))
+    # auth.mode none: the fake API answers no TokenReview (tests/unit/test_extender_auth.py covers auth)
+    return ExtenderSettings(server=ServerSettings(port=0, status_port=0, status_host="127.0.0.1"),
+                            auth=AuthSettings(mode="none"))
 
 
 async def start(api: FakeKubeApi):

@@ -32,7 +32,7 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     rollout = Rollout(sink, ext, ModelFetcher(kube), timeout_s=1.0, poll_s=0.01)
     rt = Runtime(settings=settings, kube=kube, sink=sink, extender=ext, rollout=rollout,
                  requeuer=Requeuer(settings.requeue, lambda uid: None, list, kube.patch_pod_annotations, kube.post_event),
-                 rejections=Rejections(kube.set_pod_condition, kube.post_event), drainer=Drainer(ext, None))
+                 rejections=Rejections(kube.patch_pod_annotations, kube.post_event), drainer=Drainer(ext, None))
     memo = kopf.Memo(settings=settings, kube=kube, runtime=rt)
     yield memo, kube, ext, events
     ext.engine.close()

@@ -146,16 +146,31 @@ async def test_run_loop_requeues_and_stops_on_cancel() -> None:
     assert h.r.requeued == 1
 
 
-async def test_rejections_post_an_event_and_a_condition_once() -> None:
+async def test_rejections_post_an_event_and_an_annotation_once() -> None:
     kube = FakeKube()
     kube.add_pod("ns", "big", "u9")
-    rej = Rejections(kube.set_pod_condition, kube.post_event)
+    rej = Rejections(kube.patch_pod_annotations, kube.post_event)
     rec = {"verdict": "reject", "reason": "asks 64 GPUs", "pod": {"uid": "u9", "namespace": "ns", "name": "big"}}
     rej.on_verdict(rec)
     rej.on_verdict(rec)
     rej.on_verdict({"verdict": "delay", "pod": {"uid": "x"}})
     await asyncio.sleep(0.01)
     assert [e["reason"] for e in kube.events] == ["RejectedByPolicy"]
-    cond = kube.pods[("ns", "big")]["status"]["conditions"][0]
-    assert cond["type"] == "rlsched.io/PolicyRejected" and cond["status"] == "True" and "asks 64 GPUs" in cond["message"]
+    # The only write: an rlsched.io/ annotation (a pod patch; no pods/status: the chart grants none).
+    assert kube.calls == [("patch_pod", "ns", "big",
+                           {"rlsched.io/policy-rejected": "the scheduling policy rejected this pod: asks 64 GPUs"})]
+    assert kube.pods[("ns", "big")]["status"]["conditions"] == []
+    await rej.close()
+
+
+async def test_rejection_annotation_is_bounded_and_a_recreated_pod_is_left_alone() -> None:
+    kube = FakeKube()
+    kube.add_pod("ns", "big", "new-uid")  # recreated since the decision: the UID precondition fails
+    kube.add_pod("ns", "long", "u1")
+    rej = Rejections(kube.patch_pod_annotations, kube.post_event)
+    rej.rejected("old-uid", "ns", "big", "too big")
+    rej.rejected("u1", "ns", "long", "x" * 100_000)
+    await asyncio.sleep(0.01)
+    assert "rlsched.io/policy-rejected" not in kube.pods[("ns", "big")]["metadata"]["annotations"]
+    assert len(kube.pods[("ns", "long")]["metadata"]["annotations"]["rlsched.io/policy-rejected"]) == Rejections.MAX_MESSAGE
     await rej.close()

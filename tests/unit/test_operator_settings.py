@@ -30,6 +30,7 @@ def test_yaml_then_flags(tmp_path: Path) -> None:
     ("sink:\n  kind: s3\n", "sink.kind: 's3' is not configmap or directory"),
     ("decisionLog:\n  segmentBytes: 10\n", "segmentBytes must be at least 4096"),
     ("- a\n", "expected a mapping at the top"),
+    ("requeue:\n  annotation: example.com/requeue\n", "requeue.annotation: 'example.com/requeue' must start with rlsched.io/"),
 ])
 def test_errors_name_the_key(tmp_path: Path, data: str, fragment: str) -> None:
     f = tmp_path / "op.yaml"

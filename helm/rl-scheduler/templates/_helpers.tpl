@@ -160,6 +160,7 @@ The extender's settings file (extender/settings.py keys). extender.config is dee
   "policyFile" (printf "%s/policy.yaml" (trimSuffix "/" $v.policyMountPath))
   "strictModel" $v.strictModel
   "log" (dict "level" $v.log.level "format" $v.log.format)
+  "auth" (dict "mode" $v.auth.mode "protectMetrics" $v.auth.protectMetrics)
 -}}
 {{- if $v.prometheusUrl -}}
 {{- $_ := set $cfg "prometheus" (dict "url" $v.prometheusUrl) -}}

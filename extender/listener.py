@@ -1,0 +1,213 @@
+"""TCP listeners that drop slow and surplus clients.
+
+aiohttp reads a request's line and headers with no deadline (a client that sends one byte every few
+seconds holds its connection forever — slowloris) and accepts connections without limit. A
+:class:`ConnectionGuard` wraps the protocol aiohttp creates per connection:
+
+- a **header deadline**: from connecting, or from the first byte of a further request on a kept-alive
+  connection, the client has ``header_timeout_s`` to complete a request line and headers; past it the
+  guard answers ``408`` and closes. The request's middleware (:meth:`ConnectionGuard.middleware`)
+  tells the guard when aiohttp has parsed a request (deadline off) and when it has been answered.
+  Bodies are bounded separately (``server.bodyTimeoutS``, where the handlers read them), idle
+  kept-alive connections by aiohttp's keep-alive timeout (``server.idleTimeoutS``);
+- a **connection cap**: past ``max_connections`` open connections a new one is answered ``503`` and
+  closed at once;
+- TLS handshakes get the same deadline as headers (``ssl_handshake_timeout``).
+
+Dropped connections are counted (``rlsched_extender_connections_dropped_total{listener,reason}``) and
+logged at most once per few seconds per listener and reason.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from typing import Any, Awaitable, Callable
+
+from aiohttp import web
+from prometheus_client import Counter, Gauge
+
+from .wire import error_body
+
+log = logging.getLogger("rlsched.extender.http")
+
+
+class ConnectionMetrics:
+    """The listeners' connection metrics (one set per registry, shared by both guards)."""
+
+    def __init__(self, registry: Any = None):
+        self.dropped = Counter("rlsched_extender_connections_dropped_total",
+                               "Connections the extender closed on a client: header-timeout (request line and headers "
+                               "not complete in time), over-limit (too many open connections)",
+                               ["listener", "reason"], registry=registry)
+        self.open = Gauge("rlsched_extender_connections", "Open connections by listener", ["listener"], registry=registry)
+
+
+def _raw_response(status: int, reason: str, message: str) -> bytes:
+    body = error_body(message)
+    return (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n").encode() + body
+
+
+class ConnectionGuard:
+    """Header deadline and connection cap of one listener (``name``: ``verbs`` or ``status``)."""
+
+    def __init__(self, name: str, header_timeout_s: float, max_connections: int, metrics: ConnectionMetrics,
+                 log_every_s: float = 10.0):
+        self.name, self.header_timeout_s, self.max_connections = name, header_timeout_s, max_connections
+        self.metrics = metrics
+        self.connections: dict[int, _GuardedProtocol] = {}
+        """id(aiohttp's RequestHandler) → its guard, for the open connections."""
+        self.log_every_s = log_every_s
+        self._last_log: dict[str, float] = {}
+        self._skipped: dict[str, int] = {}
+        metrics.open.labels(name).set_function(lambda: len(self.connections))
+        for reason in ("header-timeout", "over-limit"):
+            metrics.dropped.labels(name, reason)
+
+    def protocol_factory(self, server: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
+        """What ``loop.create_server`` takes: aiohttp's per-connection protocol, guarded."""
+        return lambda: _GuardedProtocol(self, server)
+
+    def dropped(self, reason: str, peer: Any) -> None:
+        self.metrics.dropped.labels(self.name, reason).inc()
+        now = time.monotonic()
+        if now - self._last_log.get(reason, -1e18) < self.log_every_s:
+            self._skipped[reason] = self._skipped.get(reason, 0) + 1
+            return
+        self._last_log[reason] = now
+        skipped = self._skipped.pop(reason, 0)
+        log.warning("%s listener: dropped a connection from %s (%s)%s", self.name, peer, reason,
+                    f"; {skipped} more since the last line" if skipped else "",
+                    extra={"event": "connection_dropped", "listener": self.name, "reason": reason})
+
+    def middleware(self) -> Callable[..., Awaitable[web.StreamResponse]]:
+        """Tells the guard that a request has arrived whole (headers parsed) and when it is answered."""
+
+        @web.middleware
+        async def middleware(request: web.Request,
+                             handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+            guard = self.connections.get(id(request.protocol))
+            if guard is not None:
+                guard.request_started(request)
+            try:
+                return await handler(request)
+            finally:
+                if guard is not None:
+                    guard.request_finished()
+
+        return middleware
+
+
+class _GuardedProtocol(asyncio.Protocol):
+    """One connection: aiohttp's protocol inside, with the header deadline and the cap around it."""
+
+    IDLE, HEAD, BUSY = "idle", "head", "busy"
+
+    def __init__(self, guard: ConnectionGuard, server: Callable[[], Any]):
+        self.guard, self.server = guard, server
+        self.inner: Any = None
+        self.transport: asyncio.Transport | None = None
+        self.state = self.IDLE
+        self.timer: asyncio.TimerHandle | None = None
+        self.request: web.BaseRequest | None = None
+        self.next_request_started = False
+        """Bytes arrived after the current request's body was complete: the next request has begun."""
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        g = self.guard
+        if len(g.connections) >= g.max_connections:
+            g.dropped("over-limit", transport.get_extra_info("peername"))
+            transport.write(_raw_response(  # type: ignore[attr-defined]
+                503, "Service Unavailable", f"the {g.name} listener has {g.max_connections} connections open "
+                f"(server.{'maxConnections' if g.name == 'verbs' else 'statusMaxConnections'}); try again"))
+            transport.close()
+            return
+        self.inner = self.server()
+        g.connections[id(self.inner)] = self
+        self.inner.connection_made(transport)
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        if self.inner is not None:
+            self.guard.connections.pop(id(self.inner), None)
+            self.inner.connection_lost(exc)
+        self.request = None
+
+    def data_received(self, data: bytes) -> None:
+        if self.inner is None:
+            return
+        if self.state == self.IDLE:
+            self._arm()
+        elif self.state == self.BUSY and self.request is not None and self.request.content.is_eof():
+            self.next_request_started = True
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received() if self.inner is not None else None
+
+    def pause_writing(self) -> None:
+        if self.inner is not None:
+            self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.inner is not None:
+            self.inner.resume_writing()
+
+    # -- the request's progress (from the middleware) -----------------------------------------------
+    def request_started(self, request: web.BaseRequest) -> None:
+        self._disarm()
+        self.state, self.request, self.next_request_started = self.BUSY, request, False
+
+    def request_finished(self) -> None:
+        self.request = None
+        self.state = self.IDLE
+        if self.next_request_started:
+            self._arm()
+
+    # -- the deadline -------------------------------------------------------------------------------
+    def _arm(self) -> None:
+        self._disarm()
+        self.state = self.HEAD
+        self.timer = asyncio.get_running_loop().call_later(self.guard.header_timeout_s, self._expired)
+
+    def _disarm(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _expired(self) -> None:
+        self.timer = None
+        if self.state != self.HEAD or self.transport is None or self.transport.is_closing():
+            return
+        self.guard.dropped("header-timeout", self.transport.get_extra_info("peername"))
+        self.transport.write(_raw_response(408, "Request Timeout", f"request line and headers not received within "
+                                           f"{self.guard.header_timeout_s:g} s (server.headerTimeoutS)"))
+        self.transport.close()
+
+
+class GuardedSite(web.TCPSite):
+    """``web.TCPSite`` whose connections go through a :class:`ConnectionGuard`."""
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, guard: ConnectionGuard,
+                 ssl_context: ssl.SSLContext | None = None, backlog: int = 128):
+        super().__init__(runner, host, port, ssl_context=ssl_context, backlog=backlog)
+        self.guard = guard
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with the runner
+        loop = asyncio.get_running_loop()
+        server = self._runner.server
+        assert server is not None
+        kwargs: dict[str, Any] = {"ssl": self._ssl_context, "backlog": self._backlog}
+        if self._ssl_context is not None:
+            kwargs["ssl_handshake_timeout"] = self.guard.header_timeout_s
+        self._server = await loop.create_server(self.guard.protocol_factory(server), self._host, self._port, **kwargs)
+        if self._server.sockets:
+            self._bound_port = self._server.sockets[0].getsockname()[1]
+        else:  # pragma: no cover
+            self._bound_port = self._port

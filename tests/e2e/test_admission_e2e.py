@@ -1,0 +1,263 @@
+"""The operator's least privilege against the real kube-apiserver: the chart's RBAC and its
+ValidatingAdmissionPolicy (docs/security.md).
+
+The chart is rendered with ``helm template`` (the operator's ServiceAccount, RBAC and admission
+policy; ``operator.watchNamespaces`` set to the release namespace and one more) and applied. Then,
+authenticated with a bound token of the operator's ServiceAccount:
+
+- the operator's own patch call (``rlsched.operator.kube.Kube.patch_pod_annotations``, which writes
+  the requeue and rejection annotations) passes;
+- a change of a pod's image, of a label, a finalizer, or of another annotation (added, changed or
+  removed) is denied by the admission policy, and the message names the policy;
+- a pod in a namespace the operator does not watch cannot be patched or listed (RBAC: 403 before
+  admission), nor can any pod's status be patched or a pod deleted;
+- with RBAC widened by mistake (an extra ClusterRole granting delete and pods/status), the policy
+  still denies deleting a pod and patching its status: it is the second wall.
+
+The cluster admin's patches of the same kinds pass: the policy binds the operator's identity only.
+Requests as the operator go through the Kubernetes client, not kubectl: kubectl reads a pod before
+patching it, and the operator has no ``get`` on pods (its watch lists them).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TOOLS_BIN = Path(os.environ.get("RLSCHED_TOOLS_BIN", REPO_ROOT / ".tools" / "bin"))
+CHART = REPO_ROOT / "helm" / "rl-scheduler"
+Cluster = Any  # tests/e2e/conftest.py's Cluster
+
+NS = "rlsched-adm-e2e"
+WATCHED = "rlsched-adm-watched"
+UNWATCHED = "rlsched-adm-unwatched"
+RELEASE = "rl-adm"
+SA = f"{RELEASE}-rl-scheduler-operator"
+USER = f"system:serviceaccount:{NS}:{SA}"
+POLICY = f"{NS}-{RELEASE}-rl-scheduler-operator-pods"
+WIDENED = "rlsched-adm-e2e-widened"
+"""A ClusterRole (and binding) this test adds to show that the policy holds when RBAC is too generous."""
+MERGE = "application/merge-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
+IMAGE = "registry.k8s.io/pause:3.10"
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+
+
+def pod_manifest(namespace: str, name: str) -> str:
+    # A scheduler nobody runs: the pod stays pending and nothing but this test changes it.
+    return json.dumps({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": "victim"},
+                     "annotations": {"team.example.com/owner": "ml"}},
+        "spec": {"schedulerName": "rlsched-adm-nobody", "containers": [{"name": "c", "image": IMAGE}]},
+    })
+
+
+class Env:
+    """The applied chart parts; the admin's kubectl and the operator's API client."""
+
+    def __init__(self, cluster: Cluster, tmp: Path):
+        self.cluster, self.tmp = cluster, tmp
+        self.operator_kubeconfig = tmp / "operator.kubeconfig"
+        self.core: Any = None
+
+    def admin(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+        return self.cluster.kubectl(*args, input=input, check=check)
+
+    def pod(self, namespace: str, name: str) -> dict:
+        return json.loads(self.admin("get", "pod", name, "-n", namespace, "-o", "json").stdout)
+
+    def connect_as_operator(self) -> None:
+        import kubernetes
+
+        token = self.admin("create", "token", SA, "-n", NS, "--duration", "3600s").stdout.strip()
+        admin = json.loads(self.admin("config", "view", "--raw", "--flatten", "-o", "json").stdout)
+        self.operator_kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "operator",
+            "clusters": [{"name": "local", "cluster": admin["clusters"][0]["cluster"]}],
+            "users": [{"name": "operator", "user": {"token": token}}],
+            "contexts": [{"name": "operator", "context": {"cluster": "local", "user": "operator"}}],
+        }))
+        self.core = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(str(self.operator_kubeconfig)))
+
+    def as_operator(self, method: str, *args: Any, **kwargs: Any) -> tuple[int, str]:
+        """(HTTP status, message) of a CoreV1Api call with the operator's token; 200 and "" when it passed."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            getattr(self.core, method)(*args, **kwargs)
+            return 200, ""
+        except ApiException as exc:
+            try:
+                return exc.status, json.loads(exc.body)["message"]
+            except (TypeError, ValueError, KeyError):
+                return exc.status, str(exc.body or exc.reason)
+
+    def patch_pod(self, namespace: str, name: str, body: dict, content_type: str = MERGE) -> tuple[int, str]:
+        return self.as_operator("patch_namespaced_pod", name, namespace, body, _content_type=content_type)
+
+
+def rendered_chart_parts(values: Path) -> str:
+    args = [str(TOOLS_BIN / "helm"), "template", RELEASE, str(CHART), "-n", NS, "-f", str(values)]
+    for template in ("serviceaccount.yaml", "rbac.yaml", "admission-policy.yaml"):
+        args += ["--show-only", f"templates/operator/{template}"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def env(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Env:
+    if not (TOOLS_BIN / "helm").exists():
+        pytest.skip(f"helm missing in {TOOLS_BIN} (run hack/build-tools.sh)")
+    tmp = tmp_path_factory.mktemp("admission")
+    e = Env(cluster, tmp)
+    values = tmp / "values.yaml"
+    values.write_text(yaml.safe_dump({"operator": {"watchNamespaces": [NS, WATCHED]}}))
+    manifest = rendered_chart_parts(values)
+    kinds = {d["kind"] for d in yaml.safe_load_all(manifest) if d}
+    assert {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "Role", "ClusterRole"} <= kinds, kinds
+    for ns in (NS, WATCHED, UNWATCHED):  # an earlier run's namespaces may still be terminating
+        wait_for(lambda: e.admin("get", "namespace", ns, check=False).returncode != 0, 120, f"namespace {ns} to go")
+        e.admin("create", "namespace", ns)
+    try:
+        e.admin("apply", "-f", "-", input=manifest)
+        for ns in (WATCHED, UNWATCHED):  # pods need the namespace's default ServiceAccount (kube-controller-manager)
+            wait_for(lambda: e.admin("get", "serviceaccount", "default", "-n", ns, check=False).returncode == 0, 60,
+                     f"the default ServiceAccount of {ns}")
+            e.admin("create", "-f", "-", input=pod_manifest(ns, "victim"))
+        e.admin("create", "-f", "-", input=pod_manifest(WATCHED, "probe"))
+        e.connect_as_operator()
+        # The API server enforces a new policy once its informer has it: wait for a denial (on a pod
+        # of its own, so that an early success changes nothing the tests look at).
+        wait_for(lambda: POLICY in e.patch_pod(WATCHED, "probe", {"metadata": {"labels": {"probe": "1"}}})[1], 60,
+                 "the admission policy to be enforced")
+        yield e
+    finally:
+        e.admin("delete", "-f", "-", "--ignore-not-found", "--wait=false", input=manifest, check=False)
+        e.admin("delete", "clusterrolebinding,clusterrole", WIDENED, "--ignore-not-found", check=False)
+        for ns in (NS, WATCHED, UNWATCHED):
+            e.admin("delete", "namespace", ns, "--wait=false", "--ignore-not-found", check=False)
+
+
+def denied_by_policy(answer: tuple[int, str], reason: str) -> None:
+    status, message = answer
+    assert status == 403, answer
+    assert f"ValidatingAdmissionPolicy '{POLICY}' with binding '{POLICY}' denied request" in message, message
+    assert reason in message, message
+
+
+def forbidden_by_rbac(answer: tuple[int, str], what: str) -> None:
+    status, message = answer
+    assert status == 403, answer
+    assert f'User "{USER}" cannot {what}' in message and "ValidatingAdmissionPolicy" not in message, message
+
+
+def test_policy_type_checks_against_the_pod_schema(env: Env) -> None:
+    """The API server type-checks every expression against Pod's schema: no warning for any."""
+    def checked() -> dict | None:
+        policy = json.loads(env.admin("get", "validatingadmissionpolicy", POLICY, "-o", "json").stdout)
+        return policy if policy.get("status", {}).get("observedGeneration") else None
+
+    status = wait_for(checked, 60, "the policy's type checking")["status"]
+    assert not status.get("typeChecking", {}).get("expressionWarnings"), status
+
+
+def test_operators_own_annotation_patches_pass(env: Env) -> None:
+    """The operator's real client call (merge patch, UID precondition) with its token."""
+    from rlsched.operator.kube import Kube, load_configuration
+
+    uid = env.pod(WATCHED, "victim")["metadata"]["uid"]
+    kube = Kube(load_configuration(str(env.operator_kubeconfig), None))
+    try:
+        asyncio.run(kube.patch_pod_annotations(WATCHED, "victim", uid, {"rlsched.io/requeue-attempt": "1"}))
+        asyncio.run(kube.patch_pod_annotations(WATCHED, "victim", uid, {"rlsched.io/policy-rejected": "too big"}))
+    finally:
+        kube.close()
+    annotations = env.pod(WATCHED, "victim")["metadata"]["annotations"]
+    assert annotations == {"team.example.com/owner": "ml", "rlsched.io/requeue-attempt": "1",
+                           "rlsched.io/policy-rejected": "too big"}
+    # Removing its own annotation is allowed too.
+    assert env.patch_pod(WATCHED, "victim", {"metadata": {"annotations": {"rlsched.io/policy-rejected": None}}}) == (200, "")
+
+
+def test_image_label_finalizer_and_foreign_annotation_changes_are_denied(env: Env) -> None:
+    denied_by_policy(env.patch_pod(WATCHED, "victim", {"spec": {"containers": [{"name": "c", "image": "registry.example.com/evil:1"}]}},
+                                   STRATEGIC), "may not change a pod's spec")
+    metadata = "may not change a pod's metadata other than rlsched.io/ annotations"
+    denied_by_policy(env.patch_pod(WATCHED, "victim", {"metadata": {"labels": {"app": "hijacked"}}}), metadata)
+    denied_by_policy(env.patch_pod(WATCHED, "victim", {"metadata": {"labels": {"extra": "1"}}}), metadata)
+    # One allowed key beside a forbidden change: the whole request is denied.
+    denied_by_policy(env.patch_pod(WATCHED, "victim", {"metadata": {"annotations": {"rlsched.io/requeue-attempt": "2"},
+                                                                    "finalizers": ["example.com/hold"]}}), metadata)
+    foreign = "may change only annotations whose key starts with rlsched.io/"
+    for annotations in ({"team.example.com/owner": "me"}, {"team.example.com/owner": None},
+                        {"kopf.rlsched.io/x": "1"}, {"rlsched.io.example.com/x": "1"}):
+        denied_by_policy(env.patch_pod(WATCHED, "victim", {"metadata": {"annotations": annotations}}), foreign)
+    pod = env.pod(WATCHED, "victim")
+    assert pod["spec"]["containers"][0]["image"] == IMAGE
+    assert pod["metadata"]["labels"] == {"app": "victim"} and not pod["metadata"].get("finalizers")
+    assert pod["metadata"]["annotations"] == {"team.example.com/owner": "ml", "rlsched.io/requeue-attempt": "1"}
+
+
+def test_the_admin_is_not_affected(env: Env) -> None:
+    env.admin("label", "pod", "victim", "-n", WATCHED, "app=relabelled", "--overwrite")
+    env.admin("annotate", "pod", "victim", "-n", WATCHED, "team.example.com/owner=ops", "--overwrite")
+    env.admin("patch", "pod", "victim", "-n", WATCHED, "-p", '{"spec":{"containers":[{"name":"c","image":"registry.k8s.io/pause:3.9"}]}}')
+    pod = env.pod(WATCHED, "victim")
+    assert pod["spec"]["containers"][0]["image"] == "registry.k8s.io/pause:3.9"
+    assert pod["metadata"]["labels"]["app"] == "relabelled"
+    assert pod["metadata"]["annotations"]["team.example.com/owner"] == "ops"
+
+
+def test_unwatched_namespaces_pod_status_and_deletion_are_out_of_reach(env: Env) -> None:
+    forbidden_by_rbac(env.patch_pod(UNWATCHED, "victim", {"metadata": {"annotations": {"rlsched.io/requeue-attempt": "1"}}}),
+                      f'patch resource "pods" in API group "" in the namespace "{UNWATCHED}"')
+    forbidden_by_rbac(env.as_operator("list_namespaced_pod", UNWATCHED), 'list resource "pods"')
+    forbidden_by_rbac(env.as_operator("list_pod_for_all_namespaces"), 'list resource "pods" in API group "" at the cluster scope')
+    condition = {"status": {"conditions": [{"type": "rlsched.io/X", "status": "True"}]}}
+    forbidden_by_rbac(env.as_operator("patch_namespaced_pod_status", "victim", WATCHED, condition, _content_type=STRATEGIC),
+                      'patch resource "pods/status"')
+    forbidden_by_rbac(env.as_operator("delete_namespaced_pod", "victim", WATCHED), 'delete resource "pods"')
+    assert "rlsched.io/requeue-attempt" not in env.pod(UNWATCHED, "victim")["metadata"]["annotations"]
+    # In the watched namespace the same patch passes.
+    assert env.patch_pod(WATCHED, "victim", {"metadata": {"annotations": {"rlsched.io/requeue-attempt": "2"}}}) == (200, "")
+
+
+def test_the_policy_holds_when_rbac_is_widened_by_mistake(env: Env) -> None:
+    env.admin("create", "clusterrole", WIDENED, "--verb=delete,patch,update", "--resource=pods,pods/status,pods/ephemeralcontainers")
+    env.admin("create", "clusterrolebinding", WIDENED, f"--clusterrole={WIDENED}", f"--serviceaccount={NS}:{SA}")
+    condition = {"status": {"conditions": [{"type": "rlsched.io/X", "status": "True"}]}}
+
+    def past_rbac() -> tuple[int, str] | None:
+        answer = env.as_operator("patch_namespaced_pod_status", "victim", WATCHED, condition, _content_type=STRATEGIC)
+        return None if "cannot patch" in answer[1] else answer
+
+    update_only = "may only update pods' rlsched.io/ annotations"
+    denied_by_policy(wait_for(past_rbac, 30, "the widened RBAC to apply"), update_only)
+    denied_by_policy(env.as_operator("delete_namespaced_pod", "victim", WATCHED), update_only)
+    denied_by_policy(env.patch_pod(UNWATCHED, "victim", {"metadata": {"labels": {"app": "hijacked"}}}),
+                     "may not change a pod's metadata")
+    pod = env.pod(WATCHED, "victim")
+    assert not pod["metadata"].get("deletionTimestamp")
+    assert not [c for c in pod["status"].get("conditions", []) if c["type"] == "rlsched.io/X"]

@@ -1,0 +1,252 @@
+"""The status listener's bearer-token checks (TokenReview + SubjectAccessReview) against a fake API
+that answers like kube-apiserver: valid, invalid, denied, cached, API down, concurrency, bounds."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client import CollectorRegistry
+
+from rlsched.extender.app import Health, make_status_app
+from rlsched.extender.auth import (MAX_CONCURRENT_REVIEWS, MAX_TOKEN_BYTES, SUBJECTACCESSREVIEWS_PATH, TOKENREVIEWS_PATH,
+                                   Authenticator, TtlCache, bearer_token)
+from rlsched.extender.kubeapi import ApiError
+from rlsched.extender.settings import AuthSettings
+from rlsched.extender.testing import Harness, make_node
+
+OPERATOR = "system:serviceaccount:rlsched:operator"
+NOBODY = "system:serviceaccount:default:nobody"
+
+
+class FakeReviewApi:
+    """TokenReview and SubjectAccessReview as kube-apiserver answers them, from two tables."""
+
+    def __init__(self) -> None:
+        self.tokens = {"op-token": OPERATOR, "nobody-token": NOBODY}
+        self.grants = {(OPERATOR, "/status"), (OPERATOR, "/decisions"), (OPERATOR, "/metrics")}
+        self.calls: list[tuple[str, Any]] = []
+        self.down: ApiError | None = None
+        self.delay_s = 0.0
+        self.gate: asyncio.Event | None = None
+
+    async def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
+                      timeout: float = 10.0) -> Any:
+        assert method == "POST"
+        self.calls.append((path, body))
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        if self.down is not None:
+            raise self.down
+        if path == TOKENREVIEWS_PATH:
+            assert body["kind"] == "TokenReview" and body["apiVersion"] == "authentication.k8s.io/v1"
+            user = self.tokens.get(body["spec"]["token"])
+            if user is None:
+                return {"kind": "TokenReview", "status": {"authenticated": False, "error": "invalid bearer token"}}
+            return {"kind": "TokenReview", "status": {"authenticated": True, "user": {
+                "username": user, "uid": "u-1", "groups": ["system:serviceaccounts", "system:authenticated"],
+                "extra": {"authentication.kubernetes.io/pod-name": ["op-0"]}}}}
+        assert path == SUBJECTACCESSREVIEWS_PATH
+        spec = body["spec"]
+        assert body["kind"] == "SubjectAccessReview" and spec["groups"] and spec["uid"] == "u-1"
+        assert spec["extra"] == {"authentication.kubernetes.io/pod-name": ["op-0"]}
+        attrs = spec["nonResourceAttributes"]
+        assert attrs["verb"] == "get" and "resourceAttributes" not in spec
+        allowed = (spec["user"], attrs["path"]) in self.grants
+        return {"kind": "SubjectAccessReview", "status": {"allowed": allowed, **({} if allowed else {"reason": "no RBAC rule"})}}
+
+    def count(self, path: str) -> int:
+        return sum(1 for p, _ in self.calls if p == path)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def authenticator(api: FakeReviewApi, clock: Clock | None = None, **settings: Any) -> Authenticator:
+    return Authenticator(api, AuthSettings(**settings), CollectorRegistry(), clock=clock or Clock())
+
+
+def status_client(api: FakeReviewApi, protect_metrics: bool = False, **settings: Any) -> tuple[TestClient, Authenticator]:
+    h = Harness([make_node("g0", gpus=2)])
+    health = Health()
+    health.started = True
+    auth = Authenticator(api, AuthSettings(**settings), h.metrics.registry)
+    app = make_status_app(h.extender, h.metrics, health, auth=auth, protect_metrics=protect_metrics)
+    return TestClient(TestServer(app)), auth
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def test_endpoints_answer_by_the_contract() -> None:
+    api = FakeReviewApi()
+    client, _ = status_client(api)
+    async with client:
+        for path in ("/healthz", "/readyz", "/metrics"):  # open: probes, and /metrics on loopback by default
+            assert (await client.get(path)).status == 200, path
+        assert not api.calls
+        for path in ("/status", "/decisions"):
+            r = await client.get(path)
+            assert r.status == 401 and r.headers["WWW-Authenticate"].startswith("Bearer")
+            assert "Authorization: Bearer" in (await r.json())["Error"]
+            r = await client.get(path, headers=bearer("forged"))
+            assert r.status == 401 and r.headers["WWW-Authenticate"].startswith("Bearer")
+            assert "not accepted: invalid bearer token" in (await r.json())["Error"]
+            r = await client.get(path, headers=bearer("nobody-token"))
+            body = await r.json()
+            assert r.status == 403 and NOBODY in body["Error"] and f'nonResourceURLs ["{path}"]' in body["Error"]
+            r = await client.get(path, headers=bearer("op-token"))
+            assert r.status == 200, await r.text()
+        r = await client.get("/decisions?after=0&limit=5", headers=bearer("op-token"))
+        assert r.status == 200 and "records" in await r.json()
+        # the route decides, not the raw path: an escaped /status is still /status
+        assert (await client.get("/%73tatus")).status == 401
+        # the SAR asked for exactly the path and verb get
+        sars = [b["spec"]["nonResourceAttributes"] for p, b in api.calls if p == SUBJECTACCESSREVIEWS_PATH]
+        assert {"path": "/decisions", "verb": "get"} in sars and {"path": "/status", "verb": "get"} in sars
+        metrics = await (await client.get("/metrics")).text()
+    assert 'rlsched_extender_auth_requests_total{result="allowed"} 3.0' in metrics
+    assert 'rlsched_extender_auth_requests_total{result="forbidden"} 2.0' in metrics
+    assert 'rlsched_extender_auth_requests_total{result="unauthenticated"} 5.0' in metrics
+
+
+async def test_protect_metrics_guards_metrics_only_then() -> None:
+    api = FakeReviewApi()
+    client, _ = status_client(api, protect_metrics=True)
+    async with client:
+        assert (await client.get("/metrics")).status == 401
+        assert (await client.get("/metrics", headers=bearer("nobody-token"))).status == 403
+        assert (await client.get("/metrics", headers=bearer("op-token"))).status == 200
+        assert (await client.get("/healthz")).status == 200 and (await client.get("/readyz")).status == 200
+
+
+async def test_answers_are_cached_and_expire() -> None:
+    api, clock = FakeReviewApi(), Clock()
+    auth = authenticator(api, clock, cache_ttl_s=30.0, negative_cache_ttl_s=5.0)
+    for _ in range(5):
+        assert (await auth.check("Bearer op-token", "/status")).allowed
+    assert api.count(TOKENREVIEWS_PATH) == 1 and api.count(SUBJECTACCESSREVIEWS_PATH) == 1
+    # another path: the identity is cached, only a new SAR
+    assert (await auth.check("Bearer op-token", "/decisions")).allowed
+    assert api.count(TOKENREVIEWS_PATH) == 1 and api.count(SUBJECTACCESSREVIEWS_PATH) == 2
+    # refusals are cached too, for the shorter TTL
+    for _ in range(3):
+        assert (await auth.check("Bearer forged", "/status")).status == 401
+        assert (await auth.check("Bearer nobody-token", "/status")).status == 403
+    assert api.count(TOKENREVIEWS_PATH) == 3 and api.count(SUBJECTACCESSREVIEWS_PATH) == 3
+    # a grant made now works once the negative TTL has passed ...
+    api.grants.add((NOBODY, "/status"))
+    clock.now += 4.9
+    assert (await auth.check("Bearer nobody-token", "/status")).status == 403
+    clock.now += 0.2
+    assert (await auth.check("Bearer nobody-token", "/status")).allowed
+    # ... and a revoked one stops working after the positive TTL
+    api.grants.discard((OPERATOR, "/status"))
+    clock.now += 24.0
+    assert (await auth.check("Bearer op-token", "/status")).allowed
+    clock.now += 6.0
+    assert (await auth.check("Bearer op-token", "/status")).status == 403
+
+
+async def test_api_down_is_503_not_cached_and_logged_without_the_token(caplog) -> None:
+    api = FakeReviewApi()
+    api.down = ApiError(0, "Unreachable", "POST tokenreviews: cannot reach the API server")
+    client, auth = status_client(api)
+    secret = "op-token"
+    async with client:
+        with caplog.at_level(logging.INFO, logger="rlsched.extender.auth"):
+            r = await client.get("/decisions", headers=bearer(secret))
+            assert r.status == 503 and r.headers["Retry-After"]
+            assert "cannot check the token now" in (await r.json())["Error"]
+            api.down = None  # the API server is back: the next request is checked again, not refused from a cache
+            assert (await client.get("/decisions", headers=bearer(secret))).status == 200
+            api.down = ApiError(403, "Forbidden", 'tokenreviews.authentication.k8s.io is forbidden')
+            r = await client.get("/status", headers=bearer("nobody-token"))
+            assert r.status == 503 and "system:auth-delegator" in (await r.json())["Error"]
+        metrics = await (await client.get("/metrics")).text()
+    assert 'rlsched_extender_auth_requests_total{result="unavailable"} 2.0' in metrics
+    assert 'rlsched_extender_auth_reviews_total{kind="token",result="error"} 2.0' in metrics
+    assert caplog.records and all(secret not in r.getMessage() and "nobody-token" not in r.getMessage()
+                                  for r in caplog.records)
+
+
+async def test_a_hanging_api_times_out_as_503() -> None:
+    api = FakeReviewApi()
+    auth = authenticator(api, review_timeout_s=0.05)
+
+    async def request(method: str, path: str, body: Any = None, content_type: str = "", timeout: float = 10.0) -> Any:
+        try:
+            return await asyncio.wait_for(asyncio.sleep(5.0), timeout)
+        except asyncio.TimeoutError:
+            raise ApiError(0, "Timeout", f"{path}: no answer within {timeout:g} s") from None
+    api.request = request  # type: ignore[method-assign]  # KubeApi's timeout behaviour
+    verdict = await asyncio.wait_for(auth.check("Bearer op-token", "/status"), 2.0)
+    assert verdict.status == 503 and "no answer" in verdict.reason
+
+
+async def test_an_answer_that_is_not_json_is_503() -> None:
+    api = FakeReviewApi()
+    api.down = ValueError("unexpected character: line 1 column 1 (char 0)")  # type: ignore[assignment]  # orjson's error
+    verdict = await authenticator(api).check("Bearer op-token", "/status")
+    assert verdict.status == 503 and "TokenReview" in verdict.reason
+
+
+async def test_identical_checks_share_one_review_and_reviews_are_bounded() -> None:
+    api = FakeReviewApi()
+    api.gate = asyncio.Event()
+    auth = authenticator(api, review_timeout_s=5.0)
+    same = [asyncio.create_task(auth.check("Bearer op-token", "/status")) for _ in range(20)]
+    fresh = [asyncio.create_task(auth.check(f"Bearer t{i}", "/status")) for i in range(40)]
+    await asyncio.sleep(0.05)
+    assert len(api.calls) == MAX_CONCURRENT_REVIEWS  # the rest wait for a slot
+    api.gate.set()
+    verdicts = await asyncio.gather(*same, *fresh)
+    assert all(v.allowed for v in verdicts[:20]) and all(v.status == 401 for v in verdicts[20:])
+    assert api.count(TOKENREVIEWS_PATH) == 41 and api.count(SUBJECTACCESSREVIEWS_PATH) == 1
+
+
+@pytest.mark.parametrize("header, why", [
+    (None, "authentication required"),
+    ("", "authentication required"),
+    ("Basic dXNlcjpwYXNz", "Bearer scheme"),
+    ("Bearer ", "empty bearer token"),
+    ("Bearer " + "a" * (MAX_TOKEN_BYTES + 1), f"longer than {MAX_TOKEN_BYTES}"),
+    ("Bearer tok en", "characters no token has"),
+    ("Bearer tökén", "characters no token has"),
+    ("Bearer a\x00b", "characters no token has"),
+])
+async def test_malformed_headers_are_401_without_asking_the_api(header, why) -> None:
+    api = FakeReviewApi()
+    auth = authenticator(api)
+    verdict = await auth.check(header, "/status")
+    assert verdict.status == 401 and why in verdict.reason and not api.calls
+    if header and len(header) > 20:
+        assert header[7:] not in verdict.reason  # the token is never echoed
+
+
+def test_bearer_scheme_is_case_insensitive() -> None:
+    assert bearer_token("bearer abc.def") == "abc.def" and bearer_token("BEARER  x") == "x"
+
+
+def test_ttl_cache_is_bounded_lru() -> None:
+    clock = Clock()
+    cache: TtlCache[str, int] = TtlCache(3, clock)
+    for i, key in enumerate("abcd"):
+        cache.put(key, i, 10.0)
+    assert len(cache) == 3 and cache.get("a") is None and cache.get("b") == 1
+    cache.put("e", 4, 10.0)  # b was used last: c goes
+    assert cache.get("c") is None and cache.get("b") == 1
+    clock.now += 10.0
+    assert cache.get("b") is None
+    cache.put("z", 9, 0.0)  # TTL 0: not cached at all
+    assert cache.get("z") is None

@@ -20,7 +20,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_ROOT_USER_ACTION=ignore
 WORKDIR /src
 RUN python3 -m venv /opt/rlsched
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 # The serving requirements: pyproject.toml's dependencies minus the training-only ones (the extender
 # and the operator never import them; tests/unit/test_chart_sync.py checks both facts).
 RUN /opt/rlsched/bin/python -c "import re, sys, tomllib; \

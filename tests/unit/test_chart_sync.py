@@ -525,16 +525,23 @@ def test_every_data_file_the_packages_hold_goes_into_the_wheel() -> None:
     from fnmatch import fnmatch
 
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
-    folders = {package: REPO / folder for package, folder in config["package-dir"].items()}
+    roots = {package: REPO / folder for package, folder in config["package-dir"].items()}
+
+    def folder_of(package: str) -> Path:   # the longest mapped prefix, then one folder per dotted part
+        mapped = max((name for name in roots if package == name or package.startswith(name + ".")), key=len)
+        return roots[mapped].joinpath(*package[len(mapped):].split(".")[1:])
+
+    folders = {package: folder_of(package) for package in config["packages"]}
     not_needed_at_run_time = {REPO / "extender" / "scheduler-config.yaml"}  # render() makes it; a copy for tools
     missing = []
-    for package, folder in folders.items():
+    for package, folder in roots.items():
         if package == "rlsched":
             continue
         for path in folder.rglob("*"):
             if not path.is_file() or path.suffix in (".py", ".pyc") or "__pycache__" in path.parts or path in not_needed_at_run_time:
                 continue
-            owner = max((p for p in folders if (REPO / config["package-dir"].get(p, "")) in path.parents), key=len)
+            # The package that ships it: the deepest listed package whose folder holds it.
+            owner = max((p for p in folders if folders[p] in path.parents), key=lambda p: len(folders[p].parts))
             relative = path.relative_to(folders[owner]).as_posix()
             globs = config.get("package-data", {}).get(owner, [])
             if not any(fnmatch(relative, g) for g in globs):

@@ -32,7 +32,7 @@ class Args:
     total_timesteps: int = 360_000
     """Decisions to collect in all (the run also stops at ``max_minutes``)."""
     max_minutes: float = 57.0
-    """Stop after this many minutes of wall time (0: no limit); a safety net under the 60-minute budget."""
+    """Stop after this many minutes of wall time (0: no limit): with the defaults a run ends within an hour."""
     max_iterations: int = 0
     """Stop after this many iterations in this invocation (0: no limit); resume continues the run."""
     num_envs: int = 4

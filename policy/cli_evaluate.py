@@ -40,8 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", type=float, default=DEFAULT_TARGET,
                         help="inflate arrivals to this fraction of cluster GPU capacity (default: %(default)s)")
     parser.add_argument("--typical-from", help="pod list to take FGD's typical pods from (default: --pods)")
-    parser.add_argument("--out", default="runs/evaluate", help="folder for evaluation.json and evaluation.png (default: %(default)s)")
-    parser.add_argument("--name", default="evaluation", help="file stem for the outputs (default: %(default)s)")
+    parser.add_argument("--json", metavar="PATH", help="write the evaluation as JSON to this file (default: OUT/NAME.json)")
+    parser.add_argument("--out", default="runs/evaluate",
+                        help="folder for the PNG of allocation curves, and the JSON unless --json (default: %(default)s)")
+    parser.add_argument("--name", default="evaluation", help="file stem for the outputs in --out (default: %(default)s)")
     parser.add_argument("--jobs", type=int, default=0, help="worker processes (default: one per core)")
     parser.add_argument("--mode", choices=("fgd", "events"), default="fgd",
                         help="fgd: the FGD protocol (arrivals only, inflated); events: replay creation/deletion times")
@@ -71,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"rlsched evaluate: {exc}", file=sys.stderr)
         return 2
     print(format_table(evaluation))
-    paths = write_outputs(evaluation, args.out, args.name)
+    paths = write_outputs(evaluation, args.out, args.name, json_path=args.json)
     print(f"\nwrote {paths['json']} and {paths['png']}")
     return 0
 
@@ -83,9 +85,8 @@ def _run_events(args: argparse.Namespace, policies: list[str], seeds: list[int])
 
     results = evaluate_events(args.nodes, args.pods, policies, seeds, args.retry_failed, args.typical_from)
     print(format_events_table(results))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{args.name}-events.json"
+    path = Path(args.json) if args.json else Path(args.out) / f"{args.name}-events.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps([r.summary() for r in results], indent=1))
     print(f"\nwrote {path}")
     return 0

@@ -106,8 +106,8 @@ def run(ns: argparse.Namespace) -> int:
     try:
         from .ppo.trainer import train
     except ImportError as exc:  # pragma: no cover - depends on the install
-        print(f"rlsched train: needs torch ({exc}); install the 'train' extra: pip install 'kube-rl-scheduler[train]'",
-              file=sys.stderr)
+        print(f"rlsched train: needs torch ({exc}); install the 'train' extra into this environment, "
+              "from the folder of your clone: pip install -e '.[train]'", file=sys.stderr)
         return 2
     result = train(args)
     print(json.dumps({"model": result.model_path, "val_unallocated_best": result.best_val,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 import numpy as np
 
 from .cluster import NodeSpec, PodSpec
-from .published import TOLERANCE_PP, published, trace_name
+from .published import TOLERANCE_PP, published, published_setup, trace_name
 from .scorers import UnknownPolicyError, canonical_name
 from .simulator import RunResult, run_fgd_protocol
 from .trace import load_nodes, load_pods
@@ -118,6 +118,8 @@ class Evaluation:
     pods_path: str
     target: float
     runs: list[RunResult] = field(default_factory=list)
+    published_setup: str | None = None
+    """The published trace these node and pod lists are (by content), else None: no published column."""
 
     def summaries(self) -> list[PolicySummary]:
         by_policy: dict[str, list[RunResult]] = {}
@@ -133,7 +135,7 @@ class Evaluation:
                 failed_pods=[r.failed_pods for r in runs],
                 frag_100=[r.frag_at_100 for r in runs],
                 seconds=[r.seconds for r in runs],
-                published_100=published(self.pods_path, policy),
+                published_100=published(self.published_setup, policy),
             ))
         return out
 
@@ -151,6 +153,7 @@ class Evaluation:
             "nodes": self.nodes_path,
             "pods": self.pods_path,
             "trace": trace_name(self.pods_path),
+            "published_setup": self.published_setup,
             "inflation_target": self.target,
             "summary": [s.to_json() for s in self.summaries()],
             "runs": [{**r.summary(), "curve": {str(k): round(v, 4) for k, v in r.curve.items()}} for r in self.runs],
@@ -246,7 +249,9 @@ def evaluate(
     pods = load_pods(pods_path)
     typical = typical_pods(load_pods(typical_from) if typical_from else pods)
     tasks = [(policy, seed) for policy in policies for seed in seeds]
-    evaluation = Evaluation(str(nodes_path), str(pods_path), target)
+    # The published figures hold for the published node and pod lists under the paper's inflation only.
+    setup = published_setup(nodes, pods) if target == DEFAULT_TARGET and not typical_from else None
+    evaluation = Evaluation(str(nodes_path), str(pods_path), target, published_setup=setup)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -277,11 +282,14 @@ def default_jobs() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
 
-def write_outputs(evaluation: Evaluation, out_dir: str | Path, stem: str = "evaluation") -> dict[str, Path]:
-    """Write ``<stem>.json`` and ``<stem>.png`` into ``out_dir``; returns their paths."""
+def write_outputs(evaluation: Evaluation, out_dir: str | Path, stem: str = "evaluation",
+                  json_path: str | Path | None = None) -> dict[str, Path]:
+    """Write ``<stem>.png`` into ``out_dir`` and the JSON to ``json_path`` (default ``out_dir/<stem>.json``);
+    returns their paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / f"{stem}.json", "png": out / f"{stem}.png"}
+    paths = {"json": Path(json_path) if json_path else out / f"{stem}.json", "png": out / f"{stem}.png"}
+    paths["json"].parent.mkdir(parents=True, exist_ok=True)
     paths["json"].write_text(json.dumps(evaluation.to_json(), indent=1))
     plot_curves(evaluation, paths["png"])
     return paths

@@ -1,11 +1,20 @@
 """Published results of the FGD paper on the openb traces, to compare our runs with.
 
-Median unallocated GPU % at 100 % arrival over seeds 42–51 (Weng et al., USENIX ATC'23; the table in
-``../shared/data/openb/README.md``). ``gpushare20`` has no published figures.
+Median unallocated GPU % at 100 % arrival over seeds 42–51 (Weng et al., USENIX ATC'23, on Alibaba's
+``cluster-trace-gpu-v2023`` from github.com/alibaba/clusterdata). ``gpushare20`` has no published figures.
+
+The figures hold for the published setup only: the 1,213-node GPU node list with one of the published
+pod lists. :func:`published_setup` recognizes that setup by content (a fingerprint of the parsed specs,
+so a renamed or re-encoded copy still matches, and a pod list named like one on another node list never
+does).
 """
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
 from pathlib import Path
+
+from .cluster import NodeSpec, PodSpec
 
 POLICIES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd")
 
@@ -35,7 +44,49 @@ def trace_name(pods_path: str | Path) -> str | None:
     return stem[len(prefix):] if stem.startswith(prefix) else None
 
 
-def published(pods_path: str | Path, policy: str) -> float | None:
-    """The published median for this trace file and policy, if there is one."""
-    name = trace_name(pods_path)
-    return PUBLISHED_UNALLOCATED_AT_100.get(name or "", {}).get(policy)
+PUBLISHED_NODES_FINGERPRINT = "0da1223010275991"
+""":func:`fingerprint_nodes` of ``openb_node_list_gpu_node.csv`` (1,213 nodes, 6,212 GPUs)."""
+
+PUBLISHED_PODS_FINGERPRINTS: dict[str, str] = {
+    "0ccae7742fb25414": "cpu050",
+    "02607e8eaaac7ab8": "cpu200",
+    "296f3fabcebd4c8d": "default",
+    "0695cf5cc7a98f70": "gpushare100",
+    "161bcb903832c6b0": "gpushare20",
+    "56c7b36d42128b08": "gpushare60",
+    "b625dbcc9dc9367a": "gpuspec10",
+    "2bd3681fe9ec26dd": "gpuspec25",
+    "902148b0ca406996": "multigpu20",
+    "b7aa921ff4f464e8": "multigpu40",
+}
+""":func:`fingerprint_pods` of ``openb_pod_list_<name>.csv`` → ``<name>``."""
+
+
+def _digest(lines: Iterable[str]) -> str:
+    h = hashlib.sha256()
+    for line in sorted(lines):
+        h.update(line.encode() + b"\n")
+    return h.hexdigest()[:16]
+
+
+def fingerprint_nodes(nodes: Iterable[NodeSpec]) -> str:
+    """A short hash of what the simulator reads from a node list (order and file format do not count)."""
+    return _digest(f"{n.name},{n.cpu_milli},{n.memory_mib},{n.gpu_count},{n.gpu_model}" for n in nodes)
+
+
+def fingerprint_pods(pods: Iterable[PodSpec]) -> str:
+    """A short hash of what the FGD protocol reads from a pod list (requests and model constraints)."""
+    return _digest(f"{p.name},{p.cpu_milli},{p.memory_mib},{p.num_gpu},{p.gpu_milli},{'|'.join(p.gpu_models)}"
+                   for p in pods)
+
+
+def published_setup(nodes: Iterable[NodeSpec], pods: Iterable[PodSpec]) -> str | None:
+    """The published trace name (``default``, ``cpu050``...) when both lists are the published ones, else None."""
+    if fingerprint_nodes(nodes) != PUBLISHED_NODES_FINGERPRINT:
+        return None
+    return PUBLISHED_PODS_FINGERPRINTS.get(fingerprint_pods(pods))
+
+
+def published(setup: str | None, policy: str) -> float | None:
+    """The published median for this setup (:func:`published_setup`) and policy, if there is one."""
+    return PUBLISHED_UNALLOCATED_AT_100.get(setup or "", {}).get(policy)

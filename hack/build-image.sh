@@ -5,13 +5,13 @@
 #   --tag   the image to build (default localhost/rl-scheduler:dev)
 #   --base  the BASE build argument (default: localhost/debian-python:bookworm, made here)
 #
-# No registry can be reached from this workplace, so the default base is made locally
-# (/work/shared/docs/containers.md): `debootstrap --variant=minbase` of Debian bookworm with
+# The default base needs no registry (CI pulls no image), so it is made locally:
+# `debootstrap --variant=minbase` of Debian bookworm with
 # python3 + python3-venv, imported into podman as localhost/debian-python:bookworm. The rootfs
 # tarball is cached in ${RLSCHED_IMAGE_CACHE:-$HOME/.cache/rlsched}/debian-python-bookworm.tar
 # (about a minute and ~275 MB the first time). With a registry, pass --base python:3.11-slim.
 #
-# Build: chroot isolation and the cgroupfs manager (the default runtime cannot set rlimits here),
+# Build: chroot isolation and the cgroupfs manager (the default runtime cannot set rlimits on every host),
 # host network so that pip reaches the package index. Prints the image's size at the end.
 # Needs: podman, runc, debootstrap (hack/install-system-deps.sh --containers), root.
 set -euo pipefail

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The end-to-end tests against a kind cluster with the Helm chart installed — for users with
-# Docker (or podman). This workplace has no container engine that can run kind, so this script
-# has never run here: CI runs the same tests against the local control plane instead
+# Docker (or podman). The project's CI has no container engine that can run kind, so CI has never
+# run this script: it runs the same tests against the local control plane instead
 # (hack/test.sh, docs/e2e.md). It passes shellcheck.
 #
 # Steps: kind cluster (Kubernetes v1.37.2 node image) → build the rlsched image from the Dockerfile

@@ -11,6 +11,7 @@ import importlib
 from .config import Args
 
 _LAZY = {"Agent": "agent", "RaggedBatch": "agent", "RolloutBuffer": "buffer", "DecisionRecord": "trainer",
+         "train_vine": "vine_trainer",
          "TrainResult": "trainer", "fit_from_records": "trainer", "train": "trainer"}
 
 __all__ = ["Args", *_LAZY]

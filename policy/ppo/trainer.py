@@ -189,39 +189,89 @@ def numpy_net(agent: Agent, args: Args) -> PolicyNetwork:
     return PolicyNetwork(agent.to_arrays(), prior_scale=args.prior_scale)
 
 
-# -- the loop -------------------------------------------------------------------------------------
-
-def train(args: Args) -> TrainResult:
-    """Run PPO; returns where the exported model went and the validation figures."""
-    args = parse_tuple_fields(args)
-    if args.advantage == "vine":
-        return train_vine(args)
-    if not 0 <= args.learn_from < args.end_at:
-        raise ValueError(f"learn_from ({args.learn_from}) must be in [0, end_at = {args.end_at})")
-    start_time = time.time()
-    run_dir = Path(args.out_dir) / f"{args.exp_name}-s{args.seed}"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    batch_size = args.num_envs * args.num_steps
-    minibatch_size = batch_size // args.num_minibatches
-    num_iterations = max(1, args.total_timesteps // batch_size)
-
-    # seeding (every source of randomness in one block)
+def seed_everything(args: Args) -> None:
+    """Every source of randomness of a run, in one block."""
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(args.torch_threads)
-    shuffle_rng = np.random.default_rng([args.seed, 7])
 
-    cores = make_cores(args, args.end_at)
-    envs = VectorCore(cores, seed0=args.train_seed0 + 10_000 * args.seed)
-    val_core = make_cores(Args(**{**asdict(args), "num_envs": 1}), args.end_at)[0]
+
+def new_agent(args: Args) -> Agent:
+    """A fresh agent of the configured widths, or the ``init_model`` it starts from."""
     agent = Agent(len(FEATURES), len(CLUSTER_FEATURES), args.hidden, args.value_hidden, args.prior_scale)
     if args.init_model:
         from ..export import read_model
 
         params, _, _ = read_model(args.init_model)
         agent.load_arrays(params)
+    return agent
+
+
+class RunOutput:
+    """A run's folder (``<out_dir>/<exp_name>-s<seed>``): its arguments, metrics, and the exported
+    models — ``best.npz`` (the best validated policy, the starting one included) and ``final.npz``."""
+
+    def __init__(self, args: Args, typical_json: list[dict], train_seeds: str, best_val: float | None = None):
+        self.args, self.typical_json, self.train_seeds = args, typical_json, train_seeds
+        self.dir = Path(args.out_dir) / f"{args.exp_name}-s{args.seed}"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "args.json").write_text(json.dumps(asdict(args), indent=1))
+        self.version = args.model_version or f"{args.exp_name}-s{args.seed}"
+        self.best_path, self.final_path = self.dir / "best.npz", self.dir / "final.npz"
+        self.best_val = best_val
+
+    def provenance(self, extra: dict[str, Any]) -> dict[str, Any]:
+        a = self.args
+        return {"command": " ".join(shlex.quote(x) for x in sys.argv), "args": asdict(a), "gitCommit": git_commit(),
+                "torch": torch.__version__, "traces": [trace_name(t) or t for t in a.traces],
+                "trainSeeds": self.train_seeds, "valSeeds": list(a.val_seeds), **extra}
+
+    def offer(self, agent: Agent, val: float, extra: dict[str, Any]) -> bool:
+        """Export ``agent`` as the best model if its validation figure ``val`` beats every earlier one."""
+        if self.best_val is not None and val >= self.best_val:
+            return False
+        self.best_val = val
+        export(agent, self.args, self.best_path, self.provenance({**extra, "valUnallocated": val}), self.typical_json,
+               self.version)
+        return True
+
+    def finish(self, agent: Agent, final_val: float, extra: dict[str, Any]) -> None:
+        """Export the final policy, and as the best one too when it validates at least as well."""
+        prov = self.provenance({**extra, "valUnallocated": final_val})
+        export(agent, self.args, self.final_path, prov, self.typical_json, self.version)
+        if self.best_val is None or final_val <= self.best_val:
+            self.best_val = final_val
+            export(agent, self.args, self.best_path, prov, self.typical_json, self.version)
+
+    def log(self, row: dict[str, Any]) -> None:
+        with open(self.dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+# -- the loop -------------------------------------------------------------------------------------
+
+def train(args: Args) -> TrainResult:
+    """Run PPO; returns where the exported model went and the validation figures."""
+    args = parse_tuple_fields(args)
+    if args.advantage == "vine":
+        from .vine_trainer import train_vine
+
+        return train_vine(args)
+    if not 0 <= args.learn_from < args.end_at:
+        raise ValueError(f"learn_from ({args.learn_from}) must be in [0, end_at = {args.end_at})")
+    start_time = time.time()
+    batch_size = args.num_envs * args.num_steps
+    minibatch_size = batch_size // args.num_minibatches
+    num_iterations = max(1, args.total_timesteps // batch_size)
+    seed_everything(args)
+    shuffle_rng = np.random.default_rng([args.seed, 7])
+
+    cores = make_cores(args, args.end_at)
+    envs = VectorCore(cores, seed0=args.train_seed0 + 10_000 * args.seed)
+    val_core = make_cores(Args(**{**asdict(args), "num_envs": 1}), args.end_at)[0]
+    agent = new_agent(args)
     optimizer = make_optimizer(agent, args)
     buffer = RolloutBuffer(args.num_steps, args.num_envs, len(FEATURES), len(CLUSTER_FEATURES))
     history: list[dict] = []
@@ -237,21 +287,14 @@ def train(args: Args) -> TrainResult:
         torch.set_rng_state(ckpt["torch_rng"])
         history, episodes, best_val = ckpt["history"], ckpt["episodes"], ckpt["best_val"]
         global_step, first_iteration, elapsed_before = ckpt["global_step"], ckpt["iteration"] + 1, ckpt["elapsed"]
-    typical_json = cores[0].typical.to_json()
-    (run_dir / "args.json").write_text(json.dumps(asdict(args), indent=1))
-    version = args.model_version or f"{args.exp_name}-s{args.seed}"
-    best_path, final_path = run_dir / "best.npz", run_dir / "final.npz"
-
-    def provenance(extra: dict[str, Any]) -> dict[str, Any]:
-        return {"command": " ".join(shlex.quote(a) for a in sys.argv), "args": asdict(args), "gitCommit": git_commit(),
-                "torch": torch.__version__, "traces": [trace_name(t) or t for t in args.traces],
-                "trainSeeds": f"{args.train_seed0 + 10_000 * args.seed}+", "valSeeds": list(args.val_seeds), **extra}
+    out = RunOutput(args, cores[0].typical.to_json(), f"{args.train_seed0 + 10_000 * args.seed}+", best_val)
+    run_dir = out.dir
 
     if not args.resume and args.eval_every:
         # the starting policy is a candidate too: PPO must beat it on validation to replace it
-        best_val = float(np.mean(validate(numpy_net(agent, args), args, args.val_seeds, val_core)))
-        export(agent, args, best_path, provenance({"globalStep": 0, "valUnallocated": best_val}), typical_json, version)
-        history.append({"iteration": 0, "global_step": 0, "val_unallocated": best_val,
+        start_val = float(np.mean(validate(numpy_net(agent, args), args, args.val_seeds, val_core)))
+        out.offer(agent, start_val, {"globalStep": 0})
+        history.append({"iteration": 0, "global_step": 0, "val_unallocated": start_val,
                         "elapsed_s": time.time() - start_time})
 
     bar = None
@@ -356,19 +399,15 @@ def train(args: Args) -> TrainResult:
         if (args.eval_every and iteration % args.eval_every == 0) or last_iteration:
             val = validate(numpy_net(agent, args), args, args.val_seeds, val_core)
             row["val_unallocated"] = float(np.mean(val))
-            if best_val is None or row["val_unallocated"] < best_val:
-                best_val = row["val_unallocated"]
-                export(agent, args, best_path, provenance({"globalStep": global_step, "valUnallocated": best_val}),
-                       typical_json, version)
+            out.offer(agent, row["val_unallocated"], {"globalStep": global_step})
         history.append(row)
-        with open(run_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
+        out.log(row)
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(unalloc=row["episode_unallocated"], val=best_val, kl=f"{row['approx_kl']:.4f}",
+            bar.set_postfix(unalloc=row["episode_unallocated"], val=out.best_val, kl=f"{row['approx_kl']:.4f}",
                             ev=f"{ev:.2f}", sps=f"{row['sps']:.0f}")
         if iteration % args.checkpoint_every == 0 or last_iteration:
-            save_checkpoint(run_dir / "checkpoint.pt", agent, optimizer, envs, shuffle_rng, history, episodes, best_val,
+            save_checkpoint(run_dir / "checkpoint.pt", agent, optimizer, envs, shuffle_rng, history, episodes, out.best_val,
                             global_step, iteration, elapsed_before + time.time() - start_time)
             plot_curves(history, episodes, run_dir / "learning_curves.png")
         done_iterations = iteration
@@ -378,17 +417,12 @@ def train(args: Args) -> TrainResult:
     # the end: validate the final policy, export final and (if it is better than every validated one) best
     final_val = float(np.mean(validate(numpy_net(agent, args), args, args.val_seeds, val_core)))
     seconds = elapsed_before + time.time() - start_time
-    export(agent, args, final_path, provenance({"globalStep": global_step, "valUnallocated": final_val,
-                                                "wallSeconds": seconds}), typical_json, version)
-    if best_val is None or final_val <= best_val:
-        best_val = final_val
-        export(agent, args, best_path, provenance({"globalStep": global_step, "valUnallocated": final_val,
-                                                   "wallSeconds": seconds}), typical_json, version)
-    save_checkpoint(run_dir / "checkpoint.pt", agent, optimizer, envs, shuffle_rng, history, episodes, best_val,
+    out.finish(agent, final_val, {"globalStep": global_step, "wallSeconds": seconds})
+    save_checkpoint(run_dir / "checkpoint.pt", agent, optimizer, envs, shuffle_rng, history, episodes, out.best_val,
                     global_step, done_iterations, seconds)
     plot_curves(history, episodes, run_dir / "learning_curves.png")
     (run_dir / "episodes.json").write_text(json.dumps(episodes, indent=0))
-    return TrainResult(str(best_path), best_val, final_val, global_step, seconds, str(run_dir), history)
+    return TrainResult(str(out.best_path), out.best_val, final_val, global_step, seconds, str(run_dir), history)
 
 
 def make_optimizer(agent: Agent, args: Args) -> optim.Adam:
@@ -402,176 +436,6 @@ def make_optimizer(agent: Agent, args: Args) -> optim.Adam:
 def set_lr(optimizer: optim.Optimizer, lr: float) -> None:
     for group in optimizer.param_groups:
         group["lr"] = lr * group.get("lr_scale", 1.0)
-
-
-def validate_mode(net: PolicyNetwork, args: Args, seeds: Sequence[int], core: SchedulingCore) -> list[float]:
-    """Unallocated GPU % at 100 % arrival of the policy played in ``rollout_mode`` on held-out seeds."""
-    from .vine import play_out
-
-    out = []
-    for seed in seeds:
-        core.reset(seed)
-        play_out(net, core, args.rank_scale, args.rollout_mode)
-        out.append(core.unallocated_at_100())
-    return out
-
-
-def train_vine(args: Args) -> TrainResult:
-    """PPO's clipped objective on branch-rollout advantages (:mod:`rlsched.policy.ppo.vine`).
-
-    Each iteration: ``vine_trunks`` workload seeds are played by the current policy in ``workers``
-    processes; at ``vine_points`` states of each, the ``vine_actions`` likeliest groups are each played
-    to the episode's end in a copy of the simulation with the same future; then ``update_epochs``
-    passes of minibatch updates of the clipped surrogate over (state, tried action) pairs.
-    """
-    import multiprocessing
-
-    from .vine import BranchBatch, branch_points, set_worker_core, trunk_job, vine_loss
-
-    start_time = time.time()
-    run_dir = Path(args.out_dir) / f"{args.exp_name}-s{args.seed}"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
-    torch.use_deterministic_algorithms(True)
-    torch.set_num_threads(args.torch_threads)
-    num_iterations = max(1, args.total_timesteps // max(1, args.vine_trunks * args.vine_points))
-
-    core = make_cores(Args(**{**asdict(args), "num_envs": 1}), args.end_at)[0]
-    agent = Agent(len(FEATURES), len(CLUSTER_FEATURES), args.hidden, args.value_hidden, args.prior_scale)
-    if args.init_model:
-        from ..export import read_model
-
-        params, _, _ = read_model(args.init_model)
-        agent.load_arrays(params)
-    optimizer = make_optimizer(agent, args)
-    history: list[dict] = []
-    first_iteration, elapsed_before, best_val = 1, 0.0, None
-    if args.resume:
-        ckpt = torch.load(args.resume, weights_only=False)
-        agent.load_state_dict(ckpt["agent"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        torch.set_rng_state(ckpt["torch_rng"])
-        history, best_val = ckpt["history"], ckpt["best_val"]
-        first_iteration, elapsed_before = ckpt["iteration"] + 1, ckpt["elapsed"]
-    typical_json = core.typical.to_json()
-    (run_dir / "args.json").write_text(json.dumps(asdict(args), indent=1))
-    version = args.model_version or f"{args.exp_name}-s{args.seed}"
-    best_path, final_path = run_dir / "best.npz", run_dir / "final.npz"
-    seed0 = args.train_seed0 + 10_000 * args.seed
-
-    def provenance(extra: dict[str, Any]) -> dict[str, Any]:
-        return {"command": " ".join(shlex.quote(a) for a in sys.argv), "args": asdict(args), "gitCommit": git_commit(),
-                "torch": torch.__version__, "traces": [trace_name(t) or t for t in args.traces],
-                "trainSeeds": f"{seed0}+", "valSeeds": list(args.val_seeds), **extra}
-
-    if not args.resume and args.eval_every:
-        best_val = float(np.mean(validate_mode(numpy_net(agent, args), args, args.val_seeds, core)))
-        export(agent, args, best_path, provenance({"iteration": 0, "valUnallocated": best_val}), typical_json, version)
-        history.append({"iteration": 0, "val_unallocated": best_val, "elapsed_s": time.time() - start_time})
-
-    pool = None
-    if args.workers > 1:
-        pool = multiprocessing.get_context("fork").Pool(args.workers, initializer=set_worker_core,
-                                                        initargs=(pickle.dumps(core),))
-    else:
-        set_worker_core(pickle.dumps(core))
-    done_iterations = first_iteration - 1
-    try:
-        for iteration in range(first_iteration, num_iterations + 1):
-            if args.max_minutes and elapsed_before + time.time() - start_time > args.max_minutes * 60:
-                break
-            if args.max_iterations and iteration >= first_iteration + args.max_iterations:
-                break
-            it_start = time.time()
-            frac = 1.0 - (iteration - 1.0) / num_iterations if args.anneal_lr else 1.0
-            set_lr(optimizer, frac * args.learning_rate)
-
-            # rollouts: trunks and their branches, in the workers (the numpy policy, as served)
-            params = agent.to_arrays()
-            jobs = []
-            for t in range(args.vine_trunks):
-                seed = seed0 + (iteration - 1) * args.vine_trunks + t
-                rng = np.random.default_rng([args.seed, iteration, t])
-                jobs.append({"params": params, "prior_scale": args.prior_scale, "seed": seed,
-                             "points": branch_points(rng, args.vine_window, args.vine_points),
-                             "actions": args.vine_actions, "rank_scale": args.rank_scale, "mode": args.rollout_mode})
-            results = pool.map(trunk_job, jobs) if pool else [trunk_job(j) for j in jobs]
-            points = [p for pts, _ in results for p in pts]
-            trunk_unalloc = [u for _, u in results]
-            rollout_s = time.time() - it_start
-            batch = BranchBatch(points)
-
-            # update: the clipped surrogate over (state, tried action) pairs
-            moving = batch.advantage[np.abs(batch.advantage) > 0]
-            adv_scale = float(moving.std()) if len(moving) > 1 and moving.std() > 0 else 1.0
-            pairs = np.arange(len(batch))
-            mb_size = max(1, len(pairs) // args.num_minibatches)
-            stats: dict[str, float] = {}
-            for epoch in range(args.update_epochs):
-                np.random.default_rng([args.seed, iteration, 1000 + epoch]).shuffle(pairs)
-                for start in range(0, len(pairs), mb_size):
-                    loss, stats = vine_loss(agent, batch, pairs[start:start + mb_size], args.clip_coef, adv_scale,
-                                            args.ent_coef, args.vf_coef)
-                    optimizer.zero_grad()
-                    loss.backward()
-                    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
-                    optimizer.step()
-                if args.target_kl is not None and stats.get("approx_kl", 0.0) > args.target_kl:
-                    break
-            with torch.no_grad():
-                values = agent(batch.ragged(np.array([np.flatnonzero(batch.point_of == i)[0]
-                                                      for i in range(len(points))], dtype=np.int64)))[1].numpy()
-            ev = explained_variance(values, batch.value_target)
-            grad_norms = {f"grad_{name}": float(p.grad.norm()) for name, p in agent.named_parameters()
-                          if p.grad is not None and name.endswith("weight")}
-            w_out = agent.out.weight.detach().abs().sum().item()
-
-            row = {"iteration": iteration, "lr": optimizer.param_groups[0]["lr"], **stats,
-                   "explained_variance": ev, "epochs": epoch + 1, "points": len(points), "pairs": len(batch),
-                   "points_moving": sum(int(np.ptp(p.returns) > 0) for p in points),
-                   "adv_scale": adv_scale, "head_l1": w_out, **grad_norms,
-                   "episode_unallocated": float(np.mean(trunk_unalloc)), "rollout_s": rollout_s,
-                   "iteration_s": time.time() - it_start,
-                   "elapsed_s": elapsed_before + time.time() - start_time, "val_unallocated": None}
-            last_iteration = iteration == num_iterations
-            if (args.eval_every and iteration % args.eval_every == 0) or last_iteration:
-                val = validate_mode(numpy_net(agent, args), args, args.val_seeds, core)
-                row["val_unallocated"] = float(np.mean(val))
-                if best_val is None or row["val_unallocated"] < best_val:
-                    best_val = row["val_unallocated"]
-                    export(agent, args, best_path, provenance({"iteration": iteration, "valUnallocated": best_val}),
-                           typical_json, version)
-            history.append(row)
-            with open(run_dir / "metrics.jsonl", "a") as f:
-                f.write(json.dumps(row) + "\n")
-            if args.progress:
-                print(f"[vine] it {iteration}/{num_iterations} trunk {row['episode_unallocated']:.3f} "
-                      f"val {row['val_unallocated']} kl {row.get('approx_kl', 0):.4f} clip {row.get('clipfrac', 0):.3f} "
-                      f"ev {ev:.2f} head {w_out:.2f} moving {row['points_moving']}/{len(points)} "
-                      f"{row['iteration_s']:.0f}s", file=sys.stderr, flush=True)
-            if iteration % args.checkpoint_every == 0 or last_iteration:
-                torch.save({"agent": agent.state_dict(), "optimizer": optimizer.state_dict(),
-                            "torch_rng": torch.get_rng_state(), "history": history, "best_val": best_val,
-                            "iteration": iteration, "elapsed": elapsed_before + time.time() - start_time},
-                           run_dir / "checkpoint.pt")
-            done_iterations = iteration
-    finally:
-        if pool is not None:
-            pool.close()
-            pool.join()
-
-    final_val = float(np.mean(validate_mode(numpy_net(agent, args), args, args.val_seeds, core)))
-    seconds = elapsed_before + time.time() - start_time
-    export(agent, args, final_path, provenance({"iteration": done_iterations, "valUnallocated": final_val,
-                                                "wallSeconds": seconds}), typical_json, version)
-    if best_val is None or final_val <= best_val:
-        best_val = final_val
-        export(agent, args, best_path, provenance({"iteration": done_iterations, "valUnallocated": final_val,
-                                                   "wallSeconds": seconds}), typical_json, version)
-    return TrainResult(str(best_path), best_val, final_val, done_iterations * args.vine_trunks * args.vine_points,
-                       seconds, str(run_dir), history)
 
 
 def save_checkpoint(path: Path, agent: Agent, optimizer: optim.Optimizer, envs: VectorCore, shuffle_rng: np.random.Generator,

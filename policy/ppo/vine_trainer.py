@@ -1,0 +1,161 @@
+"""The vine training loop: PPO's clipped objective on branch-rollout advantages.
+
+``train_vine(args)`` is what ``rlsched train --advantage vine`` runs (docs/ppo.md, "Learning from
+branch rollouts"). Each iteration: ``vine_trunks`` workload seeds are played by the current policy in
+``workers`` processes; at ``vine_points`` states of each, the ``vine_actions`` likeliest groups are
+each played to the episode's end in a copy of the simulation with the same future
+(:mod:`rlsched.policy.ppo.vine`); then ``update_epochs`` passes of minibatch updates of the clipped
+surrogate over (state, tried action) pairs. Seeds, validation, export and checkpoints follow the GAE
+loop (:func:`rlsched.policy.ppo.trainer.train`): the same ``Args``, the same run folder.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import sys
+import time
+from dataclasses import asdict
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..env import SchedulingCore
+from ..network import PolicyNetwork
+from .config import Args
+from .trainer import (RunOutput, TrainResult, explained_variance, make_cores, make_optimizer, new_agent, numpy_net,
+                      seed_everything, set_lr)
+from .vine import BranchBatch, branch_points, play_out, set_worker_core, trunk_job, vine_loss
+
+
+def validate_mode(net: PolicyNetwork, args: Args, seeds: Sequence[int], core: SchedulingCore) -> list[float]:
+    """Unallocated GPU % at 100 % arrival of the policy played in ``rollout_mode`` on held-out seeds."""
+    out = []
+    for seed in seeds:
+        core.reset(seed)
+        play_out(net, core, args.rank_scale, args.rollout_mode)
+        out.append(core.unallocated_at_100())
+    return out
+
+
+def trunk_jobs(args: Args, params: dict[str, np.ndarray], iteration: int, seed0: int) -> list[dict]:
+    """The iteration's trunks: workload seeds and branch states, a pure function of the seed and iteration
+    (so a resumed run plays exactly what an uninterrupted one would)."""
+    jobs = []
+    for t in range(args.vine_trunks):
+        rng = np.random.default_rng([args.seed, iteration, t])
+        jobs.append({"params": params, "prior_scale": args.prior_scale, "seed": seed0 + (iteration - 1) * args.vine_trunks + t,
+                     "points": branch_points(rng, args.vine_window, args.vine_points), "actions": args.vine_actions,
+                     "rank_scale": args.rank_scale, "mode": args.rollout_mode})
+    return jobs
+
+
+def train_vine(args: Args) -> TrainResult:
+    """Run PPO on vine advantages; returns where the exported model went and the validation figures."""
+    start_time = time.time()
+    seed_everything(args)
+    num_iterations = max(1, args.total_timesteps // max(1, args.vine_trunks * args.vine_points))
+    core = make_cores(Args(**{**asdict(args), "num_envs": 1}), args.end_at)[0]
+    agent = new_agent(args)
+    optimizer = make_optimizer(agent, args)
+    history: list[dict] = []
+    first_iteration, elapsed_before, best_val = 1, 0.0, None
+    if args.resume:
+        ckpt = torch.load(args.resume, weights_only=False)
+        agent.load_state_dict(ckpt["agent"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        torch.set_rng_state(ckpt["torch_rng"])
+        history, best_val = ckpt["history"], ckpt["best_val"]
+        first_iteration, elapsed_before = ckpt["iteration"] + 1, ckpt["elapsed"]
+    seed0 = args.train_seed0 + 10_000 * args.seed
+    out = RunOutput(args, core.typical.to_json(), f"{seed0}+", best_val)
+
+    if not args.resume and args.eval_every:
+        # the starting policy is a candidate too: training must beat it on validation to replace it
+        start_val = float(np.mean(validate_mode(numpy_net(agent, args), args, args.val_seeds, core)))
+        out.offer(agent, start_val, {"iteration": 0})
+        history.append({"iteration": 0, "val_unallocated": start_val, "elapsed_s": time.time() - start_time})
+
+    pool = None
+    if args.workers > 1:
+        pool = multiprocessing.get_context("fork").Pool(args.workers, initializer=set_worker_core,
+                                                        initargs=(pickle.dumps(core),))
+    else:
+        set_worker_core(pickle.dumps(core))
+    done_iterations = first_iteration - 1
+    try:
+        for iteration in range(first_iteration, num_iterations + 1):
+            if args.max_minutes and elapsed_before + time.time() - start_time > args.max_minutes * 60:
+                break
+            if args.max_iterations and iteration >= first_iteration + args.max_iterations:
+                break
+            it_start = time.time()
+            set_lr(optimizer, (1.0 - (iteration - 1.0) / num_iterations if args.anneal_lr else 1.0) * args.learning_rate)
+
+            # rollouts: trunks and their branches, in the workers (the numpy policy, as served)
+            jobs = trunk_jobs(args, agent.to_arrays(), iteration, seed0)
+            results = pool.map(trunk_job, jobs) if pool else [trunk_job(j) for j in jobs]
+            points = [p for pts, _ in results for p in pts]
+            rollout_s = time.time() - it_start
+            batch = BranchBatch(points)
+
+            # update: the clipped surrogate over (state, tried action) pairs
+            moving = batch.advantage[batch.advantage != 0]
+            adv_scale = float(moving.std()) if len(moving) > 1 and moving.std() > 0 else 1.0
+            pairs = np.arange(len(batch))
+            mb_size = max(1, len(pairs) // args.num_minibatches)
+            stats: dict[str, float] = {}
+            for epoch in range(args.update_epochs):
+                np.random.default_rng([args.seed, iteration, 1000 + epoch]).shuffle(pairs)
+                for start in range(0, len(pairs), mb_size):
+                    loss, stats = vine_loss(agent, batch, pairs[start:start + mb_size], args.clip_coef, adv_scale,
+                                            args.ent_coef, args.vf_coef)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                    optimizer.step()
+                if args.target_kl is not None and stats.get("approx_kl", 0.0) > args.target_kl:
+                    break
+
+            # diagnostics, validation, checkpoint
+            firsts = np.array([np.flatnonzero(batch.point_of == i)[0] for i in range(len(points))], dtype=np.int64)
+            with torch.no_grad():
+                values = agent(batch.ragged(firsts))[1].numpy()
+            ev = explained_variance(values, batch.value_target)
+            grad_norms = {f"grad_{name}": float(p.grad.norm()) for name, p in agent.named_parameters()
+                          if p.grad is not None and name.endswith("weight")}
+            row = {"iteration": iteration, "lr": optimizer.param_groups[0]["lr"], **stats,
+                   "explained_variance": ev, "epochs": epoch + 1, "points": len(points), "pairs": len(batch),
+                   "points_moving": sum(int(np.ptp(p.returns) > 0) for p in points),
+                   "adv_scale": adv_scale, "head_l1": agent.out.weight.detach().abs().sum().item(), **grad_norms,
+                   "episode_unallocated": float(np.mean([u for _, u in results])), "rollout_s": rollout_s,
+                   "iteration_s": time.time() - it_start,
+                   "elapsed_s": elapsed_before + time.time() - start_time, "val_unallocated": None}
+            last_iteration = iteration == num_iterations
+            if (args.eval_every and iteration % args.eval_every == 0) or last_iteration:
+                row["val_unallocated"] = float(np.mean(validate_mode(numpy_net(agent, args), args, args.val_seeds, core)))
+                out.offer(agent, row["val_unallocated"], {"iteration": iteration})
+            history.append(row)
+            out.log(row)
+            if args.progress:
+                print(f"[vine] it {iteration}/{num_iterations} trunk {row['episode_unallocated']:.3f} "
+                      f"val {row['val_unallocated']} kl {row.get('approx_kl', 0):.4f} clip {row.get('clipfrac', 0):.3f} "
+                      f"ev {ev:.2f} head {row['head_l1']:.2f} moving {row['points_moving']}/{len(points)} "
+                      f"{row['iteration_s']:.0f}s", file=sys.stderr, flush=True)
+            if iteration % args.checkpoint_every == 0 or last_iteration:
+                torch.save({"agent": agent.state_dict(), "optimizer": optimizer.state_dict(),
+                            "torch_rng": torch.get_rng_state(), "history": history, "best_val": out.best_val,
+                            "iteration": iteration, "elapsed": elapsed_before + time.time() - start_time},
+                           out.dir / "checkpoint.pt")
+            done_iterations = iteration
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
+
+    final_val = float(np.mean(validate_mode(numpy_net(agent, args), args, args.val_seeds, core)))
+    seconds = elapsed_before + time.time() - start_time
+    out.finish(agent, final_val, {"iteration": done_iterations, "wallSeconds": seconds})
+    return TrainResult(str(out.best_path), out.best_val, final_val, done_iterations * args.vine_trunks * args.vine_points,
+                       seconds, str(out.dir), history)

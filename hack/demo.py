@@ -110,7 +110,7 @@ def main() -> int:
                 return None
             conds = rlstack.wait_for(rolled, 90, "the SchedulingPolicy to be rolled out")
             ready = conds.get("Ready", {})
-            log(f"policy Ready={ready.get('status')} ({ready.get('reason')}: {ready.get('message', '')[:160]})")
+            log(f"policy Ready={ready.get('status')} ({ready.get('reason')}: {cut(ready.get('message', ''), 160)})")
         except AssertionError as exc:
             log(f"the operator did not report a rollout: {exc}")
 
@@ -143,6 +143,22 @@ def main() -> int:
     return 0
 
 
+def cut(text: str, limit: int) -> str:
+    """``text`` up to ``limit`` characters; a longer one ends at a word boundary with "…"."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    return (head.rsplit(" ", 1)[0] if " " in head else head).rstrip(" ,;:") + "…"
+
+
+def table(rows: list[tuple[str, ...]], right: frozenset[int] = frozenset()) -> str:
+    """Columns as wide as their widest cell (8 cards, "0,1,2,3,4,5,6,7", stay in line); the last unpadded."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join(
+        " ".join(cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+        + "  " + row[-1] for row in rows)
+
+
 def bar(milli: int) -> str:
     full = round(milli / 100)
     return "█" * full + "·" * (10 - full)
@@ -160,7 +176,7 @@ def report(cluster: Any, stack: Any, pods: dict[str, dict]) -> None:
         print(f"SchedulingPolicy {NS}/default: Ready={c.get('Ready', {}).get('status')} "
               f"({c.get('Ready', {}).get('reason')}), model {model.get('version') or 'none (heuristic)'}")
     print()
-    print(f"{'POD':20} {'SCHEDULER':18} {'NODE':13} {'MODEL':8} {'CARDS':10} {'MILLI/CARD':>10}  WANTED")
+    rows = [("POD", "SCHEDULER", "NODE", "MODEL", "CARDS", "MILLI/CARD", "WANTED")]
     used: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     for name, cpu, mem, cards, milli, models, scheduler, annot in PODS:
         p = pods[name]
@@ -177,13 +193,14 @@ def report(cluster: Any, stack: Any, pods: dict[str, dict]) -> None:
         want += f" {'|'.join(models)}" if models else ""
         want += f", {cpu // 1000} cpu"
         model = nodes.get(node, ("", "-"))[1] if node != "-" else "-"
-        print(f"{name:20} {scheduler:18} {node:13} {model:8} {card_txt:10} {per:>10}  {want}")
+        rows.append((name, scheduler, node, model, card_txt, per, want))
+    print(table(rows, right=frozenset({5})))
     print()
     for name in sorted(UNFIT):
         evs = json.loads(cluster.kubectl("get", "events", "-n", NS, "--field-selector", f"involvedObject.name={name}",
                                          "-o", "json").stdout)["items"]
         msg = next((e.get("message", "") for e in reversed(evs) if e.get("reason") == "FailedScheduling"), "")
-        print(f"{name} is pending: {msg[:400]}")
+        print(f"{name} is pending: {cut(msg, 400)}")
     print()
     print("GPU allocation per node (each bar is one card, █ = 100 milli):")
     total_used = total_cap = free_cards = 0

@@ -64,7 +64,8 @@ def infeasibility_reason(state: ClusterState, req: PodRequest, node: int, detail
             reasons.append("node has no GPU")
         elif not req.model_ok[state.model_id[node]]:
             allowed = [m for i, m in enumerate(state.model_names) if req.model_ok[i]]
-            reasons.append(f"GPU model {model} not allowed (pod allows {'|'.join(allowed) or 'no model present in the cluster'})")
+            reasons.append(f"GPU model {model} not allowed (pod allows {'|'.join(allowed)})" if allowed else
+                           f"GPU model {model} not allowed (the pod accepts only GPU models no node has)")
         elif req.is_share and state.max_card_free[node] < req.gpu_milli:
             reasons.append(
                 f"no GPU card with {req.gpu_milli} milli free (most free on one card: {state.max_card_free[node]})"

@@ -69,7 +69,7 @@ def test_model_constraint_and_cpu_only_nodes() -> None:
     assert feasible_mask(state, both).tolist() == [False, True, True]
     absent = state.request(PodSpec("p", 0, 0, 1, 500, ("A100",)))
     assert feasible_mask(state, absent).tolist() == [False, False, False]
-    assert "no model present in the cluster" in infeasibility_reason(state, absent, 1)
+    assert infeasibility_reason(state, absent, 1) == "GPU model V100 not allowed (the pod accepts only GPU models no node has)"
     cpu_pod = state.request(PodSpec("c", 1000, 1000))
     assert feasible_mask(state, cpu_pod).tolist() == [True, True, True]
 

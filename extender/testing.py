@@ -274,3 +274,57 @@ class Harness:
         """Store a pending pod in the fake API (as kube-scheduler would find it)."""
         self.api.pods[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = copy.deepcopy(pod)
         return pod
+
+
+class ScriptedWatchApi:
+    """``list``/``watch`` answers from a script, for the informer's rules: ``("list", items, rv)`` or
+    ``("list", exception)``, ``("watch", events)`` (an exception among the events is raised where it
+    stands), ``("stop",)`` (the default once the script is used up) cancels the informer."""
+
+    def __init__(self, script: list[tuple]):
+        self.script = list(script)
+        self.calls: list[tuple] = []
+
+    async def list(self, path: str, timeout: float = 60.0, limit: int = 500) -> tuple[list, str]:
+        self.calls.append(("list",))
+        step = self.script.pop(0)
+        assert step[0] == "list", step
+        if isinstance(step[1], BaseException):
+            raise step[1]
+        return step[1], step[2]
+
+    async def watch(self, path: str, rv: str, timeout_s: float, on_open: Any = None) -> AsyncIterator[Any]:
+        self.calls.append(("watch", rv))
+        step = self.script.pop(0) if self.script else ("stop",)
+        if step[0] == "stop":
+            raise asyncio.CancelledError
+        assert step[0] == "watch", step
+        if on_open is not None:
+            on_open()
+        for event in step[1]:
+            if isinstance(event, BaseException):
+                raise event
+            yield event
+
+
+async def start_service(api: Any, settings: Any) -> tuple[Any, asyncio.Event, asyncio.Task]:
+    """Run :func:`rlsched.extender.server.serve` with a fake API until it is ready; returns the
+    service, the event that stops it and its task (start-up errors are raised here)."""
+    from .server import serve
+
+    box: dict[str, Any] = {}
+    stop = asyncio.Event()
+    ready = asyncio.Event()
+
+    def on_ready(service: Any) -> None:
+        box["service"] = service
+        ready.set()
+
+    task = asyncio.create_task(serve(settings, api=api, stop=stop, ready=on_ready))
+    waiter = asyncio.create_task(ready.wait())
+    await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        waiter.cancel()
+        task.result()
+    return box["service"], stop, task
+

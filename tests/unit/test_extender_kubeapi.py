@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestServer
 
 from rlsched.extender.kubeapi import ApiError, Informer, KubeApi
 from rlsched.extender.settings import KubeSettings
-from rlsched.extender.testing import make_node, make_pod
+from rlsched.extender.testing import ScriptedWatchApi, make_node, make_pod
 
 
 def status(code, reason, message):
@@ -116,33 +116,6 @@ async def test_unreachable_server() -> None:
     assert info.value.status == 0 and "cannot reach the API server" in str(info.value)
 
 
-class ScriptedApi:
-    """list/watch answers from a script, for the informer's rules."""
-
-    def __init__(self, script):
-        self.script = list(script)
-        self.calls = []
-
-    async def list(self, path, timeout=60.0, limit=500):
-        self.calls.append(("list",))
-        step = self.script.pop(0)
-        assert step[0] == "list", step
-        if isinstance(step[1], Exception):
-            raise step[1]
-        return step[1], step[2]
-
-    async def watch(self, path, rv, timeout_s, on_open=None):
-        self.calls.append(("watch", rv))
-        step = self.script.pop(0) if self.script else ("stop",)
-        if step[0] == "stop":
-            raise asyncio.CancelledError
-        assert step[0] == "watch", step
-        for event in step[1]:
-            if isinstance(event, Exception):
-                raise event
-            yield event
-
-
 def ev(kind, name, rv):
     n = make_node(name, rv=rv)
     return {"type": kind, "object": n}
@@ -150,7 +123,7 @@ def ev(kind, name, rv):
 
 async def test_informer_resumes_and_relists_on_410() -> None:
     seen = []
-    api = ScriptedApi([
+    api = ScriptedWatchApi([
         ("list", [make_node("a", rv="1")], "10"),
         ("watch", [ev("ADDED", "b", "11"), {"type": "BOOKMARK", "object": {"kind": "Node", "metadata": {"resourceVersion": "15"}}}]),
         ("watch", [ApiError(0, "Unreachable", "connection reset")]),

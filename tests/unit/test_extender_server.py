@@ -13,7 +13,7 @@ from rlsched.extender.kubeapi import ApiError
 from rlsched.extender.objects import assignment_annotations
 from rlsched.extender.server import StartupError, serve
 from rlsched.extender.settings import AuthSettings, ExtenderSettings, GpuConventions, ServerSettings
-from rlsched.extender.testing import FakeKubeApi, make_node, make_pod
+from rlsched.extender.testing import FakeKubeApi, start_service, make_node, make_pod
 
 GPU = GpuConventions()
 
@@ -25,21 +25,7 @@ def settings() -> ExtenderSettings:
 
 
 async def start(api: FakeKubeApi):
-    box: dict = {}
-    stop = asyncio.Event()
-    ready = asyncio.Event()
-
-    def on_ready(service):
-        box["service"] = service
-        ready.set()
-
-    task = asyncio.create_task(serve(settings(), api=api, stop=stop, ready=on_ready))
-    waiter = asyncio.create_task(ready.wait())
-    await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
-    if task.done():
-        waiter.cancel()
-        task.result()
-    return box["service"], stop, task
+    return await start_service(api, settings())
 
 
 async def test_restart_rebuilds_assignments_and_serves() -> None:

@@ -17,9 +17,9 @@ from rlsched.extender.cache import ClusterCache
 from rlsched.extender.kubeapi import ApiError, Informer, backoff_delay
 from rlsched.extender.metrics import Metrics
 from rlsched.extender.rejections import REASONS, Rejections, classify
-from rlsched.extender.server import WATCH_DOWN_NOT_READY_S, serve
+from rlsched.extender.server import WATCH_DOWN_NOT_READY_S
 from rlsched.extender.settings import ExtenderSettings, GpuConventions, KubeSettings, ServerSettings
-from rlsched.extender.testing import FakeKubeApi, Harness, make_node, make_pod
+from rlsched.extender.testing import FakeKubeApi, Harness, ScriptedWatchApi, make_node, make_pod, start_service
 
 GPU = GpuConventions()
 POISON_ERRORS = {
@@ -152,35 +152,6 @@ def test_the_log_once_memory_is_bounded() -> None:
 
 # -- the informer -----------------------------------------------------------------------------------
 
-class Script:
-    """list/watch answers from a script (exceptions are raised where they stand)."""
-
-    def __init__(self, script):
-        self.script = list(script)
-        self.calls = []
-
-    async def list(self, path, timeout=60.0, limit=500):
-        self.calls.append(("list",))
-        step = self.script.pop(0)
-        assert step[0] == "list", step
-        if isinstance(step[1], BaseException):
-            raise step[1]
-        return step[1], step[2]
-
-    async def watch(self, path, rv, timeout_s, on_open=None):
-        self.calls.append(("watch", rv))
-        step = self.script.pop(0) if self.script else ("stop",)
-        if step[0] == "stop":
-            raise asyncio.CancelledError
-        assert step[0] == "watch", step
-        if on_open is not None:
-            on_open()
-        for event in step[1]:
-            if isinstance(event, BaseException):
-                raise event
-            yield event
-
-
 def node_event(kind, name, rv):
     return {"type": kind, "object": make_node(name, rv=rv)}
 
@@ -194,7 +165,7 @@ async def test_the_informer_survives_anything_one_event_or_callback_throws() -> 
             raise decimal.Overflow("from the callback")
         applied.append((kind, name))
 
-    api = Script([
+    api = ScriptedWatchApi([
         ("list", [make_node("a", rv="1")], "10"),
         ("watch", [node_event("ADDED", "raise", "11"), "not an event", {"type": "ADDED", "object": [1, 2]},
                    {"type": "ADDED"}, node_event("ADDED", "b", "12")]),
@@ -225,7 +196,7 @@ async def test_the_informer_survives_anything_one_event_or_callback_throws() -> 
 
 async def test_failures_back_off_with_jitter_and_clear_on_recovery() -> None:
     down = ApiError(0, "Unreachable", "connection refused")
-    api = Script([("list", [], "1"), ("watch", [down]), ("watch", [down]), ("watch", [down]),
+    api = ScriptedWatchApi([("list", [], "1"), ("watch", [down]), ("watch", [down]), ("watch", [down]),
                   ("watch", [node_event("ADDED", "a", "2")])])
     sleeps, states = [], []
     inf = None
@@ -257,16 +228,7 @@ def settings() -> ExtenderSettings:
 
 
 async def start(api: FakeKubeApi):
-    box: dict = {}
-    stop = asyncio.Event()
-    ready = asyncio.Event()
-    task = asyncio.create_task(serve(settings(), api=api, stop=stop, ready=lambda s: (box.update(service=s), ready.set())))
-    waiter = asyncio.create_task(ready.wait())
-    await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
-    if task.done():
-        waiter.cancel()
-        task.result()
-    return box["service"], stop, task
+    return await start_service(api, settings())
 
 
 async def eventually(fn, timeout=3.0):

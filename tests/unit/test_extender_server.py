@@ -13,7 +13,7 @@ from rlsched.extender.kubeapi import ApiError
 from rlsched.extender.objects import assignment_annotations
 from rlsched.extender.server import StartupError, serve
 from rlsched.extender.settings import AuthSettings, ExtenderSettings, GpuConventions, ServerSettings
-from rlsched.extender.testing import FakeKubeApi, start_service, make_node, make_pod
+from rlsched.extender.testing import FakeKubeApi, make_node, make_pod, start_service
 
 GPU = GpuConventions()
 

@@ -1,0 +1,92 @@
+"""Cluster variants built from a node list: other clusters to adapt a policy to and to test it on.
+
+A policy tuned on one cluster can be wrong on another: the bundled model's hand-set decision rule
+was tuned on openb's mix (mostly 8-card G2 and 2-card T4/P100 nodes). These variants keep the
+workload and change the cluster, each in one way that a real fleet differs:
+
+- ``eight-cards``: every GPU node has 8 cards, its cpu and memory scaled by ``8 / cards`` so that cpu
+  and memory per card stay as they were (a fleet of one server shape);
+- ``half``: a random half of the nodes (seeded) — the same mix, half the size;
+- ``model-mix``: every GPU node's model drawn uniformly (seeded) from the models that occur with its
+  card count, so rare models become common and common ones rarer (model-constrained pods then meet
+  another supply).
+
+Workloads are inflated to the variant's own GPU capacity by the FGD protocol, so any pod list runs on
+any variant. ``python -m rlsched.policy.variants NODES OUT_DIR`` writes the three as generic node files.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .cluster import NodeSpec
+from .trace import dump_generic, load_nodes
+
+
+def eight_cards(nodes: Sequence[NodeSpec], seed: int = 0) -> list[NodeSpec]:
+    """Every GPU node with 8 cards; cpu and memory scaled by ``8 / cards`` (per-card shares kept)."""
+    out = []
+    for n in nodes:
+        if n.gpu_count == 0 or n.gpu_count == 8:
+            out.append(n)
+            continue
+        f = 8 / n.gpu_count
+        out.append(replace(n, cpu_milli=int(round(n.cpu_milli * f)), memory_mib=int(round(n.memory_mib * f)), gpu_count=8))
+    return out
+
+
+def random_half(nodes: Sequence[NodeSpec], seed: int = 0) -> list[NodeSpec]:
+    """A random half of the nodes (rounded up), in their original order."""
+    keep = np.sort(np.random.default_rng(seed).permutation(len(nodes))[: (len(nodes) + 1) // 2])
+    return [nodes[i] for i in keep]
+
+
+def model_mix(nodes: Sequence[NodeSpec], seed: int = 0) -> list[NodeSpec]:
+    """Each GPU node's model drawn uniformly from the models seen with its card count."""
+    models: dict[int, list[str]] = defaultdict(list)
+    for n in nodes:
+        if n.gpu_count and n.gpu_model not in models[n.gpu_count]:
+            models[n.gpu_count].append(n.gpu_model)
+    rng = np.random.default_rng(seed)
+    return [replace(n, gpu_model=str(rng.choice(models[n.gpu_count]))) if n.gpu_count else n for n in nodes]
+
+
+VARIANTS: dict[str, Callable[[Sequence[NodeSpec], int], list[NodeSpec]]] = {
+    "eight-cards": eight_cards,
+    "half": random_half,
+    "model-mix": model_mix,
+}
+"""Variant name → builder ``(nodes, seed) → nodes``."""
+
+
+def make_variant(name: str, nodes: Sequence[NodeSpec], seed: int = 0) -> list[NodeSpec]:
+    if name not in VARIANTS:
+        raise ValueError(f"unknown cluster variant {name!r}; choose one of {', '.join(VARIANTS)}")
+    return VARIANTS[name](nodes, seed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m rlsched.policy.variants", description="write the cluster variants of a node list")
+    p.add_argument("nodes", help="node list (openb CSV or generic YAML/JSON)")
+    p.add_argument("out_dir", help="folder for <variant>.json (generic format, usable as --nodes)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random variants (default: %(default)s)")
+    args = p.parse_args(argv)
+    nodes = load_nodes(args.nodes)
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in VARIANTS:
+        path = out / f"{name}.json"
+        variant = make_variant(name, nodes, args.seed)
+        path.write_text(dump_generic(variant, []))
+        print(f"{path}: {len(variant)} nodes, {sum(n.gpu_count for n in variant)} GPUs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

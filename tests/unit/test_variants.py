@@ -1,0 +1,56 @@
+"""Cluster variants (policy/variants.py): each changes the cluster in the one way it says."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ppo_fixtures import small_nodes
+from rlsched.policy.cluster import NodeSpec
+from rlsched.policy.trace import load_nodes
+from rlsched.policy.variants import VARIANTS, main, make_variant
+
+
+def test_eight_cards_keeps_cpu_and_memory_per_card() -> None:
+    nodes = small_nodes()
+    out = make_variant("eight-cards", nodes)
+    for a, b in zip(nodes, out):
+        assert a.name == b.name and a.gpu_model == b.gpu_model
+        if a.gpu_count == 0:
+            assert b == a
+            continue
+        assert b.gpu_count == 8
+        assert b.cpu_milli / 8 == pytest.approx(a.cpu_milli / a.gpu_count, abs=1)
+        assert b.memory_mib / 8 == pytest.approx(a.memory_mib / a.gpu_count, abs=1)
+
+
+def test_half_is_a_seeded_half_in_order() -> None:
+    nodes = small_nodes()
+    a, b, c = make_variant("half", nodes, 1), make_variant("half", nodes, 1), make_variant("half", nodes, 2)
+    assert a == b and a != c and len(a) == (len(nodes) + 1) // 2
+    order = [n.name for n in nodes]
+    assert [order.index(n.name) for n in a] == sorted(order.index(n.name) for n in a)
+
+
+def test_model_mix_draws_from_the_models_of_the_same_card_count() -> None:
+    nodes = small_nodes() + [NodeSpec(f"extra-{i}", 96_000, 393_216, 8, "G3") for i in range(5)]
+    seen = {(n.gpu_count, n.gpu_model) for n in nodes}
+    out = make_variant("model-mix", nodes, 3)
+    assert [(n.name, n.gpu_count, n.cpu_milli) for n in out] == [(n.name, n.gpu_count, n.cpu_milli) for n in nodes]
+    assert {(n.gpu_count, n.gpu_model) for n in out} <= seen
+    assert [n.gpu_model for n in out] != [n.gpu_model for n in nodes]
+
+
+def test_unknown_variant_names_the_choices() -> None:
+    with pytest.raises(ValueError, match="eight-cards"):
+        make_variant("nine-cards", small_nodes())
+
+
+def test_main_writes_loadable_node_files(tmp_path: Path, capsys) -> None:
+    from rlsched.policy.trace import dump_generic
+
+    src = tmp_path / "nodes.json"
+    src.write_text(dump_generic(small_nodes(), []))
+    assert main([str(src), str(tmp_path / "out")]) == 0
+    for name in VARIANTS:
+        assert load_nodes(tmp_path / "out" / f"{name}.json") == make_variant(name, small_nodes())

@@ -11,6 +11,7 @@ Three figures, each a decision = one pod placed by a policy:
 
 Single process, single thread; episodes end just after 100 % arrival (``end_at=1.005``), as in training.
 """
+
 from __future__ import annotations
 
 import os
@@ -36,8 +37,10 @@ from rlsched.policy.typical import typical_pods  # noqa: E402
 
 def trainer_rollout(nodes, pods, typical, model, num_envs: int, seconds: float) -> tuple[float, int]:
     config = EnvConfig(end_at=1.005)
-    cores = [SchedulingCore(nodes, pods, typical, config, FeatureEncoder(typical, model.encoder.cpu_weight))
-             for _ in range(num_envs)]
+    cores = [
+        SchedulingCore(nodes, pods, typical, config, FeatureEncoder(typical, model.encoder.cpu_weight))
+        for _ in range(num_envs)
+    ]
     vec = VectorCore(cores, seed0=5000)
     net, rank_scale = model.network, model.decision.rank_scale
     steps, start = 0, time.perf_counter()
@@ -45,7 +48,9 @@ def trainer_rollout(nodes, pods, typical, model, num_envs: int, seconds: float) 
         for e, core in enumerate(vec.cores):
             cand = core.candidates
             s = net.scores(cand.features, cand.prior)
-            pos = choose_node(s[cand.group] - rank_scale * core.rank_frac[cand.nodes], cand.nodes, core.tiebreak, "sample")
+            pos = choose_node(
+                s[cand.group] - rank_scale * core.rank_frac[cand.nodes], cand.nodes, core.tiebreak, "sample"
+            )
             _, done = core.step_node(int(cand.nodes[pos]))
             vec.after_step(e, done)
             steps += 1
@@ -67,8 +72,9 @@ def gym_single(nodes, pods, typical, seconds: float) -> tuple[float, int]:
 
 
 def gym_vector(nodes, pods, typical, num_envs: int, seconds: float) -> tuple[float, int]:
-    envs = gym.vector.SyncVectorEnv([lambda: SchedulingEnv(nodes, pods, typical, EnvConfig(end_at=1.005))
-                                     for _ in range(num_envs)])
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: SchedulingEnv(nodes, pods, typical, EnvConfig(end_at=1.005)) for _ in range(num_envs)]
+    )
     rng = np.random.default_rng(0)
     obs, _ = envs.reset(seed=1)
     steps, start = 0, time.perf_counter()
@@ -94,10 +100,12 @@ def main() -> int:
     model = load_learned_scorer(args.model, typical)
     trainer_rollout(nodes, pods, typical, model, 1, 2.0)  # warm numba's caches
     rows = []
-    for name, fn in [("trainer rollout, 1 env", lambda: trainer_rollout(nodes, pods, typical, model, 1, args.seconds)),
-                     ("trainer rollout, 4 envs", lambda: trainer_rollout(nodes, pods, typical, model, 4, args.seconds)),
-                     ("gym SchedulingEnv, random valid action", lambda: gym_single(nodes, pods, typical, args.seconds)),
-                     ("gym SyncVectorEnv x4, random valid action", lambda: gym_vector(nodes, pods, typical, 4, args.seconds))]:
+    for name, fn in [
+        ("trainer rollout, 1 env", lambda: trainer_rollout(nodes, pods, typical, model, 1, args.seconds)),
+        ("trainer rollout, 4 envs", lambda: trainer_rollout(nodes, pods, typical, model, 4, args.seconds)),
+        ("gym SchedulingEnv, random valid action", lambda: gym_single(nodes, pods, typical, args.seconds)),
+        ("gym SyncVectorEnv x4, random valid action", lambda: gym_vector(nodes, pods, typical, 4, args.seconds)),
+    ]:
         rate, steps = fn()
         rows.append({"what": name, "steps_per_s": round(rate, 1), "steps": steps})
         print(f"{name:45s} {rate:8.0f} steps/s  ({steps} steps)", flush=True)

@@ -18,10 +18,12 @@ Policies: ``fgd`` — the fallback the extender serves without a model; ``ppo`` 
 (``rlsched.policy.learned.DEFAULT_MODEL``) or ``--model PATH``; ``ppo-random`` — the real learned
 scorer (feature encoder + network of rlsched.policy) with random weights, i.e. the trained model's
 cost before one is trained; ``mlp`` — a bare numpy MLP 16→64→64→1 over per-node features (the
-floor prototype of docs/extender-protocol.md). The default is ``fgd,ppo`` when the bundled model is there, else ``fgd,mlp``.
+floor prototype of docs/extender-protocol.md). The default is ``fgd,ppo`` when the bundled model is
+there, else ``fgd,mlp``.
 Client-side time (send + read the answer) is reported; the machine's load average is printed with
 the results because the development machine is shared.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +41,15 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 SHAPES = [  # (gpus, gpu_milli, cpu, memory): the openb typical mix, roughly
-    (0, 810, "3152m", "12Gi"), (1, 0, "11300m", "40Gi"), (0, 500, "4", "16Gi"), (2, 0, "16", "64Gi"),
-    (0, 250, "2", "8Gi"), (4, 0, "32", "128Gi"), (0, 0, "8", "32Gi"), (8, 0, "64", "256Gi"), (1, 0, "6", "24Gi"),
+    (0, 810, "3152m", "12Gi"),
+    (1, 0, "11300m", "40Gi"),
+    (0, 500, "4", "16Gi"),
+    (2, 0, "16", "64Gi"),
+    (0, 250, "2", "8Gi"),
+    (4, 0, "32", "128Gi"),
+    (0, 0, "8", "32Gi"),
+    (8, 0, "64", "256Gi"),
+    (1, 0, "6", "24Gi"),
 ]
 MODELS = ("V100M16", "V100M32", "T4", "A100")
 
@@ -65,12 +74,30 @@ def cluster(n: int, seed: int = 7):
         for c in range(cards):
             r = rng.random()
             if r < 0.35:
-                pods.append(make_pod(f"w-{i}-{c}", cpu="8", memory="32Gi", gpus=1, node=name, uid=f"w-{i}-{c}",
-                                     annotations=assignment_annotations(gpu, name, (c,), 1000)))
+                pods.append(
+                    make_pod(
+                        f"w-{i}-{c}",
+                        cpu="8",
+                        memory="32Gi",
+                        gpus=1,
+                        node=name,
+                        uid=f"w-{i}-{c}",
+                        annotations=assignment_annotations(gpu, name, (c,), 1000),
+                    )
+                )
             elif r < 0.55:
                 milli = int(rng.choice([250, 500, 750]))
-                pods.append(make_pod(f"s-{i}-{c}", cpu="2", memory="8Gi", gpu_milli=milli, node=name, uid=f"s-{i}-{c}",
-                                     annotations=assignment_annotations(gpu, name, (c,), milli)))
+                pods.append(
+                    make_pod(
+                        f"s-{i}-{c}",
+                        cpu="2",
+                        memory="8Gi",
+                        gpu_milli=milli,
+                        node=name,
+                        uid=f"s-{i}-{c}",
+                        annotations=assignment_annotations(gpu, name, (c,), milli),
+                    )
+                )
     return nodes, pods
 
 
@@ -123,6 +150,7 @@ class BenchMLP:
 
 # -- the server process ----------------------------------------------------------------------------
 
+
 def serve_main(args: argparse.Namespace) -> int:
     import uvloop
 
@@ -146,8 +174,10 @@ def serve_main(args: argparse.Namespace) -> int:
     elif args.policy == "ppo-random":
         path = random_model(Path(os.environ.get("TMPDIR", "/tmp")) / "rlsched-bench-random.npz")
         policy = PolicySettings(top_k=0, deadline_ms=200, model_path=str(path))
-    settings = ExtenderSettings(server=ServerSettings(port=args.port, status_port=0, status_host="127.0.0.1",
-                                                      max_body_bytes=256 * 1024 * 1024), policy=policy)
+    settings = ExtenderSettings(
+        server=ServerSettings(port=args.port, status_port=0, status_host="127.0.0.1", max_body_bytes=256 * 1024 * 1024),
+        policy=policy,
+    )
 
     def ready(service):
         print(f"READY {service.addresses['verbs'][1]} pods={len(service.cache.pods)}", flush=True)
@@ -157,6 +187,7 @@ def serve_main(args: argparse.Namespace) -> int:
 
 
 # -- the client ------------------------------------------------------------------------------------
+
 
 def pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.array(values), q)) * 1e3
@@ -182,6 +213,7 @@ async def run_client(port: int, nodes: list[dict], requests: int, full_requests:
     results: dict = {}
     connector = aiohttp.TCPConnector(limit=1, force_close=False)
     async with aiohttp.ClientSession(connector=connector) as http:
+
         async def post(verb: str, body: bytes) -> tuple[float, bytes]:
             t = time.perf_counter()
             async with http.post(f"{url}/{verb}", data=body, headers={"Content-Type": "application/json"}) as r:
@@ -205,12 +237,18 @@ async def run_client(port: int, nodes: list[dict], requests: int, full_requests:
             for i, body in enumerate(bodies):
                 dt, raw = await post("filter", body)
                 answer = orjson.loads(raw)
-                kept = answer["NodeNames"] if mode == "cache" else [n["metadata"]["name"] for n in answer["Nodes"]["items"]]
+                kept = (
+                    answer["NodeNames"]
+                    if mode == "cache"
+                    else [n["metadata"]["name"] for n in answer["Nodes"]["items"]]
+                )
                 if mode == "cache":
                     pbody = orjson.dumps({"Pod": batch[i], "Nodes": None, "NodeNames": kept})
                 else:
                     keep = set(kept)
-                    pbody = orjson.dumps({"Pod": batch[i], "Nodes": {"items": [n for n in nodes if n["metadata"]["name"] in keep]}})
+                    pbody = orjson.dumps(
+                        {"Pod": batch[i], "Nodes": {"items": [n for n in nodes if n["metadata"]["name"] in keep]}}
+                    )
                 dp, _ = await post("prioritize", pbody) if kept else (None, b"")
                 if i >= 10:  # warm-up
                     f_times.append(dt)
@@ -221,10 +259,12 @@ async def run_client(port: int, nodes: list[dict], requests: int, full_requests:
                 gc.collect(0)
             gc.enable()
             results[mode] = {
-                "filter_p50_ms": pct(f_times, 50), "filter_p99_ms": pct(f_times, 99),
+                "filter_p50_ms": pct(f_times, 50),
+                "filter_p99_ms": pct(f_times, 99),
                 "prioritize_p50_ms": pct(p_times, 50) if p_times else None,
                 "prioritize_p99_ms": pct(p_times, 99) if p_times else None,
-                "requests": len(f_times), "filter_request_bytes": int(statistics.mean(s[0] for s in sizes)),
+                "requests": len(f_times),
+                "filter_request_bytes": int(statistics.mean(s[0] for s in sizes)),
                 "filter_response_bytes": int(statistics.mean(s[1] for s in sizes)),
                 "feasible_nodes_mean": round(statistics.mean(s[2] for s in sizes), 1),
             }
@@ -267,9 +307,17 @@ def random_model(path: Path) -> Path:
     shapes = param_shapes(len(FEATURES), len(CLUSTER_FEATURES), (64, 64), 64)
     rng = np.random.default_rng(0)
     params = {k: rng.normal(0, 0.1, shape).astype(np.float32) for k, shape in shapes.items()}
-    manifest = build_manifest(version="random-weights", hidden=(64, 64), value_hidden=64, prior_scale=1.0, rank_scale=0.0,
-                              mode="greedy", fgd_cpu_weight=0.5, typical_json=default_typical().to_json(),
-                              training={"note": "random weights, for latency measurements only"})
+    manifest = build_manifest(
+        version="random-weights",
+        hidden=(64, 64),
+        value_hidden=64,
+        prior_scale=1.0,
+        rank_scale=0.0,
+        mode="greedy",
+        fgd_cpu_weight=0.5,
+        typical_json=default_typical().to_json(),
+        training={"note": "random weights, for latency measurements only"},
+    )
     save_model(path, params, manifest)
     return path
 
@@ -307,7 +355,9 @@ def bench(n: int, policy: str, args: argparse.Namespace) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", default="100,1000,5000")
-    parser.add_argument("--policies", help="fgd, ppo, ppo-random, mlp (default: fgd,ppo with the bundled model, else fgd,ppo-random)")
+    parser.add_argument(
+        "--policies", help="fgd, ppo, ppo-random, mlp (default: fgd,ppo with the bundled model, else fgd,ppo-random)"
+    )
     parser.add_argument("--requests", type=int, default=300, help="pods per cache-mode run (after 10 warm-up)")
     parser.add_argument("--full-requests", type=int, default=30, help="pods per full-node run (a third of it at 5,000)")
     parser.add_argument("--model", help="the model file for the ppo policy (default: the bundled one)")
@@ -322,8 +372,10 @@ def main() -> int:
     if not args.policies:
         args.policies = "fgd,ppo" if (args.model or bundled_model()) else "fgd,ppo-random"
     all_results = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}, "runs": []}
-    print(f"{'nodes':>6} {'policy':>6} {'mode':>5} {'filter p50':>10} {'p99':>7} {'prio p50':>9} {'p99':>7} "
-          f"{'req KB':>8} {'resp KB':>8} {'calls/s(4)':>10} {'load':>5}")
+    print(
+        f"{'nodes':>6} {'policy':>6} {'mode':>5} {'filter p50':>10} {'p99':>7} {'prio p50':>9} {'p99':>7} "
+        f"{'req KB':>8} {'resp KB':>8} {'calls/s(4)':>10} {'load':>5}"
+    )
     for n in [int(x) for x in args.nodes.split(",")]:
         for policy in args.policies.split(","):
             r = bench(n, policy, args)
@@ -333,10 +385,13 @@ def main() -> int:
                 if not m:
                     continue
                 tp = r["throughput_4_clients_calls_per_s"] if mode == "cache" else ""
-                print(f"{n:>6} {policy:>6} {mode:>5} {m['filter_p50_ms']:>10.2f} {m['filter_p99_ms']:>7.2f} "
-                      f"{m['prioritize_p50_ms'] or 0:>9.2f} {m['prioritize_p99_ms'] or 0:>7.2f} "
-                      f"{m['filter_request_bytes'] / 1024:>8.1f} {m['filter_response_bytes'] / 1024:>8.1f} {tp!s:>10} "
-                      f"{r['loadavg'][0]:>5.2f}", flush=True)
+                print(
+                    f"{n:>6} {policy:>6} {mode:>5} {m['filter_p50_ms']:>10.2f} {m['filter_p99_ms']:>7.2f} "
+                    f"{m['prioritize_p50_ms'] or 0:>9.2f} {m['prioritize_p99_ms'] or 0:>7.2f} "
+                    f"{m['filter_request_bytes'] / 1024:>8.1f} {m['filter_response_bytes'] / 1024:>8.1f} {tp!s:>10} "
+                    f"{r['loadavg'][0]:>5.2f}",
+                    flush=True,
+                )
     if args.json:
         Path(args.json).write_text(json.dumps(all_results, indent=1) + "\n")
     return 0

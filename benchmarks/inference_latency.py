@@ -13,6 +13,7 @@ Two figures per cluster size K:
 Threads are pinned to one (OMP/OPENBLAS/MKL env before numpy loads, and CPU affinity to one core).
 Target (issue #3): network p99 ≤ 1 ms at K = 1,000.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,14 @@ import numpy as np  # noqa: E402
 from rlsched.policy import ClusterState, NodeSpec, PodSpec, TieBreak, feasible_nodes  # noqa: E402
 from rlsched.policy.learned import DEFAULT_MODEL, load_learned_scorer  # noqa: E402
 
-KINDS = [(96_000, 393_216, 8, "G2"), (104_000, 524_288, 2, "T4"), (64_000, 262_144, 2, "P100"),
-         (128_000, 786_432, 8, "G3"), (32_000, 131_072, 4, "V100M16"), (96_000, 786_432, 8, "V100M32")]
+KINDS = [
+    (96_000, 393_216, 8, "G2"),
+    (104_000, 524_288, 2, "T4"),
+    (64_000, 262_144, 2, "P100"),
+    (128_000, 786_432, 8, "G3"),
+    (32_000, 131_072, 4, "V100M16"),
+    (96_000, 786_432, 8, "V100M32"),
+]
 
 
 def distinct_cluster(k: int, seed: int = 0) -> ClusterState:
@@ -40,7 +47,7 @@ def distinct_cluster(k: int, seed: int = 0) -> ClusterState:
     nodes = [NodeSpec(f"n{i}", *KINDS[i % len(KINDS)]) for i in range(k)]
     state = ClusterState(nodes)
     for n in range(k):
-        cpu = 10 * (n // len(KINDS)) + 10   # nodes of one kind differ in cpu use, so every key is unique
+        cpu = 10 * (n // len(KINDS)) + 10  # nodes of one kind differ in cpu use, so every key is unique
         cards = int(state.gpu_count[n])
         used = rng.integers(0, 3)
         for c in range(cards):
@@ -69,12 +76,17 @@ def main() -> int:
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     scorer = load_learned_scorer(args.model)
     net = scorer.network
-    print(f"model {scorer.version} ({scorer.digest[:12]}), hidden {net.p['w1'].shape[1]}x{net.p['w2'].shape[1]}, "
-          f"{platform.machine()}, numpy {np.__version__}, one thread")
+    print(
+        f"model {scorer.version} ({scorer.digest[:12]}), hidden {net.p['w1'].shape[1]}x{net.p['w2'].shape[1]}, "
+        f"{platform.machine()}, numpy {np.__version__}, one thread"
+    )
     print(f"{'K':>6} {'network p50':>12} {'p99':>8} {'score() p50':>12} {'p99':>8} {'groups':>7}")
     results = []
-    pods = [PodSpec("share", 4000, 16_384, 1, 500), PodSpec("whole", 12_000, 49_152, 1, 1000),
-            PodSpec("two", 16_000, 65_536, 2, 1000)]
+    pods = [
+        PodSpec("share", 4000, 16_384, 1, 500),
+        PodSpec("whole", 12_000, 49_152, 1, 1000),
+        PodSpec("two", 16_000, 65_536, 2, 1000),
+    ]
     for k in (int(x) for x in args.nodes.split(",")):
         state = distinct_cluster(k)
         tiebreak = TieBreak.seeded(k, 0)
@@ -95,7 +107,7 @@ def main() -> int:
         for i in range(args.repeat_score + 20):
             req = state.request(pods[i % len(pods)])
             nodes = feasible_nodes(state, req)
-            state.node_version[nodes[i % len(nodes)]] += 1   # one node changed since the last pod, as in serving
+            state.node_version[nodes[i % len(nodes)]] += 1  # one node changed since the last pod, as in serving
             t = time.perf_counter()
             scores = scorer.score(state, req, nodes)
             scorer.choose(scores, nodes, tiebreak)
@@ -103,8 +115,10 @@ def main() -> int:
                 score_times.append(time.perf_counter() - t)
         score = percentiles(score_times)
         groups = scorer.last.num_groups
-        print(f"{k:6d} {network['p50_ms']:10.3f}ms {network['p99_ms']:6.3f}ms {score['p50_ms']:10.3f}ms "
-              f"{score['p99_ms']:6.3f}ms {groups:7d}")
+        print(
+            f"{k:6d} {network['p50_ms']:10.3f}ms {network['p99_ms']:6.3f}ms {score['p50_ms']:10.3f}ms "
+            f"{score['p99_ms']:6.3f}ms {groups:7d}"
+        )
         results.append({"nodes": k, "network": network, "score": score, "groups": groups})
     if args.json:
         with open(args.json, "w") as f:

@@ -33,6 +33,7 @@ scheduling cycle, extender filter call included) and ``scheduler_pod_scheduling_
 
 Numbers, machine load and commands: docs/benchmarks.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -95,18 +96,33 @@ def make_pods(n: int, seed: int) -> list[dict[str, Any]]:
     out = []
     for i in range(n):
         t = rng.choices(typical, weights)[0]
-        out.append({"name": f"bench-{i:05d}", "cpu": t["cpuMilli"], "mem": max(256, t["cpuMilli"] * 4096 // 1000),
-                    "gpus": t["numGpu"], "milli": t["gpuMilli"]})
+        out.append(
+            {
+                "name": f"bench-{i:05d}",
+                "cpu": t["cpuMilli"],
+                "mem": max(256, t["cpuMilli"] * 4096 // 1000),
+                "gpus": t["numGpu"],
+                "milli": t["gpuMilli"],
+            }
+        )
     return out
 
 
 def pod_body(shape: dict[str, Any], scheduler: str, prefix: str) -> dict:
-    return rlstack.pod_manifest(f"{prefix}-{shape['name']}", shape["cpu"], shape["mem"], shape["gpus"],
-                                shape["milli"], scheduler_name=scheduler, share_as_annotation=True,
-                                labels={"bench": "1"})
+    return rlstack.pod_manifest(
+        f"{prefix}-{shape['name']}",
+        shape["cpu"],
+        shape["mem"],
+        shape["gpus"],
+        shape["milli"],
+        scheduler_name=scheduler,
+        share_as_annotation=True,
+        labels={"bench": "1"},
+    )
 
 
 # -- metrics ----------------------------------------------------------------------------------------
+
 
 def histogram(text: str, name: str, match: dict[str, str] | None = None) -> list[tuple[float, float]]:
     """Cumulative (le, count) of a Prometheus histogram, summed over series whose labels match."""
@@ -114,7 +130,7 @@ def histogram(text: str, name: str, match: dict[str, str] | None = None) -> list
     for line in text.splitlines():
         if not line.startswith(name + "_bucket{"):
             continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', line[line.index("{"):line.rindex("}")]))
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line[line.index("{") : line.rindex("}")]))
         if match and any(labels.get(k) != v for k, v in match.items()):
             continue
         le = float(labels["le"].replace("+Inf", "inf"))
@@ -150,6 +166,7 @@ def pct(values: list[float], q: float) -> float:
 
 # -- the run ----------------------------------------------------------------------------------------
 
+
 class Bench:
     def __init__(self, args: argparse.Namespace, cluster: Any):
         self.args, self.cluster = args, cluster
@@ -162,11 +179,20 @@ class Bench:
     def scheduler_config(self, phase: str) -> dict:
         a = self.args
         if phase == "rl":
-            return rlstack.rl_scheduler_config(self.cluster, self.extender.url, leader_elect=False, qps=a.qps, burst=a.burst)
+            return rlstack.rl_scheduler_config(
+                self.cluster, self.extender.url, leader_elect=False, qps=a.qps, burst=a.burst
+            )
         if phase == "rl-noext":
             return rlstack.rl_scheduler_config(self.cluster, None, leader_elect=False, qps=a.qps, burst=a.burst)
-        return rlstack.rl_scheduler_config(self.cluster, None, scheduler_name=PROFILE["default"], leader_elect=False,
-                                           qps=a.qps, burst=a.burst, default_profile=True)
+        return rlstack.rl_scheduler_config(
+            self.cluster,
+            None,
+            scheduler_name=PROFILE["default"],
+            leader_elect=False,
+            qps=a.qps,
+            burst=a.burst,
+            default_profile=True,
+        )
 
     async def wait_empty(self, api: Any) -> None:
         """Delete every pod of the namespace and wait until they are gone (a deletecollection of
@@ -178,22 +204,25 @@ class Bench:
                 items, _ = await api.list(f"/api/v1/namespaces/{NS}/pods", {"limit": "1"})
                 if not items:
                     return
-            except (rlstack.ApiError, OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, rlstack.ApiError, OSError) as exc:
                 log(f"deleting the pods: {type(exc).__name__}: {exc}; retrying")
             except Exception as exc:  # noqa: BLE001 - aiohttp.ServerDisconnectedError and the like
                 log(f"deleting the pods: {type(exc).__name__}: {exc}; retrying")
             await asyncio.sleep(1)
         raise RuntimeError("pods of the previous phase did not go away")
 
-    async def watch_bound(self, api: Any, rv: str, expected: set[str], bound: dict[str, float],
-                          done: asyncio.Event) -> None:
+    async def watch_bound(
+        self, api: Any, rv: str, expected: set[str], bound: dict[str, float], done: asyncio.Event
+    ) -> None:
         """Record when each expected pod is first seen bound. Survives the API server ending or
         dropping the watch under load (resume from the last resourceVersion; relist on 410 or
         errors — pods first seen bound in a relist get the relist's time)."""
+
         def see(obj: dict, now: float) -> None:
             name = obj["metadata"]["name"]
             if name in expected and name not in bound and obj["spec"].get("nodeName"):
                 bound[name] = now
+
         path = f"/api/v1/namespaces/{NS}/pods"
         while len(bound) < len(expected):
             try:
@@ -226,8 +255,15 @@ class Bench:
         sched = rlstack.KubeScheduler(self.cluster, f"bench-kube-scheduler-{phase}")
         self.procs.append(sched)
         profile = PROFILE[phase]
-        result: dict[str, Any] = {"phase": phase, "round": round_, "pods": len(shapes), "nodes": a.nodes,
-                                  "qps": a.qps, "burst": a.burst, "loadavgStart": loadavg()}
+        result: dict[str, Any] = {
+            "phase": phase,
+            "round": round_,
+            "pods": len(shapes),
+            "nodes": a.nodes,
+            "qps": a.qps,
+            "burst": a.burst,
+            "loadavgStart": loadavg(),
+        }
         if phase == "rl" and not self.extender.alive():
             settings: dict[str, Any] = {"log": {"level": "WARNING"}}
             for item in a.extender_set:
@@ -261,7 +297,7 @@ class Bench:
         metrics_before = await asyncio.to_thread(sched.metrics)
         try:
             await asyncio.wait_for(done.wait(), a.timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log(f"{phase}: only {len(bound)}/{len(expected)} bound after {a.timeout}s")
         watcher.cancel()
         times = sorted(bound.values())
@@ -270,13 +306,18 @@ class Bench:
                 "bound": len(times),
                 "podsPerSecond": round((len(times) - 1) / (times[-1] - times[0]), 1),
                 "podsPerSecondFromStart": round(len(times) / (times[-1] - t_start), 1),
-                "podsPerSecondMiddle80": round(0.8 * len(times) / (times[int(0.9 * len(times)) - 1] - times[int(0.1 * len(times))]), 1),
+                "podsPerSecondMiddle80": round(
+                    0.8 * len(times) / (times[int(0.9 * len(times)) - 1] - times[int(0.1 * len(times))]), 1
+                ),
                 "seconds": round(times[-1] - times[0], 2),
             }
         m_backlog = await asyncio.to_thread(sched.metrics)
         result["backlog"]["attemptP50Ms"], result["backlog"]["attemptP99Ms"] = self.q_ms(
-            diff(histogram(m_backlog, "scheduler_scheduling_attempt_duration_seconds", {"result": "scheduled"}),
-                 histogram(metrics_before, "scheduler_scheduling_attempt_duration_seconds", {"result": "scheduled"})))
+            diff(
+                histogram(m_backlog, "scheduler_scheduling_attempt_duration_seconds", {"result": "scheduled"}),
+                histogram(metrics_before, "scheduler_scheduling_attempt_duration_seconds", {"result": "scheduled"}),
+            )
+        )
         result["loadavgBacklog"] = loadavg()
         log(f"{phase} backlog: {result['backlog']}  load {loadavg()}")
 
@@ -301,41 +342,59 @@ class Bench:
             async with sem:
                 await api.create(f"/api/v1/namespaces/{NS}/pods", b)
                 created[b["metadata"]["name"]] = time.monotonic()
+
         await asyncio.gather(*(create(i, b) for i, b in enumerate(bodies)))
         offered = len(bodies) / (time.monotonic() - t0)
         try:
             await asyncio.wait_for(done.wait(), a.timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log(f"{phase}: stream: only {len(bound)}/{len(expected)} bound after {a.timeout}s")
         watcher.cancel()
         lat = [max(0.0, bound[n] - created[n]) * 1000 for n in bound if n in created]
         m1 = await asyncio.to_thread(sched.metrics)
         result["stream"] = {
-            "offeredRate": round(offered, 1), "bound": len(lat),
-            "latencyP50Ms": round(pct(lat, 0.5), 1), "latencyP90Ms": round(pct(lat, 0.9), 1),
-            "latencyP99Ms": round(pct(lat, 0.99), 1), "latencyMaxMs": round(max(lat), 1),
+            "offeredRate": round(offered, 1),
+            "bound": len(lat),
+            "latencyP50Ms": round(pct(lat, 0.5), 1),
+            "latencyP90Ms": round(pct(lat, 0.9), 1),
+            "latencyP99Ms": round(pct(lat, 0.99), 1),
+            "latencyMaxMs": round(max(lat), 1),
         }
         result["stream"]["attemptP50Ms"], result["stream"]["attemptP99Ms"] = self.q_ms(
-            diff(histogram(m1, "scheduler_scheduling_attempt_duration_seconds", {"result": "scheduled"}),
-                 histogram(m0, "scheduler_scheduling_attempt_duration_seconds", {"result": "scheduled"})))
+            diff(
+                histogram(m1, "scheduler_scheduling_attempt_duration_seconds", {"result": "scheduled"}),
+                histogram(m0, "scheduler_scheduling_attempt_duration_seconds", {"result": "scheduled"}),
+            )
+        )
         result["stream"]["sliP50Ms"], result["stream"]["sliP99Ms"] = self.q_ms(
-            diff(histogram(m1, "scheduler_pod_scheduling_sli_duration_seconds"),
-                 histogram(m0, "scheduler_pod_scheduling_sli_duration_seconds")))
+            diff(
+                histogram(m1, "scheduler_pod_scheduling_sli_duration_seconds"),
+                histogram(m0, "scheduler_pod_scheduling_sli_duration_seconds"),
+            )
+        )
         result["loadavgStream"] = loadavg()
         log(f"{phase} stream: {result['stream']}  load {loadavg()}")
         if phase == "rl":
             ext = self.extender.metrics()
             for verb in ("filter", "bind"):
-                h = diff(histogram(ext, "rlsched_extender_request_seconds", {"verb": verb, "code": "200"}),
-                         histogram(ext_before, "rlsched_extender_request_seconds", {"verb": verb, "code": "200"}))
+                h = diff(
+                    histogram(ext, "rlsched_extender_request_seconds", {"verb": verb, "code": "200"}),
+                    histogram(ext_before, "rlsched_extender_request_seconds", {"verb": verb, "code": "200"}),
+                )
                 result[f"extender{verb.title()}P50Ms"], result[f"extender{verb.title()}P99Ms"] = self.q_ms(h)
             status = self.extender.status()
             result["policy"] = rlstack.describe_policy(status)
-        errors = [ln for ln in sched.log_path.read_text(errors="replace").splitlines()
-                  if ln.startswith("E") and "extender" in ln.lower()]
+        errors = [
+            ln
+            for ln in sched.log_path.read_text(errors="replace").splitlines()
+            if ln.startswith("E") and "extender" in ln.lower()
+        ]
         result["schedulerExtenderErrors"] = len(errors)
-        result["schedulerErrors"] = sum(1 for ln in sched.log_path.read_text(errors="replace").splitlines()
-                                        if ln.startswith("E") and "retrying" in ln)
+        result["schedulerErrors"] = sum(
+            1
+            for ln in sched.log_path.read_text(errors="replace").splitlines()
+            if ln.startswith("E") and "retrying" in ln
+        )
         result["watchRestarts"] = self.watch_restarts
         await asyncio.to_thread(sched.stop)
         await self.wait_empty(api)
@@ -363,14 +422,19 @@ class Bench:
 
 
 def summarize(results: list[dict[str, Any]]) -> str:
-    lines = ["| phase | round | backlog pods/s (first→last bind) | middle 80 % | attempt p50 / p99 ms | stream offered | creation→bound p50 / p99 ms | SLI p99 ms | load (1-min) |",
-             "|---|---:|---:|---:|---|---:|---|---:|---|"]
+    lines = [
+        "| phase | round | backlog pods/s (first→last bind) | middle 80 % | attempt p50 / p99 ms | stream offered "
+        "| creation→bound p50 / p99 ms | SLI p99 ms | load (1-min) |",
+        "|---|---:|---:|---:|---|---:|---|---:|---|",
+    ]
     for r in results:
         b, s = r.get("backlog", {}), r.get("stream", {})
-        lines.append(f"| {r['phase']} | {r['round']} | {b.get('podsPerSecond')} | {b.get('podsPerSecondMiddle80')} | "
-                     f"{b.get('attemptP50Ms')} / {b.get('attemptP99Ms')} | {s.get('offeredRate')} | "
-                     f"{s.get('latencyP50Ms')} / {s.get('latencyP99Ms')} | {s.get('sliP99Ms')} | "
-                     f"{r['loadavgStart'].split('/')[0]}–{r['loadavgStream'].split('/')[0]} |")
+        lines.append(
+            f"| {r['phase']} | {r['round']} | {b.get('podsPerSecond')} | {b.get('podsPerSecondMiddle80')} | "
+            f"{b.get('attemptP50Ms')} / {b.get('attemptP99Ms')} | {s.get('offeredRate')} | "
+            f"{s.get('latencyP50Ms')} / {s.get('latencyP99Ms')} | {s.get('sliP99Ms')} | "
+            f"{r['loadavgStart'].split('/')[0]}–{r['loadavgStream'].split('/')[0]} |"
+        )
     by = {}
     for r in results:
         by.setdefault(r["phase"], []).append(r["backlog"]["podsPerSecond"])
@@ -389,8 +453,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--phases", default="rl,default", help="comma list of rl, default, rl-noext")
     ap.add_argument("--repeat", type=int, default=1, help="rounds over the phases")
     ap.add_argument("--model", help="model file for the extender (default: none, FGD serves)")
-    ap.add_argument("--extender-set", action="append", default=[], metavar="KEY=VALUE",
-                    help="an extender setting (config-file key, dotted), e.g. kubernetes.writeTimeoutS=4.5")
+    ap.add_argument(
+        "--extender-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extender setting (config-file key, dotted), e.g. kubernetes.writeTimeoutS=4.5",
+    )
     ap.add_argument("--qps", type=float, default=5000, help="clientConnection.qps of every kube-scheduler")
     ap.add_argument("--burst", type=int, default=5000, help="clientConnection.burst of every kube-scheduler")
     ap.add_argument("--parallel", type=int, default=32, help="concurrent pod creations")
@@ -410,13 +479,15 @@ def main(argv: list[str] | None = None) -> int:
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     if own:
         log(f"starting a cluster in {state} (load {loadavg()})")
-        subprocess.run([script, "up", "--no-scheduler", "--no-prometheus"], env=env, check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [script, "up", "--no-scheduler", "--no-prometheus"], env=env, check=True, stdout=subprocess.DEVNULL
+        )
     cluster = rlstack.LocalCluster(state.resolve())
     bench = Bench(args, cluster)
 
     def interrupted(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
+
     signal.signal(signal.SIGTERM, interrupted)
     try:
         asyncio.run(bench.run())
@@ -428,8 +499,13 @@ def main(argv: list[str] | None = None) -> int:
         if own and not args.keep:
             subprocess.run([script, "down"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             shutil.rmtree(state, ignore_errors=True)
-    report = {"started": started, "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count(),
-              "args": vars(args), "results": bench.results}
+    report = {
+        "started": started,
+        "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "cpus": os.cpu_count(),
+        "args": vars(args),
+        "results": bench.results,
+    }
     print(summarize(bench.results))
     print(json.dumps(report, indent=1))
     if args.json:

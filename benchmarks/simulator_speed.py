@@ -5,6 +5,7 @@
 Targets (issue #2): ≤ 1 s with BestFit and ≤ 5 s with FGD on the 2-core development machine. The
 first run of each policy warms numba's compiled kernels (cached on disk) and is reported separately.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -12,9 +13,9 @@ import statistics
 import time
 from pathlib import Path
 
+from rlsched.policy.cluster import ClusterState
 from rlsched.policy.scorers import make_scorer
 from rlsched.policy.simulator import run_sequence
-from rlsched.policy.cluster import ClusterState
 from rlsched.policy.trace import load_nodes, load_pods
 from rlsched.policy.typical import typical_pods
 from rlsched.policy.workload import inflate
@@ -24,7 +25,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="../shared/data/openb")
     parser.add_argument("--trace", default="default")
-    parser.add_argument("--policy", default="bestfit,fgd,random,dotprod,gpupacking,gpuclustering,least-allocated,most-allocated,balanced-allocation")
+    parser.add_argument(
+        "--policy",
+        default="bestfit,fgd,random,dotprod,gpupacking,gpuclustering,least-allocated,most-allocated,balanced-allocation",
+    )
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()

@@ -7,18 +7,33 @@ The public surface is re-exported lazily (``rlsched --help`` must not import aio
 - :class:`ExtenderSettings`, :func:`load_settings` — settings; :func:`serve` — run it all;
 - :func:`scheduler_config`, :func:`render_scheduler_config` — the recommended KubeSchedulerConfiguration.
 """
+
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
 _EXPORTS = {
-    "make_app": "app", "make_status_app": "app", "Health": "app",
-    "Extender": "verbs", "ClusterCache": "cache", "PolicyEngine": "policy", "Verdict": "policy",
-    "Binder": "binder", "DecisionRing": "decisions", "Metrics": "metrics", "LoadPoller": "prometheus",
-    "KubeApi": "kubeapi", "ExtenderSettings": "settings", "load_settings": "settings", "ConfigError": "settings",
-    "GpuConventions": "settings", "serve": "server", "StartupError": "server",
-    "scheduler_config": "scheduler_config", "render_scheduler_config": "scheduler_config",
+    "make_app": "app",
+    "make_status_app": "app",
+    "Health": "app",
+    "Extender": "verbs",
+    "ClusterCache": "cache",
+    "PolicyEngine": "policy",
+    "Verdict": "policy",
+    "Binder": "binder",
+    "DecisionRing": "decisions",
+    "Metrics": "metrics",
+    "LoadPoller": "prometheus",
+    "KubeApi": "kubeapi",
+    "ExtenderSettings": "settings",
+    "load_settings": "settings",
+    "ConfigError": "settings",
+    "GpuConventions": "settings",
+    "serve": "server",
+    "StartupError": "server",
+    "scheduler_config": "scheduler_config",
+    "render_scheduler_config": "scheduler_config",
 }
 
 __all__ = sorted(_EXPORTS)

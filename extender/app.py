@@ -16,6 +16,7 @@ mid-request doubled tail latency).
 On the status listener, ``auth`` (:class:`rlsched.extender.auth.Authenticator`) guards /status and
 /decisions, and /metrics with ``protect_metrics``; /healthz and /readyz stay open (kubelet probes).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -23,7 +24,8 @@ import gc
 import logging
 import re
 import time
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -40,7 +42,7 @@ log = logging.getLogger("rlsched.extender.http")
 
 EXTENDER: web.AppKey[Extender] = web.AppKey("extender", Extender)
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics", Metrics)
-HEALTH: web.AppKey["Health"] = web.AppKey("health", object)  # type: ignore[arg-type]
+HEALTH: web.AppKey[Health] = web.AppKey("health", object)  # type: ignore[arg-type]
 
 VERBS = ("filter", "prioritize", "bind", "preempt")
 
@@ -90,7 +92,9 @@ def _error_middleware(metrics: Metrics, verb_of: Callable[[str], str | None]):
     gc_pause = _GcPause()
 
     @web.middleware
-    async def middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    async def middleware(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
         verb = verb_of(request.path)
         start = time.perf_counter()
         status = 500
@@ -110,7 +114,9 @@ def _error_middleware(metrics: Metrics, verb_of: Callable[[str], str | None]):
         except web.HTTPRequestEntityTooLarge as exc:
             status = 413
             metrics.bad_requests.labels(verb or "other").inc()
-            message = f"body: larger than the limit ({exc.text}); raise server.maxBodyBytes or use nodeCacheCapable: true"
+            message = (
+                f"body: larger than the limit ({exc.text}); raise server.maxBodyBytes or use nodeCacheCapable: true"
+            )
             _log_bad(request, verb, 413, message)
             return web.Response(status=413, body=error_body(message), content_type="application/json")
         except web.HTTPException as exc:
@@ -120,12 +126,19 @@ def _error_middleware(metrics: Metrics, verb_of: Callable[[str], str | None]):
             if isinstance(exc, ConnectionError) and _client_gone(request):
                 # The client went away (mid-body, or before the answer): nothing to answer, nothing broken.
                 status = 499
-                log.info("%s %s: the client closed the connection before the answer", request.method, request.path,
-                         extra={"event": "client_gone", "verb": verb, "remote": request.remote})
+                log.info(
+                    "%s %s: the client closed the connection before the answer",
+                    request.method,
+                    request.path,
+                    extra={"event": "client_gone", "verb": verb, "remote": request.remote},
+                )
                 return web.Response(status=499, reason="Client Closed Request")
             log.exception("%s %s failed", request.method, request.path, extra={"event": "internal_error", "verb": verb})
-            return web.Response(status=500, body=error_body(f"internal error in the extender: {type(exc).__name__}: {exc}"),
-                                content_type="application/json")
+            return web.Response(
+                status=500,
+                body=error_body(f"internal error in the extender: {type(exc).__name__}: {exc}"),
+                content_type="application/json",
+            )
         finally:
             if verb is not None:
                 metrics.latency.labels(verb, str(status)).observe(time.perf_counter() - start)
@@ -141,30 +154,45 @@ def _client_gone(request: web.Request) -> bool:
 
 def _log_bad(request: web.Request, verb: str | None, status: int, message: str) -> None:
     body = getattr(request, "_read_bytes", None) or b""
-    log.warning("bad request %s %s → %d: %s", request.method, request.path, status, message,
-                extra={"event": "bad_request", "verb": verb, "status": status, "remote": request.remote,
-                       "bodyBytes": len(body), "body": body[:512].decode("utf-8", "replace")})
+    log.warning(
+        "bad request %s %s → %d: %s",
+        request.method,
+        request.path,
+        status,
+        message,
+        extra={
+            "event": "bad_request",
+            "verb": verb,
+            "status": status,
+            "remote": request.remote,
+            "bodyBytes": len(body),
+            "body": body[:512].decode("utf-8", "replace"),
+        },
+    )
 
 
 async def read_body(request: web.Request, timeout_s: float) -> bytes:
     """The whole body, or BadRequest 408 when it does not arrive within ``timeout_s``."""
     try:
         return await asyncio.wait_for(request.read(), timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise BadRequest("body", f"not received within {timeout_s:g} s (server.bodyTimeoutS)", status=408) from None
 
 
-def _middlewares(connections: "ConnectionGuard | None", *rest: Any) -> list[Any]:
+def _middlewares(connections: ConnectionGuard | None, *rest: Any) -> list[Any]:
     return ([connections.middleware()] if connections is not None else []) + list(rest)
 
 
-def make_app(extender: Extender, metrics: Metrics, settings: ExtenderSettings,
-             connections: "ConnectionGuard | None" = None) -> web.Application:
+def make_app(
+    extender: Extender, metrics: Metrics, settings: ExtenderSettings, connections: ConnectionGuard | None = None
+) -> web.Application:
     """The verb listener's application (``connections``: the listener's guard, told of each request)."""
     prefix = settings.server.path_prefix
     paths = {f"{prefix}/{v}": v for v in VERBS}
-    app = web.Application(client_max_size=settings.server.max_body_bytes,
-                          middlewares=_middlewares(connections, _error_middleware(metrics, paths.get)))
+    app = web.Application(
+        client_max_size=settings.server.max_body_bytes,
+        middlewares=_middlewares(connections, _error_middleware(metrics, paths.get)),
+    )
     app[EXTENDER] = extender
     app[METRICS] = metrics
     body_timeout = settings.server.body_timeout_s
@@ -185,8 +213,12 @@ def make_app(extender: Extender, metrics: Metrics, settings: ExtenderSettings,
         args = preemption_args(loads(await read_body(request, body_timeout)))
         return _json(await request.app[EXTENDER].preempt(args))
 
-    for path, handler in ((f"{prefix}/filter", filter_), (f"{prefix}/prioritize", prioritize),
-                          (f"{prefix}/bind", bind), (f"{prefix}/preempt", preempt)):
+    for path, handler in (
+        (f"{prefix}/filter", filter_),
+        (f"{prefix}/prioritize", prioritize),
+        (f"{prefix}/bind", bind),
+        (f"{prefix}/preempt", preempt),
+    ):
         app.router.add_post(path, handler)
     return app
 
@@ -212,9 +244,15 @@ def _int_param(request: web.Request, name: str, default: int, low: int, high: in
     return value
 
 
-def make_status_app(extender: Extender, metrics: Metrics, health: Health,
-                    extra_status: Callable[[], dict[str, Any]] | None = None, auth: "Authenticator | None" = None,
-                    protect_metrics: bool = False, connections: "ConnectionGuard | None" = None) -> web.Application:
+def make_status_app(
+    extender: Extender,
+    metrics: Metrics,
+    health: Health,
+    extra_status: Callable[[], dict[str, Any]] | None = None,
+    auth: Authenticator | None = None,
+    protect_metrics: bool = False,
+    connections: ConnectionGuard | None = None,
+) -> web.Application:
     """The read-only listener: metrics, probes, status and the decision ring.
 
     ``auth`` None: nothing is checked (``auth.mode: none``, tests); else /status and /decisions (and
@@ -231,7 +269,9 @@ def make_status_app(extender: Extender, metrics: Metrics, health: Health,
     app[HEALTH] = health
 
     async def metrics_(request: web.Request) -> web.Response:
-        return web.Response(body=request.app[METRICS].render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+        return web.Response(
+            body=request.app[METRICS].render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
+        )
 
     async def healthz(request: web.Request) -> web.Response:
         problems = request.app[HEALTH].problems(request.app[HEALTH].liveness)
@@ -249,15 +289,21 @@ def make_status_app(extender: Extender, metrics: Metrics, health: Health,
         body = {
             "policy": ext.engine.status(),
             "cache": ext.cache.summary(),
-            "decisions": {"ring": len(ext.ring), "last": ext.ring.last, "remembered": len(ext.memory), "outcomes": dict(ext.counts)},
+            "decisions": {
+                "ring": len(ext.ring),
+                "last": ext.ring.last,
+                "remembered": len(ext.memory),
+                "outcomes": dict(ext.counts),
+            },
         }
         if extra_status is not None:
             body.update(extra_status())
         return _json(body)
 
     async def decisions(request: web.Request) -> web.Response:
-        after = _int_param(request, "after", 0, 0, 10**18 - 1,
-                           "an integer cursor (the 'next' of the previous answer, 0 at first)")
+        after = _int_param(
+            request, "after", 0, 0, 10**18 - 1, "an integer cursor (the 'next' of the previous answer, 0 at first)"
+        )
         limit = _int_param(request, "limit", 1000, 1, 10000, "an integer number of records, 1..10000")
         return _json(request.app[EXTENDER].ring.read(after, limit))
 

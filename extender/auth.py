@@ -22,6 +22,7 @@ Why the shape:
 The extender's own identity needs ``create`` on tokenreviews and subjectaccessreviews (the built-in
 ClusterRole ``system:auth-delegator``).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -30,8 +31,9 @@ import logging
 import re
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Generic, Hashable, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from aiohttp import web
 from prometheus_client import Counter
@@ -60,8 +62,9 @@ _BEARER = re.compile(r"[Bb][Ee][Aa][Rr][Ee][Rr] +")
 class ReviewApi(Protocol):
     """The one call the authenticator makes (``rlsched.extender.kubeapi.KubeApi.request``)."""
 
-    async def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-                      timeout: float = 10.0) -> Any: ...
+    async def request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json", timeout: float = 10.0
+    ) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -146,8 +149,9 @@ class _EveryFewSeconds:
 class Authenticator:
     """Checks ``Authorization`` headers with TokenReview + SubjectAccessReview, with caching."""
 
-    def __init__(self, api: ReviewApi, settings: AuthSettings, registry: Any = None,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, api: ReviewApi, settings: AuthSettings, registry: Any = None, clock: Callable[[], float] = time.monotonic
+    ):
         self.api, self.settings = api, settings
         self._verdicts: TtlCache[tuple[bytes, str, str], Verdict] = TtlCache(CACHE_ENTRIES, clock)
         self._users: TtlCache[bytes, User | str] = TtlCache(CACHE_ENTRIES, clock)
@@ -156,20 +160,29 @@ class Authenticator:
         """Reviews in flight, shared by identical checks."""
         self._slots = asyncio.Semaphore(MAX_CONCURRENT_REVIEWS)
         self._quiet = _EveryFewSeconds()
-        self.results = Counter("rlsched_extender_auth_requests_total",
-                               "Requests to protected status endpoints by result: allowed, unauthenticated (401), "
-                               "forbidden (403), unavailable (503: the API server could not be asked)",
-                               ["result"], registry=registry)
-        self.reviews = Counter("rlsched_extender_auth_reviews_total",
-                               "TokenReview (kind=token) and SubjectAccessReview (kind=access) calls by result "
-                               "(ok, error); answers served from the cache make none", ["kind", "result"], registry=registry)
+        self.results = Counter(
+            "rlsched_extender_auth_requests_total",
+            "Requests to protected status endpoints by result: allowed, unauthenticated (401), "
+            "forbidden (403), unavailable (503: the API server could not be asked)",
+            ["result"],
+            registry=registry,
+        )
+        self.reviews = Counter(
+            "rlsched_extender_auth_reviews_total",
+            "TokenReview (kind=token) and SubjectAccessReview (kind=access) calls by result "
+            "(ok, error); answers served from the cache make none",
+            ["kind", "result"],
+            registry=registry,
+        )
         for result in ("allowed", "unauthenticated", "forbidden", "unavailable"):
             self.results.labels(result)
 
     async def check(self, authorization: str | None, path: str, verb: str = "get") -> Verdict:
         """The verdict for a request to ``path`` carrying this ``Authorization`` header."""
         verdict = await self._check(authorization, path, verb)
-        self.results.labels({200: "allowed", 401: "unauthenticated", 403: "forbidden"}.get(verdict.status, "unavailable")).inc()
+        self.results.labels(
+            {200: "allowed", 401: "unauthenticated", 403: "forbidden"}.get(verdict.status, "unavailable")
+        ).inc()
         return verdict
 
     async def _check(self, authorization: str | None, path: str, verb: str) -> Verdict:
@@ -194,44 +207,72 @@ class Authenticator:
         try:
             try:
                 await asyncio.wait_for(self._slots.acquire(), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise _Unavailable(f"{MAX_CONCURRENT_REVIEWS} reviews already in flight for {timeout:g} s") from None
             try:
                 user = self._users.get(digest)
                 if user is None:
                     user = await self._token_review(token)
-                    self._users.put(digest, user, self.settings.cache_ttl_s if isinstance(user, User)
-                                    else self.settings.negative_cache_ttl_s)
+                    self._users.put(
+                        digest,
+                        user,
+                        self.settings.cache_ttl_s if isinstance(user, User) else self.settings.negative_cache_ttl_s,
+                    )
                 if isinstance(user, str):
                     verdict = Verdict(401, f"the bearer token was not accepted: {user}")
                 else:
                     allowed, why = await self._access_review(user, path, verb)
-                    verdict = Verdict(200, "", user.name) if allowed else Verdict(
-                        403, f"user {user.name!r} may not {verb} {path}" + (f": {why}" if why else "")
-                        + f" (grant a ClusterRole with nonResourceURLs [\"{path}\"], verbs [{verb}])", user.name)
+                    verdict = (
+                        Verdict(200, "", user.name)
+                        if allowed
+                        else Verdict(
+                            403,
+                            f"user {user.name!r} may not {verb} {path}"
+                            + (f": {why}" if why else "")
+                            + f' (grant a ClusterRole with nonResourceURLs ["{path}"], verbs [{verb}])',
+                            user.name,
+                        )
+                    )
             finally:
                 self._slots.release()
         except _Unavailable as exc:
             if (skipped := self._quiet("unavailable")) is not None:
-                log.warning("cannot check a token for %s: %s%s", path, exc,
-                            f" ({skipped} more since the last line)" if skipped else "",
-                            extra={"event": "auth_unavailable", "path": path})
+                log.warning(
+                    "cannot check a token for %s: %s%s",
+                    path,
+                    exc,
+                    f" ({skipped} more since the last line)" if skipped else "",
+                    extra={"event": "auth_unavailable", "path": path},
+                )
             return Verdict(503, f"cannot check the token now: {exc}")
-        self._verdicts.put((digest, path, verb), verdict,
-                           self.settings.cache_ttl_s if verdict.allowed else self.settings.negative_cache_ttl_s)
+        self._verdicts.put(
+            (digest, path, verb),
+            verdict,
+            self.settings.cache_ttl_s if verdict.allowed else self.settings.negative_cache_ttl_s,
+        )
         if not verdict.allowed and (skipped := self._quiet(f"refused-{verdict.status}")) is not None:
-            log.info("refused %s %s → %d: %s%s", verb, path, verdict.status, verdict.reason,
-                     f" ({skipped} more refusals since the last line)" if skipped else "",
-                     extra={"event": "auth_refused", "path": path, "status": verdict.status, "user": verdict.user})
+            log.info(
+                "refused %s %s → %d: %s%s",
+                verb,
+                path,
+                verdict.status,
+                verdict.reason,
+                f" ({skipped} more refusals since the last line)" if skipped else "",
+                extra={"event": "auth_refused", "path": path, "status": verdict.status, "user": verdict.user},
+            )
         return verdict
 
     async def _call(self, kind: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
             answer = await self.api.request("POST", path, body, timeout=self.settings.review_timeout_s)
-        except (ApiError, ValueError, OSError, asyncio.TimeoutError) as exc:  # ValueError: an answer that is not JSON
+        except (TimeoutError, ApiError, ValueError, OSError) as exc:  # ValueError: an answer that is not JSON
             self.reviews.labels(kind, "error").inc()
-            hint = " — the extender's identity needs create on tokenreviews and subjectaccessreviews " \
-                   "(ClusterRole system:auth-delegator)" if getattr(exc, "status", None) == 403 else ""
+            hint = (
+                " — the extender's identity needs create on tokenreviews and subjectaccessreviews "
+                "(ClusterRole system:auth-delegator)"
+                if getattr(exc, "status", None) == 403
+                else ""
+            )
             what = "TokenReview" if kind == "token" else "SubjectAccessReview"
             raise _Unavailable(f"{what}: {str(exc)[:300] or type(exc).__name__}{hint}") from None
         if not isinstance(answer, dict) or not isinstance(answer.get("status"), dict):
@@ -241,27 +282,37 @@ class Authenticator:
         return answer["status"]
 
     async def _token_review(self, token: str) -> User | str:
-        status = await self._call("token", TOKENREVIEWS_PATH, {
-            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}})
+        status = await self._call(
+            "token",
+            TOKENREVIEWS_PATH,
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}},
+        )
         if status.get("authenticated") is not True:
             return str(status.get("error") or "unknown or expired token")[:300]
         u = status.get("user")
         if not isinstance(u, dict) or not isinstance(u.get("username"), str) or not u["username"]:
             return "the TokenReview names no user"
         groups = tuple(str(g) for g in u.get("groups") or () if isinstance(g, str))
-        extra = tuple(sorted((str(k), tuple(str(x) for x in v)) for k, v in (u.get("extra") or {}).items()
-                             if isinstance(v, list)))
+        extra = tuple(
+            sorted((str(k), tuple(str(x) for x in v)) for k, v in (u.get("extra") or {}).items() if isinstance(v, list))
+        )
         return User(u["username"], str(u.get("uid") or ""), groups, extra)
 
     async def _access_review(self, user: User, path: str, verb: str) -> tuple[bool, str]:
-        spec: dict[str, Any] = {"user": user.name, "groups": list(user.groups),
-                                "nonResourceAttributes": {"path": path, "verb": verb}}
+        spec: dict[str, Any] = {
+            "user": user.name,
+            "groups": list(user.groups),
+            "nonResourceAttributes": {"path": path, "verb": verb},
+        }
         if user.uid:
             spec["uid"] = user.uid
         if user.extra:
             spec["extra"] = {k: list(v) for k, v in user.extra}
-        status = await self._call("access", SUBJECTACCESSREVIEWS_PATH, {
-            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec})
+        status = await self._call(
+            "access",
+            SUBJECTACCESSREVIEWS_PATH,
+            {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec},
+        )
         return status.get("allowed") is True, str(status.get("reason") or "")[:300]
 
 
@@ -273,7 +324,7 @@ def bearer_token(authorization: str | None) -> str | Verdict:
     m = _BEARER.match(authorization)
     if m is None:
         return Verdict(401, "the Authorization header must use the Bearer scheme")
-    token = authorization[m.end():].strip(" ")
+    token = authorization[m.end() :].strip(" ")
     if not token:
         return Verdict(401, "the Authorization header carries an empty bearer token")
     if len(token) > MAX_TOKEN_BYTES:
@@ -290,8 +341,9 @@ def refusal(verdict: Verdict) -> web.Response:
         headers["WWW-Authenticate"] = 'Bearer realm="rlsched-extender"'
     elif verdict.status == 503:
         headers["Retry-After"] = "5"
-    return web.Response(status=verdict.status, body=error_body(verdict.reason), content_type="application/json",
-                        headers=headers)
+    return web.Response(
+        status=verdict.status, body=error_body(verdict.reason), content_type="application/json", headers=headers
+    )
 
 
 def auth_middleware(auth: Authenticator, protected: frozenset[str]) -> Callable[..., Awaitable[web.StreamResponse]]:
@@ -299,8 +351,9 @@ def auth_middleware(auth: Authenticator, protected: frozenset[str]) -> Callable[
     so ``/%73tatus`` is ``/status`` here as in the router); others pass untouched."""
 
     @web.middleware
-    async def middleware(request: web.Request,
-                         handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    async def middleware(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
         resource = request.match_info.route.resource
         path = resource.canonical if resource is not None else None
         if path not in protected:

@@ -25,12 +25,14 @@ forged filter followed by a bind once put an 8-GPU pod on a node whose cards wer
 Idempotent by pod UID: a second call for the same pod and node joins the one in flight or succeeds
 at once if already bound there; for another node it fails with a message saying where the pod went.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from rlsched.policy.feasibility import feasible_mask, infeasibility_reason
 
@@ -62,14 +64,21 @@ class BindResult:
 class Binder:
     """Reserve-then-write bind with idempotency by UID (module docstring)."""
 
-    def __init__(self, cache: ClusterCache, engine: PolicyEngine, api: Any, gpu: GpuConventions, kube: KubeSettings,
-                 remembered: Callable[[str], Any] | None = None):
+    def __init__(
+        self,
+        cache: ClusterCache,
+        engine: PolicyEngine,
+        api: Any,
+        gpu: GpuConventions,
+        kube: KubeSettings,
+        remembered: Callable[[str], Any] | None = None,
+    ):
         self.cache, self.engine, self.api, self.gpu, self.kube = cache, engine, api, gpu, kube
         self.remembered = remembered or (lambda uid: None)
         """uid → filter's remembered decision (``verbs.DecisionMemory.get``), or None: a hint for the
         cards only, trusted when its resourceVersion is the current pod's."""
         self.lock = asyncio.Lock()
-        self._inflight: dict[str, tuple[str, asyncio.Future]] = {}
+        self._inflight: dict[str, tuple[str, asyncio.Future[Any]]] = {}
 
     async def bind(self, uid: str, namespace: str, name: str, node: str) -> BindResult:
         try:
@@ -82,10 +91,12 @@ class Binder:
         if inflight is not None:
             other, future = inflight
             if other != node:
-                return BindResult(f"pod {namespace}/{name} is already being bound to node {other}", node, result="error")
+                return BindResult(
+                    f"pod {namespace}/{name} is already being bound to node {other}", node, result="error"
+                )
             result = await asyncio.shield(future)
             return BindResult(result.error, node, result.cards, result.milli, "duplicate")
-        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._inflight[uid] = (node, future)
         try:
             result = await self._bind(uid, namespace, name, node)
@@ -108,15 +119,21 @@ class Binder:
         if existing is not None and existing.bind_done and existing.status == BOUND:  # ours, and the watch saw it
             if existing.node != node:
                 return BindResult(f"pod {key} is already bound to node {existing.node}", node, result="error")
-            return BindResult("", node, existing.cards, existing.spec.gpu_milli if existing.spec.num_gpu else 0, "duplicate")
+            return BindResult(
+                "", node, existing.cards, existing.spec.gpu_milli if existing.spec.num_gpu else 0, "duplicate"
+            )
         current = await self.current_pod(uid, namespace, name)
         if isinstance(current, BindResult):
             return current
         info, rules = current
         ours = self.kube.scheduler_name
         if info.scheduler_name != ours:
-            return BindResult(f"refused: pod {key} is not scheduled by {ours}; this extender binds only pods whose "
-                              f"spec.schedulerName is {ours}", node, result="refused")
+            return BindResult(
+                f"refused: pod {key} is not scheduled by {ours}; this extender binds only pods whose "
+                f"spec.schedulerName is {ours}",
+                node,
+                result="refused",
+            )
         if info.node_name:
             if info.node_name == node:
                 return BindResult("", node, info.cards or (), 0, "duplicate")
@@ -124,12 +141,16 @@ class Binder:
         if info.spec is None:
             return BindResult(f"pod {key}: {info.problem}", node, result="error")
         if node not in self.cache.nodes:
-            return BindResult(f"node {node} is not in the extender's cache (not yet seen by the watch, or deleted)",
-                              node, result="error")
+            return BindResult(
+                f"node {node} is not in the extender's cache (not yet seen by the watch, or deleted)",
+                node,
+                result="error",
+            )
         facts = self.cache.node_facts.get(node)
         if facts is None:
-            return BindResult(f"refused: the taints of node {node} could not be read (see the extender's log)", node,
-                              result="refused")
+            return BindResult(
+                f"refused: the taints of node {node} could not be read (see the extender's log)", node, result="refused"
+            )
         why = refusal(rules, facts)
         if why:
             return BindResult(f"refused: pod {key} may not run on node {node}: {why}", node, result="refused")
@@ -137,8 +158,12 @@ class Binder:
         # -- the critical section: choose, check and reserve cards without yielding ---------------
         async with self.lock:
             existing = self.cache.pods.get(uid)  # may have changed while the pod was read
-            reused = (existing is not None and existing.node == node and existing.status in (ASSUMED, UNCERTAIN)
-                      and existing.spec == spec)
+            reused = (
+                existing is not None
+                and existing.node == node
+                and existing.status in (ASSUMED, UNCERTAIN)
+                and existing.spec == spec
+            )
             if reused:
                 entry = existing  # a retry after an unknown outcome: keep the reservation
                 entry.status, entry.since = ASSUMED, self.cache.clock()
@@ -149,8 +174,11 @@ class Binder:
                     self.cache.forget(uid)
                 state = self.cache.state
                 if state is None or node not in state.index:
-                    return BindResult(f"node {node} is not in the extender's cache (not yet seen by the watch, or deleted)",
-                                      node, result="error")
+                    return BindResult(
+                        f"node {node} is not in the extender's cache (not yet seen by the watch, or deleted)",
+                        node,
+                        result="error",
+                    )
                 idx = state.index[node]
                 req = state.request(spec)
                 if not feasible_mask(state, req)[idx]:
@@ -170,8 +198,11 @@ class Binder:
                     entry = self.cache.add(uid, key, node, spec, cards, ASSUMED, exact=True)
                     if entry.placement is None:
                         self.cache.forget(uid)
-                        return BindResult(f"pod {key} cannot take cards {list(cards)} on node {node}: {entry.problem}",
-                                          node, result="error")
+                        return BindResult(
+                            f"pod {key} cannot take cards {list(cards)} on node {node}: {entry.problem}",
+                            node,
+                            result="error",
+                        )
         cards = entry.cards
         milli = spec.gpu_milli if spec.num_gpu else 0
         # -- the write: one Binding that carries the card annotations ---------------------------
@@ -181,8 +212,13 @@ class Binder:
         except ApiError as exc:
             return await self._failed(uid, key, node, cards, milli, exc)
         entry.bind_done = True
-        log.info("bound %s to %s cards %s", key, node, list(cards),
-                 extra={"event": "bound", "pod": key, "uid": uid, "node": node, "cards": list(cards)})
+        log.info(
+            "bound %s to %s cards %s",
+            key,
+            node,
+            list(cards),
+            extra={"event": "bound", "pod": key, "uid": uid, "node": node, "cards": list(cards)},
+        )
         return BindResult("", node, cards, milli)
 
     async def current_pod(self, uid: str, namespace: str, name: str) -> tuple[PodInfo, PodRules] | BindResult:
@@ -213,13 +249,17 @@ class Binder:
         except Exception as exc:  # noqa: BLE001 - whatever the pod holds, the answer is a refusal, not a 500
             return BindResult(f"refused: pod {key} cannot be read: {describe(exc)}", "", result="refused")
         if info.uid != uid or info.key != key:
-            return BindResult(f"refused: pod {key} does not have UID {uid} (deleted and recreated?)", "", result="refused")
+            return BindResult(
+                f"refused: pod {key} does not have UID {uid} (deleted and recreated?)", "", result="refused"
+            )
         if info.node_name:
             return info, NO_RULES  # bound already: the rules no longer matter
         try:
             rules = pod_rules(pod)
         except Exception as exc:  # noqa: BLE001
-            return BindResult(f"refused: pod {key}'s placement rules cannot be read: {describe(exc)}", "", result="refused")
+            return BindResult(
+                f"refused: pod {key}'s placement rules cannot be read: {describe(exc)}", "", result="refused"
+            )
         return info, rules
 
     def _hinted_cards(self, uid: str, info: PodInfo, node: str) -> tuple[int, ...] | None:
@@ -235,15 +275,18 @@ class Binder:
             return None
         return decision.cards
 
-    async def _failed(self, uid: str, key: str, node: str, cards: tuple[int, ...], milli: int,
-                      exc: ApiError) -> BindResult:
+    async def _failed(
+        self, uid: str, key: str, node: str, cards: tuple[int, ...], milli: int, exc: ApiError
+    ) -> BindResult:
         entry = self.cache.pods.get(uid)
         if entry is not None and entry.status == BOUND and entry.node == node:
             return BindResult("", node, cards, milli)  # the watch already saw it bound there
         if exc.status == 409 and "already" in exc.message:
             # Already assigned: success when it is ours (a retried bind), else report where it went.
             try:
-                current = pod_info(await self.api.get_pod(*key.split("/", 1), self.kube.write_timeout_s), self.gpu, "pod")
+                current = pod_info(
+                    await self.api.get_pod(*key.split("/", 1), self.kube.write_timeout_s), self.gpu, "pod"
+                )
             except Exception:  # noqa: BLE001 - unreadable or gone: report the conflict as it is
                 current = None
             if current is not None and current.uid == uid and current.node_name == node:
@@ -254,14 +297,33 @@ class Binder:
         if exc.status == 0:  # timeout or connection lost: the binding may exist
             if entry is not None:
                 entry.status, entry.since = UNCERTAIN, self.cache.clock()
-            log.warning("binding %s to %s: outcome unknown (%s); cards stay reserved for %.0f s unless the watch says otherwise",
-                        key, node, exc, self.kube.assumed_ttl_s, extra={"event": "bind_uncertain", "pod": key, "node": node})
-            return BindResult(f"binding pod {key} to {node}: {exc.message}; cards stay reserved for "
-                              f"{self.kube.assumed_ttl_s:.0f} s", node, cards, milli, "uncertain")
+            log.warning(
+                "binding %s to %s: outcome unknown (%s); cards stay reserved for %.0f s "
+                "unless the watch says otherwise",
+                key,
+                node,
+                exc,
+                self.kube.assumed_ttl_s,
+                extra={"event": "bind_uncertain", "pod": key, "node": node},
+            )
+            return BindResult(
+                f"binding pod {key} to {node}: {exc.message}; cards stay reserved for {self.kube.assumed_ttl_s:.0f} s",
+                node,
+                cards,
+                milli,
+                "uncertain",
+            )
         self.cache.forget(uid)
-        what = {404: "pod not found (deleted?)", 409: "conflict (pod recreated or changed)",
-                422: "rejected (pod recreated under the same name?)", 403: "forbidden (check RBAC: pods/binding create)"}
+        what = {
+            404: "pod not found (deleted?)",
+            409: "conflict (pod recreated or changed)",
+            422: "rejected (pod recreated under the same name?)",
+            403: "forbidden (check RBAC: pods/binding create)",
+        }
         hint = what.get(exc.status, "")
-        log.warning("binding %s to %s failed: %s", key, node, exc, extra={"event": "bind_failed", "pod": key, "node": node})
-        return BindResult(f"binding pod {key} to {node} failed: {exc}{' — ' + hint if hint else ''}", node, result="error")
-
+        log.warning(
+            "binding %s to %s failed: %s", key, node, exc, extra={"event": "bind_failed", "pod": key, "node": node}
+        )
+        return BindResult(
+            f"binding pod {key} to {node} failed: {exc}{' — ' + hint if hint else ''}", node, result="error"
+        )

@@ -14,18 +14,26 @@ watch. Besides the ClusterState the cache keeps what bind's placement rules need
 tolerations, nodeSelector and required node affinity of our scheduler's pending pods — small frozen
 values, not the raw objects.
 """
+
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
 from rlsched.policy.cards import default_cards
-from rlsched.policy.cluster import MUTABLE_ARRAYS  # the per-node rows ClusterState.copy copies
-from rlsched.policy.cluster import LOAD_METRICS, ClusterState, NodeSpec, Placement, PodSpec
+from rlsched.policy.cluster import (
+    LOAD_METRICS,
+    MUTABLE_ARRAYS,  # the per-node rows ClusterState.copy copies
+    ClusterState,
+    NodeSpec,
+    Placement,
+    PodSpec,
+)
 from rlsched.policy.scorers import TieBreak
 
 from .node_rules import NodeFacts, PodRules, node_facts, pod_rules
@@ -75,8 +83,14 @@ class CacheStats:
 class ClusterCache:
     """Nodes, pods and the ClusterState built from them."""
 
-    def __init__(self, gpu: GpuConventions, seed: int = 0, clock: Callable[[], float] = time.monotonic,
-                 rejections: Rejections | None = None, scheduler_name: str | None = None):
+    def __init__(
+        self,
+        gpu: GpuConventions,
+        seed: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+        rejections: Rejections | None = None,
+        scheduler_name: str | None = None,
+    ):
         self.gpu = gpu
         self.seed = seed
         self.clock = clock
@@ -222,7 +236,11 @@ class ClusterCache:
             self.forget(info.uid)
             return
         if entry is not None:
-            if entry.node == info.node_name and entry.spec == info.spec and (info.cards is None or info.cards == entry.cards):
+            if (
+                entry.node == info.node_name
+                and entry.spec == info.spec
+                and (info.cards is None or info.cards == entry.cards)
+            ):
                 if entry.status != BOUND:
                     entry.status, entry.since = BOUND, self.clock()
                 return
@@ -244,8 +262,11 @@ class ClusterCache:
             if uid:
                 seen.add(uid)
         now = self.clock()
-        gone = [u for u, e in self.pods.items()
-                if u not in seen and (e.status == BOUND or (e.bind_done and now - e.since > 5.0))]
+        gone = [
+            u
+            for u, e in self.pods.items()
+            if u not in seen and (e.status == BOUND or (e.bind_done and now - e.since > 5.0))
+        ]
         for uid in gone:
             self.forget(uid)
         for uid in [u for u in self.pending if u not in seen]:
@@ -254,8 +275,9 @@ class ClusterCache:
         self.synced["pods"] = True
 
     # -- placing ----------------------------------------------------------------------------------
-    def add(self, uid: str, key: str, node: str, spec: PodSpec, cards: tuple[int, ...], status: str,
-            exact: bool = False) -> Entry:
+    def add(
+        self, uid: str, key: str, node: str, spec: PodSpec, cards: tuple[int, ...], status: str, exact: bool = False
+    ) -> Entry:
         """Record a pod on ``node`` and place it in the state (cards checked; the default rule when
         they are missing or do not fit). An entry that cannot be placed is kept and reported.
 
@@ -316,8 +338,13 @@ class ClusterCache:
         if exact:
             return
         self.stats.unplaceable += 1
-        log.warning("pod %s on %s does not fit the cached node (%s); not counted", entry.key, entry.node, entry.problem,
-                    extra={"event": "pod_unplaceable", "pod": entry.key, "node": entry.node})
+        log.warning(
+            "pod %s on %s does not fit the cached node (%s); not counted",
+            entry.key,
+            entry.node,
+            entry.problem,
+            extra={"event": "pod_unplaceable", "pod": entry.key, "node": entry.node},
+        )
 
     def _rebuild(self) -> None:
         start = time.perf_counter()
@@ -342,7 +369,9 @@ class ClusterCache:
         for entry in self.pods.values():
             p = entry.placement
             if p is not None and entry.node in carried:
-                entry.placement = Placement(state.index[entry.node], p.cards, p.milli_per_card, p.cpu_milli, p.memory_mib, p.kind)
+                entry.placement = Placement(
+                    state.index[entry.node], p.cards, p.milli_per_card, p.cpu_milli, p.memory_mib, p.kind
+                )
             else:
                 replaced.append(entry)
         for entry in sorted(replaced, key=lambda e: (e.status == BOUND, e.since)):
@@ -353,8 +382,15 @@ class ClusterCache:
                 state.load[i] = row
         self.stats.rebuilds += 1
         self.stats.last_rebuild_s = time.perf_counter() - start
-        log.info("cluster state rebuilt: %d nodes (%d carried over), %d pods (%d placed again) in %.1f ms", state.num_nodes,
-                 len(carried), len(self.pods), len(replaced), self.stats.last_rebuild_s * 1e3, extra={"event": "state_rebuilt"})
+        log.info(
+            "cluster state rebuilt: %d nodes (%d carried over), %d pods (%d placed again) in %.1f ms",
+            state.num_nodes,
+            len(carried),
+            len(self.pods),
+            len(replaced),
+            self.stats.last_rebuild_s * 1e3,
+            extra={"event": "state_rebuilt"},
+        )
 
     # -- load -------------------------------------------------------------------------------------
     def set_load(self, load: Mapping[str, np.ndarray]) -> None:
@@ -385,8 +421,13 @@ class ClusterCache:
         for uid in expired:
             entry = self.forget(uid)
             if entry is not None:
-                log.warning("released cards of %s on %s: binding outcome unknown for %.0f s", entry.key, entry.node, ttl_s,
-                            extra={"event": "assumed_expired", "pod": entry.key, "node": entry.node})
+                log.warning(
+                    "released cards of %s on %s: binding outcome unknown for %.0f s",
+                    entry.key,
+                    entry.node,
+                    ttl_s,
+                    extra={"event": "assumed_expired", "pod": entry.key, "node": entry.node},
+                )
         return expired
 
     def summary(self) -> dict[str, Any]:
@@ -426,8 +467,11 @@ def _carry_over(old: ClusterState | None, new: ClusterState) -> set[str]:
     """
     if old is None:
         return set()
-    pairs = [(i, old.index[name]) for i, name in enumerate(new.names)
-             if name in old.index and old.nodes[old.index[name]] is new.nodes[i]]  # the same NodeSpec object
+    pairs = [
+        (i, old.index[name])
+        for i, name in enumerate(new.names)
+        if name in old.index and old.nodes[old.index[name]] is new.nodes[i]
+    ]  # the same NodeSpec object
     if not pairs:
         return set()
     new_idx = np.fromiter((a for a, _ in pairs), dtype=np.int64, count=len(pairs))

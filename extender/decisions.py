@@ -6,12 +6,14 @@ overwritten some of them the answer says how many were ``dropped``, so the opera
 can note the gap. A restart starts again at 1 with a new ``epoch`` (the process start time), so a
 reader that sees the epoch change starts over from 0.
 """
+
 from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from itertools import islice
-from typing import Any, Callable
+from typing import Any
 
 
 class DecisionRing:
@@ -45,8 +47,14 @@ class DecisionRing:
         start = max(after + 1, first) - first
         records = list(islice(self._items, start, start + max(limit, 0)))
         nxt = records[-1]["seq"] if records else max(after, first - 1)
-        return {"epoch": self.epoch, "next": nxt, "last": self._seq, "dropped": dropped, "reset": reset,
-                "records": records}
+        return {
+            "epoch": self.epoch,
+            "next": nxt,
+            "last": self._seq,
+            "dropped": dropped,
+            "reset": reset,
+            "records": records,
+        }
 
     def __len__(self) -> int:
         return len(self._items)

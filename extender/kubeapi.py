@@ -7,6 +7,7 @@ resourceVersion and relist on 410 Gone (:class:`Informer`); nothing one object o
 can end an informer's loop. Object names are checked (:mod:`rlsched.extender.names`) and every path
 segment is URL-quoted before a request is built.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -15,7 +16,8 @@ import os
 import random
 import ssl
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
 from urllib.parse import quote, urlencode
 
 import aiohttp
@@ -46,7 +48,7 @@ class KubeApi:
         self._session: aiohttp.ClientSession | None = None
 
     @classmethod
-    def from_settings(cls, settings: KubeSettings) -> "KubeApi":
+    def from_settings(cls, settings: KubeSettings) -> KubeApi:
         """Credentials from the kubeconfig / in-cluster service account (raises ConfigError-like
         ValueError with the cause when none can be loaded)."""
         from kubernetes import client, config  # start-up only
@@ -58,13 +60,20 @@ class KubeApi:
                 config.load_incluster_config(client_configuration=cfg)
                 source = "in-cluster service account"
             else:
-                config.load_kube_config(config_file=settings.kubeconfig, context=settings.context,
-                                        client_configuration=cfg, persist_config=False)
+                config.load_kube_config(
+                    config_file=settings.kubeconfig,
+                    context=settings.context,
+                    client_configuration=cfg,
+                    persist_config=False,
+                )
                 source = f"kubeconfig {settings.kubeconfig or os.environ.get('KUBECONFIG') or '~/.kube/config'}"
         except (ConfigException, OSError, TypeError, ValueError) as exc:
-            raise ValueError(f"cannot load Kubernetes credentials ({settings.kubeconfig or '$KUBECONFIG / ~/.kube/config / in-cluster'}): {exc}") from None
+            where = settings.kubeconfig or "$KUBECONFIG / ~/.kube/config / in-cluster"
+            raise ValueError(f"cannot load Kubernetes credentials ({where}): {exc}") from None
         if cfg.verify_ssl:
-            ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.ssl_ca_cert else ssl.create_default_context()
+            ctx = (
+                ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.ssl_ca_cert else ssl.create_default_context()
+            )
         else:
             ctx = ssl.create_default_context()
             ctx.check_hostname = False
@@ -79,7 +88,7 @@ class KubeApi:
         api.source = source  # type: ignore[attr-defined]
         return api
 
-    async def __aenter__(self) -> "KubeApi":
+    async def __aenter__(self) -> KubeApi:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -92,7 +101,9 @@ class KubeApi:
             # connection inside each write's 2 s timeout, timed out, was retried and melted down
             # (500 pods at once: 60 bound in 4 min; with 64: all in 12 s — docs/benchmarks.md).
             connector = aiohttp.TCPConnector(ssl=self.ssl_context if self.ssl_context is not None else False, limit=64)
-            self._session = aiohttp.ClientSession(connector=connector, json_serialize=lambda o: orjson.dumps(o).decode())
+            self._session = aiohttp.ClientSession(
+                connector=connector, json_serialize=lambda o: orjson.dumps(o).decode()
+            )
         return self._session
 
     async def close(self) -> None:
@@ -109,26 +120,33 @@ class KubeApi:
             headers["Content-Type"] = content_type
         return headers
 
-    async def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-                      timeout: float = 10.0) -> Any:
+    async def request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json", timeout: float = 10.0
+    ) -> Any:
         """One call; raises :class:`ApiError` (status 0 when the server cannot be reached)."""
         data = orjson.dumps(body) if body is not None else None
         try:
-            async with self.session().request(method, self.host + path, data=data,
-                                              headers=self._headers(content_type if data is not None else None),
-                                              timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+            async with self.session().request(
+                method,
+                self.host + path,
+                data=data,
+                headers=self._headers(content_type if data is not None else None),
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as resp:
                 raw = await resp.read()
                 if resp.status >= 400:
                     raise _api_error(resp.status, raw)
                 return orjson.loads(raw) if raw else None
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise ApiError(0, "Timeout", f"{method} {path}: no answer from {self.host} within {timeout:g} s") from None
         except aiohttp.ClientError as exc:
-            raise ApiError(0, "Unreachable", f"{method} {path}: cannot reach the API server at {self.host}: {exc}") from None
+            raise ApiError(
+                0, "Unreachable", f"{method} {path}: cannot reach the API server at {self.host}: {exc}"
+            ) from None
 
-    async def list(self, path: str, timeout: float = 60.0, limit: int = 500) -> tuple[list[dict], str]:
+    async def list(self, path: str, timeout: float = 60.0, limit: int = 500) -> tuple[list[dict[str, Any]], str]:
         """All items of a collection (paginated) and the list's resourceVersion."""
-        items: list[dict] = []
+        items: list[dict[str, Any]] = []
         cont = ""
         while True:
             params = {"limit": str(limit)}
@@ -141,15 +159,23 @@ class KubeApi:
             if not cont:
                 return items, meta.get("resourceVersion", "")
 
-    async def watch(self, path: str, resource_version: str, timeout_s: int,
-                    on_open: Callable[[], None] | None = None) -> AsyncIterator[dict]:
+    async def watch(
+        self, path: str, resource_version: str, timeout_s: int, on_open: Callable[[], None] | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
         """Watch events from ``resource_version`` until the server ends the watch; ``on_open`` is
         called once the server has accepted the watch (before any event)."""
-        params = {"watch": "1", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
-                  "timeoutSeconds": str(timeout_s)}
+        params = {
+            "watch": "1",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_s),
+        }
         try:
-            async with self.session().get(self.host + _with_params(path, params), headers=self._headers(),
-                                          timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=timeout_s + 30)) as resp:
+            async with self.session().get(
+                self.host + _with_params(path, params),
+                headers=self._headers(),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=timeout_s + 30),
+            ) as resp:
                 if resp.status >= 400:
                     raise _api_error(resp.status, await resp.read())
                 if on_open is not None:
@@ -161,22 +187,29 @@ class KubeApi:
                         nl = buf.find(b"\n")
                         if nl < 0:
                             break
-                        line, buf = buf[:nl], buf[nl + 1:]
+                        line, buf = buf[:nl], buf[nl + 1 :]
                         if line.strip():
                             yield orjson.loads(line)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise ApiError(0, "Timeout", f"watch {path}: no data from {self.host}") from None
         except aiohttp.ClientError as exc:
             raise ApiError(0, "Unreachable", f"watch {path}: {exc}") from None
 
     # -- the extender's calls ---------------------------------------------------------------------
-    async def get_pod(self, namespace: str, name: str, timeout: float) -> dict:
+    async def get_pod(self, namespace: str, name: str, timeout: float) -> dict[str, Any]:
         """One pod; raises :class:`~rlsched.extender.names.InvalidName` before any request for a name
         no pod can have."""
         return await self.request("GET", pod_path(namespace, name), timeout=timeout)
 
-    async def create_binding(self, namespace: str, name: str, uid: str, node: str, timeout: float,
-                             annotations: Mapping[str, str] | None = None) -> None:
+    async def create_binding(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        timeout: float,
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
         """POST pods/binding (UID-guarded: 409 when the pod was recreated or is already bound).
 
         ``annotations`` ride on the Binding: kube-apiserver copies a Binding's metadata.annotations onto
@@ -186,8 +219,12 @@ class KubeApi:
         meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid}
         if annotations:
             meta["annotations"] = dict(annotations)
-        body = {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
-                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": meta,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
         await self.request("POST", pod_path(namespace, name) + "/binding", body, timeout=timeout)
 
 
@@ -218,7 +255,7 @@ def backoff_delay(base_s: float, failures: int, jitter: float) -> float:
     """Exponential backoff with jitter: ``base·2^(failures-1)`` capped at WATCH_BACKOFF_MAX_S, times
     0.5..1.0 (``jitter`` in [0, 1)) so that many extenders restarted together do not retry in step."""
     exp = min(max(failures - 1, 0), 16)
-    return min(base_s * (2 ** exp), WATCH_BACKOFF_MAX_S) * (0.5 + 0.5 * jitter)
+    return min(base_s * (2**exp), WATCH_BACKOFF_MAX_S) * (0.5 + 0.5 * jitter)
 
 
 class Informer:
@@ -231,10 +268,20 @@ class Informer:
     goes on. ``up``/``down_since``/``last_error`` tell /readyz and /status how it is doing.
     """
 
-    def __init__(self, api: KubeApi, resource: str, path: str, replace: Callable[[list[dict]], None],
-                 apply: Callable[[str, dict], None], settings: KubeSettings, metrics: Any = None,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, rejections: Rejections | None = None,
-                 jitter: Callable[[], float] = random.random, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        api: KubeApi,
+        resource: str,
+        path: str,
+        replace: Callable[[list[dict[str, Any]]], None],
+        apply: Callable[[str, dict[str, Any]], None],
+        settings: KubeSettings,
+        metrics: Any = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rejections: Rejections | None = None,
+        jitter: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.api, self.resource, self.path = api, resource, path
         self.replace, self.apply = replace, apply
         self.settings, self.metrics, self.sleep = settings, metrics, sleep
@@ -262,10 +309,15 @@ class Informer:
 
     def status(self) -> dict[str, Any]:
         """For /status ``watches.<resource>``."""
-        return {"resourceVersion": self.resource_version, "up": self.up,
-                "downSeconds": None if self.up else round(self.down_for(), 3),
-                "lastError": self.last_error, "lastErrorAt": self.last_error_at, "resolved": self.resolved,
-                "consecutiveFailures": self.failures}
+        return {
+            "resourceVersion": self.resource_version,
+            "up": self.up,
+            "downSeconds": None if self.up else round(self.down_for(), 3),
+            "lastError": self.last_error,
+            "lastErrorAt": self.last_error_at,
+            "resolved": self.resolved,
+            "consecutiveFailures": self.failures,
+        }
 
     async def sync(self) -> None:
         """The initial (or a re-) list; raises ApiError."""
@@ -274,8 +326,13 @@ class Informer:
         self.resource_version = rv
         self.failures = 0
         self._opened()
-        log.info("listed %d %s at resourceVersion %s", len(items), self.resource, rv,
-                 extra={"event": "listed", "resource": self.resource, "count": len(items)})
+        log.info(
+            "listed %d %s at resourceVersion %s",
+            len(items),
+            self.resource,
+            rv,
+            extra={"event": "listed", "resource": self.resource, "count": len(items)},
+        )
 
     async def run(self) -> None:
         """Forever: watch, resume, relist when needed. Errors are logged, counted and retried; only
@@ -285,8 +342,9 @@ class Informer:
                 if self.resource_version is None:
                     await self.sync()
                 started, events = self.clock(), 0
-                async for event in self.api.watch(self.path, self.resource_version or "", self.settings.watch_timeout_s,
-                                                  on_open=self._opened):
+                async for event in self.api.watch(
+                    self.path, self.resource_version or "", self.settings.watch_timeout_s, on_open=self._opened
+                ):
                     events += 1
                     self.failures = 0
                     self._opened()
@@ -300,7 +358,11 @@ class Informer:
             except Gone:
                 self.resource_version = None
                 self._restart("gone")
-                log.info("%s watch expired (410 Gone); relisting", self.resource, extra={"event": "relist", "resource": self.resource})
+                log.info(
+                    "%s watch expired (410 Gone); relisting",
+                    self.resource,
+                    extra={"event": "relist", "resource": self.resource},
+                )
             except ApiError as exc:
                 if exc.status == 410:
                     self.resource_version = None
@@ -308,8 +370,9 @@ class Informer:
                     continue
                 await self._failed("error", str(exc), relist=False)
             except Exception as exc:  # noqa: BLE001 - a broken stream or a bug: relist, never die
-                await self._failed("bad-event" if isinstance(exc, orjson.JSONDecodeError) else "unexpected",
-                                   describe(exc), relist=True)
+                await self._failed(
+                    "bad-event" if isinstance(exc, orjson.JSONDecodeError) else "unexpected", describe(exc), relist=True
+                )
 
     def _handle(self, event: Any) -> None:
         if not isinstance(event, Mapping):
@@ -324,8 +387,11 @@ class Informer:
             code = obj.get("code")
             if code == 410:
                 raise Gone()
-            raise ApiError(code if isinstance(code, int) and not isinstance(code, bool) else 500,
-                           str(obj.get("reason", ""))[:200], str(obj.get("message", "watch error"))[:500])
+            raise ApiError(
+                code if isinstance(code, int) and not isinstance(code, bool) else 500,
+                str(obj.get("reason", ""))[:200],
+                str(obj.get("message", "watch error"))[:500],
+            )
         meta = obj.get("metadata")
         rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
         rv = rv if isinstance(rv, str) else None
@@ -347,8 +413,13 @@ class Informer:
             return
         if self.last_error is not None:
             self.resolved = {"error": self.last_error, "at": self.last_error_at, "resolvedAt": round(time.time(), 3)}
-            log.info("%s watch recovered after %.1f s (%s)", self.resource, self.down_for(), self.last_error,
-                     extra={"event": "watch_recovered", "resource": self.resource})
+            log.info(
+                "%s watch recovered after %.1f s (%s)",
+                self.resource,
+                self.down_for(),
+                self.last_error,
+                extra={"event": "watch_recovered", "resource": self.resource},
+            )
         self.up, self.down_since, self.last_error, self.last_error_at = True, None, None, None
 
     async def _failed(self, reason: str, message: str, relist: bool) -> None:
@@ -361,8 +432,14 @@ class Informer:
             self.resource_version = None
         self._restart(reason)
         delay = backoff_delay(self.settings.retry_backoff_s, self.failures, self.jitter())
-        log.warning("%s watch failed: %s; %s in %.1f s", self.resource, message, "relisting" if relist else "retrying",
-                    delay, extra={"event": "watch_failed", "resource": self.resource, "reason": reason})
+        log.warning(
+            "%s watch failed: %s; %s in %.1f s",
+            self.resource,
+            message,
+            "relisting" if relist else "retrying",
+            delay,
+            extra={"event": "watch_failed", "resource": self.resource, "reason": reason},
+        )
         await self.sleep(delay)
 
     def _restart(self, reason: str) -> None:

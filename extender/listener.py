@@ -17,13 +17,15 @@ seconds holds its connection forever — slowloris) and accepts connections with
 Dropped connections are counted (``rlsched_extender_connections_dropped_total{listener,reason}``) and
 logged at most once per few seconds per listener and reason.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
 import ssl
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import Counter, Gauge
@@ -37,24 +39,37 @@ class ConnectionMetrics:
     """The listeners' connection metrics (one set per registry, shared by both guards)."""
 
     def __init__(self, registry: Any = None):
-        self.dropped = Counter("rlsched_extender_connections_dropped_total",
-                               "Connections the extender closed on a client: header-timeout (request line and headers "
-                               "not complete in time), over-limit (too many open connections)",
-                               ["listener", "reason"], registry=registry)
-        self.open = Gauge("rlsched_extender_connections", "Open connections by listener", ["listener"], registry=registry)
+        self.dropped = Counter(
+            "rlsched_extender_connections_dropped_total",
+            "Connections the extender closed on a client: header-timeout (request line and headers "
+            "not complete in time), over-limit (too many open connections)",
+            ["listener", "reason"],
+            registry=registry,
+        )
+        self.open = Gauge(
+            "rlsched_extender_connections", "Open connections by listener", ["listener"], registry=registry
+        )
 
 
 def _raw_response(status: int, reason: str, message: str) -> bytes:
     body = error_body(message)
-    return (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n").encode() + body
+    return (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode() + body
 
 
 class ConnectionGuard:
     """Header deadline and connection cap of one listener (``name``: ``verbs`` or ``status``)."""
 
-    def __init__(self, name: str, header_timeout_s: float, max_connections: int, metrics: ConnectionMetrics,
-                 log_every_s: float = 10.0):
+    def __init__(
+        self,
+        name: str,
+        header_timeout_s: float,
+        max_connections: int,
+        metrics: ConnectionMetrics,
+        log_every_s: float = 10.0,
+    ):
         self.name, self.header_timeout_s, self.max_connections = name, header_timeout_s, max_connections
         self.metrics = metrics
         self.connections: dict[int, _GuardedProtocol] = {}
@@ -78,16 +93,22 @@ class ConnectionGuard:
             return
         self._last_log[reason] = now
         skipped = self._skipped.pop(reason, 0)
-        log.warning("%s listener: dropped a connection from %s (%s)%s", self.name, peer, reason,
-                    f"; {skipped} more since the last line" if skipped else "",
-                    extra={"event": "connection_dropped", "listener": self.name, "reason": reason})
+        log.warning(
+            "%s listener: dropped a connection from %s (%s)%s",
+            self.name,
+            peer,
+            reason,
+            f"; {skipped} more since the last line" if skipped else "",
+            extra={"event": "connection_dropped", "listener": self.name, "reason": reason},
+        )
 
     def middleware(self) -> Callable[..., Awaitable[web.StreamResponse]]:
         """Tells the guard that a request has arrived whole (headers parsed) and when it is answered."""
 
         @web.middleware
-        async def middleware(request: web.Request,
-                             handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        async def middleware(
+            request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+        ) -> web.StreamResponse:
             guard = self.connections.get(id(request.protocol))
             if guard is not None:
                 guard.request_started(request)
@@ -121,9 +142,14 @@ class _GuardedProtocol(asyncio.Protocol):
         g = self.guard
         if len(g.connections) >= g.max_connections:
             g.dropped("over-limit", transport.get_extra_info("peername"))
-            transport.write(_raw_response(  # type: ignore[attr-defined]
-                503, "Service Unavailable", f"the {g.name} listener has {g.max_connections} connections open "
-                f"(server.{'maxConnections' if g.name == 'verbs' else 'statusMaxConnections'}); try again"))
+            transport.write(
+                _raw_response(  # type: ignore[attr-defined]
+                    503,
+                    "Service Unavailable",
+                    f"the {g.name} listener has {g.max_connections} connections open "
+                    f"(server.{'maxConnections' if g.name == 'verbs' else 'statusMaxConnections'}); try again",
+                )
+            )
             transport.close()
             return
         self.inner = self.server()
@@ -185,16 +211,29 @@ class _GuardedProtocol(asyncio.Protocol):
         if self.state != self.HEAD or self.transport is None or self.transport.is_closing():
             return
         self.guard.dropped("header-timeout", self.transport.get_extra_info("peername"))
-        self.transport.write(_raw_response(408, "Request Timeout", f"request line and headers not received within "
-                                           f"{self.guard.header_timeout_s:g} s (server.headerTimeoutS)"))
+        self.transport.write(
+            _raw_response(
+                408,
+                "Request Timeout",
+                f"request line and headers not received within "
+                f"{self.guard.header_timeout_s:g} s (server.headerTimeoutS)",
+            )
+        )
         self.transport.close()
 
 
 class GuardedSite(web.TCPSite):
     """``web.TCPSite`` whose connections go through a :class:`ConnectionGuard`."""
 
-    def __init__(self, runner: web.BaseRunner, host: str, port: int, guard: ConnectionGuard,
-                 ssl_context: ssl.SSLContext | None = None, backlog: int = 128):
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        guard: ConnectionGuard,
+        ssl_context: ssl.SSLContext | None = None,
+        backlog: int = 128,
+    ):
         super().__init__(runner, host, port, ssl_context=ssl_context, backlog=backlog)
         self.guard = guard
 

@@ -1,5 +1,6 @@
 """Structured logs: one JSON object per line (``time``, ``level``, ``logger``, ``msg`` and the
 ``extra=`` fields such as ``event``, ``pod``, ``node``), or plain text for humans."""
+
 from __future__ import annotations
 
 import logging
@@ -30,7 +31,9 @@ class JsonFormatter(logging.Formatter):
 def setup_logging(level: str = "INFO", fmt: str = "json", stream=None) -> None:
     """Configure the root logger once (the CLI calls this)."""
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(
+        JsonFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)

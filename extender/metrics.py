@@ -1,12 +1,32 @@
 """Prometheus metrics of the extender, in a registry of their own (tests build as many as they like)."""
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
-LATENCY_BUCKETS = (0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+LATENCY_BUCKETS = (
+    0.00025,
+    0.0005,
+    0.001,
+    0.002,
+    0.003,
+    0.005,
+    0.0075,
+    0.01,
+    0.015,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+)
 """Seconds; dense below 15 ms where the filter/prioritize targets are."""
 
 
@@ -16,34 +36,80 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.latency = Histogram("rlsched_extender_request_seconds", "Time to answer one extender call, by verb and HTTP code",
-                                 ["verb", "code"], buckets=LATENCY_BUCKETS, registry=r)
-        self.bad_requests = Counter("rlsched_extender_bad_requests_total", "Requests answered 400/413, by verb", ["verb"], registry=r)
-        self.decisions = Counter("rlsched_extender_decisions_total",
-                                 "Filter decisions by outcome: policy, fallback, unschedulable, delayed, rejected, invalid",
-                                 ["outcome"], registry=r)
-        self.fallbacks = Counter("rlsched_extender_fallbacks_total", "Decisions served by the fallback heuristic, by reason",
-                                 ["reason"], registry=r)
-        self.shadow = Counter("rlsched_extender_shadow_total", "Shadow mode: did the policy agree with the served heuristic",
-                              ["result"], registry=r)
-        self.binds = Counter("rlsched_extender_binds_total", "Bind calls by result (ok, error, uncertain, duplicate, refused)",
-                             ["result"], registry=r)
-        self.preempt_nodes = Counter("rlsched_extender_preempt_nodes_total", "Preemption candidates kept or dropped",
-                                     ["result"], registry=r)
-        self.policy_ms = Histogram("rlsched_extender_policy_seconds", "Time the learned policy took per decision",
-                                   buckets=LATENCY_BUCKETS, registry=r)
-        self.model_reloads = Counter("rlsched_extender_model_reloads_total", "Model (re)loads by result", ["result"], registry=r)
-        self.policy_reloads = Counter("rlsched_extender_policy_reloads_total", "Policy file reloads by result", ["result"], registry=r)
-        self.model_info = Gauge("rlsched_extender_model_info", "The loaded model (1) with its version and digest",
-                                ["version", "digest", "mode"], registry=r)
-        self.watch_restarts = Counter("rlsched_extender_watch_restarts_total", "Watch restarts by resource and reason",
-                                      ["resource", "reason"], registry=r)
-        self.objects_rejected = Counter("rlsched_extender_objects_rejected_total",
-                                        "Watched objects (one count per object version) that could not be read and were "
-                                        "ignored, by kind and reason (quantity, field, placement-rules, event, unexpected)",
-                                        ["kind", "reason"], registry=r)
-        self.load_refreshes = Counter("rlsched_extender_load_queries_total", "Prometheus load queries by column and result",
-                                      ["column", "result"], registry=r)
+        self.latency = Histogram(
+            "rlsched_extender_request_seconds",
+            "Time to answer one extender call, by verb and HTTP code",
+            ["verb", "code"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.bad_requests = Counter(
+            "rlsched_extender_bad_requests_total", "Requests answered 400/413, by verb", ["verb"], registry=r
+        )
+        self.decisions = Counter(
+            "rlsched_extender_decisions_total",
+            "Filter decisions by outcome: policy, fallback, unschedulable, delayed, rejected, invalid",
+            ["outcome"],
+            registry=r,
+        )
+        self.fallbacks = Counter(
+            "rlsched_extender_fallbacks_total",
+            "Decisions served by the fallback heuristic, by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.shadow = Counter(
+            "rlsched_extender_shadow_total",
+            "Shadow mode: did the policy agree with the served heuristic",
+            ["result"],
+            registry=r,
+        )
+        self.binds = Counter(
+            "rlsched_extender_binds_total",
+            "Bind calls by result (ok, error, uncertain, duplicate, refused)",
+            ["result"],
+            registry=r,
+        )
+        self.preempt_nodes = Counter(
+            "rlsched_extender_preempt_nodes_total", "Preemption candidates kept or dropped", ["result"], registry=r
+        )
+        self.policy_ms = Histogram(
+            "rlsched_extender_policy_seconds",
+            "Time the learned policy took per decision",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.model_reloads = Counter(
+            "rlsched_extender_model_reloads_total", "Model (re)loads by result", ["result"], registry=r
+        )
+        self.policy_reloads = Counter(
+            "rlsched_extender_policy_reloads_total", "Policy file reloads by result", ["result"], registry=r
+        )
+        self.model_info = Gauge(
+            "rlsched_extender_model_info",
+            "The loaded model (1) with its version and digest",
+            ["version", "digest", "mode"],
+            registry=r,
+        )
+        self.watch_restarts = Counter(
+            "rlsched_extender_watch_restarts_total",
+            "Watch restarts by resource and reason",
+            ["resource", "reason"],
+            registry=r,
+        )
+        self.objects_rejected = Counter(
+            "rlsched_extender_objects_rejected_total",
+            "Watched objects (one count per object version) that could not be read and were "
+            "ignored, by kind and reason (quantity, field, placement-rules, event, unexpected)",
+            ["kind", "reason"],
+            registry=r,
+        )
+        self.load_refreshes = Counter(
+            "rlsched_extender_load_queries_total",
+            "Prometheus load queries by column and result",
+            ["column", "result"],
+            registry=r,
+        )
         self._model_labels: tuple[str, str, str] | None = None
         self._collectors: list[Callable[[], list[Any]]] = []
         r.register(_Callback(self._collectors))

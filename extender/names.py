@@ -9,6 +9,7 @@ URL-quoted as well (:mod:`rlsched.extender.kubeapi`) — two independent fences.
 The checks are bounded: the length is tested before the (linear, anchored) pattern runs, and the
 message never repeats more than a short prefix of what it got.
 """
+
 from __future__ import annotations
 
 import re
@@ -41,8 +42,10 @@ def subdomain_problem(name: object) -> str | None:
     if len(name) > DNS1123_SUBDOMAIN_MAX:
         return f"must be at most {DNS1123_SUBDOMAIN_MAX} characters (got {len(name)})"
     if not name.isascii() or _SUBDOMAIN_RE.fullmatch(name) is None:
-        return (f"{_shown(name)} is not a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', "
-                "starting and ending with a letter or digit)")
+        return (
+            f"{_shown(name)} is not a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', "
+            "starting and ending with a letter or digit)"
+        )
     return None
 
 
@@ -53,13 +56,16 @@ def label_problem(name: object) -> str | None:
     if len(name) > DNS1123_LABEL_MAX:
         return f"must be at most {DNS1123_LABEL_MAX} characters (got {len(name)})"
     if not name.isascii() or _LABEL_RE.fullmatch(name) is None:
-        return (f"{_shown(name)} is not a DNS-1123 label (lowercase letters, digits and '-', starting and "
-                "ending with a letter or digit)")
+        return (
+            f"{_shown(name)} is not a DNS-1123 label (lowercase letters, digits and '-', starting and "
+            "ending with a letter or digit)"
+        )
     return None
 
 
-def check_pod_ref(namespace: object, name: object, namespace_field: str = "PodNamespace",
-                  name_field: str = "PodName") -> None:
+def check_pod_ref(
+    namespace: object, name: object, namespace_field: str = "PodNamespace", name_field: str = "PodName"
+) -> None:
     """Raise :class:`InvalidName` unless ``namespace``/``name`` can name a pod."""
     problem = label_problem(namespace)
     if problem:

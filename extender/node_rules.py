@@ -21,11 +21,13 @@ Objects are read into small frozen values (what the cache keeps instead of raw J
 capped so that the work per object and the memory per cached object stay bounded. Malformed input
 raises :class:`RuleError` naming the field.
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 MAX_ITEMS = 1024
 """At most this many taints, tolerations, selector entries, terms, requirements or values per list."""
@@ -105,6 +107,7 @@ NO_RULES = PodRules()
 
 # -- reading objects ------------------------------------------------------------------------------
 
+
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     if value is None:
         return {}
@@ -113,7 +116,7 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     return value
 
 
-def _list(value: Any, where: str) -> list:
+def _list(value: Any, where: str) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
@@ -174,12 +177,20 @@ def pod_rules(pod: Any, where: str = "pod") -> PodRules:
     for i, t in enumerate(_list(spec.get("tolerations"), f"{where}.spec.tolerations")):
         w = f"{where}.spec.tolerations[{i}]"
         t = _mapping(t, w)
-        tolerations.append(Toleration(_str(t.get("key"), f"{w}.key"), _str(t.get("operator"), f"{w}.operator"),
-                                      _str(t.get("value"), f"{w}.value"), _str(t.get("effect"), f"{w}.effect")))
+        tolerations.append(
+            Toleration(
+                _str(t.get("key"), f"{w}.key"),
+                _str(t.get("operator"), f"{w}.operator"),
+                _str(t.get("value"), f"{w}.value"),
+                _str(t.get("effect"), f"{w}.effect"),
+            )
+        )
     selector = _str_map(spec.get("nodeSelector"), f"{where}.spec.nodeSelector")
     w = f"{where}.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-    affinity = _mapping(_mapping(spec.get("affinity"), f"{where}.spec.affinity").get("nodeAffinity"),
-                        f"{where}.spec.affinity.nodeAffinity")
+    affinity = _mapping(
+        _mapping(spec.get("affinity"), f"{where}.spec.affinity").get("nodeAffinity"),
+        f"{where}.spec.affinity.nodeAffinity",
+    )
     required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     terms: tuple[Term, ...] | None = None
     if required is not None:
@@ -188,10 +199,14 @@ def pod_rules(pod: Any, where: str = "pod") -> PodRules:
         for i, term in enumerate(raw_terms):
             tw = f"{w}.nodeSelectorTerms[{i}]"
             term = _mapping(term, tw)
-            exprs = tuple(_requirement(r, f"{tw}.matchExpressions[{j}]")
-                          for j, r in enumerate(_list(term.get("matchExpressions"), f"{tw}.matchExpressions")))
-            flds = tuple(_requirement(r, f"{tw}.matchFields[{j}]")
-                         for j, r in enumerate(_list(term.get("matchFields"), f"{tw}.matchFields")))
+            exprs = tuple(
+                _requirement(r, f"{tw}.matchExpressions[{j}]")
+                for j, r in enumerate(_list(term.get("matchExpressions"), f"{tw}.matchExpressions"))
+            )
+            flds = tuple(
+                _requirement(r, f"{tw}.matchFields[{j}]")
+                for j, r in enumerate(_list(term.get("matchFields"), f"{tw}.matchFields"))
+            )
             out.append(Term(exprs, flds))
         terms = tuple(out)
     if not tolerations and not selector and terms is None:
@@ -200,6 +215,7 @@ def pod_rules(pod: Any, where: str = "pod") -> PodRules:
 
 
 # -- the rules ------------------------------------------------------------------------------------
+
 
 def _int64(text: str) -> int | None:
     if _INT_RE.fullmatch(text) is None:

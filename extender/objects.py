@@ -10,19 +10,28 @@ annotation means what) come from :class:`~rlsched.extender.settings.GpuConventio
 in docs/gpu-sharing.md. Every malformed field raises :class:`ObjectError` naming the field path
 (``spec.containers[1].resources.requests.cpu``) so a 400 can tell the caller what to fix.
 """
+
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from rlsched.policy.cluster import NodeSpec, PodSpec, pod_request_problem
-from rlsched.policy.resources import (MILLI_PER_CARD, QUANTITY_LIMIT, QuantityError, amount_text, clip, count, cpu_milli,
-                                      memory_bytes)
+from rlsched.policy.resources import (
+    MILLI_PER_CARD,
+    QUANTITY_LIMIT,
+    QuantityError,
+    amount_text,
+    clip,
+    count,
+    cpu_milli,
+    memory_bytes,
+)
 
 from .settings import GpuConventions
-
 
 MAX_QUANTITY = QUANTITY_LIMIT
 """A node's cpu (milli), memory (bytes) or count at or above this is refused; a pod's request at or
@@ -52,6 +61,7 @@ class PodRequestError(ValueError):
 
 # -- small typed accessors -------------------------------------------------------------------------
 
+
 def _mapping(value: Any, where: str, required: bool = False) -> Mapping[str, Any]:
     if value is None:
         if required:
@@ -62,7 +72,7 @@ def _mapping(value: Any, where: str, required: bool = False) -> Mapping[str, Any
     return value
 
 
-def _list(value: Any, where: str) -> list:
+def _list(value: Any, where: str) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
@@ -133,6 +143,7 @@ class PodInfo:
 
 # -- nodes -----------------------------------------------------------------------------------------
 
+
 def node_spec(node: Any, gpu: GpuConventions, where: str = "node") -> NodeSpec:
     """A :class:`NodeSpec` from a v1.Node: allocatable cpu/memory/cards, card model from labels."""
     name = name_of(node, where)
@@ -150,7 +161,9 @@ def node_spec(node: Any, gpu: GpuConventions, where: str = "node") -> NodeSpec:
     mem = _quantity(alloc, "memory", base, memory_bytes) >> 20  # MiB, rounded down
     cards = _quantity(alloc, gpu.gpu_resource, base, count)
     if cards > MAX_CARDS_PER_NODE:
-        raise ObjectError(f"{base}.{gpu.gpu_resource}", f"{cards} cards on one node; at most {MAX_CARDS_PER_NODE} are supported")
+        raise ObjectError(
+            f"{base}.{gpu.gpu_resource}", f"{cards} cards on one node; at most {MAX_CARDS_PER_NODE} are supported"
+        )
     model = ""
     if cards > 0:
         model = next((labels[k] for k in gpu.node_model_labels if labels.get(k)), "") or "unknown"
@@ -158,8 +171,9 @@ def node_spec(node: Any, gpu: GpuConventions, where: str = "node") -> NodeSpec:
     raw_price = annotations.get(gpu.node_price_annotation)
     if raw_price:
         price = parse_price(raw_price, f"{where}.metadata.annotations.{gpu.node_price_annotation}")
-    return NodeSpec(name=name, cpu_milli=cpu, memory_mib=mem, gpu_count=cards,
-                    gpu_model=model, labels=labels, price=price)
+    return NodeSpec(
+        name=name, cpu_milli=cpu, memory_mib=mem, gpu_count=cards, gpu_model=model, labels=labels, price=price
+    )
 
 
 def parse_price(text: str, where: str) -> float:
@@ -175,12 +189,17 @@ def parse_price(text: str, where: str) -> float:
 def node_addresses(node: Mapping[str, Any]) -> list[str]:
     """``status.addresses[*].address`` (for matching Prometheus ``instance`` labels)."""
     try:
-        return [a["address"] for a in node.get("status", {}).get("addresses", []) or [] if isinstance(a, Mapping) and isinstance(a.get("address"), str)]
+        return [
+            a["address"]
+            for a in node.get("status", {}).get("addresses", []) or []
+            if isinstance(a, Mapping) and isinstance(a.get("address"), str)
+        ]
     except (AttributeError, TypeError):
         return []
 
 
 # -- pods ------------------------------------------------------------------------------------------
+
 
 def _container_requests(container: Any, where: str) -> Mapping[str, Any]:
     c = _mapping(container, where)
@@ -236,7 +255,9 @@ def _pod_totals(spec: Mapping[str, Any], keys: tuple[str, ...], where: str) -> d
             for k, v in r.items():
                 init_peak[k] = max(init_peak[k], v + sidecars[k])
     out = {k: max(total[k] + sidecars[k], init_peak[k]) for k in keys}
-    pod_level = _mapping(_mapping(spec.get("resources"), f"{where}.resources").get("requests"), f"{where}.resources.requests")
+    pod_level = _mapping(
+        _mapping(spec.get("resources"), f"{where}.resources").get("requests"), f"{where}.resources.requests"
+    )
     for k in ("cpu", "memory"):
         if k in keys and k in pod_level:
             out[k] = _quantity(pod_level, k, f"{where}.resources.requests", convert[k], saturate=True)
@@ -273,18 +294,23 @@ def pod_info(pod: Any, gpu: GpuConventions, where: str = "Pod") -> PodInfo:
         try:
             milli_ann = count(raw, saturate=True)
         except QuantityError:
-            problem = (f"annotation {gpu.gpu_milli_annotation}={clip(raw)} is not an integer number of milli "
-                       f"(1..{MILLI_PER_CARD}; read like the {gpu.gpu_milli_resource} resource, e.g. '500')")
+            problem = (
+                f"annotation {gpu.gpu_milli_annotation}={clip(raw)} is not an integer number of milli "
+                f"(1..{MILLI_PER_CARD}; read like the {gpu.gpu_milli_resource} resource, e.g. '500')"
+            )
     models_raw = annotations.get(gpu.gpu_models_annotation, "")
     models = tuple(sorted({m.strip() for m in models_raw.replace(",", "|").split("|") if m.strip()}))
     share = milli_res or milli_ann
     if not problem and milli_res and milli_ann and milli_res != milli_ann:
-        problem = (f"{gpu.gpu_milli_resource} is {milli_res} in resources but {milli_ann} in the annotation; "
-                   "set one of them")
+        problem = (
+            f"{gpu.gpu_milli_resource} is {milli_res} in resources but {milli_ann} in the annotation; set one of them"
+        )
     if not problem and share and num_gpu:
-        problem = (f"pod asks for {num_gpu} whole card(s) ({gpu.gpu_resource}) and a share of {share} milli "
-                   f"({gpu.gpu_milli_resource}); ask whole cards with {gpu.gpu_resource} or a share of one card "
-                   f"with {gpu.gpu_milli_resource}, not both")
+        problem = (
+            f"pod asks for {num_gpu} whole card(s) ({gpu.gpu_resource}) and a share of {share} milli "
+            f"({gpu.gpu_milli_resource}); ask whole cards with {gpu.gpu_resource} or a share of one card "
+            f"with {gpu.gpu_milli_resource}, not both"
+        )
     if not problem and share and not 0 < share <= MILLI_PER_CARD:
         problem = f"{gpu.gpu_milli_resource} must be 1..{MILLI_PER_CARD} milli of one card, got {amount_text(share)}"
     cpu = totals["cpu"]
@@ -299,13 +325,29 @@ def pod_info(pod: Any, gpu: GpuConventions, where: str = "Pod") -> PodInfo:
         if why:
             problem = why
         else:
-            pod_spec = PodSpec(name=f"{namespace}/{name}", cpu_milli=cpu, memory_mib=mem, num_gpu=n,
-                               gpu_milli=m, gpu_models=models if n else ())
+            pod_spec = PodSpec(
+                name=f"{namespace}/{name}",
+                cpu_milli=cpu,
+                memory_mib=mem,
+                num_gpu=n,
+                gpu_milli=m,
+                gpu_models=models if n else (),
+            )
     cards = None
     if node_name and annotations.get(gpu.assigned_node_annotation) == node_name:
         cards = parse_cards(annotations.get(gpu.cards_annotation, ""))
-    return PodInfo(uid=uid, namespace=namespace, name=name, resource_version=rv, node_name=node_name, phase=phase,
-                   spec=pod_spec, problem=problem, cards=cards, scheduler_name=scheduler)
+    return PodInfo(
+        uid=uid,
+        namespace=namespace,
+        name=name,
+        resource_version=rv,
+        node_name=node_name,
+        phase=phase,
+        spec=pod_spec,
+        problem=problem,
+        cards=cards,
+        scheduler_name=scheduler,
+    )
 
 
 def parse_cards(text: str) -> tuple[int, ...] | None:
@@ -339,4 +381,3 @@ def uid_of(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") if isinstance(obj, Mapping) else None
     uid = meta.get("uid") if isinstance(meta, Mapping) else None
     return uid if isinstance(uid, str) else ""
-

@@ -19,6 +19,7 @@ The learned policy may also answer *delay* or *reject* instead of a node (not ye
 trainer — the seam): a scorer with a ``verdict(state, req, nodes, scores)`` method returning a
 :class:`Verdict` (or ``(action, reason, retry_after_s)``) makes filter hold the pod back.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -29,11 +30,12 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -128,7 +130,7 @@ def file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def _stat_key(path: str | None) -> tuple | None:
+def _stat_key(path: str | None) -> tuple[Any, ...] | None:
     if not path:
         return None
     try:
@@ -154,10 +156,19 @@ def warm_up(scorer: Scorer) -> None:
     real request (the first FGD call costs ~150 ms), and proves the scorer can decide at all."""
     from rlsched.policy.cluster import NodeSpec, PodSpec
 
-    state = ClusterState([NodeSpec("warm-a", 32000, 131072, 4, "V100M16"), NodeSpec("warm-b", 32000, 131072, 8, "T4"),
-                          NodeSpec("warm-c", 16000, 65536)])
+    state = ClusterState(
+        [
+            NodeSpec("warm-a", 32000, 131072, 4, "V100M16"),
+            NodeSpec("warm-b", 32000, 131072, 8, "T4"),
+            NodeSpec("warm-c", 16000, 65536),
+        ]
+    )
     tiebreak = TieBreak.by_name(state.names)
-    for pod in (PodSpec("share", 2000, 4096, 1, 500), PodSpec("whole", 4000, 8192, 2, 1000), PodSpec("cpu", 1000, 1024)):
+    for pod in (
+        PodSpec("share", 2000, 4096, 1, 500),
+        PodSpec("whole", 4000, 8192, 2, 1000),
+        PodSpec("cpu", 1000, 1024),
+    ):
         req = state.request(pod)
         decision = decide(scorer, state, req, tiebreak, nodes=np.arange(state.num_nodes))
         if decision is not None:
@@ -184,9 +195,14 @@ def model_typical(scorer: Scorer) -> TypicalPods | None:
 class PolicyEngine:
     """Scorers, settings and their hot reload; :meth:`decide` for the verbs."""
 
-    def __init__(self, settings: PolicySettings, policy_file: str | None = None,
-                 model_loader: ModelLoader = load_model, metrics: Any = None,
-                 clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        settings: PolicySettings,
+        policy_file: str | None = None,
+        model_loader: ModelLoader = load_model,
+        metrics: Any = None,
+        clock: Callable[[], float] = time.time,
+    ):
         self.settings = settings
         self.base_settings = settings
         self.policy_file = policy_file
@@ -197,14 +213,20 @@ class PolicyEngine:
         self.model_info = ModelInfo()
         self.settings_error: str | None = None
         self.settings_loaded_at: float | None = None
-        self._file_key: tuple | None = None
-        self._model_key: tuple | None = None
-        self._failed: tuple[str, tuple | None] | None = None
+        self._file_key: tuple[Any, ...] | None = None
+        self._model_key: tuple[Any, ...] | None = None
+        self._failed: tuple[str, tuple[Any, ...] | None] | None = None
         """(path, stat key) of a model file that failed to load: not retried until it changes."""
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlsched-policy")
         self._busy = False
         self._timer = DeadlineTimer()
-        self.counters: dict[str, int] = {"decisions": 0, "policy": 0, "fallback": 0, "shadowAgree": 0, "shadowDisagree": 0}
+        self.counters: dict[str, int] = {
+            "decisions": 0,
+            "policy": 0,
+            "fallback": 0,
+            "shadowAgree": 0,
+            "shadowDisagree": 0,
+        }
         self.fallbacks: dict[str, int] = dict.fromkeys(FALLBACK_REASONS, 0)
         self.typical_source = "built-in"
         self.typical = default_typical()
@@ -229,8 +251,13 @@ class PolicyEngine:
                     raise ConfigError(f"model {self.settings.model_path}: {info.error}")
                 self.model_info = info
                 self._count("rlsched_model_reloads_total", "error")
-                log.error("model %s not loaded (%s); the fallback %s serves", info.path, info.error, self.fallback_scorer.name,
-                          extra={"event": "model_load_failed"})
+                log.error(
+                    "model %s not loaded (%s); the fallback %s serves",
+                    info.path,
+                    info.error,
+                    self.fallback_scorer.name,
+                    extra={"event": "model_load_failed"},
+                )
             else:
                 self._install(scorer, info)
         self._report()
@@ -266,8 +293,13 @@ class PolicyEngine:
         self.model_info = info
         if scorer is not None:
             self._apply_typical_and_fallback(self.settings, scorer)
-        log.info("model %s loaded: version %s digest %s", info.path, info.version, (info.digest or "")[:12],
-                 extra={"event": "model_loaded", "version": info.version, "digest": info.digest})
+        log.info(
+            "model %s loaded: version %s digest %s",
+            info.path,
+            info.version,
+            (info.digest or "")[:12],
+            extra={"event": "model_loaded", "version": info.version, "digest": info.digest},
+        )
 
     def _apply_typical_and_fallback(self, settings: PolicySettings, model: Scorer | None) -> None:
         typical, source = None, "built-in"
@@ -297,14 +329,23 @@ class PolicyEngine:
                 except ConfigError as exc:
                     self.settings_error = str(exc)
                     self._count("rlsched_policy_reloads_total", "error")
-                    log.error("policy file not applied, keeping the previous settings: %s", exc, extra={"event": "policy_reload_failed"})
+                    log.error(
+                        "policy file not applied, keeping the previous settings: %s",
+                        exc,
+                        extra={"event": "policy_reload_failed"},
+                    )
                 else:
                     changed = new != self.settings
                     self.settings, self.settings_error, self.settings_loaded_at = new, None, self.clock()
                     self._count("rlsched_policy_reloads_total", "ok")
                     if changed:
-                        log.info("policy settings reloaded: mode=%s model=%s fallback=%s", new.mode, new.model_path, new.fallback,
-                                 extra={"event": "policy_reloaded"})
+                        log.info(
+                            "policy settings reloaded: mode=%s model=%s fallback=%s",
+                            new.mode,
+                            new.model_path,
+                            new.fallback,
+                            extra={"event": "policy_reloaded"},
+                        )
         path = self.settings.model_path
         if not path:
             if self.model is not None:
@@ -318,12 +359,19 @@ class PolicyEngine:
         scorer, info = await loop.run_in_executor(None, self._load, path)
         if scorer is None:
             self._failed = (path, key)
-            self.model_info = (replace(self.model_info, error=info.error, error_at=info.error_at, error_path=path)
-                               if self.model else info)
+            self.model_info = (
+                replace(self.model_info, error=info.error, error_at=info.error_at, error_path=path)
+                if self.model
+                else info
+            )
             self._count("rlsched_model_reloads_total", "error")
-            log.error("model %s not loaded (%s); %s", path, info.error,
-                      "the previous model keeps serving" if self.model else "the fallback serves",
-                      extra={"event": "model_load_failed"})
+            log.error(
+                "model %s not loaded (%s); %s",
+                path,
+                info.error,
+                "the previous model keeps serving" if self.model else "the fallback serves",
+                extra={"event": "model_load_failed"},
+            )
         elif info.file_digest == self.model_info.file_digest and self.model is not None:
             self._model_key, self._failed = key, None
             self.model_info.path = path  # touched, same bytes
@@ -366,49 +414,89 @@ class PolicyEngine:
                 if outcome.fallback_reason is None:
                     self.counters["policy"] += 1
                     return outcome
-                outcome = self._fallback(state, tiebreak, req, nodes, outcome.fallback_reason, version,
-                                         outcome.error, outcome.policy_ms)
+                outcome = self._fallback(
+                    state, tiebreak, req, nodes, outcome.fallback_reason, version, outcome.error, outcome.policy_ms
+                )
             return outcome
         reason = {"active": "no-model", "shadow": "mode-shadow", "off": "mode-off"}[settings.mode]
         return self._fallback(state, tiebreak, req, nodes, reason, version)
 
-    async def _run_policy(self, model: Scorer, state: ClusterState, tiebreak: TieBreak, req: PodRequest,
-                          nodes: np.ndarray, deadline_s: float) -> Outcome:
+    async def _run_policy(
+        self,
+        model: Scorer,
+        state: ClusterState,
+        tiebreak: TieBreak,
+        req: PodRequest,
+        nodes: np.ndarray,
+        deadline_s: float,
+    ) -> Outcome:
         start = time.perf_counter()
         version = self.model_info.version
         try:
             if self.settings.deadline_enforcement == "timer" and self._timer.usable():
-                decision, verdict = self._timer.run(lambda: _policy_call(model, state, tiebreak, req, nodes), deadline_s)
+                decision, verdict = self._timer.run(
+                    lambda: _policy_call(model, state, tiebreak, req, nodes), deadline_s
+                )
             else:
                 loop = asyncio.get_running_loop()
                 self._busy = True
                 future = loop.run_in_executor(self._executor, _policy_call, model, state, tiebreak, req, nodes)
                 future.add_done_callback(self._not_busy)
                 decision, verdict = await asyncio.wait_for(asyncio.shield(future), deadline_s)
-        except (asyncio.TimeoutError, PolicyDeadline):
-            return Outcome(None, "fallback", self.fallback_scorer.name, "deadline", policy_ms=(time.perf_counter() - start) * 1e3,
-                           error=f"policy took longer than {deadline_s * 1e3:.0f} ms", model_version=version)
+        except (TimeoutError, PolicyDeadline):
+            return Outcome(
+                None,
+                "fallback",
+                self.fallback_scorer.name,
+                "deadline",
+                policy_ms=(time.perf_counter() - start) * 1e3,
+                error=f"policy took longer than {deadline_s * 1e3:.0f} ms",
+                model_version=version,
+            )
         except Exception as exc:  # noqa: BLE001 - any policy failure → fallback
             reason = "bad-output" if isinstance(exc, BadOutput) else "error"
             if reason == "error":
                 log.warning("policy failed: %s: %s", type(exc).__name__, exc, extra={"event": "policy_error"})
-            return Outcome(None, "fallback", self.fallback_scorer.name, reason, policy_ms=(time.perf_counter() - start) * 1e3,
-                           error=f"{type(exc).__name__}: {exc}", model_version=version)
+            return Outcome(
+                None,
+                "fallback",
+                self.fallback_scorer.name,
+                reason,
+                policy_ms=(time.perf_counter() - start) * 1e3,
+                error=f"{type(exc).__name__}: {exc}",
+                model_version=version,
+            )
         ms = (time.perf_counter() - start) * 1e3
         return Outcome(decision, "policy", model.name, None, verdict=verdict, policy_ms=ms, model_version=version)
 
     def _not_busy(self, _future: Any) -> None:
         self._busy = False
 
-    def _fallback(self, state: ClusterState, tiebreak: TieBreak, req: PodRequest, nodes: np.ndarray, reason: str,
-                  version: str | None, error: str = "", policy_ms: float | None = None) -> Outcome:
+    def _fallback(
+        self,
+        state: ClusterState,
+        tiebreak: TieBreak,
+        req: PodRequest,
+        nodes: np.ndarray,
+        reason: str,
+        version: str | None,
+        error: str = "",
+        policy_ms: float | None = None,
+    ) -> Outcome:
         self.counters["fallback"] += 1
         self.fallbacks[reason] += 1
         if self.metrics is not None:
             self.metrics.fallbacks.labels(reason).inc()
         decision = decide(self.fallback_scorer, state, req, tiebreak, nodes=nodes)
-        return Outcome(decision, "fallback", self.fallback_scorer.name, reason, policy_ms=policy_ms, error=error,
-                       model_version=version)
+        return Outcome(
+            decision,
+            "fallback",
+            self.fallback_scorer.name,
+            reason,
+            policy_ms=policy_ms,
+            error=error,
+            model_version=version,
+        )
 
     def cards_on(self, state: ClusterState, tiebreak: TieBreak, req: PodRequest, node: int) -> tuple[int, ...] | None:
         """Cards for ``req`` on ``node`` by the serving scorer's card rule (None if it does not fit).
@@ -420,8 +508,9 @@ class PolicyEngine:
         if self.settings.mode == "active" and model is not None:
             try:
                 if self.settings.deadline_enforcement == "timer" and self._timer.usable():
-                    decision, _ = self._timer.run(lambda: _policy_call(model, state, tiebreak, req, nodes),
-                                                  self.settings.deadline_ms / 1e3)
+                    decision, _ = self._timer.run(
+                        lambda: _policy_call(model, state, tiebreak, req, nodes), self.settings.deadline_ms / 1e3
+                    )
                 else:
                     decision, _ = _policy_call(model, state, tiebreak, req, nodes)
                 if decision is not None:
@@ -431,8 +520,9 @@ class PolicyEngine:
         decision = decide(self.fallback_scorer, state, req, tiebreak, nodes=nodes)
         return None if decision is None else decision.cards
 
-    async def shadow(self, state: ClusterState, tiebreak: TieBreak, req: PodRequest, nodes: np.ndarray,
-                     served: Outcome) -> dict[str, Any] | None:
+    async def shadow(
+        self, state: ClusterState, tiebreak: TieBreak, req: PodRequest, nodes: np.ndarray, served: Outcome
+    ) -> dict[str, Any] | None:
         """In shadow mode: what the policy would have done (after the answer went out)."""
         model = self.model
         if self.settings.mode != "shadow" or model is None or self._busy:
@@ -446,8 +536,11 @@ class PolicyEngine:
         self.counters["shadowAgree" if agree else "shadowDisagree"] += 1
         if self.metrics is not None:
             self.metrics.shadow.labels("agree" if agree else "disagree").inc()
-        out: dict[str, Any] = {"node": state.names[node] if node is not None else None, "agree": agree,
-                               "policyMs": round(result.policy_ms or 0.0, 3)}
+        out: dict[str, Any] = {
+            "node": state.names[node] if node is not None else None,
+            "agree": agree,
+            "policyMs": round(result.policy_ms or 0.0, 3),
+        }
         if result.decision is not None:
             out["cards"] = list(result.decision.cards)
         if result.verdict is not None:
@@ -467,9 +560,15 @@ class PolicyEngine:
             "policyFileError": self.settings_error,
             "typicalPods": {"source": self.typical_source, "count": len(self.typical)},
             "model": {
-                "path": info.path, "loaded": self.model is not None, "version": info.version, "digest": info.digest,
-                "loadedAt": info.loaded_at, "fileDigest": info.file_digest if self.model is not None else None,
-                "error": info.error, "errorAt": info.error_at, "errorPath": info.error_path if info.error else None,
+                "path": info.path,
+                "loaded": self.model is not None,
+                "version": info.version,
+                "digest": info.digest,
+                "loadedAt": info.loaded_at,
+                "fileDigest": info.file_digest if self.model is not None else None,
+                "error": info.error,
+                "errorAt": info.error_at,
+                "errorPath": info.error_path if info.error else None,
             },
             "counters": dict(self.counters),
             "fallbacks": dict(self.fallbacks),
@@ -558,8 +657,9 @@ class _Checked(Scorer):
         return self.model.cards(state, req, node, position, scores, tiebreak)
 
 
-def _policy_call(model: Scorer, state: ClusterState, tiebreak: TieBreak, req: PodRequest,
-                 nodes: np.ndarray) -> tuple[Decision | None, Verdict | None]:
+def _policy_call(
+    model: Scorer, state: ClusterState, tiebreak: TieBreak, req: PodRequest, nodes: np.ndarray
+) -> tuple[Decision | None, Verdict | None]:
     """Runs in the policy thread: decide with the model, validate what it says."""
     decision = decide(_Checked(model), state, req, tiebreak, nodes=nodes)
     verdict = None
@@ -584,7 +684,7 @@ def _as_verdict(raw: Any) -> Verdict | None:
     elif isinstance(raw, (tuple, list)) and len(raw) in (2, 3):
         v = Verdict(str(raw[0]), str(raw[1]), float(raw[2]) if len(raw) == 3 else 30.0)
     else:
-        v = Verdict(str(getattr(raw, "action")), str(getattr(raw, "reason", "")), float(getattr(raw, "retry_after_s", 30.0)))
+        v = Verdict(str(raw.action), str(getattr(raw, "reason", "")), float(getattr(raw, "retry_after_s", 30.0)))
     if v.action not in ("delay", "reject"):
         raise BadOutput(f"policy verdict {v.action!r} is not delay or reject")
     return v

@@ -7,14 +7,16 @@ addresses). A node's value is kept with the time it was fetched; values older th
 become NaN. Nothing here ever blocks scheduling: a failed or slow query leaves the previous values
 to age out, and every gap is reported (``/status``, ``rlsched_extender_load_*`` metrics).
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
 import math
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import aiohttp
 import numpy as np
@@ -42,10 +44,15 @@ class ColumnStatus:
 class LoadPoller:
     """Queries Prometheus and hands per-node rows to ``sink`` (``ClusterCache.set_load``)."""
 
-    def __init__(self, settings: PrometheusSettings, nodes: Callable[[], Mapping[str, list[str]]],
-                 sink: Callable[[dict[str, np.ndarray]], None], metrics: Any = None,
-                 clock: Callable[[], float] = time.time,
-                 query: Callable[[str], Any] | None = None):
+    def __init__(
+        self,
+        settings: PrometheusSettings,
+        nodes: Callable[[], Mapping[str, list[str]]],
+        sink: Callable[[dict[str, np.ndarray]], None],
+        metrics: Any = None,
+        clock: Callable[[], float] = time.time,
+        query: Callable[[str], Any] | None = None,
+    ):
         self.settings = settings
         self.nodes = nodes
         """() → node name → addresses (InternalIP, Hostname …)."""
@@ -62,8 +69,9 @@ class LoadPoller:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession()
         url = self.settings.url.rstrip("/") + "/api/v1/query"  # type: ignore[union-attr]
-        async with self._session.get(url, params={"query": promql},
-                                     timeout=aiohttp.ClientTimeout(total=self.settings.timeout_s)) as resp:
+        async with self._session.get(
+            url, params={"query": promql}, timeout=aiohttp.ClientTimeout(total=self.settings.timeout_s)
+        ) as resp:
             body = await resp.read()
             if resp.status != 200:
                 raise RuntimeError(f"HTTP {resp.status}: {body[:200].decode('utf-8', 'replace')}")
@@ -118,8 +126,14 @@ class LoadPoller:
                 level = logging.WARNING if error != status.last_error else logging.DEBUG
                 status.last_error = error
                 self._count(column, "error")
-                log.log(level, "load query %s failed: %s (values age out after %.0f s)", column, error,
-                        self.settings.stale_after_s, extra={"event": "load_query_failed", "column": column})
+                log.log(
+                    level,
+                    "load query %s failed: %s (values age out after %.0f s)",
+                    column,
+                    error,
+                    self.settings.stale_after_s,
+                    extra={"event": "load_query_failed", "column": column},
+                )
                 continue
             matched, unmatched = 0, []
             values = self.values[column]
@@ -174,26 +188,39 @@ class LoadPoller:
     def status(self) -> dict[str, Any]:
         now = self.clock()
         nodes = len(self.nodes())
-        out: dict[str, Any] = {"url": self.settings.url, "staleAfterSeconds": self.settings.stale_after_s, "columns": {}}
+        out: dict[str, Any] = {
+            "url": self.settings.url,
+            "staleAfterSeconds": self.settings.stale_after_s,
+            "columns": {},
+        }
         for column in LOAD_METRICS:
             s = self.columns[column]
             fresh = sum(1 for _, at in self.values[column].values() if now - at <= self.settings.stale_after_s)
             out["columns"][column] = {
                 "configured": bool(self.settings.queries.get(column)),
                 "ageSeconds": None if s.last_success is None else round(now - s.last_success, 3),
-                "freshNodes": fresh, "missingNodes": nodes - fresh, "series": s.series,
-                "unmatchedSeries": s.unmatched, "lastError": s.last_error,
+                "freshNodes": fresh,
+                "missingNodes": nodes - fresh,
+                "series": s.series,
+                "unmatchedSeries": s.unmatched,
+                "lastError": s.last_error,
             }
         return out
 
     def collect(self) -> list[Any]:
         """Scrape-time gauges: per column, nodes with a fresh value, without one, and the age of the
         last successful query."""
-        fresh = GaugeMetricFamily("rlsched_extender_load_fresh_nodes", "Nodes with a fresh load value", labels=["column"])
-        missing = GaugeMetricFamily("rlsched_extender_load_missing_nodes", "Nodes whose load value is missing or stale",
-                                    labels=["column"])
-        age = GaugeMetricFamily("rlsched_extender_load_age_seconds", "Seconds since the last successful query (+Inf: never)",
-                                labels=["column"])
+        fresh = GaugeMetricFamily(
+            "rlsched_extender_load_fresh_nodes", "Nodes with a fresh load value", labels=["column"]
+        )
+        missing = GaugeMetricFamily(
+            "rlsched_extender_load_missing_nodes", "Nodes whose load value is missing or stale", labels=["column"]
+        )
+        age = GaugeMetricFamily(
+            "rlsched_extender_load_age_seconds",
+            "Seconds since the last successful query (+Inf: never)",
+            labels=["column"],
+        )
         for column, c in self.status()["columns"].items():
             fresh.add_metric([column], c["freshNodes"])
             missing.add_metric([column], c["missingNodes"])

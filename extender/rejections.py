@@ -7,11 +7,13 @@ resourceVersion) is logged once — a relist or a resent event does not repeat i
 told apart: they are counted every time, logged once), whose ``reason`` is one of :data:`REASONS`
 (a label value must be a small fixed set, not free text; the log line carries the detail).
 """
+
 from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .node_rules import RuleError
 from .objects import ObjectError
@@ -56,6 +58,7 @@ def identity(obj: Any) -> tuple[str, str, str, str]:
     def s(key: str) -> str:
         v = meta.get(key)
         return v[:253] if isinstance(v, str) else ""
+
     return s("namespace"), s("name"), s("uid"), s("resourceVersion")
 
 
@@ -91,8 +94,23 @@ class Rejections:
         while len(self._seen) > self.size:
             self._seen.popitem(last=False)
         ref = f"{ns}/{name}" if ns else name or "<unnamed>"
-        log.warning("%s %s (uid %s, resourceVersion %s) %s: %s%s", kind, ref, uid or "?", rv or "?", action,
-                    f"{field}: " if field and field not in str(exc) else "", describe(exc),
-                    extra={"event": "object_rejected", "kind": kind, "object": ref, "uid": uid, "resourceVersion": rv,
-                           "field": field, "reason": reason})
+        log.warning(
+            "%s %s (uid %s, resourceVersion %s) %s: %s%s",
+            kind,
+            ref,
+            uid or "?",
+            rv or "?",
+            action,
+            f"{field}: " if field and field not in str(exc) else "",
+            describe(exc),
+            extra={
+                "event": "object_rejected",
+                "kind": kind,
+                "object": ref,
+                "uid": uid,
+                "resourceVersion": rv,
+                "field": field,
+                "reason": reason,
+            },
+        )
         return True

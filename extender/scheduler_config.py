@@ -26,6 +26,7 @@ What it does and why (docs/extender.md, "Decisions that survive kube-scheduler")
   signed the extender's serving certificate (the extender's ``server.tls``). Without it the output is
   unchanged.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -53,11 +54,20 @@ class ClientTls:
     """Name to verify in the extender's certificate when the URL's host is not in it."""
 
 
-def scheduler_config(url: str = DEFAULT_URL, scheduler_name: str = "rl-scheduler", weight: int = 1000,
-                     node_cache_capable: bool = True, lease_name: str | None = None,
-                     lease_namespace: str = "kube-system", http_timeout: str = "10s", kubeconfig: str | None = None,
-                     leader_elect: bool = True, gpu: GpuConventions | None = None,
-                     keep_score_plugins: bool = False, tls: ClientTls | None = None) -> dict[str, Any]:
+def scheduler_config(
+    url: str = DEFAULT_URL,
+    scheduler_name: str = "rl-scheduler",
+    weight: int = 1000,
+    node_cache_capable: bool = True,
+    lease_name: str | None = None,
+    lease_namespace: str = "kube-system",
+    http_timeout: str = "10s",
+    kubeconfig: str | None = None,
+    leader_elect: bool = True,
+    gpu: GpuConventions | None = None,
+    keep_score_plugins: bool = False,
+    tls: ClientTls | None = None,
+) -> dict[str, Any]:
     """The recommended configuration as a dict (``kubescheduler.config.k8s.io/v1``).
 
     ``tls``: call the extender over mutual TLS (``url`` must be ``https://``)."""
@@ -71,10 +81,12 @@ def scheduler_config(url: str = DEFAULT_URL, scheduler_name: str = "rl-scheduler
         "schedulerName": scheduler_name,
         "percentageOfNodesToScore": 100,
         "plugins": plugins,
-        "pluginConfig": [{
-            "name": "NodeResourcesFit",
-            "args": {"ignoredResources": [gpu.gpu_milli_resource]},
-        }],
+        "pluginConfig": [
+            {
+                "name": "NodeResourcesFit",
+                "args": {"ignoredResources": [gpu.gpu_milli_resource]},
+            }
+        ],
     }
     if not plugins:
         del profile["plugins"]
@@ -89,18 +101,20 @@ def scheduler_config(url: str = DEFAULT_URL, scheduler_name: str = "rl-scheduler
         },
         "percentageOfNodesToScore": 100,
         "profiles": [profile],
-        "extenders": [{
-            "urlPrefix": url,
-            "filterVerb": "filter",
-            "prioritizeVerb": "prioritize",
-            "preemptVerb": "preempt",
-            "bindVerb": "bind",
-            "weight": weight,
-            "enableHTTPS": url.startswith("https"),
-            "httpTimeout": http_timeout,
-            "nodeCacheCapable": node_cache_capable,
-            "ignorable": False,
-        }],
+        "extenders": [
+            {
+                "urlPrefix": url,
+                "filterVerb": "filter",
+                "prioritizeVerb": "prioritize",
+                "preemptVerb": "preempt",
+                "bindVerb": "bind",
+                "weight": weight,
+                "enableHTTPS": url.startswith("https"),
+                "httpTimeout": http_timeout,
+                "nodeCacheCapable": node_cache_capable,
+                "ignorable": False,
+            }
+        ],
     }
     if tls is not None:
         tls_config = {"certFile": tls.cert_file, "keyFile": tls.key_file, "caFile": tls.ca_file}

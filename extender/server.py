@@ -9,8 +9,9 @@ Start-up order, each step failing with a message that says what to fix:
 4. the initial list of nodes and pods — the cache, with the card assignments recorded on bound pods,
    is complete before anything is decided (an unreachable API server stops start-up);
 5. ``gc.freeze()``: the start-up objects leave the collector's view;
-6. the verb listener (HTTPS with client certificates when ``server.tls`` is set) and the background tasks (watches, policy/model polling, Prometheus load,
-   expiry of uncertain reservations) in the verb app's ``cleanup_ctx``; /readyz turns ready.
+6. the verb listener (HTTPS with client certificates when ``server.tls`` is set) and the background
+   tasks (watches, policy/model polling, Prometheus load, expiry of uncertain reservations) in the
+   verb app's ``cleanup_ctx``; /readyz turns ready.
 
 SIGTERM/SIGINT stop the listeners (in-flight requests get ``shutdown_timeout_s``) and cancel the tasks.
 Both listeners drop clients that are slow to send their headers and cap open connections
@@ -20,6 +21,7 @@ Every background task runs under a supervisor that restarts it (exponential back
 logged) whenever it ends, for whatever reason but cancellation: a watch can fail, it cannot stay down.
 /readyz reports a watch only when it has been down longer than :data:`WATCH_DOWN_NOT_READY_S`.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -28,7 +30,8 @@ import logging
 import random
 import signal
 import ssl
-from typing import Any, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -74,28 +77,49 @@ class Service:
         self.settings = settings
         self.metrics = metrics
         self.api = api
-        self.cache = ClusterCache(settings.gpu, settings.policy.seed,
-                                  rejections=Rejections(lambda kind, reason: metrics.objects_rejected.labels(kind, reason).inc()),
-                                  scheduler_name=settings.kubernetes.scheduler_name)
+        self.cache = ClusterCache(
+            settings.gpu,
+            settings.policy.seed,
+            rejections=Rejections(lambda kind, reason: metrics.objects_rejected.labels(kind, reason).inc()),
+            scheduler_name=settings.kubernetes.scheduler_name,
+        )
         self.engine = engine
         self.ring = DecisionRing(settings.decision_ring_size)
-        self.binder = Binder(self.cache, self.engine, api, settings.gpu, settings.kubernetes) if api is not None else None
+        self.binder = (
+            Binder(self.cache, self.engine, api, settings.gpu, settings.kubernetes) if api is not None else None
+        )
         self.extender = Extender(self.cache, self.engine, self.binder, self.ring, settings, self.metrics)
         self.health = Health()
         self.informers: list[Informer] = []
         if api is not None:
             self.informers = [
-                Informer(api, "nodes", NODES_PATH, self.cache.replace_nodes, self._apply_node, settings.kubernetes, self.metrics,
-                         rejections=self.cache.rejections),
-                Informer(api, "pods", PODS_PATH, self.cache.replace_pods, self._apply_pod, settings.kubernetes, self.metrics,
-                         rejections=self.cache.rejections),
+                Informer(
+                    api,
+                    "nodes",
+                    NODES_PATH,
+                    self.cache.replace_nodes,
+                    self._apply_node,
+                    settings.kubernetes,
+                    self.metrics,
+                    rejections=self.cache.rejections,
+                ),
+                Informer(
+                    api,
+                    "pods",
+                    PODS_PATH,
+                    self.cache.replace_pods,
+                    self._apply_pod,
+                    settings.kubernetes,
+                    self.metrics,
+                    rejections=self.cache.rejections,
+                ),
             ]
         self.load: LoadPoller | None = None
         if settings.prometheus.url:
             self.load = LoadPoller(settings.prometheus, lambda: self.cache.addresses, self.cache.set_load, self.metrics)
             self.metrics.add_collector(self.load.collect)
         self.metrics.add_collector(self._collect)
-        self.tasks: dict[str, asyncio.Task] = {}
+        self.tasks: dict[str, asyncio.Task[Any]] = {}
         self.addresses: dict[str, Any] = {}
         """Where the listeners ended up (``verbs``, ``status``: (host, port)); port 0 picks a free one."""
         self.health.checks["cache"] = lambda: None if self.cache.ready else "nodes and pods not listed yet"
@@ -104,13 +128,13 @@ class Service:
         self.health.liveness["tasks"] = self._dead_tasks
 
     # -- watch callbacks --------------------------------------------------------------------------
-    def _apply_node(self, kind: str, obj: dict) -> None:
+    def _apply_node(self, kind: str, obj: dict[str, Any]) -> None:
         if kind == "DELETED":
             self.cache.delete_node(identity(obj)[1])
         else:
             self.cache.set_node(obj)
 
-    def _apply_pod(self, kind: str, obj: dict) -> None:
+    def _apply_pod(self, kind: str, obj: dict[str, Any]) -> None:
         if kind == "DELETED":
             uid = identity(obj)[2]
             self.cache.delete_pod(uid)
@@ -125,8 +149,11 @@ class Service:
             gauge("rlsched_extender_cache_pods", "Pods holding resources in the cache", len(c.pods)),
             gauge("rlsched_extender_cache_pending_pods", "Pending pods seen by the watch", len(c.pending)),
             gauge("rlsched_extender_cache_age_seconds", "Seconds since the last watch event", c.age_s()),
-            gauge("rlsched_extender_cache_unplaceable_pods", "Bound pods that do not fit the cached node",
-                  sum(1 for e in c.pods.values() if e.placement is None)),
+            gauge(
+                "rlsched_extender_cache_unplaceable_pods",
+                "Bound pods that do not fit the cached node",
+                sum(1 for e in c.pods.values() if e.placement is None),
+            ),
             gauge("rlsched_extender_cache_rebuilds", "ClusterState rebuilds since start", c.stats.rebuilds),
             gauge("rlsched_extender_decision_ring_last", "Cursor of the newest decision record", self.ring.last),
             *self._gpu_gauges(),
@@ -137,9 +164,16 @@ class Service:
         if state is None:
             return []
         return [
-            gauge("rlsched_extender_gpu_milli_capacity", "GPU milli on the cached nodes (cards × 1000)", state.gpu_milli_capacity),
-            gauge("rlsched_extender_gpu_milli_allocated", "GPU milli held by bound and assumed pods in the cache",
-                  state.gpu_milli_allocated),
+            gauge(
+                "rlsched_extender_gpu_milli_capacity",
+                "GPU milli on the cached nodes (cards × 1000)",
+                state.gpu_milli_capacity,
+            ),
+            gauge(
+                "rlsched_extender_gpu_milli_allocated",
+                "GPU milli held by bound and assumed pods in the cache",
+                state.gpu_milli_allocated,
+            ),
         ]
 
     def _dead_tasks(self) -> str | None:
@@ -151,8 +185,11 @@ class Service:
         ``cache`` check's)."""
         if not self.cache.ready:
             return None
-        down = [f"{i.resource} for {i.down_for():.0f} s ({i.last_error})" for i in self.informers
-                if not i.up and i.down_for() > WATCH_DOWN_NOT_READY_S]
+        down = [
+            f"{i.resource} for {i.down_for():.0f} s ({i.last_error})"
+            for i in self.informers
+            if not i.up and i.down_for() > WATCH_DOWN_NOT_READY_S
+        ]
         return f"watch down: {'; '.join(down)}" if down else None
 
     async def _supervise(self, name: str, run: Callable[[], Any], base_s: float = 1.0) -> None:
@@ -168,13 +205,20 @@ class Service:
                 raise
             except Exception as exc:  # noqa: BLE001 - a background task must come back, whatever killed it
                 why = f"failed: {describe(exc)}"
-                log.error("background task %s %s", name, why, exc_info=exc, extra={"event": "task_failed", "task": name})
+                log.error(
+                    "background task %s %s", name, why, exc_info=exc, extra={"event": "task_failed", "task": name}
+                )
             failures = 1 if asyncio.get_running_loop().time() - started > 60 else failures + 1
             delay = backoff_delay(base_s, failures, random.random())
-            log.warning("background task %s %s; restarting in %.1f s", name, why, delay,
-                        extra={"event": "task_restart", "task": name})
+            log.warning(
+                "background task %s %s; restarting in %.1f s",
+                name,
+                why,
+                delay,
+                extra={"event": "task_restart", "task": name},
+            )
             if name.startswith("watch-"):
-                self.metrics.watch_restarts.labels(name[len("watch-"):], "task-ended").inc()
+                self.metrics.watch_restarts.labels(name[len("watch-") :], "task-ended").inc()
             await asyncio.sleep(delay)
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -184,9 +228,11 @@ class Service:
             try:
                 await informer.sync()
             except ApiError as exc:
-                hint = {0: "is the API server running and the kubeconfig's server address right?",
-                        401: "the credentials were rejected (token expired? wrong kubeconfig user?)",
-                        403: f"RBAC: the extender needs list/watch on {informer.resource}"}.get(exc.status, "")
+                hint = {
+                    0: "is the API server running and the kubeconfig's server address right?",
+                    401: "the credentials were rejected (token expired? wrong kubeconfig user?)",
+                    403: f"RBAC: the extender needs list/watch on {informer.resource}",
+                }.get(exc.status, "")
                 raise StartupError(f"cannot list {informer.resource}: {exc}" + (f" — {hint}" if hint else "")) from None
 
     async def background(self, app: web.Application) -> AsyncIterator[None]:
@@ -229,12 +275,15 @@ def verb_ssl_context(tls: TlsSettings) -> ssl.SSLContext | None:
     try:
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=tls.client_ca_file)
     except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"server.tls.clientCaFile {tls.client_ca_file}: {getattr(exc, 'strerror', None) or exc}") from None
+        raise ConfigError(
+            f"server.tls.clientCaFile {tls.client_ca_file}: {getattr(exc, 'strerror', None) or exc}"
+        ) from None
     try:
         ctx.load_cert_chain(tls.cert_file, tls.key_file)
     except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"server.tls.certFile {tls.cert_file} / keyFile {tls.key_file}: "
-                          f"{getattr(exc, 'strerror', None) or exc}") from None
+        raise ConfigError(
+            f"server.tls.certFile {tls.cert_file} / keyFile {tls.key_file}: {getattr(exc, 'strerror', None) or exc}"
+        ) from None
     ctx.verify_mode = ssl.CERT_REQUIRED
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     return ctx
@@ -251,8 +300,13 @@ def limit_native_threads() -> None:
     threadpool_limits(limits=1)
 
 
-async def serve(settings: ExtenderSettings, api: Any = None, model_loader: Callable = load_model,
-                stop: asyncio.Event | None = None, ready: Callable[[Service], None] | None = None) -> int:
+async def serve(
+    settings: ExtenderSettings,
+    api: Any = None,
+    model_loader: Callable[..., Any] = load_model,
+    stop: asyncio.Event | None = None,
+    ready: Callable[[Service], None] | None = None,
+) -> int:
     """Run until ``stop`` is set or SIGTERM/SIGINT. Raises StartupError with a clear message.
 
     Callers that own the process (the CLI, the benchmark) call :func:`limit_native_threads` first."""
@@ -279,44 +333,80 @@ async def serve(settings: ExtenderSettings, api: Any = None, model_loader: Calla
     if settings.auth.mode == "kubernetes":
         auth = Authenticator(api, settings.auth, metrics.registry)
     else:
-        log.warning("auth.mode is none: /status and /decisions answer anyone who reaches %s:%d (local development only)",
-                    srv.status_host, srv.status_port, extra={"event": "auth_off"})
-    status_app = make_status_app(service.extender, service.metrics, service.health, service.status_extra, auth=auth,
-                                 protect_metrics=settings.auth.protect_metrics, connections=status_guard)
+        log.warning(
+            "auth.mode is none: /status and /decisions answer anyone who reaches %s:%d (local development only)",
+            srv.status_host,
+            srv.status_port,
+            extra={"event": "auth_off"},
+        )
+    status_app = make_status_app(
+        service.extender,
+        service.metrics,
+        service.health,
+        service.status_extra,
+        auth=auth,
+        protect_metrics=settings.auth.protect_metrics,
+        connections=status_guard,
+    )
     # lingering_time: after an early answer (408, 413, 401) aiohttp reads and drops the rest of the body
     # for this long before closing; its default of 10 s would let a stalled client keep the connection.
-    status_runner = web.AppRunner(status_app, access_log=None, shutdown_timeout=srv.shutdown_timeout_s,
-                                  keepalive_timeout=srv.idle_timeout_s, lingering_time=LINGER_S)
+    status_runner = web.AppRunner(
+        status_app,
+        access_log=None,
+        shutdown_timeout=srv.shutdown_timeout_s,
+        keepalive_timeout=srv.idle_timeout_s,
+        lingering_time=LINGER_S,
+    )
     await status_runner.setup()
     verb_runner: web.AppRunner | None = None
     try:
         try:
             await GuardedSite(status_runner, srv.status_host, srv.status_port, status_guard).start()
         except OSError as exc:
-            raise StartupError(f"cannot listen on {settings.server.status_host}:{settings.server.status_port} "
-                               f"(server.statusPort): {exc.strerror or exc}") from None
+            raise StartupError(
+                f"cannot listen on {settings.server.status_host}:{settings.server.status_port} "
+                f"(server.statusPort): {exc.strerror or exc}"
+            ) from None
         service.addresses["status"] = status_runner.addresses[0][:2]
         await service.sync()
         gc.collect()
         gc.freeze()
         verb_app = make_app(service.extender, service.metrics, settings, connections=verb_guard)
         verb_app.cleanup_ctx.append(service.background)
-        verb_runner = web.AppRunner(verb_app, access_log=None, shutdown_timeout=srv.shutdown_timeout_s,
-                                    keepalive_timeout=srv.idle_timeout_s, lingering_time=LINGER_S)
+        verb_runner = web.AppRunner(
+            verb_app,
+            access_log=None,
+            shutdown_timeout=srv.shutdown_timeout_s,
+            keepalive_timeout=srv.idle_timeout_s,
+            lingering_time=LINGER_S,
+        )
         await verb_runner.setup()
         try:
             await GuardedSite(verb_runner, srv.host, srv.port, verb_guard, ssl_context=verb_ssl, backlog=1024).start()
         except OSError as exc:
-            raise StartupError(f"cannot listen on {settings.server.host}:{settings.server.port} (server.port): "
-                               f"{exc.strerror or exc}") from None
+            raise StartupError(
+                f"cannot listen on {settings.server.host}:{settings.server.port} (server.port): {exc.strerror or exc}"
+            ) from None
         service.addresses["verbs"] = verb_runner.addresses[0][:2]
         service.health.started = True
-        log.info("extender serving: verbs on %s://%s:%d%s, status on %s:%d (auth %s%s); %d nodes, %d pods; mode %s, "
-                 "model %s, fallback %s", "https" if verb_ssl else "http", srv.host, srv.port, srv.path_prefix or "",
-                 srv.status_host, srv.status_port, settings.auth.mode,
-                 ", /metrics too" if auth is not None and settings.auth.protect_metrics else "",
-                 len(service.cache.nodes), len(service.cache.pods), service.engine.settings.mode,
-                 service.engine.model_info.version or "none", service.engine.fallback_scorer.name, extra={"event": "serving"})
+        log.info(
+            "extender serving: verbs on %s://%s:%d%s, status on %s:%d (auth %s%s); %d nodes, %d pods; mode %s, "
+            "model %s, fallback %s",
+            "https" if verb_ssl else "http",
+            srv.host,
+            srv.port,
+            srv.path_prefix or "",
+            srv.status_host,
+            srv.status_port,
+            settings.auth.mode,
+            ", /metrics too" if auth is not None and settings.auth.protect_metrics else "",
+            len(service.cache.nodes),
+            len(service.cache.pods),
+            service.engine.settings.mode,
+            service.engine.model_info.version or "none",
+            service.engine.fallback_scorer.name,
+            extra={"event": "serving"},
+        )
         if ready is not None:
             ready(service)
         stop = stop or asyncio.Event()
@@ -335,4 +425,3 @@ async def serve(settings: ExtenderSettings, api: Any = None, model_loader: Calla
         await status_runner.cleanup()
         if api is not None and hasattr(api, "close"):
             await api.close()
-

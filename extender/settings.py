@@ -10,6 +10,7 @@ The *policy settings* (:class:`PolicySettings`: mode, model path, fallback, dead
 come from a separate policy file that the operator writes into a mounted ConfigMap; the extender
 polls that file and hot-reloads it (see :mod:`rlsched.extender.policy`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,9 +18,10 @@ import os
 import re
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -171,7 +173,8 @@ DEFAULT_QUERIES: dict[str, str] = {
     "cpu": '1 - avg by (instance) (rate(node_cpu_seconds_total{mode="idle"}[2m]))',
     "memory": "1 - node_memory_MemAvailable_bytes / node_memory_MemTotal_bytes",
     "network": (
-        'sum by (instance) (rate(node_network_receive_bytes_total{device!~"lo|veth.*|docker.*|cni.*|flannel.*|cali.*|virbr.*"}[2m])'
+        "sum by (instance) ("
+        'rate(node_network_receive_bytes_total{device!~"lo|veth.*|docker.*|cni.*|flannel.*|cali.*|virbr.*"}[2m])'
         ' + rate(node_network_transmit_bytes_total{device!~"lo|veth.*|docker.*|cni.*|flannel.*|cali.*|virbr.*"}[2m]))'
         " / 2.5e9"
     ),
@@ -269,6 +272,7 @@ class ExtenderSettings:
 
 # -- loading --------------------------------------------------------------------------------------
 
+
 def camel(name: str) -> str:
     """``status_port`` → ``statusPort``."""
     head, *rest = name.split("_")
@@ -277,12 +281,14 @@ def camel(name: str) -> str:
 
 def settings_yaml(settings: Any) -> str:
     """A settings dataclass as the YAML a config file would hold (camelCase keys): ``--print-settings``."""
+
     def camelize(obj: Any) -> Any:
         if isinstance(obj, dict):
             return {camel(k): camelize(v) for k, v in obj.items()}
         if isinstance(obj, (list, tuple)):
             return [camelize(v) for v in obj]
         return obj
+
     return yaml.safe_dump(camelize(dataclasses.asdict(settings)), sort_keys=False)
 
 
@@ -358,7 +364,9 @@ def build(cls: type, data: Mapping[str, Any], where: str = "") -> Any:
         f = by_key.get(str(key))
         if f is None:
             path = f"{where}.{key}" if where else str(key)
-            raise ConfigError(f"unknown setting {path!r}; valid keys{' under ' + where if where else ''}: {', '.join(sorted(by_key))}")
+            raise ConfigError(
+                f"unknown setting {path!r}; valid keys{' under ' + where if where else ''}: {', '.join(sorted(by_key))}"
+            )
         kwargs[f.name] = _coerce(_yaml11(f.name, value), hints[f.name], f"{where}.{key}" if where else str(key))
     obj = cls(**kwargs)
     validate(obj, where)
@@ -374,7 +382,9 @@ def merge(obj: Any, data: Mapping[str, Any], where: str = "") -> Any:
         f = by_key.get(str(key))
         path = f"{where}.{key}" if where else str(key)
         if f is None:
-            raise ConfigError(f"unknown setting {path!r}; valid keys{' under ' + where if where else ''}: {', '.join(sorted(by_key))}")
+            raise ConfigError(
+                f"unknown setting {path!r}; valid keys{' under ' + where if where else ''}: {', '.join(sorted(by_key))}"
+            )
         current = getattr(obj, f.name)
         if dataclasses.is_dataclass(current) and isinstance(value, Mapping):
             changes[f.name] = merge(current, value, path)
@@ -423,12 +433,16 @@ def validate(obj: Any, where: str = "") -> None:
             raise ConfigError(f"{prefix}mode: {obj.mode!r} is not one of {', '.join(AUTH_MODES)}")
         for name in ("cache_ttl_s", "negative_cache_ttl_s", "review_timeout_s"):
             if not getattr(obj, name) >= 0 or (name == "review_timeout_s" and not obj.review_timeout_s > 0):
-                raise ConfigError(f"{prefix}{camel(name)}: must be {'positive' if name == 'review_timeout_s' else '0 or more'}, "
-                                  f"got {getattr(obj, name)}")
+                raise ConfigError(
+                    f"{prefix}{camel(name)}: must be {'positive' if name == 'review_timeout_s' else '0 or more'}, "
+                    f"got {getattr(obj, name)}"
+                )
     elif isinstance(obj, PrometheusSettings):
         unknown = set(obj.queries) - {"cpu", "memory", "network", "disk"}
         if unknown:
-            raise ConfigError(f"{prefix}queries: unknown load column(s) {sorted(unknown)}; valid: cpu, memory, network, disk")
+            raise ConfigError(
+                f"{prefix}queries: unknown load column(s) {sorted(unknown)}; valid: cpu, memory, network, disk"
+            )
         if not obj.interval_s > 0 or not obj.stale_after_s > 0 or not obj.timeout_s > 0:
             raise ConfigError(f"{prefix}intervalS, timeoutS and staleAfterS must be positive")
     elif isinstance(obj, LogSettings):
@@ -450,8 +464,10 @@ def check_complete(settings: ExtenderSettings) -> ExtenderSettings:
     given = {camel(n): getattr(tls, n) for n in ("cert_file", "key_file", "client_ca_file")}
     if any(given.values()) and not all(given.values()):
         missing = ", ".join(f"server.tls.{k}" for k, v in given.items() if not v)
-        raise ConfigError(f"{missing}: mutual TLS needs certFile, keyFile and clientCaFile together "
-                          "(a server certificate without client verification would authenticate no caller)")
+        raise ConfigError(
+            f"{missing}: mutual TLS needs certFile, keyFile and clientCaFile together "
+            "(a server certificate without client verification would authenticate no caller)"
+        )
     return settings
 
 
@@ -472,8 +488,9 @@ def read_yaml(path: str | Path, what: str = "config file") -> Mapping[str, Any]:
     return data
 
 
-def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None = None,
-                  overrides: Mapping[str, Any] | None = None) -> ExtenderSettings:
+def load_settings(
+    path: str | Path | None = None, env: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
+) -> ExtenderSettings:
     """Defaults ← YAML file ← ``RLSCHED_*`` from ``env`` ← ``overrides`` (dotted camelCase keys)."""
     settings = ExtenderSettings()
     if path:

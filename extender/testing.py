@@ -4,13 +4,15 @@ and an in-memory fake of the API calls the extender makes.
 The objects carry what real ones carry — managedFields, conditions, images, env, volumes,
 tolerations — so that parsing costs in tests and benchmarks are realistic (node ≈ 5 KB, pod ≈ 4 KB).
 """
+
 from __future__ import annotations
 
 import asyncio
 import copy
 import uuid
 import zlib
-from typing import Any, AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 from .kubeapi import ApiError
 from .settings import GpuConventions
@@ -18,16 +20,36 @@ from .settings import GpuConventions
 _GPU = GpuConventions()
 
 
-def make_node(name: str, cpu: str = "96", memory: str = "384Gi", gpus: int = 0, model: str = "V100M16",
-              labels: Mapping[str, str] | None = None, address: str | None = None, rv: str = "1000") -> dict[str, Any]:
+def make_node(
+    name: str,
+    cpu: str = "96",
+    memory: str = "384Gi",
+    gpus: int = 0,
+    model: str = "V100M16",
+    labels: Mapping[str, str] | None = None,
+    address: str | None = None,
+    rv: str = "1000",
+) -> dict[str, Any]:
     """A v1.Node as the API server returns it."""
     h = zlib.crc32(name.encode())
     address = address or f"10.{h % 250}.{(h >> 8) % 250}.{(h >> 16) % 250 + 1}"
-    allocatable = {"cpu": cpu, "memory": memory, "ephemeral-storage": "1800Gi", "hugepages-1Gi": "0", "hugepages-2Mi": "0", "pods": "110"}
+    allocatable = {
+        "cpu": cpu,
+        "memory": memory,
+        "ephemeral-storage": "1800Gi",
+        "hugepages-1Gi": "0",
+        "hugepages-2Mi": "0",
+        "pods": "110",
+    }
     node_labels = {
-        "beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-        "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "node.kubernetes.io/instance-type": "ecs.gn6v-c8g1.16xlarge",
-        "topology.kubernetes.io/region": "cn-hangzhou", "topology.kubernetes.io/zone": "cn-hangzhou-b",
+        "beta.kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "node.kubernetes.io/instance-type": "ecs.gn6v-c8g1.16xlarge",
+        "topology.kubernetes.io/region": "cn-hangzhou",
+        "topology.kubernetes.io/zone": "cn-hangzhou-b",
     }
     if gpus:
         allocatable[_GPU.gpu_resource] = str(gpus)
@@ -35,45 +57,100 @@ def make_node(name: str, cpu: str = "96", memory: str = "384Gi", gpus: int = 0, 
         node_labels["nvidia.com/gpu.count"] = str(gpus)
         node_labels["nvidia.com/gpu.product"] = f"Tesla-{model}"
     node_labels.update(labels or {})
-    images = [{"names": [f"registry.example.com/team-{i}/training-image@sha256:{uuid.UUID(int=i + 7).hex * 2}",
-                         f"registry.example.com/team-{i}/training-image:v{i}.3.1"], "sizeBytes": 1_000_000_000 + i}
-              for i in range(10)]
+    images = [
+        {
+            "names": [
+                f"registry.example.com/team-{i}/training-image@sha256:{uuid.UUID(int=i + 7).hex * 2}",
+                f"registry.example.com/team-{i}/training-image:v{i}.3.1",
+            ],
+            "sizeBytes": 1_000_000_000 + i,
+        }
+        for i in range(10)
+    ]
     conditions = [
-        {"type": t, "status": s, "lastHeartbeatTime": "2025-11-20T10:00:00Z", "lastTransitionTime": "2025-11-01T08:00:00Z",
-         "reason": r, "message": m}
-        for t, s, r, m in (("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-                           ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-                           ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-                           ("Ready", "True", "KubeletReady", "kubelet is posting ready status"))
+        {
+            "type": t,
+            "status": s,
+            "lastHeartbeatTime": "2025-11-20T10:00:00Z",
+            "lastTransitionTime": "2025-11-01T08:00:00Z",
+            "reason": r,
+            "message": m,
+        }
+        for t, s, r, m in (
+            ("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+            ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+            ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+            ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+        )
     ]
     return {
-        "kind": "Node", "apiVersion": "v1",
+        "kind": "Node",
+        "apiVersion": "v1",
         "metadata": {
-            "name": name, "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, name)), "resourceVersion": rv,
-            "creationTimestamp": "2025-11-01T08:00:00Z", "labels": node_labels,
-            "annotations": {"node.alpha.kubernetes.io/ttl": "0", "volumes.kubernetes.io/controller-managed-attach-detach": "true",
-                            "kubeadm.alpha.kubernetes.io/cri-socket": "unix:///run/containerd/containerd.sock"},
-            "managedFields": [{"manager": "kubelet", "operation": "Update", "apiVersion": "v1", "time": "2025-11-20T10:00:00Z",
-                               "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:conditions": {}, "f:images": {}, "f:nodeInfo": {}}}}],
+            "name": name,
+            "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, name)),
+            "resourceVersion": rv,
+            "creationTimestamp": "2025-11-01T08:00:00Z",
+            "labels": node_labels,
+            "annotations": {
+                "node.alpha.kubernetes.io/ttl": "0",
+                "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+                "kubeadm.alpha.kubernetes.io/cri-socket": "unix:///run/containerd/containerd.sock",
+            },
+            "managedFields": [
+                {
+                    "manager": "kubelet",
+                    "operation": "Update",
+                    "apiVersion": "v1",
+                    "time": "2025-11-20T10:00:00Z",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:status": {"f:conditions": {}, "f:images": {}, "f:nodeInfo": {}}},
+                }
+            ],
         },
-        "spec": {"podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24"], "providerID": f"alicloud://cn-hangzhou.{name}"},
+        "spec": {
+            "podCIDR": "10.244.1.0/24",
+            "podCIDRs": ["10.244.1.0/24"],
+            "providerID": f"alicloud://cn-hangzhou.{name}",
+        },
         "status": {
-            "capacity": dict(allocatable), "allocatable": allocatable, "conditions": conditions,
+            "capacity": dict(allocatable),
+            "allocatable": allocatable,
+            "conditions": conditions,
             "addresses": [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-            "nodeInfo": {"machineID": uuid.uuid5(uuid.NAMESPACE_URL, name).hex, "systemUUID": str(uuid.uuid5(uuid.NAMESPACE_OID, name)),
-                         "bootID": str(uuid.uuid5(uuid.NAMESPACE_X500, name)), "kernelVersion": "5.15.0-91-generic",
-                         "osImage": "Ubuntu 22.04.3 LTS", "containerRuntimeVersion": "containerd://1.7.2",
-                         "kubeletVersion": "v1.37.2", "kubeProxyVersion": "v1.37.2", "operatingSystem": "linux", "architecture": "amd64"},
+            "nodeInfo": {
+                "machineID": uuid.uuid5(uuid.NAMESPACE_URL, name).hex,
+                "systemUUID": str(uuid.uuid5(uuid.NAMESPACE_OID, name)),
+                "bootID": str(uuid.uuid5(uuid.NAMESPACE_X500, name)),
+                "kernelVersion": "5.15.0-91-generic",
+                "osImage": "Ubuntu 22.04.3 LTS",
+                "containerRuntimeVersion": "containerd://1.7.2",
+                "kubeletVersion": "v1.37.2",
+                "kubeProxyVersion": "v1.37.2",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
             "images": images,
         },
     }
 
 
-def make_pod(name: str, cpu: str = "4", memory: str = "16Gi", gpus: int = 0, gpu_milli: int = 0,
-             gpu_models: str = "", namespace: str = "default", uid: str | None = None, node: str = "",
-             annotations: Mapping[str, str] | None = None, scheduler: str = "rl-scheduler", rv: str = "2000",
-             share_as_resource: bool = True) -> dict[str, Any]:
+def make_pod(
+    name: str,
+    cpu: str = "4",
+    memory: str = "16Gi",
+    gpus: int = 0,
+    gpu_milli: int = 0,
+    gpu_models: str = "",
+    namespace: str = "default",
+    uid: str | None = None,
+    node: str = "",
+    annotations: Mapping[str, str] | None = None,
+    scheduler: str = "rl-scheduler",
+    rv: str = "2000",
+    share_as_resource: bool = True,
+) -> dict[str, Any]:
     """A v1.Pod as kube-scheduler sends it in ExtenderArgs (pending unless ``node``)."""
     uid = uid or str(uuid.uuid4())
     limits: dict[str, str] = {"cpu": cpu, "memory": memory}
@@ -91,50 +168,134 @@ def make_pod(name: str, cpu: str = "4", memory: str = "16Gi", gpus: int = 0, gpu
     ann.update(annotations or {})
     env = [{"name": f"ENV_VAR_{i}", "value": f"value-{i}-" + "x" * 20} for i in range(18)]
     return {
-        "kind": "Pod", "apiVersion": "v1",
+        "kind": "Pod",
+        "apiVersion": "v1",
         "metadata": {
-            "name": name, "namespace": namespace, "uid": uid, "resourceVersion": rv, "generation": 1,
-            "creationTimestamp": "2025-11-20T10:00:00Z", "generateName": name.rsplit("-", 1)[0] + "-",
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+            "resourceVersion": rv,
+            "generation": 1,
+            "creationTimestamp": "2025-11-20T10:00:00Z",
+            "generateName": name.rsplit("-", 1)[0] + "-",
             "labels": {"app": "trainer", "pod-template-hash": "5d8f7c9b4", "team": "vision"},
             "annotations": ann,
-            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "trainer-5d8f7c9b4",
-                                 "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, "rs")), "controller": True, "blockOwnerDeletion": True}],
-            "managedFields": [{"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1",
-                               "time": "2025-11-20T10:00:00Z", "fieldsType": "FieldsV1",
-                               "fieldsV1": {"f:metadata": {"f:generateName": {}, "f:labels": {}, "f:ownerReferences": {}},
-                                            "f:spec": {"f:containers": {}, "f:schedulerName": {}}}}],
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": "trainer-5d8f7c9b4",
+                    "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, "rs")),
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+            "managedFields": [
+                {
+                    "manager": "kube-controller-manager",
+                    "operation": "Update",
+                    "apiVersion": "v1",
+                    "time": "2025-11-20T10:00:00Z",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {
+                        "f:metadata": {"f:generateName": {}, "f:labels": {}, "f:ownerReferences": {}},
+                        "f:spec": {"f:containers": {}, "f:schedulerName": {}},
+                    },
+                }
+            ],
         },
         "spec": {
-            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "dataset"}},
-                        {"name": "kube-api-access-abcde", "projected": {"sources": [
+            "volumes": [
+                {"name": "data", "persistentVolumeClaim": {"claimName": "dataset"}},
+                {
+                    "name": "kube-api-access-abcde",
+                    "projected": {
+                        "sources": [
                             {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
                             {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-                            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}],
-                            "defaultMode": 420}}],
-            "containers": [{
-                "name": "trainer", "image": "registry.example.com/vision/trainer:v2.7.1",
-                "command": ["python", "-m", "trainer"], "args": ["--epochs", "90", "--batch-size", "256", "--data", "/data"],
-                "ports": [{"name": "metrics", "containerPort": 9090, "protocol": "TCP"}],
-                "env": env,
-                "resources": {"limits": limits, "requests": requests},
-                "volumeMounts": [{"name": "data", "mountPath": "/data"},
-                                 {"name": "kube-api-access-abcde", "readOnly": True, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
-                "livenessProbe": {"httpGet": {"path": "/healthz", "port": 9090, "scheme": "HTTP"}, "timeoutSeconds": 1,
-                                  "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3},
-                "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
-                "imagePullPolicy": "IfNotPresent",
-            }],
-            "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
-            "serviceAccountName": "default", "serviceAccount": "default", "securityContext": {},
-            "schedulerName": scheduler, **({"nodeName": node} if node else {}),
-            "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
-                            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
-                            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-            "priority": 0, "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority",
+                            {
+                                "downwardAPI": {
+                                    "items": [
+                                        {
+                                            "path": "namespace",
+                                            "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"},
+                                        }
+                                    ]
+                                }
+                            },
+                        ],
+                        "defaultMode": 420,
+                    },
+                },
+            ],
+            "containers": [
+                {
+                    "name": "trainer",
+                    "image": "registry.example.com/vision/trainer:v2.7.1",
+                    "command": ["python", "-m", "trainer"],
+                    "args": ["--epochs", "90", "--batch-size", "256", "--data", "/data"],
+                    "ports": [{"name": "metrics", "containerPort": 9090, "protocol": "TCP"}],
+                    "env": env,
+                    "resources": {"limits": limits, "requests": requests},
+                    "volumeMounts": [
+                        {"name": "data", "mountPath": "/data"},
+                        {
+                            "name": "kube-api-access-abcde",
+                            "readOnly": True,
+                            "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                        },
+                    ],
+                    "livenessProbe": {
+                        "httpGet": {"path": "/healthz", "port": 9090, "scheme": "HTTP"},
+                        "timeoutSeconds": 1,
+                        "periodSeconds": 10,
+                        "successThreshold": 1,
+                        "failureThreshold": 3,
+                    },
+                    "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "File",
+                    "imagePullPolicy": "IfNotPresent",
+                }
+            ],
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 30,
+            "dnsPolicy": "ClusterFirst",
+            "serviceAccountName": "default",
+            "serviceAccount": "default",
+            "securityContext": {},
+            "schedulerName": scheduler,
+            **({"nodeName": node} if node else {}),
+            "tolerations": [
+                {
+                    "key": "node.kubernetes.io/not-ready",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                },
+                {
+                    "key": "node.kubernetes.io/unreachable",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                },
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            ],
+            "priority": 0,
+            "enableServiceLinks": True,
+            "preemptionPolicy": "PreemptLowerPriority",
         },
-        "status": {"phase": "Running" if node else "Pending", "qosClass": "Guaranteed",
-                   "conditions": [{"type": "PodScheduled", "status": "True" if node else "False",
-                                   "lastProbeTime": None, "lastTransitionTime": "2025-11-20T10:00:00Z"}]},
+        "status": {
+            "phase": "Running" if node else "Pending",
+            "qosClass": "Guaranteed",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "True" if node else "False",
+                    "lastProbeTime": None,
+                    "lastTransitionTime": "2025-11-20T10:00:00Z",
+                }
+            ],
+        },
     }
 
 
@@ -172,8 +333,15 @@ class FakeKubeApi:
             raise ApiError(404, "NotFound", f'pods "{name}" not found')
         return copy.deepcopy(pod)
 
-    async def create_binding(self, namespace: str, name: str, uid: str, node: str, timeout: float,
-                             annotations: Mapping[str, str] | None = None) -> None:
+    async def create_binding(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        timeout: float,
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
         """Like kube-apiserver's BindingREST: node and the Binding's annotations in one update."""
         self.calls.append(("bind", namespace, name, node, dict(annotations or {})))
         await self._maybe_fail("bind")
@@ -181,9 +349,19 @@ class FakeKubeApi:
         if pod is None:
             raise ApiError(404, "NotFound", f'pods "{name}" not found')
         if pod["metadata"]["uid"] != uid:
-            raise ApiError(409, "Conflict", f"Operation cannot be fulfilled on pods/binding \"{name}\": the UID in the precondition ({uid}) does not match")
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on pods/binding "{name}": '
+                f"the UID in the precondition ({uid}) does not match",
+            )
         if pod["spec"].get("nodeName"):
-            raise ApiError(409, "Conflict", f"Operation cannot be fulfilled on pods/binding \"{name}\": pod {name} is already assigned to node \"{pod['spec']['nodeName']}\"")
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on pods/binding "{name}": '
+                f'pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"',
+            )
         pod["spec"]["nodeName"] = node
         if annotations:
             pod["metadata"].setdefault("annotations", {}).update(annotations)
@@ -207,8 +385,7 @@ class FakeKubeApi:
         items = self.nodes.values() if "nodes" in path else self.pods.values()
         return [copy.deepcopy(i) for i in items], str(self.rv)
 
-    async def watch(self, path: str, resource_version: str, timeout_s: int,
-                    on_open: Any = None) -> AsyncIterator[dict]:
+    async def watch(self, path: str, resource_version: str, timeout_s: int, on_open: Any = None) -> AsyncIterator[dict]:
         self.calls.append(("watch", path, resource_version))
         await self._maybe_fail("watch")
         if on_open is not None:
@@ -232,8 +409,14 @@ class FakeKubeApi:
 class Harness:
     """An extender over an in-memory cache and a :class:`FakeKubeApi`, for tests and benchmarks."""
 
-    def __init__(self, nodes: list[dict], pods: list[dict] | None = None, settings: Any = None,
-                 model_loader: Any = None, api: FakeKubeApi | None = None):
+    def __init__(
+        self,
+        nodes: list[dict],
+        pods: list[dict] | None = None,
+        settings: Any = None,
+        model_loader: Any = None,
+        api: FakeKubeApi | None = None,
+    ):
         from .binder import Binder
         from .cache import ClusterCache
         from .decisions import DecisionRing
@@ -246,12 +429,17 @@ class Harness:
         self.settings = settings or ExtenderSettings()
         self.metrics = Metrics()
         self.api = api or FakeKubeApi(nodes, pods)
-        self.cache = ClusterCache(self.settings.gpu, self.settings.policy.seed,
-                                  rejections=Rejections(lambda kind, reason: self.metrics.objects_rejected.labels(kind, reason).inc()),
-                                  scheduler_name=self.settings.kubernetes.scheduler_name)
+        self.cache = ClusterCache(
+            self.settings.gpu,
+            self.settings.policy.seed,
+            rejections=Rejections(lambda kind, reason: self.metrics.objects_rejected.labels(kind, reason).inc()),
+            scheduler_name=self.settings.kubernetes.scheduler_name,
+        )
         self.cache.replace_nodes(nodes)
         self.cache.replace_pods(pods or [])
-        self.engine = PolicyEngine(self.settings.policy, self.settings.policy_file, model_loader or load_model, self.metrics)
+        self.engine = PolicyEngine(
+            self.settings.policy, self.settings.policy_file, model_loader or load_model, self.metrics
+        )
         self.engine.start(strict_model=self.settings.strict_model)
         self.ring = DecisionRing(self.settings.decision_ring_size)
         self.binder = Binder(self.cache, self.engine, self.api, self.settings.gpu, self.settings.kubernetes)
@@ -327,4 +515,3 @@ async def start_service(api: Any, settings: Any) -> tuple[Any, asyncio.Event, as
         waiter.cancel()
         task.result()
     return box["service"], stop, task
-

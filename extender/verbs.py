@@ -11,6 +11,7 @@ they trust no caller: they read the pod from the watch cache or the API server (
 filter's memory is only a hint for them. A pod whose spec cannot be read is answered unschedulable
 by filter (every node unresolvable, with the reason), never a 5xx.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -18,8 +19,9 @@ import itertools
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +44,7 @@ log = logging.getLogger("rlsched.extender.verbs")
 
 class UnreadablePod(BadRequest):
     """The pod's spec cannot be read: filter answers it unschedulable, the other verbs 400."""
+
 
 MAX_EXTENDER_PRIORITY = 10
 """extenderv1.MaxExtenderPriority: prioritize scores are integers 0..10."""
@@ -77,7 +80,9 @@ class DecisionMemory:
         item = self._items.get(uid)
         if item is None:
             return None
-        if self.clock() - item.at > self.ttl_s or (resource_version is not None and item.info.resource_version != resource_version):
+        if self.clock() - item.at > self.ttl_s or (
+            resource_version is not None and item.info.resource_version != resource_version
+        ):
             return None
         return item
 
@@ -97,7 +102,7 @@ class ReasonMemo:
 
     def __init__(self, size: int = 64):
         self.size = size
-        self._memo: OrderedDict[tuple, tuple[int, np.ndarray, np.ndarray]] = OrderedDict()
+        self._memo: OrderedDict[tuple[Any, ...], tuple[int, np.ndarray, np.ndarray]] = OrderedDict()
 
     def reasons(self, state: ClusterState, epoch: int, req: PodRequest, nodes: np.ndarray) -> np.ndarray:
         """Object array of reasons aligned with ``nodes``."""
@@ -120,8 +125,16 @@ class ReasonMemo:
 class Extender:
     """The verbs. One instance per server; tests build it with fakes."""
 
-    def __init__(self, cache: ClusterCache, engine: PolicyEngine, binder: Binder | None, ring: DecisionRing,
-                 settings: ExtenderSettings, metrics: Any = None, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        cache: ClusterCache,
+        engine: PolicyEngine,
+        binder: Binder | None,
+        ring: DecisionRing,
+        settings: ExtenderSettings,
+        metrics: Any = None,
+        clock: Callable[[], float] = time.time,
+    ):
         self.cache, self.engine, self.binder, self.ring = cache, engine, binder, ring
         self.settings, self.metrics, self.clock = settings, metrics, clock
         self.memory = DecisionMemory(settings.decision_cache_ttl_s)
@@ -135,10 +148,10 @@ class Extender:
         if binder is not None:
             binder.remembered = self.memory.get
         self.counts: dict[str, int] = {}
-        self._shadow_tasks: set = set()
+        self._shadow_tasks: set[Any] = set()
 
     # -- helpers ------------------------------------------------------------------------------------
-    def _pod(self, pod: dict) -> PodInfo:
+    def _pod(self, pod: dict[str, Any]) -> PodInfo:
         try:
             return pod_info(pod, self.cache.gpu, "Pod")
         except ObjectError as exc:
@@ -205,8 +218,10 @@ class Extender:
         else:  # pragma: no cover - the node set changed three times during one decision
             raise BadRequest("", "the node set kept changing during the decision; retry", 503)
         for i in np.flatnonzero(~known).tolist():
-            failed[names[i]] = (f"node {names[i]} is not in the extender's cache yet (the watch lags); "
-                                "it will be considered once the watch delivers it")
+            failed[names[i]] = (
+                f"node {names[i]} is not in the extender's cache yet (the watch lags); "
+                "it will be considered once the watch delivers it"
+            )
         remembered = Remembered(info, epoch, outcome, self.cache.clock())
         self.memory.put(info.uid, remembered)
         if outcome.verdict is not None:
@@ -217,8 +232,8 @@ class Extender:
             texts = self.reason_memo.reasons(state, epoch, req, bad)
             unres = unresolvable_mask(state, req)[bad]
             bad_names = self._names(state)[bad]
-            unresolvable.update(zip(bad_names[unres].tolist(), texts[unres].tolist()))
-            failed.update(zip(bad_names[~unres].tolist(), texts[~unres].tolist()))
+            unresolvable.update(zip(bad_names[unres].tolist(), texts[unres].tolist(), strict=True))
+            failed.update(zip(bad_names[~unres].tolist(), texts[~unres].tolist(), strict=True))
         decision = outcome.decision
         kept: list[str] = []
         if decision is not None:
@@ -249,22 +264,42 @@ class Extender:
         ranked = feasible[top]
         return np.concatenate(([decision.node], ranked[ranked != decision.node][: k - 1]))
 
-    def _filter_result(self, args: ExtenderArgs, kept: list[str], failed: dict[str, str],
-                       unresolvable: dict[str, str]) -> dict[str, Any]:
+    def _filter_result(
+        self, args: ExtenderArgs, kept: list[str], failed: dict[str, str], unresolvable: dict[str, str]
+    ) -> dict[str, Any]:
         """The ExtenderFilterResult. ``failed`` and ``unresolvable`` are disjoint by construction."""
         if args.cache_capable:
-            return {"Nodes": None, "NodeNames": kept, "FailedNodes": failed,
-                    "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
+            return {
+                "Nodes": None,
+                "NodeNames": kept,
+                "FailedNodes": failed,
+                "FailedAndUnresolvableNodes": unresolvable,
+                "Error": "",
+            }
         position = {n: i for i, n in enumerate(args.node_names)}
         items = [args.node_items[position[n]] for n in kept]  # type: ignore[index]
-        return {"Nodes": {"metadata": {}, "items": items}, "NodeNames": None, "FailedNodes": failed,
-                "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
+        return {
+            "Nodes": {"metadata": {}, "items": items},
+            "NodeNames": None,
+            "FailedNodes": failed,
+            "FailedAndUnresolvableNodes": unresolvable,
+            "Error": "",
+        }
 
-    def _verdict(self, args: ExtenderArgs, info: PodInfo, outcome: Outcome, verdict: Verdict,
-                 failed: dict[str, str], unresolvable: dict[str, str]) -> dict[str, Any]:
+    def _verdict(
+        self,
+        args: ExtenderArgs,
+        info: PodInfo,
+        outcome: Outcome,
+        verdict: Verdict,
+        failed: dict[str, str],
+        unresolvable: dict[str, str],
+    ) -> dict[str, Any]:
         scheduler = self.settings.kubernetes.scheduler_name
         if verdict.action == "delay":
-            why = f"delayed by policy {scheduler} (retry in {verdict.retry_after_s:.0f}s)" + (f": {verdict.reason}" if verdict.reason else "")
+            why = f"delayed by policy {scheduler} (retry in {verdict.retry_after_s:.0f}s)" + (
+                f": {verdict.reason}" if verdict.reason else ""
+            )
             failed = {n: why for n in args.node_names}
             self._count("delayed")
         else:
@@ -272,15 +307,26 @@ class Extender:
             unresolvable = {n: why for n in args.node_names}
             failed = {}
             self._count("rejected")
-        self.ring.append({
-            "kind": "filter", "pod": _pod_ref(info), "node": None, "cards": [], "verdict": verdict.action,
-            "reason": verdict.reason, "retryAfterSeconds": verdict.retry_after_s, "servedBy": outcome.served_by,
-            "scorer": outcome.scorer, "modelVersion": outcome.model_version, "mode": self.engine.settings.mode,
-        })
+        self.ring.append(
+            {
+                "kind": "filter",
+                "pod": _pod_ref(info),
+                "node": None,
+                "cards": [],
+                "verdict": verdict.action,
+                "reason": verdict.reason,
+                "retryAfterSeconds": verdict.retry_after_s,
+                "servedBy": outcome.served_by,
+                "scorer": outcome.scorer,
+                "modelVersion": outcome.model_version,
+                "mode": self.engine.settings.mode,
+            }
+        )
         return self._filter_result(args, [], failed, unresolvable)
 
-    def _record_filter(self, info: PodInfo, state: ClusterState, req: PodRequest, outcome: Outcome, candidates: int,
-                       kept: list[str]) -> dict[str, Any]:
+    def _record_filter(
+        self, info: PodInfo, state: ClusterState, req: PodRequest, outcome: Outcome, candidates: int, kept: list[str]
+    ) -> dict[str, Any]:
         decision = outcome.decision
         record: dict[str, Any] = {
             "kind": "filter",
@@ -302,8 +348,9 @@ class Extender:
         }
         return record
 
-    def _shadow(self, record: dict[str, Any], state: ClusterState, req: PodRequest, cand: np.ndarray,
-                outcome: Outcome) -> None:
+    def _shadow(
+        self, record: dict[str, Any], state: ClusterState, req: PodRequest, cand: np.ndarray, outcome: Outcome
+    ) -> None:
         """Shadow mode: evaluate the policy after the answer; the record goes to the ring then."""
 
         async def run() -> None:
@@ -338,7 +385,7 @@ class Extender:
             remembered = Remembered(info, epoch, outcome, self.cache.clock())
             self.memory.put(info.uid, remembered)
         scores = extender_scores(remembered.outcome, idx, self.cache.tiebreak.rank)
-        return [{"Host": n, "Score": s} for n, s in zip(names, scores.tolist())]
+        return [{"Host": n, "Score": s} for n, s in zip(names, scores.tolist(), strict=True)]
 
     # -- bind ---------------------------------------------------------------------------------------
     async def bind(self, args: BindingArgs) -> dict[str, Any]:
@@ -359,12 +406,19 @@ class Extender:
             state = self.cache.state
             if state is not None:
                 chosen = state.names[remembered.outcome.decision.node]
-        self.ring.append({
-            "kind": "bind", "pod": {"uid": args.pod_uid, "namespace": args.pod_namespace, "name": args.pod_name},
-            "node": args.node, "cards": list(result.cards), "gpuMilliPerCard": result.milli, "result": result.result,
-            "error": result.error or None, "policyNode": chosen,
-            "followedPolicy": None if chosen is None else chosen == args.node,
-        })
+        self.ring.append(
+            {
+                "kind": "bind",
+                "pod": {"uid": args.pod_uid, "namespace": args.pod_namespace, "name": args.pod_name},
+                "node": args.node,
+                "cards": list(result.cards),
+                "gpuMilliPerCard": result.milli,
+                "result": result.result,
+                "error": result.error or None,
+                "policyNode": chosen,
+                "followedPolicy": None if chosen is None else chosen == args.node,
+            }
+        )
         if not result.error:
             self.memory.pop(args.pod_uid)
         return {"Error": result.error}
@@ -502,17 +556,28 @@ def _top_scores(state: ClusterState, outcome: Outcome, k: int = 5) -> list[dict[
 
 def _features(state: ClusterState, req: PodRequest, node: int | None) -> dict[str, Any]:
     """A compact summary of what the decision saw (the decision log keeps it for retraining)."""
-    out: dict[str, Any] = {"pod": {"cpuMilli": req.cpu_milli, "memoryMiB": req.memory_mib, "numGpu": req.num_gpu,
-                                   "gpuMilli": req.gpu_milli, "constrained": req.constrained}}
+    out: dict[str, Any] = {
+        "pod": {
+            "cpuMilli": req.cpu_milli,
+            "memoryMiB": req.memory_mib,
+            "numGpu": req.num_gpu,
+            "gpuMilli": req.gpu_milli,
+            "constrained": req.constrained,
+        }
+    }
     if node is not None:
         load = state.load[node]
         out["node"] = {
-            "cpuFreeMilli": int(state.cpu_free[node]), "memFreeMiB": int(state.mem_free[node]),
-            "gpuCount": int(state.gpu_count[node]), "fullFreeCards": int(state.full_free[node]),
+            "cpuFreeMilli": int(state.cpu_free[node]),
+            "memFreeMiB": int(state.mem_free[node]),
+            "gpuCount": int(state.gpu_count[node]),
+            "fullFreeCards": int(state.full_free[node]),
             "gpuFreeMilli": int(state.card_free[node].sum()),
             "gpuModel": state.model_names[state.model_id[node]] if state.model_id[node] >= 0 else "",
-            "load": {m: (None if np.isnan(v) else round(float(v), 4)) for m, v in zip(LOAD_METRICS, load)},
+            "load": {m: (None if np.isnan(v) else round(float(v), 4)) for m, v in zip(LOAD_METRICS, load, strict=True)},
         }
-    out["cluster"] = {"gpuAllocatedFraction": round(state.gpu_milli_allocated / max(state.gpu_milli_capacity, 1), 4),
-                      "milliPerCard": MILLI_PER_CARD}
+    out["cluster"] = {
+        "gpuAllocatedFraction": round(state.gpu_milli_allocated / max(state.gpu_milli_capacity, 1), 4),
+        "milliPerCard": MILLI_PER_CARD,
+    }
     return out

@@ -9,6 +9,7 @@ always PascalCase. Unknown fields are ignored — newer kube-schedulers add some
 Parsing is linear in the body (whose size the app caps with ``server.maxBodyBytes``), and error messages
 never echo more than a short prefix of what the client sent (a map key, a value).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -41,14 +42,26 @@ def loads(body: bytes) -> Any:
 def _fields(obj: Any, what: str) -> dict[str, Any]:
     """Lower-cased keys → values of a JSON object (Go's case-insensitive matching)."""
     if not isinstance(obj, dict):
-        raise BadRequest("body" if what == "body" else what, f"expected a JSON object ({what if what != 'body' else 'the arguments'}), got {_type(obj)}")
+        raise BadRequest(
+            "body" if what == "body" else what,
+            f"expected a JSON object ({what if what != 'body' else 'the arguments'}), got {_type(obj)}",
+        )
     if len(obj) <= 8:
         return {k.lower(): v for k, v in obj.items()}
     return {k.lower(): v for k, v in obj.items() if k.lower() in _KNOWN}
 
 
-_KNOWN = {"pod", "nodes", "nodenames", "podname", "podnamespace", "poduid", "node", "nodenametovictims",
-          "nodenametometavictims"}
+_KNOWN = {
+    "pod",
+    "nodes",
+    "nodenames",
+    "podname",
+    "podnamespace",
+    "poduid",
+    "node",
+    "nodenametovictims",
+    "nodenametometavictims",
+}
 
 
 def _key(key: str) -> str:
@@ -57,17 +70,24 @@ def _key(key: str) -> str:
 
 
 def _type(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
-            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
 
 
 @dataclass
 class ExtenderArgs:
     """``ExtenderArgs``: the pod and the candidate nodes, by name (cache-capable) or as objects."""
 
-    pod: dict
+    pod: dict[str, Any]
     node_names: list[str]
-    node_items: list[dict] | None
+    node_items: list[dict[str, Any]] | None
     """The v1.Node objects in full-node mode (echoed back for the kept nodes); None when cache-capable."""
 
     @property
@@ -102,7 +122,9 @@ def extender_args(body: Any) -> ExtenderArgs:
         return ExtenderArgs(pod, names, items)
     names = f.get("nodenames")
     if names is None:
-        raise BadRequest("NodeNames", "either NodeNames (nodeCacheCapable: true) or Nodes (nodeCacheCapable: false) is required")
+        raise BadRequest(
+            "NodeNames", "either NodeNames (nodeCacheCapable: true) or Nodes (nodeCacheCapable: false) is required"
+        )
     if not isinstance(names, list):
         raise BadRequest("NodeNames", f"expected a list of node names, got {_type(names)}")
     if set(map(type, names)) - {str} or "" in names:  # C-speed check; find the culprit only when needed
@@ -128,7 +150,10 @@ def binding_args(body: Any) -> BindingArgs:
     for key, name in (("podname", "PodName"), ("podnamespace", "PodNamespace"), ("poduid", "PodUID"), ("node", "Node")):
         value = f.get(key)
         if not isinstance(value, str) or not value:
-            raise BadRequest(name, "is required (a non-empty string)" if value in (None, "") else f"expected a string, got {_type(value)}")
+            raise BadRequest(
+                name,
+                "is required (a non-empty string)" if value in (None, "") else f"expected a string, got {_type(value)}",
+            )
         out[key] = value
     return BindingArgs(out["podname"], out["podnamespace"], out["poduid"], out["node"])
 
@@ -137,7 +162,7 @@ def binding_args(body: Any) -> BindingArgs:
 class PreemptionArgs:
     """``ExtenderPreemptionArgs``: per candidate node, the victims' UIDs and PDB violations."""
 
-    pod: dict
+    pod: dict[str, Any]
     victims: dict[str, tuple[list[str], int]]
     """node → (victim UIDs, NumPDBViolations), from MetaVictims or (full mode) the victim pods."""
 
@@ -150,7 +175,10 @@ def preemption_args(body: Any) -> PreemptionArgs:
     if not isinstance(pod, dict):
         raise BadRequest("Pod", f"expected a v1.Pod object, got {_type(pod)}")
     victims: dict[str, tuple[list[str], int]] = {}
-    for key, field, full in (("nodenametometavictims", "NodeNameToMetaVictims", False), ("nodenametovictims", "NodeNameToVictims", True)):
+    for key, field, full in (
+        ("nodenametometavictims", "NodeNameToMetaVictims", False),
+        ("nodenametovictims", "NodeNameToVictims", True),
+    ):
         mapping = f.get(key)
         if mapping is None:
             continue
@@ -177,7 +205,9 @@ def preemption_args(body: Any) -> PreemptionArgs:
                 else:
                     uid = {k.lower(): val for k, val in p.items()}.get("uid")
                 if not isinstance(uid, str) or not uid:
-                    raise BadRequest(f"{where}.Pods[{i}]" + (".metadata.uid" if full else ".UID"), "expected the victim's UID")
+                    raise BadRequest(
+                        f"{where}.Pods[{i}]" + (".metadata.uid" if full else ".UID"), "expected the victim's UID"
+                    )
                 uids.append(uid)
             pdb = vf.get("numpdbviolations", 0) or 0
             if not isinstance(pdb, int) or isinstance(pdb, bool):
@@ -193,4 +223,3 @@ def dumps(obj: Any) -> bytes:
 
 def error_body(message: str) -> bytes:
     return dumps({"Error": message})
-

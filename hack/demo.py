@@ -9,6 +9,7 @@ pod, CPU-only pods, two that cannot fit, one for the default scheduler — waits
 pod went with its cards, why the others did not, and the GPU allocation per node and cluster-wide.
 Idempotent: a second run replaces the demo's pods.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -69,8 +70,16 @@ def apply_policy(cluster: Any) -> dict:
     spec: dict[str, Any] = {"mode": "active", "fallback": "fgd", "topK": 1}
     if model is not None:
         spec["model"] = {"path": str(model)}
-    cluster.apply([{"apiVersion": "rlsched.io/v1alpha1", "kind": "SchedulingPolicy",
-                    "metadata": {"name": "default", "namespace": NS}, "spec": spec}])
+    cluster.apply(
+        [
+            {
+                "apiVersion": "rlsched.io/v1alpha1",
+                "kind": "SchedulingPolicy",
+                "metadata": {"name": "default", "namespace": NS},
+                "spec": spec,
+            }
+        ]
+    )
     return spec
 
 
@@ -91,8 +100,10 @@ def main() -> int:
         return 1
 
     log(f"creating {len(NODES)} kwok GPU nodes (V100M16, T4, A100)")
-    rlstack.create_nodes(cluster, [rlstack.kwok_node(n, cpu, mem, cards, model, labels={LABEL: "1"})
-                                   for n, cpu, mem, cards, model in NODES])
+    rlstack.create_nodes(
+        cluster,
+        [rlstack.kwok_node(n, cpu, mem, cards, model, labels={LABEL: "1"}) for n, cpu, mem, cards, model in NODES],
+    )
     rlstack.ensure_namespace(cluster, NS)
 
     if stack.operator.alive():
@@ -100,6 +111,7 @@ def main() -> int:
         log(f"SchedulingPolicy {NS}/default: {json.dumps(spec)}; waiting for the operator's rollout")
         gen = None
         try:
+
             def rolled() -> Any:
                 pol = policy_status(cluster)
                 c = conditions(pol)
@@ -108,6 +120,7 @@ def main() -> int:
                 if pol.get("status", {}).get("observedGeneration") == gen and ("Ready" in c or "Degraded" in c):
                     return c
                 return None
+
             conds = rlstack.wait_for(rolled, 90, "the SchedulingPolicy to be rolled out")
             ready = conds.get("Ready", {})
             log(f"policy Ready={ready.get('status')} ({ready.get('reason')}: {cut(ready.get('message', ''), 160)})")
@@ -115,17 +128,39 @@ def main() -> int:
             log(f"the operator did not report a rollout: {exc}")
 
     # Idempotent: replace the demo's pods.
-    cluster.kubectl("delete", "pods", "-n", NS, "-l", "app=rlsched-demo", "--grace-period=0", "--wait=true",
-                    "--timeout=60s", check=False)
+    cluster.kubectl(
+        "delete",
+        "pods",
+        "-n",
+        NS,
+        "-l",
+        "app=rlsched-demo",
+        "--grace-period=0",
+        "--wait=true",
+        "--timeout=60s",
+        check=False,
+    )
     log(f"submitting {len(PODS)} pods")
     for name, cpu, mem, cards, milli, models, scheduler, annot in PODS:
-        body = rlstack.pod_manifest(name, cpu, mem, cards, milli, models, scheduler_name=scheduler, namespace=NS,
-                                    labels={"app": "rlsched-demo"}, node_selector={LABEL: "1"},
-                                    share_as_annotation=annot)
+        body = rlstack.pod_manifest(
+            name,
+            cpu,
+            mem,
+            cards,
+            milli,
+            models,
+            scheduler_name=scheduler,
+            namespace=NS,
+            labels={"app": "rlsched-demo"},
+            node_selector={LABEL: "1"},
+            share_as_annotation=annot,
+        )
         cluster.apply([body])
 
     def settled() -> Any:
-        pods = json.loads(cluster.kubectl("get", "pods", "-n", NS, "-l", "app=rlsched-demo", "-o", "json").stdout)["items"]
+        pods = json.loads(cluster.kubectl("get", "pods", "-n", NS, "-l", "app=rlsched-demo", "-o", "json").stdout)[
+            "items"
+        ]
         by = {p["metadata"]["name"]: p for p in pods}
         if len(by) < len(PODS):
             return None
@@ -137,6 +172,7 @@ def main() -> int:
             elif not p["spec"].get("nodeName"):
                 return None
         return by
+
     pods = rlstack.wait_for(settled, 120, "every pod to be placed (or found unschedulable)", interval=1)
     time.sleep(1)
     report(cluster, stack, pods)
@@ -155,8 +191,13 @@ def table(rows: list[tuple[str, ...]], right: frozenset[int] = frozenset()) -> s
     """Columns as wide as their widest cell (8 cards, "0,1,2,3,4,5,6,7", stay in line); the last unpadded."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join(
-        " ".join(cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths)))
-        + "  " + row[-1] for row in rows)
+        " ".join(
+            cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=False))
+        )
+        + "  "
+        + row[-1]
+        for row in rows
+    )
 
 
 def bar(milli: int) -> str:
@@ -173,12 +214,14 @@ def report(cluster: Any, stack: Any, pods: dict[str, dict]) -> None:
     if pol:
         c = conditions(pol)
         model = (pol.get("status") or {}).get("model") or {}
-        print(f"SchedulingPolicy {NS}/default: Ready={c.get('Ready', {}).get('status')} "
-              f"({c.get('Ready', {}).get('reason')}), model {model.get('version') or 'none (heuristic)'}")
+        print(
+            f"SchedulingPolicy {NS}/default: Ready={c.get('Ready', {}).get('status')} "
+            f"({c.get('Ready', {}).get('reason')}), model {model.get('version') or 'none (heuristic)'}"
+        )
     print()
     rows = [("POD", "SCHEDULER", "NODE", "MODEL", "CARDS", "MILLI/CARD", "WANTED")]
     used: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-    for name, cpu, mem, cards, milli, models, scheduler, annot in PODS:
+    for name, cpu, _mem, cards, milli, models, scheduler, _annot in PODS:
         p = pods[name]
         node = p["spec"].get("nodeName") or "-"
         a = rlstack.card_assignment(p)
@@ -189,7 +232,7 @@ def report(cluster: Any, stack: Any, pods: dict[str, dict]) -> None:
                 used[node][c] += a[2]
         elif node != "-" and cards:  # default-scheduler GPU pods: counted, card unknown
             used[node][-1] += cards * milli
-        want = (f"{cards} card(s)" if milli == 1000 else f"{milli} milli" if cards else "cpu only")
+        want = f"{cards} card(s)" if milli == 1000 else f"{milli} milli" if cards else "cpu only"
         want += f" {'|'.join(models)}" if models else ""
         want += f", {cpu // 1000} cpu"
         model = nodes.get(node, ("", "-"))[1] if node != "-" else "-"
@@ -197,8 +240,11 @@ def report(cluster: Any, stack: Any, pods: dict[str, dict]) -> None:
     print(table(rows, right=frozenset({5})))
     print()
     for name in sorted(UNFIT):
-        evs = json.loads(cluster.kubectl("get", "events", "-n", NS, "--field-selector", f"involvedObject.name={name}",
-                                         "-o", "json").stdout)["items"]
+        evs = json.loads(
+            cluster.kubectl(
+                "get", "events", "-n", NS, "--field-selector", f"involvedObject.name={name}", "-o", "json"
+            ).stdout
+        )["items"]
         msg = next((e.get("message", "") for e in reversed(evs) if e.get("reason") == "FailedScheduling"), "")
         print(f"{name} is pending: {cut(msg, 400)}")
     print()
@@ -215,13 +261,18 @@ def report(cluster: Any, stack: Any, pods: dict[str, dict]) -> None:
         bars = " ".join(bar(row.get(c, 0)) for c in range(cards))
         print(f"  {node:13} {model:8} {alloc:5}/{cap:5} milli {100 * alloc / cap:5.1f} %  {free} free card(s)  {bars}")
     cache = status["cache"]
-    print(f"Cluster-wide (demo nodes): {total_used}/{total_cap} GPU milli allocated ({100 * total_used / total_cap:.1f} %), "
-          f"{free_cards} cards entirely free; the extender's own count over all nodes: "
-          f"{cache['gpuMilliAllocated']}/{cache['gpuMilliCapacity']} milli")
+    print(
+        f"Cluster-wide (demo nodes): {total_used}/{total_cap} GPU milli allocated "
+        f"({100 * total_used / total_cap:.1f} %), "
+        f"{free_cards} cards entirely free; the extender's own count over all nodes: "
+        f"{cache['gpuMilliAllocated']}/{cache['gpuMilliCapacity']} milli"
+    )
     load = status.get("load", {}).get("columns", {})
     if load:
-        print("Node load from Prometheus (extender /status): "
-              + ", ".join(f"{k} {v['freshNodes']} fresh node(s)" for k, v in load.items()))
+        print(
+            "Node load from Prometheus (extender /status): "
+            + ", ".join(f"{k} {v['freshNodes']} fresh node(s)" for k, v in load.items())
+        )
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ Other endpoints: ``/healthz``, ``/loads`` (JSON: node → the utilizations publi
     hack/load_exporter.py --kubeconfig .cache/cluster/kubeconfig --port 9101 \\
         --targets-dir .cache/cluster/prometheus/targets [--node-selector type=kwok]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,8 +58,23 @@ def quantity(value: Any) -> float:
     s = str(value).strip()
     if not s:
         return 0.0
-    suffixes = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60,
-                "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+    suffixes = {
+        "Ki": 2**10,
+        "Mi": 2**20,
+        "Gi": 2**30,
+        "Ti": 2**40,
+        "Pi": 2**50,
+        "Ei": 2**60,
+        "n": 1e-9,
+        "u": 1e-6,
+        "m": 1e-3,
+        "k": 1e3,
+        "M": 1e6,
+        "G": 1e9,
+        "T": 1e12,
+        "P": 1e15,
+        "E": 1e18,
+    }
     for suf in ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"):
         if s.endswith(suf):
             return float(s[:-2]) * suffixes[suf]
@@ -78,8 +94,9 @@ class NodeLoad:
     memory_bytes: float
     util: dict[str, float]
     pinned: dict[str, float] = field(default_factory=dict)
-    counters: dict[str, float] = field(default_factory=lambda: {"idle": 0.0, "user": 0.0, "system": 0.0, "rx": 0.0,
-                                                                  "tx": 0.0, "lo": 0.0, "disk": 0.0})
+    counters: dict[str, float] = field(
+        default_factory=lambda: {"idle": 0.0, "user": 0.0, "system": 0.0, "rx": 0.0, "tx": 0.0, "lo": 0.0, "disk": 0.0}
+    )
     at: float = field(default_factory=time.time)
 
     def value(self, column: str) -> float:
@@ -123,8 +140,9 @@ class Exporter:
         """List nodes and pods (blocking: runs in a thread); the cpu and memory requested per node."""
         nodes = self.api.list_node(label_selector=self.args.node_selector or None, _preload_content=False)
         nodes = json.loads(nodes.data)["items"]
-        pods = self.api.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded,status.phase!=Failed",
-                                                    _preload_content=False)
+        pods = self.api.list_pod_for_all_namespaces(
+            field_selector="status.phase!=Succeeded,status.phase!=Failed", _preload_content=False
+        )
         pods = json.loads(pods.data)["items"]
         used: dict[str, list[float]] = {}
         for p in pods:
@@ -132,7 +150,7 @@ class Exporter:
             if not node:
                 continue
             cpu = mem = 0.0
-            for c in (p["spec"].get("containers") or []):
+            for c in p["spec"].get("containers") or []:
                 req = (c.get("resources") or {}).get("requests") or {}
                 cpu += quantity(req.get("cpu", 0))
                 mem += quantity(req.get("memory", 0))
@@ -177,9 +195,18 @@ class Exporter:
         names = tuple(sorted(self.nodes))
         if names == self.targets_written:
             return
-        groups = [{"targets": [f"127.0.0.1:{self.args.port}"],
-                   "labels": {"__metrics_path__": f"/nodes/{n}/metrics", "instance": n, "node": n,
-                              "exporter": "rlsched-load-exporter"}} for n in names]
+        groups = [
+            {
+                "targets": [f"127.0.0.1:{self.args.port}"],
+                "labels": {
+                    "__metrics_path__": f"/nodes/{n}/metrics",
+                    "instance": n,
+                    "node": n,
+                    "exporter": "rlsched-load-exporter",
+                },
+            }
+            for n in names
+        ]
         path = Path(self.args.targets_dir) / TARGETS_FILE
         tmp = path.with_suffix(".tmp")
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -215,30 +242,40 @@ class Exporter:
             raise web.HTTPNotFound(text=f"no node {name}\n")
         entry.advance(time.time())
         c = entry.counters
-        lines = ["# HELP node_cpu_seconds_total Seconds the CPUs spent in each mode.",
-                 "# TYPE node_cpu_seconds_total counter"]
+        lines = [
+            "# HELP node_cpu_seconds_total Seconds the CPUs spent in each mode.",
+            "# TYPE node_cpu_seconds_total counter",
+        ]
         for cpu in range(CPUS_EXPOSED):
             for mode in ("idle", "user", "system"):
                 lines.append(f'node_cpu_seconds_total{{cpu="{cpu}",mode="{mode}"}} {c[mode]:.6f}')
         mem_total = entry.memory_bytes
-        lines += ["# HELP node_memory_MemTotal_bytes Memory information field MemTotal_bytes.",
-                  "# TYPE node_memory_MemTotal_bytes gauge", f"node_memory_MemTotal_bytes {mem_total:.0f}",
-                  "# HELP node_memory_MemAvailable_bytes Memory information field MemAvailable_bytes.",
-                  "# TYPE node_memory_MemAvailable_bytes gauge",
-                  f"node_memory_MemAvailable_bytes {mem_total * (1 - entry.value('memory')):.0f}",
-                  "# HELP node_network_receive_bytes_total Network device statistic receive_bytes.",
-                  "# TYPE node_network_receive_bytes_total counter",
-                  f'node_network_receive_bytes_total{{device="eth0"}} {c["rx"]:.0f}',
-                  f'node_network_receive_bytes_total{{device="lo"}} {c["lo"]:.0f}',
-                  "# HELP node_network_transmit_bytes_total Network device statistic transmit_bytes.",
-                  "# TYPE node_network_transmit_bytes_total counter",
-                  f'node_network_transmit_bytes_total{{device="eth0"}} {c["tx"]:.0f}',
-                  f'node_network_transmit_bytes_total{{device="lo"}} {c["lo"]:.0f}',
-                  "# HELP node_disk_io_time_seconds_total Total seconds spent doing I/Os.",
-                  "# TYPE node_disk_io_time_seconds_total counter",
-                  f'node_disk_io_time_seconds_total{{device="nvme0n1"}} {c["disk"]:.6f}', ""]
-        return web.Response(text="\n".join(lines), content_type="text/plain", charset="utf-8",
-                            headers={"X-Content-Type-Options": "nosniff"})
+        lines += [
+            "# HELP node_memory_MemTotal_bytes Memory information field MemTotal_bytes.",
+            "# TYPE node_memory_MemTotal_bytes gauge",
+            f"node_memory_MemTotal_bytes {mem_total:.0f}",
+            "# HELP node_memory_MemAvailable_bytes Memory information field MemAvailable_bytes.",
+            "# TYPE node_memory_MemAvailable_bytes gauge",
+            f"node_memory_MemAvailable_bytes {mem_total * (1 - entry.value('memory')):.0f}",
+            "# HELP node_network_receive_bytes_total Network device statistic receive_bytes.",
+            "# TYPE node_network_receive_bytes_total counter",
+            f'node_network_receive_bytes_total{{device="eth0"}} {c["rx"]:.0f}',
+            f'node_network_receive_bytes_total{{device="lo"}} {c["lo"]:.0f}',
+            "# HELP node_network_transmit_bytes_total Network device statistic transmit_bytes.",
+            "# TYPE node_network_transmit_bytes_total counter",
+            f'node_network_transmit_bytes_total{{device="eth0"}} {c["tx"]:.0f}',
+            f'node_network_transmit_bytes_total{{device="lo"}} {c["lo"]:.0f}',
+            "# HELP node_disk_io_time_seconds_total Total seconds spent doing I/Os.",
+            "# TYPE node_disk_io_time_seconds_total counter",
+            f'node_disk_io_time_seconds_total{{device="nvme0n1"}} {c["disk"]:.6f}',
+            "",
+        ]
+        return web.Response(
+            text="\n".join(lines),
+            content_type="text/plain",
+            charset="utf-8",
+            headers={"X-Content-Type-Options": "nosniff"},
+        )
 
     async def loads(self, request: web.Request) -> web.Response:
         return web.json_response({n: {c: round(e.value(c), 6) for c in COLUMNS} for n, e in sorted(self.nodes.items())})
@@ -265,12 +302,14 @@ class Exporter:
         return web.Response(text="ok\n")
 
     async def own_metrics(self, request: web.Request) -> web.Response:
-        text = ("# TYPE rlsched_load_exporter_nodes gauge\n"
-                f"rlsched_load_exporter_nodes {len(self.nodes)}\n"
-                "# TYPE rlsched_load_exporter_refreshes_total counter\n"
-                f"rlsched_load_exporter_refreshes_total {self.refreshes}\n"
-                "# TYPE rlsched_load_exporter_refresh_errors_total counter\n"
-                f"rlsched_load_exporter_refresh_errors_total {self.errors}\n")
+        text = (
+            "# TYPE rlsched_load_exporter_nodes gauge\n"
+            f"rlsched_load_exporter_nodes {len(self.nodes)}\n"
+            "# TYPE rlsched_load_exporter_refreshes_total counter\n"
+            f"rlsched_load_exporter_refreshes_total {self.refreshes}\n"
+            "# TYPE rlsched_load_exporter_refresh_errors_total counter\n"
+            f"rlsched_load_exporter_refresh_errors_total {self.errors}\n"
+        )
         return web.Response(text=text, content_type="text/plain")
 
     def app(self) -> web.Application:

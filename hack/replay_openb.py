@@ -30,6 +30,7 @@ Three simulator references for the same sequence and policy:
 A fresh cluster is started in a temporary folder (``hack/local-cluster.sh up --no-scheduler``) and torn
 down afterwards unless ``--cluster-dir`` names a running one.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,9 +44,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("rlstack", REPO_ROOT / "hack" / "rlstack.py")
@@ -91,8 +93,9 @@ class Curve:
         return self.run.unallocated_at(pct)
 
 
-def account(nodes: Sequence[NodeSpec], sequence: Sequence[PodSpec], outcomes: Sequence[Outcome],
-            typical: TypicalPods) -> Curve:
+def account(
+    nodes: Sequence[NodeSpec], sequence: Sequence[PodSpec], outcomes: Sequence[Outcome], typical: TypicalPods
+) -> Curve:
     """``run_sequence``'s measurement (the same :class:`ProtocolMeter`) with the placements given
     instead of decided. A placement the simulator's model refuses is a problem, counted as neither
     placed nor failed."""
@@ -100,7 +103,7 @@ def account(nodes: Sequence[NodeSpec], sequence: Sequence[PodSpec], outcomes: Se
     requests = RequestCache(state)
     meter = ProtocolMeter(state, typical)
     problems: list[str] = []
-    for pod, outcome in zip(sequence, outcomes):
+    for pod, outcome in zip(sequence, outcomes, strict=False):
         req = requests(pod)
         if outcome is None:
             meter.record(req, placed=False)
@@ -116,8 +119,9 @@ def account(nodes: Sequence[NodeSpec], sequence: Sequence[PodSpec], outcomes: Se
     return Curve(meter.result("replay", 0, len(sequence), 0.0), problems)
 
 
-def simulate(nodes: Sequence[NodeSpec], sequence: Sequence[PodSpec], policy: str, typical: TypicalPods,
-             tiebreak: TieBreak) -> list[Outcome]:
+def simulate(
+    nodes: Sequence[NodeSpec], sequence: Sequence[PodSpec], policy: str, typical: TypicalPods, tiebreak: TieBreak
+) -> list[Outcome]:
     """The simulator's decisions (``decide``, as in ``run_sequence``) with a given tie-break."""
     state = ClusterState(nodes)
     requests = RequestCache(state)
@@ -147,7 +151,10 @@ def prefix_until(sequence: Sequence[PodSpec], capacity: int, until_pct: int) -> 
 
 # -- the real stack ----------------------------------------------------------------------------------
 
-async def replay(cluster: Any, sequence: Sequence[PodSpec], scheduler_name: str, timeout_s: float) -> tuple[list[Outcome], list[float]]:
+
+async def replay(
+    cluster: Any, sequence: Sequence[PodSpec], scheduler_name: str, timeout_s: float
+) -> tuple[list[Outcome], list[float]]:
     """Submit pods one at a time; returns the outcomes and the seconds each pod took."""
     outcomes: list[Outcome] = []
     seconds: list[float] = []
@@ -161,8 +168,10 @@ async def replay(cluster: Any, sequence: Sequence[PodSpec], scheduler_name: str,
                 return
             if obj["spec"].get("nodeName"):
                 fut.set_result(("bound", obj))
-            elif any(c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
-                     for c in (obj.get("status") or {}).get("conditions") or []):
+            elif any(
+                c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+                for c in (obj.get("status") or {}).get("conditions") or []
+            ):
                 fut.set_result(("unschedulable", obj))
 
         async def watch() -> None:
@@ -186,6 +195,7 @@ async def replay(cluster: Any, sequence: Sequence[PodSpec], scheduler_name: str,
                         continue
                     for obj in items:
                         see(obj)
+
         watcher = asyncio.create_task(watch())
         loop = asyncio.get_running_loop()
         t_report = time.monotonic()
@@ -199,8 +209,10 @@ async def replay(cluster: Any, sequence: Sequence[PodSpec], scheduler_name: str,
                 await api.create(f"/api/v1/namespaces/{NS}/pods", body)
                 try:
                     kind, obj = await asyncio.wait_for(fut, timeout_s)
-                except asyncio.TimeoutError:
-                    raise RuntimeError(f"pod {i} ({name}) neither bound nor unschedulable after {timeout_s:.0f}s") from None
+                except TimeoutError:
+                    raise RuntimeError(
+                        f"pod {i} ({name}) neither bound nor unschedulable after {timeout_s:.0f}s"
+                    ) from None
                 del waiting[name]
                 if kind == "bound":
                     a = rlstack.card_assignment(obj)
@@ -210,14 +222,20 @@ async def replay(cluster: Any, sequence: Sequence[PodSpec], scheduler_name: str,
                     outcomes.append((node, a[1] if a else ()))
                 else:
                     outcomes.append(None)
-                    await api.request("DELETE", f"/api/v1/namespaces/{NS}/pods/{name}", params={"gracePeriodSeconds": "0"},
-                                      ok=(200, 202, 404))
+                    await api.request(
+                        "DELETE",
+                        f"/api/v1/namespaces/{NS}/pods/{name}",
+                        params={"gracePeriodSeconds": "0"},
+                        ok=(200, 202, 404),
+                    )
                 seconds.append(time.monotonic() - t0)
                 if time.monotonic() - t_report > 30:
                     t_report = time.monotonic()
                     placed = sum(o is not None for o in outcomes)
-                    log(f"{i + 1}/{len(sequence)} pods ({placed} placed), {len(seconds) / sum(seconds):.1f} pods/s, "
-                        f"load {'/'.join(f'{x:.1f}' for x in os.getloadavg())}")
+                    log(
+                        f"{i + 1}/{len(sequence)} pods ({placed} placed), {len(seconds) / sum(seconds):.1f} pods/s, "
+                        f"load {'/'.join(f'{x:.1f}' for x in os.getloadavg())}"
+                    )
         finally:
             watcher.cancel()
     return outcomes, seconds
@@ -225,12 +243,16 @@ async def replay(cluster: Any, sequence: Sequence[PodSpec], scheduler_name: str,
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="hack/replay_openb.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--nodes", default=str(DATA / "openb_node_list_gpu_node.csv"), help="openb node list (1,213 GPU nodes)")
+    ap.add_argument(
+        "--nodes", default=str(DATA / "openb_node_list_gpu_node.csv"), help="openb node list (1,213 GPU nodes)"
+    )
     ap.add_argument("--pods", default=str(DATA / "openb_pod_list_default.csv"), help="openb pod list")
     ap.add_argument("--seed", type=int, default=42, help="the protocol's seed (inflation; also the tie-break seed)")
     ap.add_argument("--policy", default="fgd", help="fallback heuristic served by the extender (and simulated)")
     ap.add_argument("--model", help="serve this learned model instead (the simulator references use it too)")
-    ap.add_argument("--until", type=int, default=100, help="replay up to this arrived GPU %% (the headline needs 100; max 130)")
+    ap.add_argument(
+        "--until", type=int, default=100, help="replay up to this arrived GPU %% (the headline needs 100; max 130)"
+    )
     ap.add_argument("--limit", type=int, help="replay only the first N pods of the sequence (quick checks)")
     ap.add_argument("--tiebreak-seeds", type=int, default=3, help="other tie-break seeds simulated for the spread")
     ap.add_argument("--pod-timeout", type=float, default=60, help="seconds one pod may take")
@@ -248,14 +270,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.limit:
         n = min(n, args.limit)
     sequence = full[:n]
-    log(f"{len(nodes)} nodes, {capacity // 1000} GPUs; trace {Path(args.pods).name}: {len(trace)} pods, inflated to "
-        f"{len(full)} (seed {args.seed}); replaying the first {n} (arrived ≤ {args.until} %)")
+    log(
+        f"{len(nodes)} nodes, {capacity // 1000} GPUs; trace {Path(args.pods).name}: {len(trace)} pods, inflated to "
+        f"{len(full)} (seed {args.seed}); replaying the first {n} (arrived ≤ {args.until} %)"
+    )
 
     # Simulator references.
     t0 = time.monotonic()
-    served = f"ppo:{args.model}" if args.model else args.policy   # what the extender will serve
-    seeded = run_sequence(nodes, sequence, make_scorer(served, None if args.model else typical), args.seed, typical,
-                          record_placements=True)
+    served = f"ppo:{args.model}" if args.model else args.policy  # what the extender will serve
+    seeded = run_sequence(
+        nodes,
+        sequence,
+        make_scorer(served, None if args.model else typical),
+        args.seed,
+        typical,
+        record_placements=True,
+    )
     placed = {name: (node, tuple(cards)) for name, node, cards in seeded.placements}
     sim_seeded: list[Outcome] = [placed.get(p.name) for p in sequence]
     mine = account(nodes, sequence, sim_seeded, typical)
@@ -267,8 +297,10 @@ def main(argv: list[str] | None = None) -> int:
     for s in range(args.tiebreak_seeds):
         other = simulate(nodes, sequence, served, typical, TieBreak.by_name(names, 1000 + s))
         spread[f"by-name seed {1000 + s}"] = account(nodes, sequence, other, typical).unallocated_at(args.until)
-    log(f"simulator references in {time.monotonic() - t0:.0f}s: seeded {mine.unallocated_at(args.until):.3f} %, "
-        f"by-name {account(nodes, sequence, by_name, typical).unallocated_at(args.until):.3f} %, spread {spread}")
+    log(
+        f"simulator references in {time.monotonic() - t0:.0f}s: seeded {mine.unallocated_at(args.until):.3f} %, "
+        f"by-name {account(nodes, sequence, by_name, typical).unallocated_at(args.until):.3f} %, spread {spread}"
+    )
 
     # The real stack.
     own = args.cluster_dir is None
@@ -278,26 +310,51 @@ def main(argv: list[str] | None = None) -> int:
     script = str(REPO_ROOT / "hack" / "local-cluster.sh")
     if own:
         log(f"starting a cluster in {state_dir}")
-        subprocess.run([script, "up", "--no-scheduler", "--no-prometheus"], env=env, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [script, "up", "--no-scheduler", "--no-prometheus"], env=env, check=True, stdout=subprocess.DEVNULL
+        )
     cluster = rlstack.LocalCluster(state_dir.resolve())
     extender = rlstack.Extender(cluster, "replay-extender")
     scheduler = rlstack.KubeScheduler(cluster, "replay-kube-scheduler")
-    result: dict[str, Any] = {"nodes": len(nodes), "trace": Path(args.pods).name, "seed": args.seed, "policy": args.policy,
-                              "model": args.model, "sequence": len(full), "replayed": n, "until": args.until}
+    result: dict[str, Any] = {
+        "nodes": len(nodes),
+        "trace": Path(args.pods).name,
+        "seed": args.seed,
+        "policy": args.policy,
+        "model": args.model,
+        "sequence": len(full),
+        "replayed": n,
+        "until": args.until,
+    }
     try:
-        kwok_nodes = [rlstack.kwok_node(rlstack.k8s_name(nd.name), nd.cpu_milli, nd.memory_mib, nd.gpu_count, nd.gpu_model,
-                                        labels={"replay": "1"}) for nd in nodes]
+        kwok_nodes = [
+            rlstack.kwok_node(
+                rlstack.k8s_name(nd.name),
+                nd.cpu_milli,
+                nd.memory_mib,
+                nd.gpu_count,
+                nd.gpu_model,
+                labels={"replay": "1"},
+            )
+            for nd in nodes
+        ]
         took = rlstack.create_nodes(cluster, kwok_nodes)
         log(f"{len(kwok_nodes)} kwok nodes Ready in {took:.0f}s")
         rlstack.ensure_namespace(cluster, NS)
         tp = cluster.stack_dir / "typical.json"
         cluster.stack_dir.mkdir(parents=True, exist_ok=True)
         tp.write_text(json.dumps({"typicalPods": typical.to_json()}))
-        extender.start_with(model=args.model, settings={
-            "policy": {"fallback": args.policy, "seed": args.seed, "typicalPodsPath": str(tp), "topK": 1},
-            "log": {"level": "WARNING"}, "decisionRingSize": 4 * len(sequence) + 64})
-        scheduler.start_with(rlstack.rl_scheduler_config(cluster, extender.url, leader_elect=False, qps=1000, burst=1000),
-                             verbosity=1)
+        extender.start_with(
+            model=args.model,
+            settings={
+                "policy": {"fallback": args.policy, "seed": args.seed, "typicalPodsPath": str(tp), "topK": 1},
+                "log": {"level": "WARNING"},
+                "decisionRingSize": 4 * len(sequence) + 64,
+            },
+        )
+        scheduler.start_with(
+            rlstack.rl_scheduler_config(cluster, extender.url, leader_elect=False, qps=1000, burst=1000), verbosity=1
+        )
         status = extender.status()
         result["served"] = rlstack.describe_policy(status)
         log(f"extender serves: {result['served']}; typical pods: {status['policy']['typicalPods']}")
@@ -306,7 +363,10 @@ def main(argv: list[str] | None = None) -> int:
         result["replaySeconds"] = round(time.monotonic() - t0, 1)
         result["podsPerSecond"] = round(n / (time.monotonic() - t0), 2)
         secs.sort()
-        result["perPodMs"] = {"p50": round(1000 * secs[len(secs) // 2], 1), "p99": round(1000 * secs[int(0.99 * (len(secs) - 1))], 1)}
+        result["perPodMs"] = {
+            "p50": round(1000 * secs[len(secs) // 2], 1),
+            "p99": round(1000 * secs[int(0.99 * (len(secs) - 1))], 1),
+        }
         result["decisions"] = extender.status()["policy"]["counters"]
         # The extender's own record of the first decisions (candidates, feasible, chosen, kept): what
         # to look at when the real stack parts from the simulator.
@@ -319,12 +379,14 @@ def main(argv: list[str] | None = None) -> int:
             cursor = page["next"]
         result["firstFilterRecords"] = [
             {k: r.get(k) for k in ("pod", "node", "kept", "candidates", "feasible", "servedBy", "topScores")}
-            for r in records[:5]]
+            for r in records[:5]
+        ]
         # How many nodes kube-scheduler handed the extender per pod, in arrival order (a short list
         # early on means nodes were still tainted not-ready, or kube-scheduler's own filters differ).
         cands = [int(r.get("candidates") or 0) for r in records]
-        result["candidatesPer500Filters"] = [round(sum(cands[i:i + 500]) / len(cands[i:i + 500]), 1)
-                                             for i in range(0, len(cands), 500)]
+        result["candidatesPer500Filters"] = [
+            round(sum(cands[i : i + 500]) / len(cands[i : i + 500]), 1) for i in range(0, len(cands), 500)
+        ]
     finally:
         scheduler.stop()
         extender.stop()
@@ -334,26 +396,44 @@ def main(argv: list[str] | None = None) -> int:
 
     k8s = {rlstack.k8s_name(nd.name): nd.name for nd in nodes}
     real = [None if o is None else (k8s[o[0]], tuple(o[1])) for o in real]
-    curves = {"real": account(nodes, sequence, real, typical), "sim-by-name": account(nodes, sequence, by_name, typical),
-              "sim-seeded": mine}
-    same = sum(a == b for a, b in zip(real, by_name))
-    first_diff = next((i for i, (a, b) in enumerate(zip(real, by_name)) if a != b), None)
+    curves = {
+        "real": account(nodes, sequence, real, typical),
+        "sim-by-name": account(nodes, sequence, by_name, typical),
+        "sim-seeded": mine,
+    }
+    same = sum(a == b for a, b in zip(real, by_name, strict=False))
+    first_diff = next((i for i, (a, b) in enumerate(zip(real, by_name, strict=False)) if a != b), None)
     u = args.until
-    result.update({
-        "unallocatedAt": {k: round(c.unallocated_at(u), 4) for k, c in curves.items()},
-        "tiebreakSpread": {k: round(v, 4) for k, v in spread.items()},
-        "failed": {k: c.failed for k, c in curves.items()},
-        "placementsEqualToSimByName": same,
-        "firstDifference": None if first_diff is None else {"index": first_diff, "pod": sequence[first_diff].name,
-                                                             "real": real[first_diff], "sim": by_name[first_diff]},
-        "infeasibleRealPlacements": curves["real"].problems[:10],
-    })
-    result["differenceRealVsSimByNamePP"] = round(result["unallocatedAt"]["real"] - result["unallocatedAt"]["sim-by-name"], 4)
-    result["differenceRealVsSimSeededPP"] = round(result["unallocatedAt"]["real"] - result["unallocatedAt"]["sim-seeded"], 4)
+    result.update(
+        {
+            "unallocatedAt": {k: round(c.unallocated_at(u), 4) for k, c in curves.items()},
+            "tiebreakSpread": {k: round(v, 4) for k, v in spread.items()},
+            "failed": {k: c.failed for k, c in curves.items()},
+            "placementsEqualToSimByName": same,
+            "firstDifference": None
+            if first_diff is None
+            else {
+                "index": first_diff,
+                "pod": sequence[first_diff].name,
+                "real": real[first_diff],
+                "sim": by_name[first_diff],
+            },
+            "infeasibleRealPlacements": curves["real"].problems[:10],
+        }
+    )
+    result["differenceRealVsSimByNamePP"] = round(
+        result["unallocatedAt"]["real"] - result["unallocatedAt"]["sim-by-name"], 4
+    )
+    result["differenceRealVsSimSeededPP"] = round(
+        result["unallocatedAt"]["real"] - result["unallocatedAt"]["sim-seeded"], 4
+    )
     print(json.dumps(result, indent=1))
     if args.json:
-        out = dict(result, outcomes={"real": real, "simByName": by_name, "simSeeded": sim_seeded},
-                   sequence=[p.name for p in sequence])
+        out = dict(
+            result,
+            outcomes={"real": real, "simByName": by_name, "simSeeded": sim_seeded},
+            sequence=[p.name for p in sequence],
+        )
         Path(args.json).write_text(json.dumps(out))
     return 0 if not curves["real"].problems else 1
 

@@ -39,6 +39,7 @@ node with cpu, memory, ``nvidia.com/gpu`` and a card model) and :func:`pod_manif
 whole cards, a share or a model in the conventions of docs/gpu-sharing.md), and a small asyncio
 client of the API server (:class:`Api`) for bulk creation and watches.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,9 +55,10 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import yaml
 
@@ -86,8 +88,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(fn: Callable[[], Any], timeout: float, what: str, interval: float = 0.3,
-             alive: Callable[[], bool] | None = None) -> Any:
+def wait_for(
+    fn: Callable[[], Any], timeout: float, what: str, interval: float = 0.3, alive: Callable[[], bool] | None = None
+) -> Any:
     """Poll ``fn`` until it returns something truthy; AssertionError with the last value on timeout."""
     deadline = time.monotonic() + timeout
     last: Any = None
@@ -116,6 +119,7 @@ def bundled_model() -> Path | None:
 
 # -- the cluster -------------------------------------------------------------------------------------
 
+
 @dataclass
 class LocalCluster:
     """A cluster started by ``hack/local-cluster.sh up`` (its state folder)."""
@@ -124,7 +128,7 @@ class LocalCluster:
     tools_bin: Path = TOOLS_BIN
 
     @classmethod
-    def from_env(cls, state_dir: str | Path | None = None) -> "LocalCluster":
+    def from_env(cls, state_dir: str | Path | None = None) -> LocalCluster:
         state = Path(state_dir or os.environ.get("RLSCHED_CLUSTER_DIR") or REPO_ROOT / ".cache" / "cluster")
         return cls(state.resolve())
 
@@ -176,13 +180,23 @@ class LocalCluster:
         return self.state_dir / "prometheus" / "targets"
 
     def env(self) -> dict[str, str]:
-        return dict(os.environ, KUBECONFIG=str(self.kubeconfig), RLSCHED_CLUSTER_DIR=str(self.state_dir),
-                    PATH=f"{self.tools_bin}:{os.environ.get('PATH', '')}")
+        return dict(
+            os.environ,
+            KUBECONFIG=str(self.kubeconfig),
+            RLSCHED_CLUSTER_DIR=str(self.state_dir),
+            PATH=f"{self.tools_bin}:{os.environ.get('PATH', '')}",
+        )
 
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
-                timeout: float = 120) -> subprocess.CompletedProcess:
-        done = subprocess.run([str(self.tools_bin / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
-                              input=input, capture_output=True, text=True, timeout=timeout)
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess:
+        done = subprocess.run(
+            [str(self.tools_bin / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if check and done.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
         return done
@@ -202,6 +216,7 @@ class LocalCluster:
 
 
 # -- processes ---------------------------------------------------------------------------------------
+
 
 class Proc:
     """A background process with ``<state>/run/<name>.{pid,exe,cmd}`` and ``<state>/logs/<name>.log``,
@@ -258,9 +273,15 @@ class Proc:
         self.argv, self.env = list(map(str, argv)), env
         logf = open(self.log_path, "ab")
         try:
-            self.popen = subprocess.Popen(list(argv), stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          start_new_session=True, env=env,
-                                          cwd=str(cwd) if cwd else None)
+            self.popen = subprocess.Popen(
+                list(argv),
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=env,
+                cwd=str(cwd) if cwd else None,
+            )
         finally:
             logf.close()
         self._file("pid").write_text(f"{self.popen.pid}\n")
@@ -327,8 +348,9 @@ class Proc:
             return ""
 
 
-def http_get(url: str, timeout: float = 3, context: ssl.SSLContext | None = None,
-             token: str | None = None) -> tuple[int, bytes]:
+def http_get(
+    url: str, timeout: float = 3, context: ssl.SSLContext | None = None, token: str | None = None
+) -> tuple[int, bytes]:
     """(status, body) of a GET; ``token``: sent as ``Authorization: Bearer``."""
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
@@ -352,21 +374,31 @@ IDENTITY_NAMESPACE = "kube-system"
 
 def reader_rbac(account: str, namespace: str = IDENTITY_NAMESPACE, grant: bool = True) -> list[dict]:
     """The ServiceAccount ``account`` and, with ``grant``, a binding to :data:`READER_ROLE`."""
-    objs: list[dict] = [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": namespace}}]
+    objs: list[dict] = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": namespace}}
+    ]
     if grant:
         objs += [
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": READER_ROLE},
-             "rules": [{"nonResourceURLs": ["/status", "/decisions", "/metrics"], "verbs": ["get"]}]},
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-             "metadata": {"name": f"{READER_ROLE}-{account}"},
-             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": READER_ROLE},
-             "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]},
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": READER_ROLE},
+                "rules": [{"nonResourceURLs": ["/status", "/decisions", "/metrics"], "verbs": ["get"]}],
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": f"{READER_ROLE}-{account}"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": READER_ROLE},
+                "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+            },
         ]
     return objs
 
 
-def service_account_token(cluster: "LocalCluster", account: str, grant: bool = True,
-                          namespace: str = IDENTITY_NAMESPACE, duration: str = "24h") -> Path:
+def service_account_token(
+    cluster: LocalCluster, account: str, grant: bool = True, namespace: str = IDENTITY_NAMESPACE, duration: str = "24h"
+) -> Path:
     """Create the ServiceAccount (bound to :data:`READER_ROLE` with ``grant``), request a token for it
     (TokenRequest API) and write it to ``<state>/rlstack/tokens/<account>.token`` (mode 0600)."""
     cluster.apply(reader_rbac(account, namespace, grant))
@@ -383,9 +415,19 @@ def service_account_token(cluster: "LocalCluster", account: str, grant: bool = T
 
 # -- kube-scheduler ----------------------------------------------------------------------------------
 
-def rl_scheduler_config(cluster: LocalCluster, extender_url: str | None, *, scheduler_name: str = SCHEDULER_NAME,
-                        leader_elect: bool = True, lease_name: str = LEASE_NAME, qps: float | None = None,
-                        burst: int | None = None, default_profile: bool = False, tls: Any = None) -> dict[str, Any]:
+
+def rl_scheduler_config(
+    cluster: LocalCluster,
+    extender_url: str | None,
+    *,
+    scheduler_name: str = SCHEDULER_NAME,
+    leader_elect: bool = True,
+    lease_name: str = LEASE_NAME,
+    qps: float | None = None,
+    burst: int | None = None,
+    default_profile: bool = False,
+    tls: Any = None,
+) -> dict[str, Any]:
     """Our KubeSchedulerConfiguration (``rlsched.extender.scheduler_config``) pointed at this cluster.
 
     ``extender_url`` None drops the extender (the benchmark's baseline); ``default_profile`` replaces our
@@ -395,9 +437,14 @@ def rl_scheduler_config(cluster: LocalCluster, extender_url: str | None, *, sche
     """
     from rlsched.extender.scheduler_config import scheduler_config
 
-    conf = scheduler_config(url=extender_url or "http://127.0.0.1:1", scheduler_name=scheduler_name,
-                            lease_name=lease_name, leader_elect=leader_elect, tls=tls,
-                            kubeconfig=str(cluster.state_dir / "kubeconfigs" / "kube-scheduler.kubeconfig"))
+    conf = scheduler_config(
+        url=extender_url or "http://127.0.0.1:1",
+        scheduler_name=scheduler_name,
+        lease_name=lease_name,
+        leader_elect=leader_elect,
+        tls=tls,
+        kubeconfig=str(cluster.state_dir / "kubeconfigs" / "kube-scheduler.kubeconfig"),
+    )
     if extender_url is None:
         del conf["extenders"]
     if default_profile:
@@ -410,17 +457,33 @@ def rl_scheduler_config(cluster: LocalCluster, extender_url: str | None, *, sche
     return conf
 
 
-def lease_rbac(lease: str = LEASE_NAME, namespace: str = LEASE_NAMESPACE, user: str = "system:kube-scheduler") -> list[dict]:
+def lease_rbac(
+    lease: str = LEASE_NAME, namespace: str = LEASE_NAMESPACE, user: str = "system:kube-scheduler"
+) -> list[dict]:
     """The grant a second scheduler needs for its own lease (the built-in ``system:kube-scheduler``
     role may only get/update the lease named ``kube-scheduler``; create is already allowed)."""
     name = f"{lease}-leader-election"
     return [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": name, "namespace": namespace},
-         "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [lease],
-                    "verbs": ["get", "update"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": name, "namespace": namespace},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": name, "namespace": namespace},
+            "rules": [
+                {
+                    "apiGroups": ["coordination.k8s.io"],
+                    "resources": ["leases"],
+                    "resourceNames": [lease],
+                    "verbs": ["get", "update"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        },
     ]
 
 
@@ -432,8 +495,9 @@ class KubeScheduler(Proc):
         self.port: int | None = None
         self.config: dict[str, Any] | None = None
 
-    def start_with(self, config: Mapping[str, Any], port: int | None = None, verbosity: int = 2,
-                   timeout: float = 120) -> None:
+    def start_with(
+        self, config: Mapping[str, Any], port: int | None = None, verbosity: int = 2, timeout: float = 120
+    ) -> None:
         c = self.cluster
         c.stack_dir.mkdir(parents=True, exist_ok=True)
         path = c.stack_dir / f"{self.name}.yaml"
@@ -444,16 +508,36 @@ class KubeScheduler(Proc):
         self.port = port or free_port()
         self.config = dict(config)
         kc = c.state_dir / "kubeconfigs" / "kube-scheduler.kubeconfig"
-        self.start([str(c.tools_bin / "kube-scheduler"), "--config", str(path),
-                    "--authentication-kubeconfig", str(kc), "--authorization-kubeconfig", str(kc),
-                    "--bind-address", "127.0.0.1", "--secure-port", str(self.port),
-                    "--tls-cert-file", str(c.pki / "kube-scheduler-serving.crt"),
-                    "--tls-private-key-file", str(c.pki / "kube-scheduler-serving.key"),
-                    "--authorization-always-allow-paths", "/healthz,/readyz,/livez,/metrics", f"--v={verbosity}"])
+        self.start(
+            [
+                str(c.tools_bin / "kube-scheduler"),
+                "--config",
+                str(path),
+                "--authentication-kubeconfig",
+                str(kc),
+                "--authorization-kubeconfig",
+                str(kc),
+                "--bind-address",
+                "127.0.0.1",
+                "--secure-port",
+                str(self.port),
+                "--tls-cert-file",
+                str(c.pki / "kube-scheduler-serving.crt"),
+                "--tls-private-key-file",
+                str(c.pki / "kube-scheduler-serving.key"),
+                "--authorization-always-allow-paths",
+                "/healthz,/readyz,/livez,/metrics",
+                f"--v={verbosity}",
+            ]
+        )
         ctx = ssl.create_default_context(cafile=str(c.pki / "ca.crt"))
         try:
-            wait_for(lambda: http_get(f"https://127.0.0.1:{self.port}/healthz", context=ctx)[0] == 200, timeout,
-                     f"{self.name} /healthz", alive=self.alive)
+            wait_for(
+                lambda: http_get(f"https://127.0.0.1:{self.port}/healthz", context=ctx)[0] == 200,
+                timeout,
+                f"{self.name} /healthz",
+                alive=self.alive,
+            )
         except AssertionError as exc:
             raise RuntimeError(f"{exc}{self.exit_note()}\n--- {self.log_path} ---\n{self.tail()}") from None
 
@@ -466,6 +550,7 @@ class KubeScheduler(Proc):
 
 
 # -- extender, operator, load exporter ---------------------------------------------------------------
+
 
 class Extender(Proc):
     """``rlsched extender`` against this cluster (admin credentials), verbs and status on loopback.
@@ -493,9 +578,17 @@ class Extender(Proc):
     def status_url(self) -> str:
         return f"http://127.0.0.1:{self.status_port}"
 
-    def start_with(self, port: int | None = None, status_port: int | None = None, model: str | Path | None = None,
-                   policy_file: str | Path | None = None, prometheus_url: str | None = None,
-                   settings: Mapping[str, Any] | None = None, extra: Sequence[str] = (), timeout: float = 120) -> None:
+    def start_with(
+        self,
+        port: int | None = None,
+        status_port: int | None = None,
+        model: str | Path | None = None,
+        policy_file: str | Path | None = None,
+        prometheus_url: str | None = None,
+        settings: Mapping[str, Any] | None = None,
+        extra: Sequence[str] = (),
+        timeout: float = 120,
+    ) -> None:
         """Start and wait for /readyz. ``settings``: extender config-file keys (camelCase, nested)."""
         c = self.cluster
         c.stack_dir.mkdir(parents=True, exist_ok=True)
@@ -514,9 +607,25 @@ class Extender(Proc):
         self.token_path = service_account_token(c, STACK_IDENTITY)
         # RLSCHED_STACK_EXTENDER_LAUNCHER: another command instead of `python -m rlsched.cli` (experiments
         # with a patched extender that must not touch the working tree).
-        launcher = os.environ.get("RLSCHED_STACK_EXTENDER_LAUNCHER", "").split() or [sys.executable, "-m", "rlsched.cli"]
-        argv = [*launcher, "extender", "--config", str(cfg), "--kubeconfig", str(c.kubeconfig),
-                "--port", str(self.port), "--status-port", str(self.status_port), "--status-host", "127.0.0.1"]
+        launcher = os.environ.get("RLSCHED_STACK_EXTENDER_LAUNCHER", "").split() or [
+            sys.executable,
+            "-m",
+            "rlsched.cli",
+        ]
+        argv = [
+            *launcher,
+            "extender",
+            "--config",
+            str(cfg),
+            "--kubeconfig",
+            str(c.kubeconfig),
+            "--port",
+            str(self.port),
+            "--status-port",
+            str(self.status_port),
+            "--status-host",
+            "127.0.0.1",
+        ]
         if model:
             argv += ["--model", str(model), "--no-strict-model"]
         if policy_file:
@@ -527,8 +636,12 @@ class Extender(Proc):
         env = {k: v for k, v in os.environ.items() if not k.startswith("RLSCHED_")}
         self.start(argv, env=env, cwd=REPO_ROOT)
         try:
-            wait_for(lambda: http_get(f"{self.status_url}/readyz")[0] == 200, timeout, f"{self.name} /readyz",
-                     alive=self.alive)
+            wait_for(
+                lambda: http_get(f"{self.status_url}/readyz")[0] == 200,
+                timeout,
+                f"{self.name} /readyz",
+                alive=self.alive,
+            )
         except AssertionError as exc:
             raise RuntimeError(f"{exc}{self.exit_note()}\n--- {self.log_path} ---\n{self.tail()}") from None
 
@@ -537,7 +650,9 @@ class Extender(Proc):
         if self.argv is None:
             raise RuntimeError(f"{self.name}: not started by this process")
         self.start(self.argv, env=self.env, cwd=REPO_ROOT)
-        wait_for(lambda: http_get(f"{self.status_url}/readyz")[0] == 200, timeout, f"{self.name} /readyz", alive=self.alive)
+        wait_for(
+            lambda: http_get(f"{self.status_url}/readyz")[0] == 200, timeout, f"{self.name} /readyz", alive=self.alive
+        )
 
     def status(self) -> dict[str, Any]:
         code, body = http_get(f"{self.status_url}/status", token=self.token)
@@ -560,8 +675,15 @@ def describe_policy(status: Mapping[str, Any]) -> str:
     p = status.get("policy", {})
     model = p.get("model") or {}
     if model.get("loaded") and p.get("mode") == "active":
-        return f"learned model {model.get('version')} ({model.get('path')}, sha256 {str(model.get('digest'))[:12]}…), mode active, fallback {p.get('fallback')}"
-    why = "no model configured" if not model.get("path") else f"model {model.get('path')} not loaded: {model.get('error')}"
+        return (
+            f"learned model {model.get('version')} ({model.get('path')}, sha256 {str(model.get('digest'))[:12]}…), "
+            f"mode active, fallback {p.get('fallback')}"
+        )
+    why = (
+        "no model configured"
+        if not model.get("path")
+        else f"model {model.get('path')} not loaded: {model.get('error')}"
+    )
     if model.get("loaded"):
         why = f"model {model.get('version')} loaded but mode {p.get('mode')}"
     return f"heuristic {p.get('fallback')} (fallback: {why})"
@@ -573,15 +695,42 @@ class Operator(Proc):
     def __init__(self, cluster: LocalCluster, name: str = "rlsched-operator"):
         super().__init__(cluster, name)
 
-    def start_with(self, namespace: str, extender_status_url: str, policy_dir: Path, decision_log: Path | None = None,
-                   prometheus_url: str | None = None, extra: Sequence[str] = (), timeout: float = 120) -> None:
+    def start_with(
+        self,
+        namespace: str,
+        extender_status_url: str,
+        policy_dir: Path,
+        decision_log: Path | None = None,
+        prometheus_url: str | None = None,
+        extra: Sequence[str] = (),
+        timeout: float = 120,
+    ) -> None:
         policy_dir.mkdir(parents=True, exist_ok=True)
         start_len = self.log_path.stat().st_size if self.log_path.exists() else 0
         token = service_account_token(self.cluster, OPERATOR_IDENTITY)
-        argv = [sys.executable, "-m", "rlsched.cli", "operator", "--kubeconfig", str(self.cluster.kubeconfig),
-                "--install-crds", "--namespace", namespace, "--policy", f"{namespace}/default", "--sink", "directory",
-                "--directory", str(policy_dir), "--extender-url", extender_status_url, "--extender-token-file", str(token),
-                "--status-interval", "5"]
+        argv = [
+            sys.executable,
+            "-m",
+            "rlsched.cli",
+            "operator",
+            "--kubeconfig",
+            str(self.cluster.kubeconfig),
+            "--install-crds",
+            "--namespace",
+            namespace,
+            "--policy",
+            f"{namespace}/default",
+            "--sink",
+            "directory",
+            "--directory",
+            str(policy_dir),
+            "--extender-url",
+            extender_status_url,
+            "--extender-token-file",
+            str(token),
+            "--status-interval",
+            "5",
+        ]
         if decision_log:
             argv += ["--decision-log", str(decision_log)]
         if prometheus_url:
@@ -594,6 +743,7 @@ class Operator(Proc):
             with open(self.log_path, "rb") as f:
                 f.seek(start_len)
                 return b"operator started" in f.read()
+
         try:
             wait_for(started, timeout, f"{self.name} to start", alive=self.alive)
         except AssertionError as exc:
@@ -611,11 +761,25 @@ class LoadExporter(Proc):
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start_with(self, port: int | None = None, node_selector: str | None = None, refresh_s: float = 2.0,
-                   targets_dir: Path | None = None, timeout: float = 60) -> None:
+    def start_with(
+        self,
+        port: int | None = None,
+        node_selector: str | None = None,
+        refresh_s: float = 2.0,
+        targets_dir: Path | None = None,
+        timeout: float = 60,
+    ) -> None:
         self.port = port or free_port()
-        argv = [sys.executable, str(REPO_ROOT / "hack" / "load_exporter.py"), "--kubeconfig", str(self.cluster.kubeconfig),
-                "--port", str(self.port), "--refresh", str(refresh_s)]
+        argv = [
+            sys.executable,
+            str(REPO_ROOT / "hack" / "load_exporter.py"),
+            "--kubeconfig",
+            str(self.cluster.kubeconfig),
+            "--port",
+            str(self.port),
+            "--refresh",
+            str(refresh_s),
+        ]
         tdir = targets_dir or (self.cluster.prometheus_targets_dir if self.cluster.prometheus_url else None)
         if tdir:
             argv += ["--targets-dir", str(tdir)]
@@ -623,7 +787,9 @@ class LoadExporter(Proc):
             argv += ["--node-selector", node_selector]
         self.start(argv, cwd=REPO_ROOT)
         try:
-            wait_for(lambda: http_get(f"{self.url}/healthz")[0] == 200, timeout, f"{self.name} /healthz", alive=self.alive)
+            wait_for(
+                lambda: http_get(f"{self.url}/healthz")[0] == 200, timeout, f"{self.name} /healthz", alive=self.alive
+            )
         except AssertionError as exc:
             raise RuntimeError(f"{exc}{self.exit_note()}\n--- {self.log_path} ---\n{self.tail()}") from None
 
@@ -633,8 +799,12 @@ class LoadExporter(Proc):
 
     def pin(self, node: str, **values: float) -> None:
         """Fix a node's utilizations (``cpu=0.8``) instead of the pod-driven model."""
-        req = urllib.request.Request(f"{self.url}/loads/{node}", data=json.dumps(values).encode(), method="PUT",
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            f"{self.url}/loads/{node}",
+            data=json.dumps(values).encode(),
+            method="PUT",
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=5) as resp:
             resp.read()
 
@@ -647,8 +817,8 @@ def prometheus_query(url: str, promql: str) -> list[dict[str, Any]]:
     return json.loads(body)["data"]["result"]
 
 
-
 # -- test certificates -------------------------------------------------------------------------------
+
 
 def tls_pki(folder: Path, name: str = "rlsched-test") -> dict[str, Path]:
     """A throwaway CA in ``folder`` (openssl) and, signed by it, a server certificate for 127.0.0.1 /
@@ -662,46 +832,107 @@ def tls_pki(folder: Path, name: str = "rlsched-test") -> dict[str, Path]:
         done = subprocess.run(["openssl", *args], capture_output=True, text=True, timeout=60)
         if done.returncode != 0:
             raise RuntimeError(f"openssl {args[0]} failed: {done.stderr.strip()[-1000:]}")
-    openssl("req", "-x509", *key, "-keyout", str(out["ca_key"]), "-out", str(out["ca"]), "-days", "2",
-            "-subj", f"/CN={name}-ca", "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign")
-    for role, cn, ext in (("server", "rlsched-extender", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth"),
-                          ("client", "kube-scheduler", "extendedKeyUsage=clientAuth")):
+
+    openssl(
+        "req",
+        "-x509",
+        *key,
+        "-keyout",
+        str(out["ca_key"]),
+        "-out",
+        str(out["ca"]),
+        "-days",
+        "2",
+        "-subj",
+        f"/CN={name}-ca",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    )
+    for role, cn, ext in (
+        ("server", "rlsched-extender", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth"),
+        ("client", "kube-scheduler", "extendedKeyUsage=clientAuth"),
+    ):
         k, csr, crt, extfile = (folder / f"{role}.{x}" for x in ("key", "csr", "crt", "ext"))
-        extfile.write_text(ext + "\nkeyUsage=critical,digitalSignature\n"
-                           "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid,issuer\n")
+        extfile.write_text(
+            ext + "\nkeyUsage=critical,digitalSignature\n"
+            "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid,issuer\n"
+        )
         openssl("req", *key, "-keyout", str(k), "-out", str(csr), "-subj", f"/CN={cn}")
-        openssl("x509", "-req", "-in", str(csr), "-CA", str(out["ca"]), "-CAkey", str(out["ca_key"]), "-CAcreateserial",
-                "-out", str(crt), "-days", "2", "-extfile", str(extfile))
+        openssl(
+            "x509",
+            "-req",
+            "-in",
+            str(csr),
+            "-CA",
+            str(out["ca"]),
+            "-CAkey",
+            str(out["ca_key"]),
+            "-CAcreateserial",
+            "-out",
+            str(crt),
+            "-days",
+            "2",
+            "-extfile",
+            str(extfile),
+        )
         out[f"{role}_cert"], out[f"{role}_key"] = crt, k
     return out
 
 
 # -- objects -----------------------------------------------------------------------------------------
 
-def kwok_node(name: str, cpu_milli: int, memory_mib: int, gpus: int = 0, model: str = "",
-              labels: Mapping[str, str] | None = None, max_pods: int = 1000,
-              annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
+
+def kwok_node(
+    name: str,
+    cpu_milli: int,
+    memory_mib: int,
+    gpus: int = 0,
+    model: str = "",
+    labels: Mapping[str, str] | None = None,
+    max_pods: int = 1000,
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """A fake node kwok keeps Ready: cpu, memory, ``nvidia.com/gpu`` cards of one model (docs/gpu-sharing.md)."""
     res = {"cpu": f"{cpu_milli}m", "memory": f"{memory_mib}Mi", "pods": str(max_pods)}
-    node_labels = {"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                   "kubernetes.io/arch": "amd64"}
+    node_labels = {
+        "type": "kwok",
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+    }
     if gpus:
         res[GPU_RESOURCE] = str(gpus)
         node_labels[GPU_MODEL_LABEL] = model
     node_labels.update(labels or {})
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": node_labels,
-                         "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0",
-                                         **(annotations or {})}},
-            "status": {"capacity": dict(res), "allocatable": dict(res)}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": node_labels,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0", **(annotations or {})},
+        },
+        "status": {"capacity": dict(res), "allocatable": dict(res)},
+    }
 
 
-def pod_manifest(name: str, cpu_milli: int, memory_mib: int, num_gpu: int = 0, gpu_milli: int = 0,
-                 gpu_models: Sequence[str] = (), scheduler_name: str = SCHEDULER_NAME, namespace: str | None = None,
-                 labels: Mapping[str, str] | None = None, annotations: Mapping[str, str] | None = None,
-                 node_selector: Mapping[str, str] | None = None, share_as_annotation: bool = False,
-                 priority_class: str | None = None) -> dict[str, Any]:
+def pod_manifest(
+    name: str,
+    cpu_milli: int,
+    memory_mib: int,
+    num_gpu: int = 0,
+    gpu_milli: int = 0,
+    gpu_models: Sequence[str] = (),
+    scheduler_name: str = SCHEDULER_NAME,
+    namespace: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    node_selector: Mapping[str, str] | None = None,
+    share_as_annotation: bool = False,
+    priority_class: str | None = None,
+) -> dict[str, Any]:
     """A pod in our GPU conventions: ``num_gpu`` whole cards (``gpu_milli`` 1000) as ``nvidia.com/gpu``,
     a share of one card (``num_gpu`` 1, ``gpu_milli`` < 1000) as ``rlsched.io/gpu-milli`` (or the
     annotation), a model restriction as ``rlsched.io/gpu-models``."""
@@ -722,9 +953,15 @@ def pod_manifest(name: str, cpu_milli: int, memory_mib: int, num_gpu: int = 0, g
     if ann:
         meta["annotations"] = ann
     spec: dict[str, Any] = {
-        "schedulerName": scheduler_name, "terminationGracePeriodSeconds": 0,
-        "containers": [{"name": "main", "image": "registry.example.com/job:1",
-                        "resources": {"requests": dict(res), "limits": dict(res)}}],
+        "schedulerName": scheduler_name,
+        "terminationGracePeriodSeconds": 0,
+        "containers": [
+            {
+                "name": "main",
+                "image": "registry.example.com/job:1",
+                "resources": {"requests": dict(res), "limits": dict(res)},
+            }
+        ],
     }
     if node_selector:
         spec["nodeSelector"] = dict(node_selector)
@@ -735,8 +972,15 @@ def pod_manifest(name: str, cpu_milli: int, memory_mib: int, num_gpu: int = 0, g
 
 def pod_from_spec(spec: Any, name: str | None = None, **kwargs: Any) -> dict[str, Any]:
     """:func:`pod_manifest` for a :class:`rlsched.policy.cluster.PodSpec` (trace pods)."""
-    return pod_manifest(name or k8s_name(spec.name), spec.cpu_milli, spec.memory_mib, spec.num_gpu, spec.gpu_milli,
-                        spec.gpu_models, **kwargs)
+    return pod_manifest(
+        name or k8s_name(spec.name),
+        spec.cpu_milli,
+        spec.memory_mib,
+        spec.num_gpu,
+        spec.gpu_milli,
+        spec.gpu_models,
+        **kwargs,
+    )
 
 
 def k8s_name(name: str) -> str:
@@ -755,6 +999,7 @@ def card_assignment(pod: Mapping[str, Any]) -> tuple[str, tuple[int, ...], int] 
 
 # -- a small asyncio API client ----------------------------------------------------------------------
 
+
 class ApiError(RuntimeError):
     def __init__(self, status: int, body: str, what: str):
         super().__init__(f"{what}: HTTP {status}: {body[:300]}")
@@ -771,7 +1016,7 @@ class Api:
         self.connections = connections
         self._session: Any = None
 
-    async def __aenter__(self) -> "Api":
+    async def __aenter__(self) -> Api:
         import aiohttp
 
         conn = aiohttp.TCPConnector(ssl=self.cluster.ssl_context(), limit=self.connections)
@@ -781,11 +1026,19 @@ class Api:
     async def __aexit__(self, *exc: Any) -> None:
         await self._session.close()
 
-    async def request(self, method: str, path: str, body: Any = None, params: Mapping[str, str] | None = None,
-                      content_type: str = "application/json", ok: Sequence[int] = (200, 201, 202)) -> Any:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        params: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+        ok: Sequence[int] = (200, 201, 202),
+    ) -> Any:
         data = json.dumps(body).encode() if body is not None else None
-        async with self._session.request(method, self.base + path, data=data, params=params,
-                                         headers={"Content-Type": content_type}) as resp:
+        async with self._session.request(
+            method, self.base + path, data=data, params=params, headers={"Content-Type": content_type}
+        ) as resp:
             text = await resp.read()
             if resp.status not in ok:
                 raise ApiError(resp.status, text.decode(errors="replace"), f"{method} {path}")
@@ -802,11 +1055,16 @@ class Api:
             except OSError:
                 if attempt == retries:
                     raise
-            await asyncio.sleep(0.2 * 2 ** attempt)
+            await asyncio.sleep(0.2 * 2**attempt)
         return None  # pragma: no cover
 
-    async def create_many(self, path: str, objs: Iterable[Mapping[str, Any]], parallel: int = 32,
-                          on_created: Callable[[Mapping[str, Any], Any], None] | None = None) -> None:
+    async def create_many(
+        self,
+        path: str,
+        objs: Iterable[Mapping[str, Any]],
+        parallel: int = 32,
+        on_created: Callable[[Mapping[str, Any], Any], None] | None = None,
+    ) -> None:
         sem = asyncio.Semaphore(parallel)
 
         async def one(o: Mapping[str, Any]) -> None:
@@ -814,6 +1072,7 @@ class Api:
                 r = await self.create(path, o)
                 if on_created:
                     on_created(o, r)
+
         await asyncio.gather(*(one(o) for o in objs))
 
     async def list(self, path: str, params: Mapping[str, str] | None = None) -> tuple[list[dict], str]:
@@ -827,10 +1086,16 @@ class Api:
                 return items, r["metadata"]["resourceVersion"]
             p["continue"] = cont
 
-    async def watch(self, path: str, resource_version: str, params: Mapping[str, str] | None = None,
-                    timeout_s: int = 3600) -> AsyncIterator[tuple[str, dict]]:
-        p = dict(params or {}, watch="1", resourceVersion=resource_version, timeoutSeconds=str(timeout_s),
-                 allowWatchBookmarks="true")
+    async def watch(
+        self, path: str, resource_version: str, params: Mapping[str, str] | None = None, timeout_s: int = 3600
+    ) -> AsyncIterator[tuple[str, dict]]:
+        p = dict(
+            params or {},
+            watch="1",
+            resourceVersion=resource_version,
+            timeoutSeconds=str(timeout_s),
+            allowWatchBookmarks="true",
+        )
         async with self._session.get(self.base + path, params=p) as resp:
             if resp.status != 200:
                 raise ApiError(resp.status, (await resp.read()).decode(errors="replace"), f"WATCH {path}")
@@ -851,8 +1116,9 @@ NOT_READY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.i
 """Taints kube-controller-manager puts on nodes that are (or were, at creation) not Ready."""
 
 
-def create_nodes(cluster: LocalCluster, nodes: Sequence[Mapping[str, Any]], parallel: int = 16,
-                 ready_timeout: float = 600) -> float:
+def create_nodes(
+    cluster: LocalCluster, nodes: Sequence[Mapping[str, Any]], parallel: int = 16, ready_timeout: float = 600
+) -> float:
     """Create kwok nodes (status included, so capacity is there before kwok marks them Ready) and wait
     until every one is Ready and schedulable (no not-ready taint). Returns the seconds it took."""
     t0 = time.monotonic()
@@ -860,6 +1126,7 @@ def create_nodes(cluster: LocalCluster, nodes: Sequence[Mapping[str, Any]], para
 
     async def go() -> None:
         async with Api(cluster, connections=parallel) as api:
+
             async def one(n: Mapping[str, Any]) -> None:
                 try:
                     await api.create("/api/v1/nodes", n)
@@ -867,13 +1134,19 @@ def create_nodes(cluster: LocalCluster, nodes: Sequence[Mapping[str, Any]], para
                     if exc.status != 409:
                         raise
                 # Node create drops status on some versions: make sure capacity is set.
-                await api.request("PATCH", f"/api/v1/nodes/{n['metadata']['name']}/status",
-                                  {"status": n["status"]}, content_type="application/merge-patch+json")
+                await api.request(
+                    "PATCH",
+                    f"/api/v1/nodes/{n['metadata']['name']}/status",
+                    {"status": n["status"]},
+                    content_type="application/merge-patch+json",
+                )
+
             sem = asyncio.Semaphore(parallel)
 
             async def guarded(n: Mapping[str, Any]) -> None:
                 async with sem:
                     await one(n)
+
             await asyncio.gather(*(guarded(n) for n in nodes))
 
             deadline = time.monotonic() + ready_timeout
@@ -881,16 +1154,24 @@ def create_nodes(cluster: LocalCluster, nodes: Sequence[Mapping[str, Any]], para
                 items, _ = await api.list("/api/v1/nodes")
                 # Ready, and the node lifecycle controller has lifted its not-ready taint: until then
                 # kube-scheduler filters the node out, and a benchmark would run on a fraction of them.
-                ready = {i["metadata"]["name"] for i in items
-                         if any(c.get("type") == "Ready" and c.get("status") == "True"
-                                for c in (i.get("status") or {}).get("conditions") or [])
-                         and not any(t.get("key") in NOT_READY_TAINTS for t in (i.get("spec") or {}).get("taints") or [])}
+                ready = {
+                    i["metadata"]["name"]
+                    for i in items
+                    if any(
+                        c.get("type") == "Ready" and c.get("status") == "True"
+                        for c in (i.get("status") or {}).get("conditions") or []
+                    )
+                    and not any(t.get("key") in NOT_READY_TAINTS for t in (i.get("spec") or {}).get("taints") or [])
+                }
                 if names <= ready:
                     return
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"{len(names - ready)} of {len(names)} nodes not Ready (or still tainted not-ready) "
-                                       f"after {ready_timeout:.0f}s (is kwok running? {cluster.log_dir / 'kwok.log'})")
+                    raise RuntimeError(
+                        f"{len(names - ready)} of {len(names)} nodes not Ready (or still tainted not-ready) "
+                        f"after {ready_timeout:.0f}s (is kwok running? {cluster.log_dir / 'kwok.log'})"
+                    )
                 await asyncio.sleep(0.5)
+
     asyncio.run(go())
     return time.monotonic() - t0
 
@@ -899,16 +1180,21 @@ def delete_nodes(cluster: LocalCluster, label_selector: str) -> None:
     async def go() -> None:
         async with Api(cluster) as api:
             await api.delete_collection("/api/v1/nodes", {"labelSelector": label_selector})
+
     asyncio.run(go())
 
 
 def ensure_namespace(cluster: LocalCluster, namespace: str, timeout: float = 60) -> None:
     cluster.kubectl("create", "namespace", namespace, check=False)
-    wait_for(lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", namespace, check=False).returncode == 0,
-             timeout, f"namespace {namespace}'s default ServiceAccount")
+    wait_for(
+        lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", namespace, check=False).returncode == 0,
+        timeout,
+        f"namespace {namespace}'s default ServiceAccount",
+    )
 
 
 # -- the stack ---------------------------------------------------------------------------------------
+
 
 @dataclass
 class Stack:
@@ -931,13 +1217,17 @@ class Stack:
         return self.cluster.stack_dir / "stack.json"
 
     def save(self, **extra: Any) -> None:
-        info = {"extender": {"port": self.extender.port, "statusPort": self.extender.status_port},
-                "scheduler": {"port": self.scheduler.port}, "exporter": {"port": self.exporter.port}, **extra}
+        info = {
+            "extender": {"port": self.extender.port, "statusPort": self.extender.status_port},
+            "scheduler": {"port": self.scheduler.port},
+            "exporter": {"port": self.exporter.port},
+            **extra,
+        }
         self.cluster.stack_dir.mkdir(parents=True, exist_ok=True)
         self.info_path.write_text(json.dumps(info, indent=2))
 
     @classmethod
-    def load(cls, cluster: LocalCluster) -> "Stack":
+    def load(cls, cluster: LocalCluster) -> Stack:
         s = cls(cluster)
         try:
             info = json.loads(s.info_path.read_text())
@@ -952,10 +1242,17 @@ class Stack:
         s.info = info  # type: ignore[attr-defined]
         return s
 
-    def up(self, model: str | Path | None = "auto", operator_namespace: str | None = None,
-           load_exporter: bool = False, exporter_selector: str | None = None, leader_elect: bool = True,
-           extender_settings: Mapping[str, Any] | None = None, scheduler_qps: float | None = None,
-           scheduler_burst: int | None = None) -> None:
+    def up(
+        self,
+        model: str | Path | None = "auto",
+        operator_namespace: str | None = None,
+        load_exporter: bool = False,
+        exporter_selector: str | None = None,
+        leader_elect: bool = True,
+        extender_settings: Mapping[str, Any] | None = None,
+        scheduler_qps: float | None = None,
+        scheduler_burst: int | None = None,
+    ) -> None:
         """Start what is not running yet: load exporter, extender, operator, our kube-scheduler."""
         c = self.cluster
         c.stack_dir.mkdir(parents=True, exist_ok=True)
@@ -964,8 +1261,10 @@ class Stack:
         prom = c.prometheus_url
         if load_exporter and not self.exporter.alive():
             self.exporter.start_with(node_selector=exporter_selector)
-            log(f"load exporter: pid {self.exporter.pid}, {self.exporter.url}"
-                + (f", registered in {c.prometheus_targets_dir}" if prom else " (no Prometheus: not registered)"))
+            log(
+                f"load exporter: pid {self.exporter.pid}, {self.exporter.url}"
+                + (f", registered in {c.prometheus_targets_dir}" if prom else " (no Prometheus: not registered)")
+            )
         policy_dir = c.stack_dir / "policy"
         policy_file = None
         if operator_namespace:
@@ -982,15 +1281,24 @@ class Stack:
             log(f"extender: pid {self.extender.pid}, verbs {self.extender.url}, status {self.extender.status_url}")
         if operator_namespace and not self.operator.alive():
             ensure_namespace(c, operator_namespace)
-            self.operator.start_with(operator_namespace, self.extender.status_url, policy_dir,
-                                     decision_log=c.stack_dir / "decisions", prometheus_url=prom)
+            self.operator.start_with(
+                operator_namespace,
+                self.extender.status_url,
+                policy_dir,
+                decision_log=c.stack_dir / "decisions",
+                prometheus_url=prom,
+            )
             log(f"operator: pid {self.operator.pid}, watching namespace {operator_namespace}")
         if not self.scheduler.alive():
-            conf = rl_scheduler_config(c, self.extender.url, leader_elect=leader_elect, qps=scheduler_qps,
-                                       burst=scheduler_burst)
+            conf = rl_scheduler_config(
+                c, self.extender.url, leader_elect=leader_elect, qps=scheduler_qps, burst=scheduler_burst
+            )
             self.scheduler.start_with(conf)
-            log(f"kube-scheduler (profile {SCHEDULER_NAME}, lease {LEASE_NAMESPACE}/{LEASE_NAME}): pid {self.scheduler.pid}, "
-                f"https://127.0.0.1:{self.scheduler.port}")
+            log(
+                f"kube-scheduler (profile {SCHEDULER_NAME}, lease {LEASE_NAMESPACE}/{LEASE_NAME}): "
+                f"pid {self.scheduler.pid}, "
+                f"https://127.0.0.1:{self.scheduler.port}"
+            )
         self.save(model=str(model) if model else None, operatorNamespace=operator_namespace)
 
     def down(self) -> None:
@@ -1021,7 +1329,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     up = sub.add_parser("up", help="start the extender, our kube-scheduler (and operator, load exporter)")
     up.add_argument("--model", default="auto", help="model file, 'auto' (the bundled one if installed) or 'none'")
     up.add_argument("--operator", metavar="NAMESPACE", help="run the operator serving NAMESPACE/default")
-    up.add_argument("--load-exporter", action="store_true", help="run hack/load_exporter.py and register it with Prometheus")
+    up.add_argument(
+        "--load-exporter", action="store_true", help="run hack/load_exporter.py and register it with Prometheus"
+    )
     up.add_argument("--exporter-selector", help="label selector of the nodes the exporter covers")
     up.add_argument("--no-leader-elect", action="store_true", help="no lease (one replica)")
     sub.add_parser("down", help="stop what up started")
@@ -1032,8 +1342,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         cluster.ports()  # fails with a clear message without a cluster
         stack = Stack.load(cluster)
         model = None if args.model == "none" else args.model
-        stack.up(model=model, operator_namespace=args.operator, load_exporter=args.load_exporter,
-                 exporter_selector=args.exporter_selector, leader_elect=not args.no_leader_elect)
+        stack.up(
+            model=model,
+            operator_namespace=args.operator,
+            load_exporter=args.load_exporter,
+            exporter_selector=args.exporter_selector,
+            leader_elect=not args.no_leader_elect,
+        )
         print("\n".join(stack.status_lines()))
     elif args.cmd == "down":
         Stack.load(cluster).down()

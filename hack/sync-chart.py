@@ -14,6 +14,7 @@ What is copied or generated (tests/unit/test_chart_sync.py fails when any of it 
   (release rl-scheduler, namespace rlsched-system), split by kind. Needs the helm binary
   (hack/build-tools.sh puts it in .tools/bin; RLSCHED_TOOLS_BIN or PATH also work).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,15 @@ metadata:
 GROUPS = {
     "00-namespace.yaml": ("Namespace",),
     "01-crds.yaml": ("CustomResourceDefinition",),
-    "02-rbac.yaml": ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-                     "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"),  # who may do what
+    "02-rbac.yaml": (
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ),  # who may do what
     "03-config.yaml": ("ConfigMap",),
     "04-workloads.yaml": None,  # everything else: Deployments, Service, PodDisruptionBudget, ...
 }
@@ -76,8 +84,12 @@ def chart_copies() -> dict[Path, bytes]:
 
 def helm_template(helm: str, *extra: str) -> str:
     """`helm template` of the chart (CRDs included) with default values plus ``extra`` flags."""
-    done = subprocess.run([helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--include-crds", *extra],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--include-crds", *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"helm template failed:\n{done.stderr}")
     return done.stdout
@@ -109,7 +121,9 @@ def manifests(helm: str) -> dict[Path, bytes]:
         target = next((name for name, kinds in GROUPS.items() if kinds and kind in kinds), "04-workloads.yaml")
         grouped[target].append(doc.strip("\n") + "\n")
     header = HEADER.format(release=RELEASE, namespace=NAMESPACE)
-    return {MANIFESTS / name: (header + "---\n" + "---\n".join(docs)).encode() for name, docs in grouped.items() if docs}
+    return {
+        MANIFESTS / name: (header + "---\n" + "---\n".join(docs)).encode() for name, docs in grouped.items() if docs
+    }
 
 
 def expected(with_manifests: bool = True) -> dict[Path, bytes]:

@@ -33,6 +33,9 @@ fi
 log "control-plane tools (cached)"
 hack/build-tools.sh
 
+log "lint and format (hack/lint.sh)"
+VENV=.venv hack/lint.sh
+
 log "pytest"
 export RLSCHED_E2E_REQUIRE="${RLSCHED_E2E_REQUIRE:-1}"
 exec .venv/bin/python -m pytest tests -p no:cacheprovider -rs --durations=15 "$@"

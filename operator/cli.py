@@ -6,6 +6,7 @@ kopf finishes the handlers in flight, the background tasks stop, a last drain of
 decisions is written and the log is fsync'd. Exit codes: 0 clean shutdown, 1 the operator failed,
 2 bad configuration.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,9 +18,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("kubernetes")
     g.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)")
     g.add_argument("--context", help="kubeconfig context")
-    g.add_argument("--namespace", "-n", action="append", dest="namespaces", metavar="NS",
-                   help="watch this namespace (repeatable; kopf glob patterns allowed); default: the whole cluster")
-    g.add_argument("--peering", metavar="NAME", help="coordinate replicas through this KopfPeering (default: standalone)")
+    g.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        dest="namespaces",
+        metavar="NS",
+        help="watch this namespace (repeatable; kopf glob patterns allowed); default: the whole cluster",
+    )
+    g.add_argument(
+        "--peering", metavar="NAME", help="coordinate replicas through this KopfPeering (default: standalone)"
+    )
     g.add_argument("--priority", type=int, help="peering priority of this replica")
     g.add_argument("--scheduler-name", help="spec.schedulerName of the pods to requeue and log (default rl-scheduler)")
     g.add_argument("--install-crds", action="store_true", default=None, help="apply the CRDs at start (local runs)")
@@ -31,9 +40,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--directory", help="folder the extender reads (--sink directory)")
     g.add_argument("--mount-path", help="where the extender sees the published files (default /etc/rlsched/policy)")
     g.add_argument("--extender-url", help="the extender's status port (default http://127.0.0.1:8889)")
-    g.add_argument("--extender-token-file", help="bearer token for the extender's /status and /decisions, re-read "
-                                                 "when it changes (default: the in-cluster ServiceAccount token)")
-    g.add_argument("--rollout-timeout", type=float, help="seconds to wait for the extender to load a model (default 120)")
+    g.add_argument(
+        "--extender-token-file",
+        help="bearer token for the extender's /status and /decisions, re-read "
+        "when it changes (default: the in-cluster ServiceAccount token)",
+    )
+    g.add_argument(
+        "--rollout-timeout", type=float, help="seconds to wait for the extender to load a model (default 120)"
+    )
     g.add_argument("--status-interval", type=float, help="seconds between status.counts refreshes (default 30)")
     g = parser.add_argument_group("requeue of delayed pods")
     g.add_argument("--no-requeue", action="store_true", help="leave delayed pods to kube-scheduler's 5-minute flush")
@@ -58,21 +72,35 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
         ns, _, name = args.policy.rpartition("/")
         ns = ns or None
     return {
-        "kubernetes.kubeconfig": args.kubeconfig, "kubernetes.context": args.context,
-        "scope.namespaces": args.namespaces, "scope.peering": args.peering, "scope.priority": args.priority,
-        "scope.schedulerName": args.scheduler_name, "installCrds": args.install_crds,
-        "policy.namespace": ns, "policy.name": name,
-        "sink.kind": args.sink, "sink.namespace": args.sink_namespace, "sink.configmap": args.configmap,
-        "sink.directory": args.directory, "sink.mountPath": args.mount_path,
-        "extender.statusUrl": args.extender_url, "extender.tokenFile": args.extender_token_file,
+        "kubernetes.kubeconfig": args.kubeconfig,
+        "kubernetes.context": args.context,
+        "scope.namespaces": args.namespaces,
+        "scope.peering": args.peering,
+        "scope.priority": args.priority,
+        "scope.schedulerName": args.scheduler_name,
+        "installCrds": args.install_crds,
+        "policy.namespace": ns,
+        "policy.name": name,
+        "sink.kind": args.sink,
+        "sink.namespace": args.sink_namespace,
+        "sink.configmap": args.configmap,
+        "sink.directory": args.directory,
+        "sink.mountPath": args.mount_path,
+        "extender.statusUrl": args.extender_url,
+        "extender.tokenFile": args.extender_token_file,
         "extender.rolloutTimeoutS": args.rollout_timeout,
         "extender.statusIntervalS": args.status_interval,
-        "requeue.enabled": False if args.no_requeue else None, "requeue.initialS": args.requeue_initial,
-        "requeue.maxS": args.requeue_max, "requeue.maxAttempts": args.requeue_attempts,
-        "decisionLog.path": args.decision_log, "decisionLog.segmentBytes": args.segment_bytes,
-        "decisionLog.maxBytes": args.max_bytes, "decisionLog.drainIntervalS": args.drain_interval,
+        "requeue.enabled": False if args.no_requeue else None,
+        "requeue.initialS": args.requeue_initial,
+        "requeue.maxS": args.requeue_max,
+        "requeue.maxAttempts": args.requeue_attempts,
+        "decisionLog.path": args.decision_log,
+        "decisionLog.segmentBytes": args.segment_bytes,
+        "decisionLog.maxBytes": args.max_bytes,
+        "decisionLog.drainIntervalS": args.drain_interval,
         "decisionLog.prometheusUrl": args.prometheus_url,
-        "livenessEndpoint": args.liveness, "logLevel": args.log_level,
+        "livenessEndpoint": args.liveness,
+        "logLevel": args.log_level,
     }
 
 
@@ -93,31 +121,36 @@ def run(args: argparse.Namespace) -> int:
         print(settings_yaml(settings), end="")
         return 0
 
-    logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=settings.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+    )
     import kopf
 
     from .handlers import build_registry
     from .kube import Kube, load_configuration
 
     try:
-        kube = Kube(load_configuration(settings.kubernetes.kubeconfig, settings.kubernetes.context),
-                    settings.kubernetes.request_timeout_s)
+        kube = Kube(
+            load_configuration(settings.kubernetes.kubeconfig, settings.kubernetes.context),
+            settings.kubernetes.request_timeout_s,
+        )
     except (ValueError, OSError) as exc:
         print(f"rlsched operator: {exc}", file=sys.stderr)
         return 2
     scope = settings.scope
     try:
-        asyncio.run(kopf.operator(
-            registry=build_registry(settings),
-            memo=kopf.Memo(settings=settings, kube=kube),
-            standalone=scope.peering is None,
-            peering_name=scope.peering,
-            priority=scope.priority,
-            clusterwide=not scope.namespaces,
-            namespaces=list(scope.namespaces),
-            liveness_endpoint=settings.liveness_endpoint,
-        ))
+        asyncio.run(
+            kopf.operator(
+                registry=build_registry(settings),
+                memo=kopf.Memo(settings=settings, kube=kube),
+                standalone=scope.peering is None,
+                peering_name=scope.peering,
+                priority=scope.priority,
+                clusterwide=not scope.namespaces,
+                namespaces=list(scope.namespaces),
+                liveness_endpoint=settings.liveness_endpoint,
+            )
+        )
     except KeyboardInterrupt:  # pragma: no cover - kopf handles SIGINT itself
         pass
     except Exception as exc:  # noqa: BLE001 - report and exit non-zero

@@ -13,6 +13,7 @@ Three parts (the format and its reader live in :mod:`rlsched.policy.decisions`, 
   time), ``ended`` (evicted / preempted / deleted / succeeded / failed, lifetime) and ``load`` (the
   node's load ``loadDelayS`` after binding, from Prometheus when configured).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -22,8 +23,9 @@ import logging
 import os
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterable, Mapping
+from typing import Any
 
 import aiohttp
 
@@ -44,9 +46,15 @@ def _dumps(obj: Mapping[str, Any]) -> bytes:
 class DecisionLog:
     """Append-only segments under ``directory`` (module docstring)."""
 
-    def __init__(self, directory: str | Path, segment_bytes: int = 16 << 20, max_bytes: int = 512 << 20,
-                 fsync: bool = True, header: Callable[[], Mapping[str, Any]] | None = None,
-                 clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        directory: str | Path,
+        segment_bytes: int = 16 << 20,
+        max_bytes: int = 512 << 20,
+        fsync: bool = True,
+        header: Callable[[], Mapping[str, Any]] | None = None,
+        clock: Callable[[], float] = time.time,
+    ):
         self.directory = Path(directory)
         self.segment_bytes, self.max_bytes, self.fsync = segment_bytes, max_bytes, fsync
         self.header = header or (lambda: {})
@@ -107,8 +115,12 @@ class DecisionLog:
             s.unlink(missing_ok=True)
             total -= sizes[s]
             self.segments_deleted += 1
-            log.info("decision log: deleted the oldest segment %s (%d bytes) to stay under %d bytes",
-                     s.name, sizes[s], self.max_bytes)
+            log.info(
+                "decision log: deleted the oldest segment %s (%d bytes) to stay under %d bytes",
+                s.name,
+                sizes[s],
+                self.max_bytes,
+            )
         if self.fsync:
             fsync_dir(self.directory)
 
@@ -177,8 +189,15 @@ VerdictListener = Callable[[Mapping[str, Any]], None]
 class Drainer:
     """Moves the extender's decision ring into the log (module docstring)."""
 
-    def __init__(self, client: ExtenderClient, log_: DecisionLog | None, listeners: Iterable[VerdictListener] = (),
-                 interval_s: float = 2.0, limit: int = 1000, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        client: ExtenderClient,
+        log_: DecisionLog | None,
+        listeners: Iterable[VerdictListener] = (),
+        interval_s: float = 2.0,
+        limit: int = 1000,
+        clock: Callable[[], float] = time.time,
+    ):
         self.client, self.log = client, log_
         self.listeners = list(listeners)
         self.interval_s, self.limit, self.clock = interval_s, limit, clock
@@ -207,8 +226,11 @@ class Drainer:
             if dropped:
                 self.dropped += dropped
                 lines.append({"type": "gap", "epoch": epoch, "dropped": dropped, "after": self.next, "time": now})
-                log.warning("the extender's decision ring dropped %d records before they were drained; "
-                            "drain more often (decisionLog.drainIntervalS) or enlarge the ring (decisionRingSize)", dropped)
+                log.warning(
+                    "the extender's decision ring dropped %d records before they were drained; "
+                    "drain more often (decisionLog.drainIntervalS) or enlarge the ring (decisionRingSize)",
+                    dropped,
+                )
             for rec in records:
                 lines.append({"type": "decision", "epoch": epoch, "loggedAt": now, **rec})
             if self.log is not None and lines:
@@ -246,6 +268,7 @@ class Drainer:
 
 # -- outcomes ---------------------------------------------------------------------------------------
 
+
 def parse_time(value: Any) -> float | None:
     if not isinstance(value, str) or not value:
         return None
@@ -256,7 +279,7 @@ def parse_time(value: Any) -> float | None:
 
 
 def _condition(pod: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
-    for c in ((pod.get("status") or {}).get("conditions") or []):
+    for c in (pod.get("status") or {}).get("conditions") or []:
         if c.get("type") == type_:
             return c
     return None
@@ -298,7 +321,7 @@ class LoadProbe:
                     result = body["data"]["result"]
                     if result:
                         out[column] = round(float(result[0]["value"][1]), 4)
-                except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, IndexError, TypeError, ValueError) as exc:
+                except (TimeoutError, aiohttp.ClientError, KeyError, IndexError, TypeError, ValueError) as exc:
                     log.debug("load query %s for %s failed: %s", column, node, exc)
         return out
 
@@ -306,9 +329,15 @@ class LoadProbe:
 class OutcomeTracker:
     """Pod events → ``outcome`` lines (module docstring). Fed by the operator's pod watch."""
 
-    def __init__(self, write: Callable[[list[dict[str, Any]]], Awaitable[None]], probe: LoadProbe | None = None,
-                 load_delay_s: float = 60.0, recent_s: float = 600.0, memory: int = 100_000,
-                 clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        write: Callable[[list[dict[str, Any]]], Awaitable[None]],
+        probe: LoadProbe | None = None,
+        load_delay_s: float = 60.0,
+        recent_s: float = 600.0,
+        memory: int = 100_000,
+        clock: Callable[[], float] = time.time,
+    ):
         self.write, self.probe, self.load_delay_s, self.recent_s = write, probe, load_delay_s, recent_s
         self.clock = clock
         self.memory = memory
@@ -338,13 +367,23 @@ class OutcomeTracker:
         node = (pod.get("spec") or {}).get("nodeName")
         lines: list[dict[str, Any]] = []
         scheduled = _condition(pod, "PodScheduled")
-        bound_at = parse_time(scheduled.get("lastTransitionTime")) if scheduled and scheduled.get("status") == "True" else None
+        bound_at = (
+            parse_time(scheduled.get("lastTransitionTime")) if scheduled and scheduled.get("status") == "True" else None
+        )
         if node:
             fresh = event_type is not None or (bound_at is not None and now - bound_at < self.recent_s)
             if fresh and self._mark(uid, "bound"):
                 at = bound_at or now
-                lines.append({"type": "outcome", "event": "bound", "pod": ref, "node": node, "time": round(now, 3),
-                              "pendingSeconds": round(at - created, 3) if created else None})
+                lines.append(
+                    {
+                        "type": "outcome",
+                        "event": "bound",
+                        "pod": ref,
+                        "node": node,
+                        "time": round(now, 3),
+                        "pendingSeconds": round(at - created, 3) if created else None,
+                    }
+                )
                 if self.probe is not None and len(self._probes) < 1000:
                     task = asyncio.get_running_loop().create_task(self._probe_later(ref, node))
                     self._probes.add(task)
@@ -352,8 +391,17 @@ class OutcomeTracker:
         how = ended_how(pod, deleted=event_type == "DELETED" or bool(meta.get("deletionTimestamp")))
         if how is not None and (event_type is not None or how in ("evicted", "preempted")) and self._mark(uid, "ended"):
             start = bound_at or created
-            lines.append({"type": "outcome", "event": "ended", "pod": ref, "how": how, "node": node, "time": round(now, 3),
-                          "lifetimeSeconds": round(now - start, 3) if start else None})
+            lines.append(
+                {
+                    "type": "outcome",
+                    "event": "ended",
+                    "pod": ref,
+                    "how": how,
+                    "node": node,
+                    "time": round(now, 3),
+                    "lifetimeSeconds": round(now - start, 3) if start else None,
+                }
+            )
         if event_type == "DELETED":
             self._seen.pop(uid, None)
         if lines:
@@ -364,8 +412,18 @@ class OutcomeTracker:
         assert self.probe is not None
         load = await self.probe.sample(node)
         if load:
-            await self.write([{"type": "outcome", "event": "load", "pod": dict(ref), "node": node,
-                               "time": round(self.clock(), 3), "load": load}])
+            await self.write(
+                [
+                    {
+                        "type": "outcome",
+                        "event": "load",
+                        "pod": dict(ref),
+                        "node": node,
+                        "time": round(self.clock(), 3),
+                        "load": load,
+                    }
+                ]
+            )
 
     async def close(self) -> None:
         for t in list(self._probes):

@@ -8,9 +8,9 @@ Both need ``Authorization: Bearer <token>`` when the extender runs with ``auth.m
 default): the operator sends its ServiceAccount token (:class:`TokenFile`), read again whenever the
 file changes — the kubelet rotates projected tokens — and never logged.
 """
+
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from dataclasses import dataclass, field
@@ -90,16 +90,28 @@ class ExtenderView:
     counters: dict[str, int] = field(default_factory=dict)
 
     @classmethod
-    def from_status(cls, body: Any) -> "ExtenderView":
+    def from_status(cls, body: Any) -> ExtenderView:
         if not isinstance(body, dict) or not isinstance(body.get("policy"), dict):
-            raise ExtenderUnavailable("GET /status: no 'policy' object in the answer (is this the extender's status port?)")
+            raise ExtenderUnavailable(
+                "GET /status: no 'policy' object in the answer (is this the extender's status port?)"
+            )
         p = body["policy"]
         m = p.get("model") or {}
         return cls(
-            mode=p.get("mode"), fallback=p.get("fallback"), deadline_ms=p.get("deadlineMs"), top_k=p.get("topK"),
-            policy_file_error=p.get("policyFileError"), model_path=m.get("path"), model_loaded=bool(m.get("loaded")),
-            version=m.get("version"), digest=m.get("digest"), file_digest=m.get("fileDigest"),
-            loaded_at=m.get("loadedAt"), error=m.get("error"), error_at=m.get("errorAt"), error_path=m.get("errorPath"),
+            mode=p.get("mode"),
+            fallback=p.get("fallback"),
+            deadline_ms=p.get("deadlineMs"),
+            top_k=p.get("topK"),
+            policy_file_error=p.get("policyFileError"),
+            model_path=m.get("path"),
+            model_loaded=bool(m.get("loaded")),
+            version=m.get("version"),
+            digest=m.get("digest"),
+            file_digest=m.get("fileDigest"),
+            loaded_at=m.get("loadedAt"),
+            error=m.get("error"),
+            error_at=m.get("errorAt"),
+            error_path=m.get("errorPath"),
             counters={k: int(v) for k, v in (p.get("counters") or {}).items() if isinstance(v, (int, float))},
         )
 
@@ -130,13 +142,16 @@ class ExtenderClient:
                     text = (await resp.text())[:300]
                     hint = ""
                     if resp.status == 401:
-                        hint = (f" (no token sent: extender.tokenFile {self.token.path or 'unset'} is missing)" if not token
-                                else " (the extender's API server did not accept extender.tokenFile's token)")
+                        hint = (
+                            f" (no token sent: extender.tokenFile {self.token.path or 'unset'} is missing)"
+                            if not token
+                            else " (the extender's API server did not accept extender.tokenFile's token)"
+                        )
                     elif resp.status == 403:
                         hint = f" (the operator's identity needs get on the non-resource URL {path})"
                     raise ExtenderUnavailable(f"GET {url}: HTTP {resp.status}: {text}{hint}")
                 return await resp.json(content_type=None)
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+        except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
             raise ExtenderUnavailable(f"GET {url}: {type(exc).__name__}: {exc}") from None
 
     async def status(self) -> ExtenderView:

@@ -18,12 +18,14 @@ Pods of our scheduler (``spec.schedulerName``, filtered server-side): an index o
 Operator-wide: login with the operator's own credentials; start-up configures kopf from
 :class:`~rlsched.operator.settings.OperatorSettings` and starts the runtime; clean-up stops it.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import kopf
 
@@ -45,6 +47,7 @@ PROGRESS_PREFIX = "kopf.rlsched.io"
 
 # -- status helpers --------------------------------------------------------------------------------
 
+
 def _iso(ts: float | None) -> str | None:
     return now_iso(ts) if ts else None
 
@@ -59,11 +62,18 @@ def _model_status(view: ExtenderView | None) -> dict[str, Any] | None:
 
 def _counts(view: ExtenderView) -> dict[str, int]:
     c = view.counters
-    return {"decisions": c.get("decisions", 0), "policy": c.get("policy", 0), "fallbacks": c.get("fallback", 0),
-            "shadowAgree": c.get("shadowAgree", 0), "shadowDisagree": c.get("shadowDisagree", 0)}
+    return {
+        "decisions": c.get("decisions", 0),
+        "policy": c.get("policy", 0),
+        "fallbacks": c.get("fallback", 0),
+        "shadowAgree": c.get("shadowAgree", 0),
+        "shadowDisagree": c.get("shadowDisagree", 0),
+    }
 
 
-def _set_conditions(patch: kopf.Patch, status: Mapping[str, Any] | None, generation: int | None, *updates: dict) -> None:
+def _set_conditions(
+    patch: kopf.Patch, status: Mapping[str, Any] | None, generation: int | None, *updates: dict
+) -> None:
     patch.status["conditions"] = merge_conditions((status or {}).get("conditions"), updates)
     if generation is not None:
         patch.status["observedGeneration"] = generation
@@ -84,21 +94,44 @@ def _transition(body: Mapping[str, Any], type_: str, reason: str, message: str) 
 
 # -- SchedulingPolicy ------------------------------------------------------------------------------
 
-async def reconcile(body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, namespace: str, name: str,
-                    uid: str, patch: kopf.Patch, memo: kopf.Memo, reason: str, **_: Any) -> None:
+
+async def reconcile(
+    body: kopf.Body,
+    spec: kopf.Spec,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    namespace: str,
+    name: str,
+    uid: str,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    reason: str,
+    **_: Any,
+) -> None:
     """Validate, roll out, verify, roll back (module docstring)."""
     rt: Runtime = memo.runtime
     generation = meta.get("generation")
     cause = str(reason)  # kopf.Reason: create | update | resume
     rt.runs[(uid, generation, cause)] += 1
-    log.info("policy %s/%s generation %s: %s handler runs", namespace, name, generation, cause,
-             extra={"event": "reconcile", "policy": f"{namespace}/{name}", "generation": generation, "cause": cause})
+    log.info(
+        "policy %s/%s generation %s: %s handler runs",
+        namespace,
+        name,
+        generation,
+        cause,
+        extra={"event": "reconcile", "policy": f"{namespace}/{name}", "generation": generation, "cause": cause},
+    )
     try:
         ps = parse_spec(spec)
     except SpecError as exc:
         message = "the spec is invalid: " + "; ".join(exc.problems)
-        _set_conditions(patch, status, generation, _ready(False, "InvalidSpec", message, generation),
-                        _degraded(True, "InvalidSpec", message, generation))
+        _set_conditions(
+            patch,
+            status,
+            generation,
+            _ready(False, "InvalidSpec", message, generation),
+            _degraded(True, "InvalidSpec", message, generation),
+        )
         _transition(body, "Warning", "InvalidSpec", message)
         raise kopf.PermanentError(message) from None
     rt.reward_weights = dict(ps.reward_weights)
@@ -106,8 +139,13 @@ async def reconcile(body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, status: k
         try:
             bundle = await rt.rollout.build(namespace, name, generation, ps)
         except SourceError as exc:
-            _set_conditions(patch, status, generation, _ready(False, exc.reason, str(exc), generation),
-                            _degraded(True, exc.reason, str(exc), generation))
+            _set_conditions(
+                patch,
+                status,
+                generation,
+                _ready(False, exc.reason, str(exc), generation),
+                _degraded(True, exc.reason, str(exc), generation),
+            )
             _transition(body, "Warning", exc.reason, str(exc))
             if exc.temporary:
                 raise kopf.TemporaryError(str(exc), delay=10) from None
@@ -124,72 +162,128 @@ async def reconcile(body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, status: k
                 if view is not None and serves(view, bundle):
                     patch.status["model"] = _model_status(view)
                     patch.status["counts"] = _counts(view)
-                    _set_conditions(patch, status, generation, _ready(True, "RolledOut", f"the extender serves {bundle_label(bundle)}", generation),
-                                    _degraded(False, "AsExpected", "", generation))
-                    log.info("policy %s/%s: the extender already serves generation %s; nothing to roll out", namespace, name, generation)
+                    _set_conditions(
+                        patch,
+                        status,
+                        generation,
+                        _ready(True, "RolledOut", f"the extender serves {bundle_label(bundle)}", generation),
+                        _degraded(False, "AsExpected", "", generation),
+                    )
+                    log.info(
+                        "policy %s/%s: the extender already serves generation %s; nothing to roll out",
+                        namespace,
+                        name,
+                        generation,
+                    )
                     return
 
-        _transition(body, "Normal", "RollingOut",
-                    f"generation {generation}: publishing {bundle_label(bundle)} (mode {ps.mode}, fallback {ps.fallback}) "
-                    f"to {rt.sink.describe()}")
+        _transition(
+            body,
+            "Normal",
+            "RollingOut",
+            f"generation {generation}: publishing {bundle_label(bundle)} (mode {ps.mode}, fallback {ps.fallback}) "
+            f"to {rt.sink.describe()}",
+        )
         try:
             result = await rt.rollout.apply(bundle)
         except ModelTooLarge as exc:
-            _set_conditions(patch, status, generation, _ready(False, "ModelTooLarge", str(exc), generation),
-                            _degraded(True, "ModelTooLarge", str(exc), generation))
+            _set_conditions(
+                patch,
+                status,
+                generation,
+                _ready(False, "ModelTooLarge", str(exc), generation),
+                _degraded(True, "ModelTooLarge", str(exc), generation),
+            )
             _transition(body, "Warning", "ModelTooLarge", str(exc))
             raise kopf.PermanentError(str(exc)) from None
         except SinkError as exc:
-            _set_conditions(patch, status, generation, _ready(False, "PublishFailed", str(exc), generation),
-                            _degraded(True, "PublishFailed", str(exc), generation))
+            _set_conditions(
+                patch,
+                status,
+                generation,
+                _ready(False, "PublishFailed", str(exc), generation),
+                _degraded(True, "PublishFailed", str(exc), generation),
+            )
             _transition(body, "Warning", "PublishFailed", str(exc))
             raise kopf.TemporaryError(str(exc), delay=15) from None
         await _note_policy(rt, body, generation, ps.mode, result)
         report(result, body, status, patch, generation)
 
 
-async def _note_policy(rt: Runtime, body: Mapping[str, Any], generation: int | None, mode: str,
-                       result: RolloutResult) -> None:
+async def _note_policy(
+    rt: Runtime, body: Mapping[str, Any], generation: int | None, mode: str, result: RolloutResult
+) -> None:
     """A ``policy`` line in the decision log: which model and reward weights hold from here on."""
     if rt.decision_log is None:
         return
     meta = body.get("metadata") or {}
-    line = {"type": "policy", "policy": f"{meta.get('namespace')}/{meta.get('name')}", "generation": generation,
-            "mode": mode, "ok": result.ok, "reason": result.reason,
-            "modelVersion": result.view.version if result.view and result.view.model_loaded else None,
-            "rewardWeights": rt.reward_weights, "time": round(time.time(), 3)}
+    line = {
+        "type": "policy",
+        "policy": f"{meta.get('namespace')}/{meta.get('name')}",
+        "generation": generation,
+        "mode": mode,
+        "ok": result.ok,
+        "reason": result.reason,
+        "modelVersion": result.view.version if result.view and result.view.model_loaded else None,
+        "rewardWeights": rt.reward_weights,
+        "time": round(time.time(), 3),
+    }
     try:
         await rt.decision_log.awrite([line])
     except OSError as exc:
         log.error("cannot write to the decision log: %s", exc)
 
 
-def report(result: RolloutResult, body: kopf.Body, status: Mapping[str, Any] | None, patch: kopf.Patch,
-           generation: int | None) -> None:
+def report(
+    result: RolloutResult, body: kopf.Body, status: Mapping[str, Any] | None, patch: kopf.Patch, generation: int | None
+) -> None:
     """Status, conditions and an event from a rollout's result; raises to tell kopf what next."""
     if result.view is not None:
         patch.status["model"] = _model_status(result.view)
         patch.status["counts"] = _counts(result.view)
     if result.ok:
         b = result.bundle
-        patch.status["lastGood"] = {"version": result.view.version if result.view else None, "digest": b.digest,
-                                    "path": b.settings.get("modelPath"), "generation": generation}
-        _set_conditions(patch, status, generation, _ready(True, "RolledOut", result.message, generation),
-                        _degraded(False, "AsExpected", "", generation))
+        patch.status["lastGood"] = {
+            "version": result.view.version if result.view else None,
+            "digest": b.digest,
+            "path": b.settings.get("modelPath"),
+            "generation": generation,
+        }
+        _set_conditions(
+            patch,
+            status,
+            generation,
+            _ready(True, "RolledOut", result.message, generation),
+            _degraded(False, "AsExpected", "", generation),
+        )
         _transition(body, "Normal", "RolledOut", f"generation {generation}: {result.message}")
         return
     if result.reason == "ExtenderUnreachable":
-        _set_conditions(patch, status, generation, _ready(False, "ExtenderUnreachable", result.message, generation),
-                        _degraded(True, "ExtenderUnreachable", result.message, generation))
+        _set_conditions(
+            patch,
+            status,
+            generation,
+            _ready(False, "ExtenderUnreachable", result.message, generation),
+            _degraded(True, "ExtenderUnreachable", result.message, generation),
+        )
         _transition(body, "Warning", "ExtenderUnreachable", result.message)
         raise kopf.TemporaryError(result.message, delay=15)
     if result.rolled_back_to is not None and result.rollback_ok:
         t = result.rolled_back_to
-        patch.status["lastGood"] = {"version": result.view.version if result.view and result.view.model_loaded else None,
-                                    "digest": t.digest, "path": t.settings.get("modelPath"), "generation": t.meta.get("generation")}
+        patch.status["lastGood"] = {
+            "version": result.view.version if result.view and result.view.model_loaded else None,
+            "digest": t.digest,
+            "path": t.settings.get("modelPath"),
+            "generation": t.meta.get("generation"),
+        }
     message = f"generation {generation}: {result.message}; fix the spec (or the model) and apply it again"
-    _set_conditions(patch, status, generation, _ready(False, result.reason, message, generation),
-                    _degraded(True, result.reason, message, generation))
+    _set_conditions(
+        patch,
+        status,
+        generation,
+        _ready(False, result.reason, message, generation),
+        _degraded(True, result.reason, message, generation),
+    )
     _transition(body, "Warning", "RolledBack", message)
     raise kopf.PermanentError(message)
 
@@ -202,12 +296,17 @@ async def retire(body: kopf.Body, namespace: str, name: str, uid: str, memo: kop
             await rt.rollout.revert()
         except SinkError as exc:
             raise kopf.TemporaryError(f"cannot reset {rt.sink.describe()}: {exc}", delay=10) from None
-    kopf.info(body, reason="Retired", message=f"policy deleted: {rt.sink.describe()} reset; the extender serves its own settings")
+    kopf.info(
+        body,
+        reason="Retired",
+        message=f"policy deleted: {rt.sink.describe()} reset; the extender serves its own settings",
+    )
     log.info("policy %s/%s deleted: the extender serves its own settings", namespace, name)
 
 
-async def refresh(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, uid: str, patch: kopf.Patch,
-                  memo: kopf.Memo, **_: Any) -> None:
+async def refresh(
+    body: kopf.Body, meta: kopf.Meta, status: kopf.Status, uid: str, patch: kopf.Patch, memo: kopf.Memo, **_: Any
+) -> None:
     """Counts from the extender; drift and recovery as conditions (only after a successful rollout)."""
     rt: Runtime = memo.runtime
     if rt.lock(uid).locked():
@@ -215,14 +314,26 @@ async def refresh(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, uid: st
     generation = meta.get("generation")
     ready = get_condition(status, "Ready")
     degraded = get_condition(status, "Degraded")
-    watching = (ready or {}).get("status") == "True" or (degraded or {}).get("reason") in ("Drift", "ExtenderUnreachable")
+    watching = (ready or {}).get("status") == "True" or (degraded or {}).get("reason") in (
+        "Drift",
+        "ExtenderUnreachable",
+    )
     try:
         view = await rt.extender.status()
     except ExtenderUnavailable as exc:
-        if watching and (degraded or {}).get("reason") != "ExtenderUnreachable" and (status or {}).get("observedGeneration") == generation:
+        if (
+            watching
+            and (degraded or {}).get("reason") != "ExtenderUnreachable"
+            and (status or {}).get("observedGeneration") == generation
+        ):
             message = f"the extender does not answer: {exc}"
-            _set_conditions(patch, status, None, _ready(False, "ExtenderUnreachable", message, generation),
-                            _degraded(True, "ExtenderUnreachable", message, generation))
+            _set_conditions(
+                patch,
+                status,
+                None,
+                _ready(False, "ExtenderUnreachable", message, generation),
+                _degraded(True, "ExtenderUnreachable", message, generation),
+            )
             _transition(body, "Warning", "ExtenderUnreachable", message)
         return
     patch.status["counts"] = _counts(view)
@@ -236,30 +347,47 @@ async def refresh(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, uid: st
     if ok and was_degraded:
         message = f"the extender serves {bundle_label(expected)} again"
         patch.status["model"] = _model_status(view)
-        _set_conditions(patch, status, None, _ready(True, "RolledOut", message, generation),
-                        _degraded(False, "AsExpected", "", generation))
+        _set_conditions(
+            patch,
+            status,
+            None,
+            _ready(True, "RolledOut", message, generation),
+            _degraded(False, "AsExpected", "", generation),
+        )
         _transition(body, "Normal", "Recovered", message)
     elif not ok and not was_degraded:
-        message = (f"the extender serves mode={view.mode} fallback={view.fallback} model={view.model_path or 'none'}"
-                   f"{' (load error: ' + view.error + ')' if view.error else ''}, not the rolled-out "
-                   f"{bundle_label(expected)}; it may have restarted without the published files")
+        message = (
+            f"the extender serves mode={view.mode} fallback={view.fallback} model={view.model_path or 'none'}"
+            f"{' (load error: ' + view.error + ')' if view.error else ''}, not the rolled-out "
+            f"{bundle_label(expected)}; it may have restarted without the published files"
+        )
         patch.status["model"] = _model_status(view)
-        _set_conditions(patch, status, None, _ready(False, "Drift", message, generation),
-                        _degraded(True, "Drift", message, generation))
+        _set_conditions(
+            patch,
+            status,
+            None,
+            _ready(False, "Drift", message, generation),
+            _degraded(True, "Drift", message, generation),
+        )
         _transition(body, "Warning", "Drift", message)
 
 
-async def not_served(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+async def not_served(
+    body: kopf.Body, meta: kopf.Meta, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, **_: Any
+) -> None:
     s: OperatorSettings = memo.settings
     generation = meta.get("generation")
-    message = (f"this operator serves the SchedulingPolicy {s.policy.namespace}/{s.policy.name} "
-               f"(rlsched operator --policy); this one has no effect")
+    message = (
+        f"this operator serves the SchedulingPolicy {s.policy.namespace}/{s.policy.name} "
+        f"(rlsched operator --policy); this one has no effect"
+    )
     if (get_condition(status, "Ready") or {}).get("reason") != "NotServed":
         _transition(body, "Warning", "NotServed", message)
     _set_conditions(patch, status, generation, _ready(False, "NotServed", message, generation))
 
 
 # -- pods ------------------------------------------------------------------------------------------
+
 
 def index_pending(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, PendingPod | None]:
     """Pending pods by UID. Pods that stop being pending leave the index through the ``when``
@@ -285,6 +413,7 @@ async def pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any
 
 # -- operator-wide ---------------------------------------------------------------------------------
 
+
 def probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
     """Liveness (``--liveness URL``): fails when a background task died; reports a few counters."""
     rt: Runtime | None = memo.get("runtime")
@@ -293,8 +422,12 @@ def probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
     problems = rt.problems()
     if problems:
         raise kopf.PermanentError("; ".join(problems))
-    return {"requeued": rt.requeuer.requeued, "requeueScheduled": rt.requeuer.scheduled,
-            "decisionsDrained": rt.drainer.drained, "drainError": rt.drainer.last_error}
+    return {
+        "requeued": rt.requeuer.requeued,
+        "requeueScheduled": rt.requeuer.scheduled,
+        "decisionsDrained": rt.drainer.drained,
+        "drainError": rt.drainer.last_error,
+    }
 
 
 def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
@@ -324,9 +457,16 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, pending_pods
         return [pod for store in list(pending_pods.values()) for pod in store if pod is not None]
 
     memo.runtime = start_runtime(s, memo.kube, lookup, pending)
-    log.info("operator started: policy %s/%s, sink %s, extender %s, decision log %s, requeue %s",
-             s.policy.namespace, s.policy.name, memo.runtime.sink.describe(), s.extender.status_url,
-             s.decision_log.path or "off", "on" if s.requeue.enabled else "off", extra={"event": "started"})
+    log.info(
+        "operator started: policy %s/%s, sink %s, extender %s, decision log %s, requeue %s",
+        s.policy.namespace,
+        s.policy.name,
+        memo.runtime.sink.describe(),
+        s.extender.status_url,
+        s.decision_log.path or "off",
+        "on" if s.requeue.enabled else "off",
+        extra={"event": "started"},
+    )
 
 
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
@@ -352,7 +492,8 @@ def configure_kopf(settings: kopf.OperatorSettings, s: OperatorSettings) -> None
     """kopf's settings from ours (called at start-up)."""
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PROGRESS_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=PROGRESS_PREFIX, key="last-handled-configuration")
+        prefix=PROGRESS_PREFIX, key="last-handled-configuration"
+    )
     settings.persistence.finalizer = f"{GROUP}/operator"
     settings.posting.reporting_component = "rlsched-operator"
     settings.posting.level = logging.INFO
@@ -367,6 +508,7 @@ def configure_kopf(settings: kopf.OperatorSettings, s: OperatorSettings) -> None
 
 
 # -- the registry ----------------------------------------------------------------------------------
+
 
 def build_registry(settings: OperatorSettings) -> kopf.OperatorRegistry:
     """A registry with every handler; the caller runs it (``kopf.operator(registry=...)``)."""
@@ -392,8 +534,14 @@ def build_registry(settings: OperatorSettings) -> kopf.OperatorRegistry:
     kopf.on.update(*POLICY, id="rollout", field="spec", when=is_served, registry=registry)(reconcile)
     kopf.on.resume(*POLICY, id="rollout", when=is_served, registry=registry)(reconcile)
     kopf.on.delete(*POLICY, id="retire", when=is_served, registry=registry)(retire)
-    kopf.timer(*POLICY, id="refresh", interval=settings.extender.status_interval_s, initial_delay=settings.extender.status_interval_s,
-               when=is_served, registry=registry)(refresh)
+    kopf.timer(
+        *POLICY,
+        id="refresh",
+        interval=settings.extender.status_interval_s,
+        initial_delay=settings.extender.status_interval_s,
+        when=is_served,
+        registry=registry,
+    )(refresh)
     for decorator in (kopf.on.create, kopf.on.resume):
         decorator(*POLICY, id="not-served", when=kopf.not_(is_served), registry=registry)(not_served)
 

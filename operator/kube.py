@@ -5,12 +5,14 @@ plain dicts (``_preload_content=False``: no model classes). Errors become :class
 HTTP status, so callers can tell "not found" (404), "changed meanwhile" (409) and "try later"
 (0 = no answer, 429, 5xx) apart. :meth:`Kube.connection_info` hands the same credentials to kopf.
 """
+
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 log = logging.getLogger("rlsched.operator.kube")
 
@@ -34,8 +36,9 @@ def load_configuration(kubeconfig: str | None, context: str | None) -> Any:
 
     cfg = kubernetes.client.Configuration()
     if kubeconfig:
-        kubernetes.config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg,
-                                           persist_config=False)
+        kubernetes.config.load_kube_config(
+            config_file=kubeconfig, context=context, client_configuration=cfg, persist_config=False
+        )
         return cfg
     try:
         kubernetes.config.load_incluster_config(client_configuration=cfg)
@@ -43,8 +46,10 @@ def load_configuration(kubeconfig: str | None, context: str | None) -> Any:
         try:
             kubernetes.config.load_kube_config(context=context, client_configuration=cfg, persist_config=False)
         except (kubernetes.config.ConfigException, OSError, TypeError) as exc:
-            raise ValueError("no Kubernetes credentials: not in a cluster, and no kubeconfig "
-                             f"(--kubeconfig, $KUBECONFIG or ~/.kube/config): {exc}") from None
+            raise ValueError(
+                "no Kubernetes credentials: not in a cluster, and no kubeconfig "
+                f"(--kubeconfig, $KUBECONFIG or ~/.kube/config): {exc}"
+            ) from None
     return cfg
 
 
@@ -70,9 +75,15 @@ class Kube:
         parts = header.split(" ", 1) if header else []
         scheme, token = (None, None) if not parts else (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
         return kopf.ConnectionInfo(
-            server=cfg.host, ca_path=cfg.ssl_ca_cert, insecure=not cfg.verify_ssl,
-            username=cfg.username or None, password=cfg.password or None, scheme=scheme, token=token,
-            certificate_path=cfg.cert_file, private_key_path=cfg.key_file,
+            server=cfg.host,
+            ca_path=cfg.ssl_ca_cert,
+            insecure=not cfg.verify_ssl,
+            username=cfg.username or None,
+            password=cfg.password or None,
+            scheme=scheme,
+            token=token,
+            certificate_path=cfg.cert_file,
+            private_key_path=cfg.key_file,
         )
 
     async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -101,14 +112,25 @@ class Kube:
                 return None
             raise
 
-    async def put_configmap(self, namespace: str, name: str, data: Mapping[str, str], binary_data: Mapping[str, str],
-                            labels: Mapping[str, str] | None = None) -> None:
+    async def put_configmap(
+        self,
+        namespace: str,
+        name: str,
+        data: Mapping[str, str],
+        binary_data: Mapping[str, str],
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
         """Create or replace (optimistic concurrency: a concurrent change makes it retry once)."""
         for attempt in range(3):
             current = await self.get_configmap(namespace, name)
             meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels or {})}
-            body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": dict(data),
-                    "binaryData": dict(binary_data)}
+            body = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": meta,
+                "data": dict(data),
+                "binaryData": dict(binary_data),
+            }
             try:
                 if current is None:
                     await self._call(self.core.create_namespaced_config_map, namespace, body)
@@ -135,24 +157,33 @@ class Kube:
         The operator's only write to pods: RBAC grants pod patch and nothing on pods/status, and the
         chart's admission policy lets this identity change nothing but ``rlsched.io/`` annotations."""
         body = {"metadata": {"uid": uid, "annotations": dict(annotations)}}
-        return await self._call(self.core.patch_namespaced_pod, name, namespace, body,
-                                _content_type="application/merge-patch+json")
+        return await self._call(
+            self.core.patch_namespaced_pod, name, namespace, body, _content_type="application/merge-patch+json"
+        )
 
-    async def post_event(self, ref: Mapping[str, Any], type_: str, reason: str, message: str,
-                         component: str = "rlsched-operator") -> None:
+    async def post_event(
+        self, ref: Mapping[str, Any], type_: str, reason: str, message: str, component: str = "rlsched-operator"
+    ) -> None:
         """A core/v1 Event about ``ref`` (apiVersion, kind, namespace, name, uid). Best effort:
         failures are logged, never raised (an event must not break the work it reports)."""
         import datetime as dt
 
-        now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+        now = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
         namespace = ref.get("namespace") or "default"
         body = {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {"generateName": f"{ref.get('name', 'object')}.", "namespace": namespace},
             "involvedObject": {k: ref[k] for k in ("apiVersion", "kind", "namespace", "name", "uid") if ref.get(k)},
-            "reason": reason, "message": message[:1024], "type": type_,
-            "source": {"component": component}, "reportingComponent": component, "reportingInstance": component,
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            "reason": reason,
+            "message": message[:1024],
+            "type": type_,
+            "source": {"component": component},
+            "reportingComponent": component,
+            "reportingInstance": component,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
         }
         try:
             await self._call(self.core.create_namespaced_event, namespace, body)
@@ -181,8 +212,10 @@ class Kube:
             crd = await self._call(self.ext.read_custom_resource_definition, name)
         except KubeError:
             return False
-        return any(c.get("type") == "Established" and c.get("status") == "True"
-                   for c in (crd.get("status") or {}).get("conditions") or [])
+        return any(
+            c.get("type") == "Established" and c.get("status") == "True"
+            for c in (crd.get("status") or {}).get("conditions") or []
+        )
 
     def close(self) -> None:
         self.api_client.close()

@@ -18,6 +18,7 @@ the pod would sit for ``podMaxInUnschedulablePodsDuration`` (5 min) without the 
 back from the annotation, so the count survives restarts), and gives up with a ``RequeueGaveUp``
 event after ``maxAttempts``. Pods that were bound, deleted or recreated meanwhile are dropped.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -26,8 +27,9 @@ import logging
 import re
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Iterable, Mapping
+from typing import Any
 
 from .settings import RequeueSettings
 
@@ -76,8 +78,15 @@ def pending_pod(body: Mapping[str, Any], annotation: str) -> PendingPod | None:
             r = REJECTED.search(msg)
             if r:
                 rejected = r.group(1).strip().rstrip(".") or "rejected by policy"
-    return PendingPod(uid=meta.get("uid", ""), namespace=meta.get("namespace", ""), name=meta.get("name", ""),
-                      attempt=max(attempt, 0), delayed=delayed, retry_after_s=retry, rejected=rejected)
+    return PendingPod(
+        uid=meta.get("uid", ""),
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        attempt=max(attempt, 0),
+        delayed=delayed,
+        retry_after_s=retry,
+        rejected=rejected,
+    )
 
 
 Patch = Callable[[str, str, str, Mapping[str, str]], Awaitable[Any]]
@@ -87,9 +96,16 @@ Event = Callable[[Mapping[str, Any], str, str, str], Awaitable[None]]
 class Requeuer:
     """Schedules and performs requeues (module docstring)."""
 
-    def __init__(self, settings: RequeueSettings, lookup: Callable[[str], PendingPod | None],
-                 pending: Callable[[], Iterable[PendingPod]], patch: Patch, event: Event,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        settings: RequeueSettings,
+        lookup: Callable[[str], PendingPod | None],
+        pending: Callable[[], Iterable[PendingPod]],
+        patch: Patch,
+        event: Event,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ):
         self.settings = settings
         self.lookup, self.pending, self.patch, self.event = lookup, pending, patch, event
         self.clock, self.wall = clock, wall
@@ -114,8 +130,12 @@ class Requeuer:
         pod = record.get("pod") or {}
         if pod.get("uid"):
             retry = record.get("retryAfterSeconds")
-            self.delayed(pod["uid"], pod.get("namespace", ""), pod.get("name", ""),
-                         float(retry) if isinstance(retry, (int, float)) else None)
+            self.delayed(
+                pod["uid"],
+                pod.get("namespace", ""),
+                pod.get("name", ""),
+                float(retry) if isinstance(retry, (int, float)) else None,
+            )
 
     def delayed(self, uid: str, namespace: str, name: str, retry_after_s: float | None) -> None:
         if not self.settings.enabled or uid in self._due or uid in self._gave_up:
@@ -164,7 +184,7 @@ class Requeuer:
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=max(wait, 0.05))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def process_due(self) -> int:
@@ -202,16 +222,24 @@ class Requeuer:
         self._last.move_to_end(uid)
         while len(self._last) > 50_000:
             self._last.popitem(last=False)
-        log.info("requeued delayed pod %s/%s (attempt %d of %d)", namespace, name, attempt, self.settings.max_attempts,
-                 extra={"event": "requeued", "pod": f"{namespace}/{name}", "attempt": attempt})
+        log.info(
+            "requeued delayed pod %s/%s (attempt %d of %d)",
+            namespace,
+            name,
+            attempt,
+            self.settings.max_attempts,
+            extra={"event": "requeued", "pod": f"{namespace}/{name}", "attempt": attempt},
+        )
 
     def _give_up(self, uid: str, namespace: str, name: str, done: int) -> None:
         self._gave_up[uid] = None
         while len(self._gave_up) > 50_000:
             self._gave_up.popitem(last=False)
         self.given_up += 1
-        message = (f"the scheduling policy delayed this pod {done} times; rlsched operator stops requeueing it "
-                   f"(requeue.maxAttempts={self.settings.max_attempts}); kube-scheduler still retries it every 5 minutes")
+        message = (
+            f"the scheduling policy delayed this pod {done} times; rlsched operator stops requeueing it "
+            f"(requeue.maxAttempts={self.settings.max_attempts}); kube-scheduler still retries it every 5 minutes"
+        )
         log.warning("pod %s/%s: %s", namespace, name, message, extra={"event": "requeue_gave_up"})
         ref = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid}
         task = asyncio.get_running_loop().create_task(self.event(ref, "Warning", "RequeueGaveUp", message))
@@ -266,7 +294,7 @@ class Rejections:
     async def _notify(self, uid: str, namespace: str, name: str, reason: str) -> None:
         from .kube import KubeError
 
-        message = f"the scheduling policy rejected this pod: {reason}"[:self.MAX_MESSAGE]
+        message = f"the scheduling policy rejected this pod: {reason}"[: self.MAX_MESSAGE]
         ref = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid}
         await self.event(ref, "Warning", "RejectedByPolicy", message)
         try:

@@ -14,6 +14,7 @@ its :class:`RolloutResult` into status, conditions and events):
 5. an extender that does not answer at all is *not* a reason to roll back: the bundle stays
    published (the extender picks it up when it is back) and the caller retries the verification.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -23,8 +24,9 @@ import logging
 import os
 import re
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import aiohttp
 
@@ -67,33 +69,48 @@ class ModelFetcher:
         try:
             cm = await self.kube.get_configmap(namespace, name)
         except Exception as exc:  # noqa: BLE001 - API trouble: retry later
-            raise SourceError("ModelSourceUnavailable", f"cannot read ConfigMap {namespace}/{name}: {exc}", True) from None
+            raise SourceError(
+                "ModelSourceUnavailable", f"cannot read ConfigMap {namespace}/{name}: {exc}", True
+            ) from None
         if cm is None:
-            raise SourceError("ModelSourceNotFound",
-                              f"ConfigMap {namespace}/{name} not found: create it "
-                              f"(kubectl -n {namespace} create configmap {name} --from-file={key}=model.npz) "
-                              "or fix spec.model.configMapKeyRef", True)
+            raise SourceError(
+                "ModelSourceNotFound",
+                f"ConfigMap {namespace}/{name} not found: create it "
+                f"(kubectl -n {namespace} create configmap {name} --from-file={key}=model.npz) "
+                "or fix spec.model.configMapKeyRef",
+                True,
+            )
         if key in (cm.get("binaryData") or {}):
             return base64.b64decode(cm["binaryData"][key])
         if key in (cm.get("data") or {}):
             return cm["data"][key].encode()
         keys = sorted([*(cm.get("binaryData") or {}), *(cm.get("data") or {})])
-        raise SourceError("ModelSourceNotFound", f"ConfigMap {namespace}/{name} has no key {key!r} "
-                          f"(keys: {', '.join(keys) or 'none'}); fix spec.model.configMapKeyRef.key", True)
+        raise SourceError(
+            "ModelSourceNotFound",
+            f"ConfigMap {namespace}/{name} has no key {key!r} "
+            f"(keys: {', '.join(keys) or 'none'}); fix spec.model.configMapKeyRef.key",
+            True,
+        )
 
     async def _url(self, url: str) -> bytes:
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as session:
                 async with session.get(url) as resp:
                     if resp.status != 200:
-                        raise SourceError("ModelSourceUnavailable", f"GET {url}: HTTP {resp.status}", resp.status >= 500 or resp.status in (404, 429))
+                        raise SourceError(
+                            "ModelSourceUnavailable",
+                            f"GET {url}: HTTP {resp.status}",
+                            resp.status >= 500 or resp.status in (404, 429),
+                        )
                     data = bytearray()
                     async for chunk in resp.content.iter_chunked(1 << 16):
                         data += chunk
                         if len(data) > self.max_bytes:
-                            raise SourceError("ModelTooLarge", f"GET {url}: larger than {self.max_bytes:,} bytes", False)
+                            raise SourceError(
+                                "ModelTooLarge", f"GET {url}: larger than {self.max_bytes:,} bytes", False
+                            )
                     return bytes(data)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise SourceError("ModelSourceUnavailable", f"GET {url}: {type(exc).__name__}: {exc}", True) from None
 
 
@@ -122,7 +139,11 @@ def bundle_label(b: Bundle | None) -> str:
     if b is None:
         return "nothing"
     d = b.digest
-    what = f"model {b.meta.get('version') or (d[:12] if d else b.settings.get('modelPath'))}" if b.settings.get("modelPath") else "no model"
+    what = (
+        f"model {b.meta.get('version') or (d[:12] if d else b.settings.get('modelPath'))}"
+        if b.settings.get("modelPath")
+        else "no model"
+    )
     gen = b.meta.get("generation")
     return f"{what} (generation {gen})" if gen is not None else what
 
@@ -134,7 +155,11 @@ def serves(view: ExtenderView, bundle: Bundle) -> bool:
         return True
     if view.mode != s.get("mode") or view.fallback != s.get("fallback"):
         return False
-    if s.get("deadlineMs") is not None and view.deadline_ms is not None and float(view.deadline_ms) != float(s["deadlineMs"]):
+    if (
+        s.get("deadlineMs") is not None
+        and view.deadline_ms is not None
+        and float(view.deadline_ms) != float(s["deadlineMs"])
+    ):
         return False
     if s.get("topK") is not None and view.top_k is not None and int(view.top_k) != int(s["topK"]):
         return False
@@ -175,23 +200,37 @@ def load_failed(view: ExtenderView, bundle: Bundle, since: float) -> bool:
 class Rollout:
     """Publishes bundles and verifies them against the extender (module docstring)."""
 
-    def __init__(self, sink: PolicySink, extender: ExtenderClient, fetcher: ModelFetcher, timeout_s: float = 120.0,
-                 poll_s: float = 1.0, clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
+    def __init__(
+        self,
+        sink: PolicySink,
+        extender: ExtenderClient,
+        fetcher: ModelFetcher,
+        timeout_s: float = 120.0,
+        poll_s: float = 1.0,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ):
         self.sink, self.extender, self.fetcher = sink, extender, fetcher
         self.timeout_s, self.poll_s, self.clock, self.sleep = timeout_s, poll_s, clock, sleep
 
     async def build(self, namespace: str, name: str, generation: int, spec: PolicySpec) -> Bundle:
         """The bundle for a spec; raises :class:`SourceError`."""
-        meta: dict[str, Any] = {"policy": f"{namespace}/{name}", "generation": generation,
-                                "source": spec.model.describe() if spec.model else None,
-                                "extenderWeight": spec.extender_weight}
+        meta: dict[str, Any] = {
+            "policy": f"{namespace}/{name}",
+            "generation": generation,
+            "source": spec.model.describe() if spec.model else None,
+            "extenderWeight": spec.extender_weight,
+        }
         data = await self.fetcher.fetch(namespace, spec)
         if data is not None:
             digest = sha256(data)
             if spec.model and spec.model.sha256 and spec.model.sha256 != digest:
-                raise SourceError("DigestMismatch", f"the model from {spec.model.describe()} has sha256 {digest}, "
-                                  f"spec.model.sha256 says {spec.model.sha256}: fix one of them", False)
+                raise SourceError(
+                    "DigestMismatch",
+                    f"the model from {spec.model.describe()} has sha256 {digest}, "
+                    f"spec.model.sha256 says {spec.model.sha256}: fix one of them",
+                    False,
+                )
             model_name = f"model-{digest[:16]}.npz"
             meta["digest"] = digest
             return Bundle(spec.extender_settings(self.sink.model_path(model_name)), model_name, data, meta)
@@ -206,7 +245,9 @@ class Rollout:
         await self.sink.write(CURRENT, bundle)
         return published
 
-    async def verify(self, bundle: Bundle, since: float, timeout_s: float | None = None) -> tuple[str, ExtenderView | None, str]:
+    async def verify(
+        self, bundle: Bundle, since: float, timeout_s: float | None = None
+    ) -> tuple[str, ExtenderView | None, str]:
         """Poll ``/status``: (``ok`` | ``failed`` | ``timeout`` | ``unreachable``, last view, message)."""
         deadline = self.clock() + (self.timeout_s if timeout_s is None else timeout_s)
         view: ExtenderView | None = None
@@ -219,8 +260,11 @@ class Rollout:
             else:
                 if serves(view, bundle):
                     if bundle.digest and view.file_digest and view.file_digest != bundle.digest:
-                        return "failed", view, (f"the extender loaded a file with sha256 {view.file_digest}, "
-                                                f"expected {bundle.digest}")
+                        return (
+                            "failed",
+                            view,
+                            (f"the extender loaded a file with sha256 {view.file_digest}, expected {bundle.digest}"),
+                        )
                     return "ok", view, ""
                 if load_failed(view, bundle, since):
                     return "failed", view, f"the extender could not load the model: {view.error}"
@@ -231,9 +275,15 @@ class Rollout:
             return "unreachable", None, f"the extender's status port did not answer: {last_error}"
         if view.policy_file_error:
             return "failed", view, f"the extender rejected the policy file: {view.policy_file_error}"
-        return "timeout", view, (f"the extender did not report the new bundle within {self.timeout_s:.0f}s "
-                                 f"(it serves mode={view.mode} fallback={view.fallback} model={view.model_path}); "
-                                 "is it reading the published files (policyFile, the ConfigMap volume)?")
+        return (
+            "timeout",
+            view,
+            (
+                f"the extender did not report the new bundle within {self.timeout_s:.0f}s "
+                f"(it serves mode={view.mode} fallback={view.fallback} model={view.model_path}); "
+                "is it reading the published files (policyFile, the ConfigMap volume)?"
+            ),
+        )
 
     async def apply(self, bundle: Bundle) -> RolloutResult:
         """Publish, verify, keep as last good or roll back (module docstring). Raises SinkError."""
@@ -246,14 +296,24 @@ class Rollout:
             return RolloutResult(True, "RolledOut", f"the extender serves {bundle_label(bundle)}", bundle, view)
         if outcome == "unreachable":
             return RolloutResult(False, "ExtenderUnreachable", message + "; the bundle stays published", bundle, view)
-        reason = ("PolicyFileRejected" if "policy file" in message else
-                  "DigestMismatch" if "sha256" in message else
-                  "ModelLoadFailed" if outcome == "failed" else "RolloutTimeout")
+        reason = (
+            "PolicyFileRejected"
+            if "policy file" in message
+            else "DigestMismatch"
+            if "sha256" in message
+            else "ModelLoadFailed"
+            if outcome == "failed"
+            else "RolloutTimeout"
+        )
         target = await self.sink.read(LAST_GOOD)
         if target is None or target.same_content(bundle):
             # No earlier good bundle: the same settings without the model — the fallback serves.
-            target = Bundle(dict(bundle.settings, modelPath=None), None, None,
-                            dict(bundle.meta, digest=None, source=None, rollbackOf=bundle.meta.get("generation")))
+            target = Bundle(
+                dict(bundle.settings, modelPath=None),
+                None,
+                None,
+                dict(bundle.meta, digest=None, source=None, rollbackOf=bundle.meta.get("generation")),
+            )
         since = await self.publish(target)
         back, back_view, back_message = await self.verify(target, since)
         if back == "ok":
@@ -272,4 +332,13 @@ class Rollout:
             log.warning("could not clear the last-good slot: %s", exc)
 
 
-__all__ = ["ModelFetcher", "ModelTooLarge", "Rollout", "RolloutResult", "SinkError", "SourceError", "bundle_label", "serves"]
+__all__ = [
+    "ModelFetcher",
+    "ModelTooLarge",
+    "Rollout",
+    "RolloutResult",
+    "SinkError",
+    "SourceError",
+    "bundle_label",
+    "serves",
+]

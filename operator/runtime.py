@@ -5,13 +5,15 @@ drainer and outcome tracker, and the requeuer, and starts the background tasks (
 inside kopf's event loop; :meth:`Runtime.stop` cancels and awaits them and closes the log (fsync),
 so a SIGTERM loses nothing that was acknowledged.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from .decisionlog import DecisionLog, Drainer, LoadProbe, OutcomeTracker
 from .extender_client import ExtenderClient
@@ -83,8 +85,12 @@ def make_sink(settings: OperatorSettings, kube: Any) -> PolicySink:
     return ConfigMapSink(kube, s.namespace, s.configmap, s.mount_path or "/etc/rlsched/policy", s.max_model_bytes)
 
 
-def start_runtime(settings: OperatorSettings, kube: Any, lookup: Callable[[str], PendingPod | None],
-                  pending: Callable[[], Iterable[PendingPod]]) -> Runtime:
+def start_runtime(
+    settings: OperatorSettings,
+    kube: Any,
+    lookup: Callable[[str], PendingPod | None],
+    pending: Callable[[], Iterable[PendingPod]],
+) -> Runtime:
     """Build the runtime (``lookup``/``pending`` read kopf's pod index) and start its tasks."""
     ext = settings.extender
     client = ExtenderClient(ext.status_url, ext.timeout_s, token_file=ext.token_file)
@@ -96,14 +102,33 @@ def start_runtime(settings: OperatorSettings, kube: Any, lookup: Callable[[str],
     decision_log = tracker = None
     holder: dict[str, Any] = {}
     if dl.path:
-        decision_log = DecisionLog(dl.path, dl.segment_bytes, dl.max_bytes, dl.fsync,
-                                   header=lambda: {"policy": f"{settings.policy.namespace}/{settings.policy.name}",
-                                                   "rewardWeights": holder["rt"].reward_weights or None})
+        decision_log = DecisionLog(
+            dl.path,
+            dl.segment_bytes,
+            dl.max_bytes,
+            dl.fsync,
+            header=lambda: {
+                "policy": f"{settings.policy.namespace}/{settings.policy.name}",
+                "rewardWeights": holder["rt"].reward_weights or None,
+            },
+        )
         probe = LoadProbe(dl.prometheus_url, dl.load_queries, dl.node_label) if dl.prometheus_url else None
         tracker = OutcomeTracker(decision_log.awrite, probe, dl.load_delay_s)
-    drainer = Drainer(client, decision_log, [requeuer.on_verdict, rejections.on_verdict], dl.drain_interval_s, dl.drain_limit)
-    rt = Runtime(settings=settings, kube=kube, sink=sink, extender=client, rollout=rollout, requeuer=requeuer,
-                 rejections=rejections, drainer=drainer, decision_log=decision_log, tracker=tracker)
+    drainer = Drainer(
+        client, decision_log, [requeuer.on_verdict, rejections.on_verdict], dl.drain_interval_s, dl.drain_limit
+    )
+    rt = Runtime(
+        settings=settings,
+        kube=kube,
+        sink=sink,
+        extender=client,
+        rollout=rollout,
+        requeuer=requeuer,
+        rejections=rejections,
+        drainer=drainer,
+        decision_log=decision_log,
+        tracker=tracker,
+    )
     holder["rt"] = rt
     if decision_log is not None:
         decision_log.open()

@@ -5,12 +5,14 @@
 flags. Nothing below the CLI reads the environment. An unknown key is an error naming the key and
 the valid ones, so a typo never silently falls back to a default.
 """
+
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from rlsched.extender.settings import ConfigError, camel, merge, read_yaml
 
@@ -155,10 +157,14 @@ class DecisionLogSettings:
     """Seconds after a pod is bound at which the node's load is sampled for the outcome."""
     prometheus_url: str | None = None
     """Prometheus base URL for the node load in outcomes; unset: outcomes carry no load."""
-    load_queries: dict[str, str] = field(default_factory=lambda: {
-        "cpu": '1 - avg(rate(node_cpu_seconds_total{mode="idle",NODE_SELECTOR}[2m]))',
-        "memory": "1 - avg(node_memory_MemAvailable_bytes{NODE_SELECTOR} / node_memory_MemTotal_bytes{NODE_SELECTOR})",
-    })
+    load_queries: dict[str, str] = field(
+        default_factory=lambda: {
+            "cpu": '1 - avg(rate(node_cpu_seconds_total{mode="idle",NODE_SELECTOR}[2m]))',
+            "memory": (
+                "1 - avg(node_memory_MemAvailable_bytes{NODE_SELECTOR} / node_memory_MemTotal_bytes{NODE_SELECTOR})"
+            ),
+        }
+    )
     """PromQL per load column; ``NODE_SELECTOR`` is replaced by ``<nodeLabel>="<node>"``."""
     node_label: str = "node"
     """Series label that names the node in ``loadQueries``."""
@@ -193,6 +199,7 @@ class OperatorSettings:
 # -- loading --------------------------------------------------------------------------------------
 # The keys, types and messages follow the extender's settings: the same loader serves both.
 
+
 def from_mapping(data: Mapping[str, Any], base: OperatorSettings | None = None) -> OperatorSettings:
     """``base`` (default: the defaults) with camelCase ``data`` applied; SettingsError names bad keys."""
     return merge(base if base is not None else OperatorSettings(), data)
@@ -206,7 +213,9 @@ def validate(s: OperatorSettings) -> OperatorSettings:
         if not s.sink.directory:
             raise SettingsError("sink.directory: required with sink.kind=directory (the folder the extender reads)")
         if not s.sink.mount_path:
-            s = dataclasses.replace(s, sink=dataclasses.replace(s.sink, mount_path=str(Path(s.sink.directory).resolve())))
+            s = dataclasses.replace(
+                s, sink=dataclasses.replace(s.sink, mount_path=str(Path(s.sink.directory).resolve()))
+            )
     elif not s.sink.mount_path:
         s = dataclasses.replace(s, sink=dataclasses.replace(s.sink, mount_path="/etc/rlsched/policy"))
     r = s.requeue
@@ -216,8 +225,10 @@ def validate(s: OperatorSettings) -> OperatorSettings:
         raise SettingsError("requeue.maxAttempts: must be at least 1")
     if not (r.annotation.startswith("rlsched.io/") and len(r.annotation) > len("rlsched.io/")):
         # The chart's admission policy lets the operator change only rlsched.io/ annotations of pods.
-        raise SettingsError(f"requeue.annotation: {r.annotation!r} must start with rlsched.io/ "
-                            "(the only pod annotations the operator may change)")
+        raise SettingsError(
+            f"requeue.annotation: {r.annotation!r} must start with rlsched.io/ "
+            "(the only pod annotations the operator may change)"
+        )
     d = s.decision_log
     if d.segment_bytes < 4096 or d.max_bytes < 2 * d.segment_bytes:
         raise SettingsError("decisionLog: segmentBytes must be at least 4096 and maxBytes at least twice segmentBytes")

@@ -17,6 +17,7 @@ survive an operator restart.
   file whose model is missing. The previous model file is kept one generation longer, because the
   extender may still be reading it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -63,10 +64,14 @@ class Bundle:
     def digest(self) -> str | None:
         return self.meta.get("digest")
 
-    def same_content(self, other: "Bundle | None") -> bool:
+    def same_content(self, other: Bundle | None) -> bool:
         """Same settings and model (metadata such as the generation may differ)."""
-        return (other is not None and self.settings == other.settings and self.model_name == other.model_name
-                and self.digest == other.digest)
+        return (
+            other is not None
+            and self.settings == other.settings
+            and self.model_name == other.model_name
+            and self.digest == other.digest
+        )
 
     def files(self) -> dict[str, bytes]:
         out = {POLICY_FILE: policy_yaml(self.settings), META_FILE: json.dumps(self.meta, sort_keys=True).encode()}
@@ -75,13 +80,17 @@ class Bundle:
         return out
 
     @classmethod
-    def from_files(cls, files: dict[str, bytes]) -> "Bundle":
+    def from_files(cls, files: dict[str, bytes]) -> Bundle:
         settings = yaml.safe_load(files.get(POLICY_FILE, b"") or b"") or {}
         meta = json.loads(files[META_FILE]) if META_FILE in files else {}
         models = [k for k in files if k not in (POLICY_FILE, META_FILE)]
         name = meta.get("modelName") or (models[0] if models else None)
-        return cls(settings=settings, model_name=name if name in files else None,
-                   model=files.get(name) if name else None, meta=meta)
+        return cls(
+            settings=settings,
+            model_name=name if name in files else None,
+            model=files.get(name) if name else None,
+            meta=meta,
+        )
 
 
 def policy_yaml(settings: dict[str, Any]) -> bytes:
@@ -111,6 +120,7 @@ class PolicySink(Protocol):
 
 
 # -- directory ------------------------------------------------------------------------------------
+
 
 def fsync_dir(path: Path) -> None:
     """fsync a folder, so a rename or unlink in it is durable."""
@@ -202,11 +212,18 @@ class DirectorySink:
 
 # -- ConfigMap ------------------------------------------------------------------------------------
 
+
 class ConfigMapSink:
     """Slots as ConfigMaps: ``<name>`` (mounted by the scheduler pod) and ``<name>-last-good``."""
 
-    def __init__(self, kube: Any, namespace: str, name: str, mount_path: str = "/etc/rlsched/policy",
-                 max_model_bytes: int = 900 * 1024):
+    def __init__(
+        self,
+        kube: Any,
+        namespace: str,
+        name: str,
+        mount_path: str = "/etc/rlsched/policy",
+        max_model_bytes: int = 900 * 1024,
+    ):
         self.kube, self.namespace, self.name = kube, namespace, name
         self.mount_path = mount_path
         self.max_model_bytes = min(max_model_bytes, CONFIGMAP_LIMIT)
@@ -241,13 +258,18 @@ class ConfigMapSink:
             raise ModelTooLarge(
                 f"the model is {model_size:,} bytes; the ConfigMap sink takes at most {self.max_model_bytes:,} "
                 f"(a ConfigMap holds 1 MiB in all): put the model on a volume the scheduler pod mounts and set "
-                f"spec.model.path, or raise sink.maxModelBytes if there is room")
+                f"spec.model.path, or raise sink.maxModelBytes if there is room"
+            )
         data = {k: v.decode() for k, v in files.items() if k in (POLICY_FILE, META_FILE)}
         binary = {k: base64.b64encode(v).decode() for k, v in files.items() if k not in (POLICY_FILE, META_FILE)}
         try:
-            await self.kube.put_configmap(self.namespace, self._name(slot), data, binary,
-                                          labels={"app.kubernetes.io/managed-by": "rlsched-operator",
-                                                  "rlsched.io/slot": slot})
+            await self.kube.put_configmap(
+                self.namespace,
+                self._name(slot),
+                data,
+                binary,
+                labels={"app.kubernetes.io/managed-by": "rlsched-operator", "rlsched.io/slot": slot},
+            )
         except Exception as exc:  # KubeError and transport errors alike: the caller retries
             raise SinkError(f"cannot write ConfigMap {self.namespace}/{self._name(slot)}: {exc}") from None
 

@@ -6,12 +6,14 @@ installed without validation, unit tests without an API server) and a few the sc
 express (a fallback name the installed code does not know). Every problem names the field and says
 what fits, so the ``Degraded`` condition tells the user what to fix.
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -72,8 +74,13 @@ class PolicySpec:
 
     def extender_settings(self, model_path: str | None) -> dict[str, Any]:
         """The extender's policy file (keys of ``rlsched.extender.settings.PolicySettings``)."""
-        return {"mode": self.mode, "modelPath": model_path, "fallback": self.fallback,
-                "deadlineMs": self.deadline_ms, "topK": self.top_k}
+        return {
+            "mode": self.mode,
+            "modelPath": model_path,
+            "fallback": self.fallback,
+            "deadlineMs": self.deadline_ms,
+            "topK": self.top_k,
+        }
 
 
 def _number(value: Any) -> bool:
@@ -140,8 +147,15 @@ def parse_spec(spec: Mapping[str, Any] | None) -> PolicySpec:
 
     if problems:
         raise SpecError(problems)
-    return PolicySpec(mode=mode, model=model, fallback=fallback, deadline_ms=float(deadline), top_k=int(top_k),
-                      extender_weight=weight, reward_weights=rewards)
+    return PolicySpec(
+        mode=mode,
+        model=model,
+        fallback=fallback,
+        deadline_ms=float(deadline),
+        top_k=int(top_k),
+        extender_weight=weight,
+        reward_weights=rewards,
+    )
 
 
 def _parse_model(raw: Any, problems: list[str]) -> ModelSource | None:
@@ -153,8 +167,10 @@ def _parse_model(raw: Any, problems: list[str]) -> ModelSource | None:
         problems.append(f"spec.model.{key}: unknown field; valid fields: {', '.join(sorted(known))}")
     given = [k for k in ("configMapKeyRef", "path", "url") if k in raw]
     if len(given) != 1:
-        problems.append("set exactly one of spec.model.configMapKeyRef, spec.model.path or spec.model.url"
-                        + (f" (got {', '.join(given)})" if given else ""))
+        problems.append(
+            "set exactly one of spec.model.configMapKeyRef, spec.model.path or spec.model.url"
+            + (f" (got {', '.join(given)})" if given else "")
+        )
     sha = raw.get("sha256")
     if sha is not None and (not isinstance(sha, str) or not _SHA256.match(sha)):
         problems.append("spec.model.sha256: expected 64 lowercase hex digits (sha256sum of the .npz)")
@@ -168,7 +184,9 @@ def _parse_model(raw: Any, problems: list[str]) -> ModelSource | None:
             if not isinstance(name, str) or len(name) > 253:
                 problems.append("spec.model.configMapKeyRef.name: expected a ConfigMap name")
             if not isinstance(key, str) or len(key) > 253 or not _KEY.match(key):
-                problems.append("spec.model.configMapKeyRef.key: expected a ConfigMap key (letters, digits, '-', '_', '.')")
+                problems.append(
+                    "spec.model.configMapKeyRef.key: expected a ConfigMap key (letters, digits, '-', '_', '.')"
+                )
             source = ModelSource(configmap=str(name), key=str(key), sha256=sha)
     if "path" in raw:
         path = raw["path"]

@@ -12,6 +12,7 @@ extender stand-in built on the extender's real policy engine, and small fake mod
 - ``python -m rlsched.operator.testing extender [rlsched extender flags]`` runs the real extender with
   :func:`fake_model_loader` (the e2e tests use it until learned models exist).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -19,7 +20,8 @@ import copy
 import hashlib
 import json
 import sys
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .extender_client import ExtenderUnavailable, ExtenderView
 from .kube import KubeError
@@ -29,12 +31,26 @@ MAGIC = "rlsched-test-model"
 
 # -- fake models -------------------------------------------------------------------------------------
 
-def fake_model(version: str, scorer: str = "least-allocated", delay_first: int = 0, retry_after_s: float = 1.0,
-               reject_cpu_milli_above: int | None = None) -> bytes:
+
+def fake_model(
+    version: str,
+    scorer: str = "least-allocated",
+    delay_first: int = 0,
+    retry_after_s: float = 1.0,
+    reject_cpu_milli_above: int | None = None,
+) -> bytes:
     """Bytes of a test model (see the module docstring)."""
-    return json.dumps({"magic": MAGIC, "version": version, "scorer": scorer, "delayFirst": delay_first,
-                       "retryAfterSeconds": retry_after_s, "rejectCpuMilliAbove": reject_cpu_milli_above},
-                      sort_keys=True).encode()
+    return json.dumps(
+        {
+            "magic": MAGIC,
+            "version": version,
+            "scorer": scorer,
+            "delayFirst": delay_first,
+            "retryAfterSeconds": retry_after_s,
+            "rejectCpuMilliAbove": reject_cpu_milli_above,
+        },
+        sort_keys=True,
+    ).encode()
 
 
 class FakeModelScorer:
@@ -79,10 +95,13 @@ def fake_model_loader(path: str, typical: Any) -> FakeModelScorer:
         raise ValueError(f"{path}: not a model file (corrupt or truncated)") from None
     if not isinstance(conf, dict) or conf.get("magic") != MAGIC:
         raise ValueError(f"{path}: not a model file (no manifest)")
-    return FakeModelScorer(make_scorer(conf.get("scorer", "least-allocated"), typical), conf, hashlib.sha256(data).hexdigest())
+    return FakeModelScorer(
+        make_scorer(conf.get("scorer", "least-allocated"), typical), conf, hashlib.sha256(data).hexdigest()
+    )
 
 
 # -- the extender, in process ------------------------------------------------------------------------
+
 
 class EngineExtender:
     """``status()``/``decisions()`` over a real PolicyEngine that reads ``policy_file``."""
@@ -116,6 +135,7 @@ class EngineExtender:
 
 # -- Kubernetes, in memory ---------------------------------------------------------------------------
 
+
 class FakeKube:
     """The operator's own API calls against dicts."""
 
@@ -136,22 +156,37 @@ class FakeKube:
         cm = self.configmaps.get((namespace, name))
         return copy.deepcopy(cm) if cm else None
 
-    async def put_configmap(self, namespace: str, name: str, data: Mapping[str, str], binary_data: Mapping[str, str],
-                            labels: Mapping[str, str] | None = None) -> None:
+    async def put_configmap(
+        self,
+        namespace: str,
+        name: str,
+        data: Mapping[str, str],
+        binary_data: Mapping[str, str],
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
         self.calls.append(("put_configmap", namespace, name))
         self._maybe_fail("put_configmap")
         self.rv += 1
-        self.configmaps[(namespace, name)] = {"metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {}),
-                                                           "resourceVersion": str(self.rv)},
-                                              "data": dict(data), "binaryData": dict(binary_data)}
+        self.configmaps[(namespace, name)] = {
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": dict(labels or {}),
+                "resourceVersion": str(self.rv),
+            },
+            "data": dict(data),
+            "binaryData": dict(binary_data),
+        }
 
     async def delete_configmap(self, namespace: str, name: str) -> None:
         self.calls.append(("delete_configmap", namespace, name))
         self.configmaps.pop((namespace, name), None)
 
     def add_pod(self, namespace: str, name: str, uid: str, annotations: Mapping[str, str] | None = None) -> None:
-        self.pods[(namespace, name)] = {"metadata": {"namespace": namespace, "name": name, "uid": uid,
-                                                     "annotations": dict(annotations or {})}, "status": {"conditions": []}}
+        self.pods[(namespace, name)] = {
+            "metadata": {"namespace": namespace, "name": name, "uid": uid, "annotations": dict(annotations or {})},
+            "status": {"conditions": []},
+        }
 
     async def patch_pod_annotations(self, namespace: str, name: str, uid: str, annotations: Mapping[str, str]) -> dict:
         self.calls.append(("patch_pod", namespace, name, dict(annotations)))
@@ -164,7 +199,9 @@ class FakeKube:
         pod["metadata"]["annotations"].update(annotations)
         return copy.deepcopy(pod)
 
-    async def post_event(self, ref: Mapping[str, Any], type_: str, reason: str, message: str, component: str = "rlsched-operator") -> None:
+    async def post_event(
+        self, ref: Mapping[str, Any], type_: str, reason: str, message: str, component: str = "rlsched-operator"
+    ) -> None:
         self.events.append({"ref": dict(ref), "type": type_, "reason": reason, "message": message})
 
 

@@ -9,6 +9,7 @@
 - :mod:`.simulator` / :mod:`.events` — the FGD protocol and the event-driven replay.
 - :mod:`.evaluate` — ``rlsched evaluate``.
 """
+
 from .cards import default_cards, tightest_card
 from .cluster import ClusterState, NodeSpec, Placement, PodRequest, PodSpec, pod_request_problem
 from .decision import Decision, decide

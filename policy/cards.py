@@ -4,6 +4,7 @@ The default rule (used by every policy except FGD, which picks the share card th
 least fragmentation): a share pod takes the fitting card with the least free milli (lowest index on
 ties), a whole-card pod takes the lowest-index completely free cards.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """``rlsched evaluate``: arguments and output for :mod:`rlsched.policy.evaluate`."""
+
 from __future__ import annotations
 
 import argparse
@@ -33,21 +34,42 @@ def _policy_epilog() -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = _policy_epilog()
-    parser.add_argument("--nodes", required=True, help="node list: openb CSV (sn,cpu_milli,memory_mib,gpu,model) or generic YAML/JSON")
+    parser.add_argument(
+        "--nodes", required=True, help="node list: openb CSV (sn,cpu_milli,memory_mib,gpu,model) or generic YAML/JSON"
+    )
     parser.add_argument("--pods", required=True, help="pod list: openb CSV or generic YAML/JSON")
-    parser.add_argument("--policy", required=True, help="comma-separated policies (listed below), e.g. fgd,ppo:model.npz")
+    parser.add_argument(
+        "--policy", required=True, help="comma-separated policies (listed below), e.g. fgd,ppo:model.npz"
+    )
     parser.add_argument("--seeds", default="42-51", help="seeds, e.g. 42-51 or 1,5,9 (default: %(default)s)")
-    parser.add_argument("--target", type=float, default=DEFAULT_TARGET,
-                        help="inflate arrivals to this fraction of cluster GPU capacity (default: %(default)s)")
+    parser.add_argument(
+        "--target",
+        type=float,
+        default=DEFAULT_TARGET,
+        help="inflate arrivals to this fraction of cluster GPU capacity (default: %(default)s)",
+    )
     parser.add_argument("--typical-from", help="pod list to take FGD's typical pods from (default: --pods)")
-    parser.add_argument("--json", metavar="PATH", help="write the evaluation as JSON to this file (default: OUT/NAME.json)")
-    parser.add_argument("--out", default="runs/evaluate",
-                        help="folder for the PNG of allocation curves, and the JSON unless --json (default: %(default)s)")
-    parser.add_argument("--name", default="evaluation", help="file stem for the outputs in --out (default: %(default)s)")
+    parser.add_argument(
+        "--json", metavar="PATH", help="write the evaluation as JSON to this file (default: OUT/NAME.json)"
+    )
+    parser.add_argument(
+        "--out",
+        default="runs/evaluate",
+        help="folder for the PNG of allocation curves, and the JSON unless --json (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--name", default="evaluation", help="file stem for the outputs in --out (default: %(default)s)"
+    )
     parser.add_argument("--jobs", type=int, default=0, help="worker processes (default: one per core)")
-    parser.add_argument("--mode", choices=("fgd", "events"), default="fgd",
-                        help="fgd: the FGD protocol (arrivals only, inflated); events: replay creation/deletion times")
-    parser.add_argument("--retry-failed", action="store_true", help="events mode: queue pods that do not fit and retry after departures")
+    parser.add_argument(
+        "--mode",
+        choices=("fgd", "events"),
+        default="fgd",
+        help="fgd: the FGD protocol (arrivals only, inflated); events: replay creation/deletion times",
+    )
+    parser.add_argument(
+        "--retry-failed", action="store_true", help="events mode: queue pods that do not fit and retry after departures"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -66,9 +88,16 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError(f"{flag}: no such file: {path}")
         if args.mode == "events":
             return _run_events(args, policies, seeds)
-        evaluation = evaluate(args.nodes, args.pods, policies, seeds, target=args.target,
-                              jobs=args.jobs or default_jobs(), typical_from=args.typical_from,
-                              progress=not args.no_progress and sys.stderr.isatty())
+        evaluation = evaluate(
+            args.nodes,
+            args.pods,
+            policies,
+            seeds,
+            target=args.target,
+            jobs=args.jobs or default_jobs(),
+            typical_from=args.typical_from,
+            progress=not args.no_progress and sys.stderr.isatty(),
+        )
     except (TraceError, UnknownPolicyError, ValueError) as exc:
         print(f"rlsched evaluate: {exc}", file=sys.stderr)
         return 2

@@ -5,6 +5,7 @@ Every field of :class:`rlsched.policy.ppo.config.Args` is a flag (``--num-envs 4
 chosen model (and its manifest) to PATH when training ends. torch is imported only here, when the
 command runs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,10 +20,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .ppo.config import ARGS_FIELDS, field_doc, field_kind
 
     parser.add_argument("--config", help="YAML or JSON file with training settings (keys as below, with _ or -)")
-    parser.add_argument("--export", help="copy the chosen model (.npz, plus its .json manifest) here when training ends")
-    parser.add_argument("--from-decisions", metavar="PATH",
-                        help="fine-tune on the workload in rlsched operator's decision log (folder or segment); it "
-                             "replaces --traces; start from the served model with --init-model (rlsched.policy.decisions)")
+    parser.add_argument(
+        "--export", help="copy the chosen model (.npz, plus its .json manifest) here when training ends"
+    )
+    parser.add_argument(
+        "--from-decisions",
+        metavar="PATH",
+        help="fine-tune on the workload in rlsched operator's decision log (folder or segment); it "
+        "replaces --traces; start from the served model with --init-model (rlsched.policy.decisions)",
+    )
     for f in ARGS_FIELDS:
         flag = "--" + f.name.replace("_", "-")
         kind, elem = field_kind(f)
@@ -63,8 +69,7 @@ def load_config(path: str) -> dict[str, Any]:
 
 def build_args(ns: argparse.Namespace):
     """Args from config file defaults overridden by explicit flags."""
-    from .ppo.config import Args, parse_tuple_fields
-    from .ppo.config import ARGS_FIELDS
+    from .ppo.config import ARGS_FIELDS, Args, parse_tuple_fields
 
     values: dict[str, Any] = load_config(ns.config) if ns.config else {}
     for f in ARGS_FIELDS:
@@ -72,8 +77,12 @@ def build_args(ns: argparse.Namespace):
         if v is not None:
             values[f.name] = v
     args = parse_tuple_fields(Args(**values))
-    for path in (args.nodes, *args.traces, *([args.init_model] if args.init_model else []),
-                 *([args.resume] if args.resume else [])):
+    for path in (
+        args.nodes,
+        *args.traces,
+        *([args.init_model] if args.init_model else []),
+        *([args.resume] if args.resume else []),
+    ):
         if not Path(path).is_file():
             raise ValueError(f"no such file: {path}")
     if args.serve_mode not in ("sample", "greedy"):
@@ -106,13 +115,26 @@ def run(ns: argparse.Namespace) -> int:
     try:
         from .ppo.trainer import train
     except ImportError as exc:  # pragma: no cover - depends on the install
-        print(f"rlsched train: needs torch ({exc}); install the 'train' extra into this environment, "
-              "from the folder of your clone: pip install -e '.[train]'", file=sys.stderr)
+        print(
+            f"rlsched train: needs torch ({exc}); install the 'train' extra into this environment, "
+            "from the folder of your clone: pip install -e '.[train]'",
+            file=sys.stderr,
+        )
         return 2
     result = train(args)
-    print(json.dumps({"model": result.model_path, "val_unallocated_best": result.best_val,
-                      "val_unallocated_final": result.final_val, "decisions": result.steps,
-                      "seconds": round(result.seconds, 1), "run_dir": result.run_dir}, indent=1))
+    print(
+        json.dumps(
+            {
+                "model": result.model_path,
+                "val_unallocated_best": result.best_val,
+                "val_unallocated_final": result.final_val,
+                "decisions": result.steps,
+                "seconds": round(result.seconds, 1),
+                "run_dir": result.run_dir,
+            },
+            indent=1,
+        )
+    )
     if ns.export:
         dest = Path(ns.export)
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -120,4 +142,3 @@ def run(ns: argparse.Namespace) -> int:
         shutil.copyfile(Path(result.model_path).with_suffix(".json"), dest.with_suffix(".json"))
         print(f"exported {dest}")
     return 0
-

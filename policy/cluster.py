@@ -8,15 +8,15 @@ GPU model: a node has ``gpu_count`` cards of :data:`~rlsched.policy.resources.MI
 milli each, all of one ``gpu_model``. ``card_free[n, c]`` is the free milli on card ``c`` of node
 ``n``; cards a node does not have are stored as 0 free, which no pod can use.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from .resources import MILLI_PER_CARD
-
 
 DEFAULT_MILLI_CPU_REQUEST = 100
 """Kubernetes counts a pod without a cpu request as 100m when scoring."""
@@ -277,11 +277,13 @@ class ClusterState:
         """Undo :meth:`place` (a pod left the node)."""
         node = placement.node
         cards = list(placement.cards)
-        if (self.cpu_free[node] + placement.cpu_milli > self.cpu_cap[node]
-                or self.mem_free[node] + placement.memory_mib > self.mem_cap[node]
-                or self.nonzero_cpu_used[node] < nonzero_cpu(placement.cpu_milli)
-                or (self.card_free[node, cards] + placement.milli_per_card > MILLI_PER_CARD).any()
-                or (placement.kind >= 0 and self.kind_count[node, placement.kind] < 1)):
+        if (
+            self.cpu_free[node] + placement.cpu_milli > self.cpu_cap[node]
+            or self.mem_free[node] + placement.memory_mib > self.mem_cap[node]
+            or self.nonzero_cpu_used[node] < nonzero_cpu(placement.cpu_milli)
+            or (self.card_free[node, cards] + placement.milli_per_card > MILLI_PER_CARD).any()
+            or (placement.kind >= 0 and self.kind_count[node, placement.kind] < 1)
+        ):
             # Checked before changing anything, so a bad release leaves the state as it was.
             raise ValueError(f"node {self.names[node]}: released more than was placed")
         self.cpu_free[node] += placement.cpu_milli
@@ -301,7 +303,7 @@ class ClusterState:
         self.max_card_free[node] = int(row.max())
         self.node_version[node] += 1
 
-    def copy(self) -> "ClusterState":
+    def copy(self) -> ClusterState:
         """A deep copy sharing the immutable node specs."""
         other = object.__new__(ClusterState)
         other.__dict__.update(self.__dict__)
@@ -312,4 +314,15 @@ class ClusterState:
 
 
 MUTABLE_ARRAYS = (  # the per-node arrays that change as pods come and go (copy() copies these)
-    "cpu_free", "mem_free", "nonzero_cpu_used", "nonzero_mem_used_bytes", "card_free", "full_free", "max_card_free", "kind_count", "gpu_pods", "node_version", "load")
+    "cpu_free",
+    "mem_free",
+    "nonzero_cpu_used",
+    "nonzero_mem_used_bytes",
+    "card_free",
+    "full_free",
+    "max_card_free",
+    "kind_count",
+    "gpu_pods",
+    "node_version",
+    "load",
+)

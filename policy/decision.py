@@ -3,6 +3,7 @@
 The simulator, the gym environment's baseline mode and the extender all place a pod through
 :func:`decide`, so a policy behaves the same wherever it runs.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,8 +27,9 @@ class Decision:
     """The scorer's output over ``feasible`` (None when only one node fitted: it goes there unscored)."""
 
 
-def decide(scorer: Scorer, state: ClusterState, req: PodRequest, tiebreak: TieBreak,
-           nodes: np.ndarray | None = None) -> Decision | None:
+def decide(
+    scorer: Scorer, state: ClusterState, req: PodRequest, tiebreak: TieBreak, nodes: np.ndarray | None = None
+) -> Decision | None:
     """Choose a node and cards for ``req``, or None when no node fits.
 
     ``nodes`` restricts the candidates (the extender passes the nodes kube-scheduler sent); they are

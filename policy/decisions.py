@@ -25,13 +25,15 @@ away is dropped.
 This module knows nothing about Kubernetes or kopf: the trainer imports it
 (``rlsched train --from-decisions PATH``).
 """
+
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 from .cluster import PodSpec
 
@@ -75,7 +77,7 @@ def iter_records(path: str | Path, stats: ReadStats | None = None) -> Iterator[d
         stats.files += 1
         data = seg.read_bytes()
         lines = data.split(b"\n")
-        torn = lines.pop() if lines else b""   # text after the last newline: a torn write
+        torn = lines.pop() if lines else b""  # text after the last newline: a torn write
         if torn.strip():
             stats.torn_tails += 1
         first = True
@@ -145,10 +147,15 @@ class DecisionExample:
         """The pod's request in domain terms (None when the features lack it or it is invalid)."""
         p = (self.features or {}).get("pod") or {}
         try:
-            return PodSpec(name=f"{self.pod}@{self.pod_uid[:8]}", cpu_milli=int(p["cpuMilli"]), memory_mib=int(p["memoryMiB"]),
-                           num_gpu=int(p.get("numGpu", 0)), gpu_milli=int(p.get("gpuMilli", 0)),
-                           creation_time=self.time,
-                           deletion_time=(self.time + self.outcome.lifetime_seconds) if self.outcome.lifetime_seconds else None)
+            return PodSpec(
+                name=f"{self.pod}@{self.pod_uid[:8]}",
+                cpu_milli=int(p["cpuMilli"]),
+                memory_mib=int(p["memoryMiB"]),
+                num_gpu=int(p.get("numGpu", 0)),
+                gpu_milli=int(p.get("gpuMilli", 0)),
+                creation_time=self.time,
+                deletion_time=(self.time + self.outcome.lifetime_seconds) if self.outcome.lifetime_seconds else None,
+            )
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -189,13 +196,24 @@ def load_examples(path: str | Path, stats: ReadStats | None = None) -> list[Deci
         verdict = rec.get("verdict")
         action = verdict if verdict in ("delay", "reject") else ("place" if rec.get("node") else "none")
         pod = rec.get("pod") or {}
-        out.append(DecisionExample(
-            time=float(rec.get("time") or rec.get("loggedAt") or 0.0), pod_uid=uid,
-            pod=f"{pod.get('namespace', '')}/{pod.get('name', '')}", action=action, node=rec.get("node"),
-            cards=tuple(int(c) for c in rec.get("cards") or ()), features=rec.get("features") or {},
-            scores=list(rec.get("topScores") or []), served_by=rec.get("servedBy"), scorer=rec.get("scorer"),
-            model_version=rec.get("modelVersion"), mode=rec.get("mode"), shadow=rec.get("shadow"), outcome=outcome,
-        ))
+        out.append(
+            DecisionExample(
+                time=float(rec.get("time") or rec.get("loggedAt") or 0.0),
+                pod_uid=uid,
+                pod=f"{pod.get('namespace', '')}/{pod.get('name', '')}",
+                action=action,
+                node=rec.get("node"),
+                cards=tuple(int(c) for c in rec.get("cards") or ()),
+                features=rec.get("features") or {},
+                scores=list(rec.get("topScores") or []),
+                served_by=rec.get("servedBy"),
+                scorer=rec.get("scorer"),
+                model_version=rec.get("modelVersion"),
+                mode=rec.get("mode"),
+                shadow=rec.get("shadow"),
+                outcome=outcome,
+            )
+        )
     # Only the last placing decision of a pod owns its binding (earlier ones were superseded).
     last_place: dict[str, int] = {}
     for i, ex in enumerate(out):
@@ -288,7 +306,9 @@ class DatasetSummary:
         ]
 
 
-def summarize(path: str | Path, weights: Mapping[str, float] | None = None) -> tuple[list[DecisionExample], DatasetSummary]:
+def summarize(
+    path: str | Path, weights: Mapping[str, float] | None = None
+) -> tuple[list[DecisionExample], DatasetSummary]:
     """Load the dataset and count what is in it."""
     stats = ReadStats()
     examples = load_examples(path, stats)
@@ -300,10 +320,16 @@ def summarize(path: str | Path, weights: Mapping[str, float] | None = None) -> t
         versions[e.model_version or "none"] = versions.get(e.model_version or "none", 0) + 1
     rewards = [reward(e, w) for e in places if e.outcome.bound_node is not None]
     return examples, DatasetSummary(
-        examples=len(examples), placements=len(places), delays=sum(e.action == "delay" for e in examples),
-        rejects=sum(e.action == "reject" for e in examples), bound=sum(e.outcome.bound_node is not None for e in places),
-        followed=sum(bool(e.followed) for e in places), evicted=sum(e.outcome.ended in ("evicted", "preempted") for e in places),
-        mean_reward=sum(rewards) / len(rewards) if rewards else 0.0, model_versions=versions, stats=stats,
+        examples=len(examples),
+        placements=len(places),
+        delays=sum(e.action == "delay" for e in examples),
+        rejects=sum(e.action == "reject" for e in examples),
+        bound=sum(e.outcome.bound_node is not None for e in places),
+        followed=sum(bool(e.followed) for e in places),
+        evicted=sum(e.outcome.ended in ("evicted", "preempted") for e in places),
+        mean_reward=sum(rewards) / len(rewards) if rewards else 0.0,
+        model_versions=versions,
+        stats=stats,
     )
 
 
@@ -321,12 +347,23 @@ def prepare_fine_tune(path: str | Path, out_dir: str | Path, min_pods: int = 1) 
     examples, summary = summarize(path)
     pods = workload(examples)
     if len(pods) < min_pods:
-        raise ValueError(f"{path}: {len(pods)} pods with a readable request in the decision log; need at least {min_pods}")
+        raise ValueError(
+            f"{path}: {len(pods)} pods with a readable request in the decision log; need at least {min_pods}"
+        )
     t0 = min(p.creation_time or 0.0 for p in pods)
-    pods = [PodSpec(name=p.name, cpu_milli=p.cpu_milli, memory_mib=p.memory_mib, num_gpu=p.num_gpu, gpu_milli=p.gpu_milli,
-                    gpu_models=p.gpu_models,
-                    creation_time=None if p.creation_time is None else round(p.creation_time - t0, 3),
-                    deletion_time=None if p.deletion_time is None else round(p.deletion_time - t0, 3)) for p in pods]
+    pods = [
+        PodSpec(
+            name=p.name,
+            cpu_milli=p.cpu_milli,
+            memory_mib=p.memory_mib,
+            num_gpu=p.num_gpu,
+            gpu_milli=p.gpu_milli,
+            gpu_models=p.gpu_models,
+            creation_time=None if p.creation_time is None else round(p.creation_time - t0, 3),
+            deletion_time=None if p.deletion_time is None else round(p.deletion_time - t0, 3),
+        )
+        for p in pods
+    ]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     trace = out / "decisions-workload.json"

@@ -3,15 +3,17 @@
 Each (policy, seed) pair is one :func:`~rlsched.policy.simulator.run_fgd_protocol` run; runs are
 independent, so ``jobs > 1`` spreads them over processes.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import re
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -76,7 +78,7 @@ class PolicySummary:
     published_100: float | None = None
 
     @staticmethod
-    def _stats(values: Sequence[float]) -> dict:
+    def _stats(values: Sequence[float]) -> dict[str, Any]:
         arr = np.asarray(values, dtype=float)
         return {
             "median": float(np.median(arr)),
@@ -96,7 +98,7 @@ class PolicySummary:
             return None
         return abs(self.median_100 - self.published_100) <= TOLERANCE_PP.get(self.policy, 0.5)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "policy": self.policy,
             "seeds": self.seeds,
@@ -127,16 +129,18 @@ class Evaluation:
             by_policy.setdefault(run.policy, []).append(run)
         out = []
         for policy, runs in by_policy.items():
-            out.append(PolicySummary(
-                policy=policy,
-                seeds=len(runs),
-                unallocated_100=[r.unallocated_at(100) for r in runs],
-                unallocated_130=[r.unallocated_at(max(r.curve)) for r in runs],
-                failed_pods=[r.failed_pods for r in runs],
-                frag_100=[r.frag_at_100 for r in runs],
-                seconds=[r.seconds for r in runs],
-                published_100=published(self.published_setup, policy),
-            ))
+            out.append(
+                PolicySummary(
+                    policy=policy,
+                    seeds=len(runs),
+                    unallocated_100=[r.unallocated_at(100) for r in runs],
+                    unallocated_130=[r.unallocated_at(max(r.curve)) for r in runs],
+                    failed_pods=[r.failed_pods for r in runs],
+                    frag_100=[r.frag_at_100 for r in runs],
+                    seconds=[r.seconds for r in runs],
+                    published_100=published(self.published_setup, policy),
+                )
+            )
         return out
 
     def median_curves(self) -> dict[str, dict[int, float]]:
@@ -148,7 +152,7 @@ class Evaluation:
             out[policy] = {x: float(np.median([r.allocated_at(x) for r in runs])) for x in xs}
         return out
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "nodes": self.nodes_path,
             "pods": self.pods_path,
@@ -162,23 +166,35 @@ class Evaluation:
 
 def format_table(evaluation: Evaluation) -> str:
     """A plain-text table: one row per policy."""
-    rows = [("policy", "unalloc@100 med [min-max]", "unalloc@130 med", "failed pods med", "frag@100 med", "published@100", "s/run")]
+    rows = [
+        (
+            "policy",
+            "unalloc@100 med [min-max]",
+            "unalloc@130 med",
+            "failed pods med",
+            "frag@100 med",
+            "published@100",
+            "s/run",
+        )
+    ]
     for s in evaluation.summaries():
         pub = "-"
         if s.published_100 is not None:
             mark = "ok" if s.within_tolerance else "MISS"
             pub = f"{s.published_100:.2f} ({s.median_100 - s.published_100:+.2f} {mark})"
-        rows.append((
-            s.policy,
-            f"{s.median_100:6.2f} [{min(s.unallocated_100):.2f}-{max(s.unallocated_100):.2f}]",
-            f"{np.median(s.unallocated_130):6.2f}",
-            f"{np.median(s.failed_pods):7.0f}",
-            f"{np.median(s.frag_100):6.2f}",
-            pub,
-            f"{np.median(s.seconds):.2f}",
-        ))
+        rows.append(
+            (
+                s.policy,
+                f"{s.median_100:6.2f} [{min(s.unallocated_100):.2f}-{max(s.unallocated_100):.2f}]",
+                f"{np.median(s.unallocated_130):6.2f}",
+                f"{np.median(s.failed_pods):7.0f}",
+                f"{np.median(s.frag_100):6.2f}",
+                pub,
+                f"{np.median(s.seconds):.2f}",
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -209,6 +225,7 @@ def plot_curves(evaluation: Evaluation, path: str | Path) -> None:
 
 
 # -- running ---------------------------------------------------------------------------------------
+
 
 class _Workload:
     """What a worker process needs, loaded once per process."""
@@ -266,7 +283,9 @@ def evaluate(
                     bar.set_postfix_str(f"{task[0]} seed {task[1]}")
                     bar.update()
         else:
-            with ProcessPoolExecutor(max_workers=jobs, initializer=_init_worker, initargs=(nodes, pods, typical, target)) as pool:
+            with ProcessPoolExecutor(
+                max_workers=jobs, initializer=_init_worker, initargs=(nodes, pods, typical, target)
+            ) as pool:
                 for result in pool.map(_run_one, tasks):
                     evaluation.runs.append(result)
                     if bar:
@@ -282,8 +301,9 @@ def default_jobs() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
 
-def write_outputs(evaluation: Evaluation, out_dir: str | Path, stem: str = "evaluation",
-                  json_path: str | Path | None = None) -> dict[str, Path]:
+def write_outputs(
+    evaluation: Evaluation, out_dir: str | Path, stem: str = "evaluation", json_path: str | Path | None = None
+) -> dict[str, Path]:
     """Write ``<stem>.png`` into ``out_dir`` and the JSON to ``json_path`` (default ``out_dir/<stem>.json``);
     returns their paths."""
     out = Path(out_dir)
@@ -302,7 +322,7 @@ def evaluate_events(
     seeds: Iterable[int],
     retry_failed: bool = False,
     typical_from: str | Path | None = None,
-) -> list["EventRunResult"]:
+) -> list[EventRunResult]:
     """Event-driven replays (creation/deletion times) of every policy on every seed."""
     from .events import run_events
     from .scorers import make_scorer
@@ -312,19 +332,29 @@ def evaluate_events(
     typical = typical_pods(load_pods(typical_from) if typical_from else pods)
     return [
         run_events(nodes, pods, make_scorer(policy, typical), seed, typical, retry_failed, policy)
-        for policy in policies for seed in seeds
+        for policy in policies
+        for seed in seeds
     ]
 
 
-def format_events_table(results: Sequence["EventRunResult"]) -> str:
+def format_events_table(results: Sequence[EventRunResult]) -> str:
     """Medians over seeds per policy for event-driven replays."""
     rows = [("policy", "runs", "mean alloc GPU %", "peak alloc GPU %", "mean frag %", "failed pods", "mean wait s")]
     for policy in dict.fromkeys(r.policy for r in results):
         rs = [r for r in results if r.policy == policy]
-        med = lambda attr: float(np.median([getattr(r, attr) for r in rs]))  # noqa: E731
-        rows.append((policy, str(len(rs)), f"{med('mean_allocated_gpu_pct'):.3f}", f"{med('peak_allocated_gpu_pct'):.3f}",
-                     f"{med('mean_frag_pct'):.3f}", f"{med('failed_pods'):.0f}", f"{med('mean_wait_seconds'):.1f}"))
+        med = lambda attr, rs=rs: float(np.median([getattr(r, attr) for r in rs]))  # noqa: E731
+        rows.append(
+            (
+                policy,
+                str(len(rs)),
+                f"{med('mean_allocated_gpu_pct'):.3f}",
+                f"{med('peak_allocated_gpu_pct'):.3f}",
+                f"{med('mean_frag_pct'):.3f}",
+                f"{med('failed_pods'):.0f}",
+                f"{med('mean_wait_seconds'):.1f}",
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)

@@ -7,13 +7,15 @@ a FIFO queue that is retried after every departure (like an unschedulable queue 
 cluster events); a waiting pod whose deletion time passes before it fits never runs and counts as
 failed. Metrics are time-weighted over the replay.
 """
+
 from __future__ import annotations
 
 import heapq
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any
 
 from .cluster import ClusterState, NodeSpec, Placement, PodSpec
 from .decision import decide
@@ -45,7 +47,7 @@ class EventRunResult:
     timeline: list[tuple[float, float]] = field(default_factory=list, repr=False)
     """(time, allocated GPU %) after every event."""
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items() if k != "timeline"}
 
 

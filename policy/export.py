@@ -5,7 +5,8 @@ name, and ``__manifest__``: the UTF-8 bytes of a JSON object::
 
     format: "rlsched-policy", formatVersion: 1, version: "<model version>",
     features: {version, names[], fgdCpuWeight},
-    network:  {version, activation: "tanh", hidden: [h1, h2], valueHidden, priorScale, specialActions[], arrays{name: shape}},
+    network:  {version, activation: "tanh", hidden: [h1, h2], valueHidden, priorScale, specialActions[],
+               arrays{name: shape}},
     decision: {rankScale, mode},
     actions:  {delay: bool, reject: bool}        (special actions the model was trained to use),
     typicalPods: [...],                            (the workload model the features were computed with)
@@ -14,6 +15,7 @@ name, and ``__manifest__``: the UTF-8 bytes of a JSON object::
 :func:`read_model` checks all of it and raises :class:`ModelFileError` saying what is wrong and what
 to do; :func:`file_digest` is the sha256 the extender and operator report.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,9 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from .features import FEATURE_VERSION, FEATURES
+from .features import CLUSTER_FEATURES, FEATURE_VERSION, FEATURES
 from .network import DECISION_MODES, NETWORK_VERSION, SPECIAL_ACTIONS, param_shapes
-from .features import CLUSTER_FEATURES
 
 MODEL_FORMAT = "rlsched-policy"
 FORMAT_VERSION = 1
@@ -49,9 +50,20 @@ def file_digest(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def build_manifest(*, version: str, hidden: tuple[int, int], value_hidden: int, prior_scale: float, rank_scale: float,
-                   mode: str, fgd_cpu_weight: float, typical_json: list[dict], training: dict[str, Any],
-                   allow_delay: bool = False, allow_reject: bool = False) -> dict[str, Any]:
+def build_manifest(
+    *,
+    version: str,
+    hidden: tuple[int, int],
+    value_hidden: int,
+    prior_scale: float,
+    rank_scale: float,
+    mode: str,
+    fgd_cpu_weight: float,
+    typical_json: list[dict[str, Any]],
+    training: dict[str, Any],
+    allow_delay: bool = False,
+    allow_reject: bool = False,
+) -> dict[str, Any]:
     """The manifest for a model trained with the current feature schema and network layout."""
     shapes = param_shapes(len(FEATURES), len(CLUSTER_FEATURES), tuple(hidden), value_hidden)
     return {
@@ -59,9 +71,15 @@ def build_manifest(*, version: str, hidden: tuple[int, int], value_hidden: int, 
         "formatVersion": FORMAT_VERSION,
         "version": version,
         "features": {"version": FEATURE_VERSION, "names": list(FEATURES), "fgdCpuWeight": float(fgd_cpu_weight)},
-        "network": {"version": NETWORK_VERSION, "activation": "tanh", "hidden": list(hidden), "valueHidden": value_hidden,
-                    "priorScale": float(prior_scale), "specialActions": list(SPECIAL_ACTIONS),
-                    "arrays": {k: list(v) for k, v in shapes.items()}},
+        "network": {
+            "version": NETWORK_VERSION,
+            "activation": "tanh",
+            "hidden": list(hidden),
+            "valueHidden": value_hidden,
+            "priorScale": float(prior_scale),
+            "specialActions": list(SPECIAL_ACTIONS),
+            "arrays": {k: list(v) for k, v in shapes.items()},
+        },
         "decision": {"rankScale": float(rank_scale), "mode": mode},
         "actions": {"delay": bool(allow_delay), "reject": bool(allow_reject)},
         "typicalPods": typical_json,
@@ -91,17 +109,23 @@ def read_model(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any],
     """(parameters, manifest, sha256) of a model file; raises :class:`ModelFileError` when it cannot be served."""
     path = Path(path)
     if not path.is_file():
-        raise ModelFileError(f"model file {path}: no such file (train one with `rlsched train` or use the bundled "
-                             "model, rlsched/policy/models/)")
+        raise ModelFileError(
+            f"model file {path}: no such file (train one with `rlsched train` or use the bundled "
+            "model, rlsched/policy/models/)"
+        )
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
-        raise ModelFileError(f"model file {path}: not a readable .npz model ({exc}); re-export it with `rlsched train`") from None
+        raise ModelFileError(
+            f"model file {path}: not a readable .npz model ({exc}); re-export it with `rlsched train`"
+        ) from None
     if MANIFEST_KEY not in arrays:
-        raise ModelFileError(f"model file {path}: no manifest ({MANIFEST_KEY}); it was not written by rlsched's exporter")
+        raise ModelFileError(
+            f"model file {path}: no manifest ({MANIFEST_KEY}); it was not written by rlsched's exporter"
+        )
     try:
         manifest = json.loads(arrays.pop(MANIFEST_KEY).tobytes().decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
@@ -112,14 +136,17 @@ def read_model(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any],
 
 def validate(manifest: Any, arrays: dict[str, np.ndarray], where: str) -> None:
     """Check a manifest against this code's schema and the arrays against the manifest."""
+
     def fail(msg: str) -> ModelFileError:
         return ModelFileError(f"model file {where}: {msg}")
 
     if not isinstance(manifest, dict) or manifest.get("format") != MODEL_FORMAT:
         raise fail(f"format is not {MODEL_FORMAT!r}")
     if manifest.get("formatVersion") != FORMAT_VERSION:
-        raise fail(f"format version {manifest.get('formatVersion')!r}; this rlsched reads version {FORMAT_VERSION} — "
-                   "upgrade rlsched or re-export the model")
+        raise fail(
+            f"format version {manifest.get('formatVersion')!r}; this rlsched reads version {FORMAT_VERSION} — "
+            "upgrade rlsched or re-export the model"
+        )
     try:
         feats, net, decision = manifest["features"], manifest["network"], manifest["decision"]
         hidden = tuple(int(h) for h in net["hidden"])
@@ -129,10 +156,15 @@ def validate(manifest: Any, arrays: dict[str, np.ndarray], where: str) -> None:
     except (KeyError, TypeError, ValueError) as exc:
         raise fail(f"manifest is missing or has a malformed field ({exc!r})") from None
     if feats.get("version") != FEATURE_VERSION or list(feats.get("names", [])) != list(FEATURES):
-        raise fail(f"trained with feature schema v{feats.get('version')}, this rlsched computes v{FEATURE_VERSION} "
-                   f"({len(FEATURES)} features); retrain the model with this version")
+        raise fail(
+            f"trained with feature schema v{feats.get('version')}, this rlsched computes v{FEATURE_VERSION} "
+            f"({len(FEATURES)} features); retrain the model with this version"
+        )
     if net.get("version") != NETWORK_VERSION or net.get("activation") != "tanh" or len(hidden) != 2:
-        raise fail(f"network layout v{net.get('version')} ({net.get('activation')}) is not v{NETWORK_VERSION} (tanh, 2 hidden layers)")
+        raise fail(
+            f"network layout v{net.get('version')} ({net.get('activation')}) "
+            f"is not v{NETWORK_VERSION} (tanh, 2 hidden layers)"
+        )
     if list(net.get("specialActions", [])) != list(SPECIAL_ACTIONS):
         raise fail(f"special actions {net.get('specialActions')} differ from {list(SPECIAL_ACTIONS)}")
     if decision.get("mode") not in DECISION_MODES:

@@ -4,6 +4,7 @@ A node is feasible when cpu and memory fit and, for a GPU pod, the node's GPU mo
 either some card has at least the share free (share pod) or ``num_gpu`` cards are completely free
 (whole-card pod).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -51,12 +52,16 @@ def infeasibility_reason(state: ClusterState, req: PodRequest, node: int, detail
     if state.cpu_free[node] < req.cpu_milli:
         reasons.append(
             f"insufficient cpu: pod requests {amount_text(req.cpu_milli, 'm')}, node has {state.cpu_free[node]}m free "
-            f"of {state.cpu_cap[node]}m" if detail else f"insufficient cpu (pod requests {amount_text(req.cpu_milli, 'm')})"
+            f"of {state.cpu_cap[node]}m"
+            if detail
+            else f"insufficient cpu (pod requests {amount_text(req.cpu_milli, 'm')})"
         )
     if state.mem_free[node] < req.memory_mib:
         reasons.append(
             f"insufficient memory: pod requests {_mib(req.memory_mib)}, node has {state.mem_free[node]}Mi free "
-            f"of {state.mem_cap[node]}Mi" if detail else f"insufficient memory (pod requests {_mib(req.memory_mib)})"
+            f"of {state.mem_cap[node]}Mi"
+            if detail
+            else f"insufficient memory (pod requests {_mib(req.memory_mib)})"
         )
     if req.is_gpu:
         model = state.model_names[state.model_id[node]] if state.model_id[node] >= 0 else ""
@@ -64,18 +69,23 @@ def infeasibility_reason(state: ClusterState, req: PodRequest, node: int, detail
             reasons.append("node has no GPU")
         elif not req.model_ok[state.model_id[node]]:
             allowed = [m for i, m in enumerate(state.model_names) if req.model_ok[i]]
-            reasons.append(f"GPU model {model} not allowed (pod allows {'|'.join(allowed)})" if allowed else
-                           f"GPU model {model} not allowed (the pod accepts only GPU models no node has)")
+            reasons.append(
+                f"GPU model {model} not allowed (pod allows {'|'.join(allowed)})"
+                if allowed
+                else f"GPU model {model} not allowed (the pod accepts only GPU models no node has)"
+            )
         elif req.is_share and state.max_card_free[node] < req.gpu_milli:
             reasons.append(
                 f"no GPU card with {req.gpu_milli} milli free (most free on one card: {state.max_card_free[node]})"
-                if detail else f"no GPU card with {req.gpu_milli} milli free"
+                if detail
+                else f"no GPU card with {req.gpu_milli} milli free"
             )
         elif not req.is_share and state.full_free[node] < req.num_gpu:
             reasons.append(
                 f"needs {_cards(req.num_gpu)} of {MILLI_PER_CARD} milli, node has "
                 f"{state.full_free[node]} of {state.gpu_count[node]}"
-                if detail else f"needs {_cards(req.num_gpu)}"
+                if detail
+                else f"needs {_cards(req.num_gpu)}"
             )
     return "; ".join(reasons)
 

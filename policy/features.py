@@ -16,9 +16,11 @@ node is FGD-CPU's card.
 Bump :data:`FEATURE_VERSION` whenever a feature's meaning, order or scaling changes: model files
 record the schema they were trained with, and the loader refuses a mismatch.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -48,18 +50,58 @@ MEM_PER_CARD = 131_072.0
 PER_CARD_CAP = 4.0
 """Cap on the per-free-card features (nodes with no free card get this value)."""
 
-POD_FEATURES = ("pod_cpu", "pod_mem", "pod_num_gpu", "pod_gpu_milli", "pod_gpu_total", "pod_is_share",
-                "pod_is_whole", "pod_is_cpu_only", "pod_constrained")
-NODE_FEATURES = ("cpu_free", "cpu_free_frac", "mem_free", "mem_free_frac", "gpu_count", "full_free", "gpu_free_total",
-                 *(f"card_free_{i}" for i in range(CARD_SLOTS)), "cpu_per_free_card", "mem_per_free_card")
-AFTER_FEATURES = ("cpu_left", "cpu_left_frac", "mem_left_frac", "gpu_left_total", "full_free_after", "card_left",
-                  "cpu_per_free_card_after", "mem_per_free_card_after", "bestfit_left")
+POD_FEATURES = (
+    "pod_cpu",
+    "pod_mem",
+    "pod_num_gpu",
+    "pod_gpu_milli",
+    "pod_gpu_total",
+    "pod_is_share",
+    "pod_is_whole",
+    "pod_is_cpu_only",
+    "pod_constrained",
+)
+NODE_FEATURES = (
+    "cpu_free",
+    "cpu_free_frac",
+    "mem_free",
+    "mem_free_frac",
+    "gpu_count",
+    "full_free",
+    "gpu_free_total",
+    *(f"card_free_{i}" for i in range(CARD_SLOTS)),
+    "cpu_per_free_card",
+    "mem_per_free_card",
+)
+AFTER_FEATURES = (
+    "cpu_left",
+    "cpu_left_frac",
+    "mem_left_frac",
+    "gpu_left_total",
+    "full_free_after",
+    "card_left",
+    "cpu_per_free_card_after",
+    "mem_per_free_card_after",
+    "bestfit_left",
+)
 FRAG_FEATURES = ("fgd_delta", "fgd_best_delta", "fgd_score", "fgdcpu_delta", "frag_before", "fragcpu_before")
 COST_FEATURES = ("price_rel", "load_cpu", "load_mem", "load_known")
-CLUSTER_FEATURES = ("cluster_gpu_alloc", "cluster_full_free", "cluster_frag", "cluster_cpu_free", "feasible_frac",
-                    "groups_frac")
-FEATURES: tuple[str, ...] = (*POD_FEATURES, *NODE_FEATURES, *AFTER_FEATURES, *FRAG_FEATURES, *COST_FEATURES,
-                             *CLUSTER_FEATURES)
+CLUSTER_FEATURES = (
+    "cluster_gpu_alloc",
+    "cluster_full_free",
+    "cluster_frag",
+    "cluster_cpu_free",
+    "feasible_frac",
+    "groups_frac",
+)
+FEATURES: tuple[str, ...] = (
+    *POD_FEATURES,
+    *NODE_FEATURES,
+    *AFTER_FEATURES,
+    *FRAG_FEATURES,
+    *COST_FEATURES,
+    *CLUSTER_FEATURES,
+)
 """Column names of a feature row, in order."""
 NUM_FEATURES = len(FEATURES)
 CLUSTER_SLICE = slice(NUM_FEATURES - len(CLUSTER_FEATURES), NUM_FEATURES)
@@ -117,8 +159,13 @@ class FeatureEncoder:
         load_known = not np.isnan(state.load).all()
         if load_known:
             load = np.nan_to_num(state.load[nodes], nan=-1.0)
-            _, first, inverse, count = np.unique(np.column_stack([keys.astype(np.float64), load]), axis=0,
-                                                 return_index=True, return_inverse=True, return_counts=True)
+            _, first, inverse, count = np.unique(
+                np.column_stack([keys.astype(np.float64), load]),
+                axis=0,
+                return_index=True,
+                return_inverse=True,
+                return_counts=True,
+            )
         else:
             _, first, inverse, count = np.unique(keys, return_index=True, return_inverse=True, return_counts=True)
         # np.unique orders groups by key; order them by their lowest node instead (stable, readable).
@@ -136,13 +183,21 @@ class FeatureEncoder:
         fgd, fgdcpu = self.measures(state)
         pf = fgd.placement(state, req, n)
         _, cpu_card, cpu_delta = fgdcpu.placement(state, req, n)
-        cols: list = []
+        cols: list[Any] = []
         # pod
         gpu_total = req.gpu_total
         milli = req.gpu_milli if req.is_gpu else 0
-        cols += [req.cpu_milli / MAX_CPU, req.memory_mib / MAX_MEM, req.num_gpu / 8.0, milli / MILLI_PER_CARD,
-                 gpu_total / MAX_GPU, float(req.is_share), float(req.is_gpu and not req.is_share), float(not req.is_gpu),
-                 float(req.constrained)]
+        cols += [
+            req.cpu_milli / MAX_CPU,
+            req.memory_mib / MAX_MEM,
+            req.num_gpu / 8.0,
+            milli / MILLI_PER_CARD,
+            gpu_total / MAX_GPU,
+            float(req.is_share),
+            float(req.is_gpu and not req.is_share),
+            float(not req.is_gpu),
+            float(req.constrained),
+        ]
         # node now
         cpu_cap = state.cpu_cap[n]
         mem_cap = state.mem_cap[n]
@@ -154,9 +209,18 @@ class FeatureEncoder:
         ordered = -np.sort(-cards, axis=1)[:, :CARD_SLOTS] / MILLI_PER_CARD
         if ordered.shape[1] < CARD_SLOTS:
             ordered = np.pad(ordered, ((0, 0), (0, CARD_SLOTS - ordered.shape[1])))
-        cols += [cpu_free / MAX_CPU, cpu_free / cpu_cap, mem_free / MAX_MEM, mem_free / mem_cap,
-                 state.gpu_count[n] / 8.0, full_free / 8.0, free_total / MAX_GPU, *ordered.T,
-                 _per_card(cpu_free, full_free, CPU_PER_CARD), _per_card(mem_free, full_free, MEM_PER_CARD)]
+        cols += [
+            cpu_free / MAX_CPU,
+            cpu_free / cpu_cap,
+            mem_free / MAX_MEM,
+            mem_free / mem_cap,
+            state.gpu_count[n] / 8.0,
+            full_free / 8.0,
+            free_total / MAX_GPU,
+            *ordered.T,
+            _per_card(cpu_free, full_free, CPU_PER_CARD),
+            _per_card(mem_free, full_free, MEM_PER_CARD),
+        ]
         # after placing the pod (a share pod on FGD-CPU's card)
         cpu_left = cpu_free - req.cpu_milli
         mem_left = mem_free - req.memory_mib
@@ -169,13 +233,26 @@ class FeatureEncoder:
             full_after = full_free - req.num_gpu
             card_left = 0.0
         gpu_left = free_total - gpu_total
-        cols += [cpu_left / MAX_CPU, cpu_left / cpu_cap, mem_left / mem_cap, gpu_left / MAX_GPU, full_after / 8.0,
-                 card_left, _per_card(cpu_left, full_after, CPU_PER_CARD), _per_card(mem_left, full_after, MEM_PER_CARD),
-                 0.5 * cpu_left / MAX_CPU + 0.5 * gpu_left / MAX_GPU]
+        cols += [
+            cpu_left / MAX_CPU,
+            cpu_left / cpu_cap,
+            mem_left / mem_cap,
+            gpu_left / MAX_GPU,
+            full_after / 8.0,
+            card_left,
+            _per_card(cpu_left, full_after, CPU_PER_CARD),
+            _per_card(mem_left, full_after, MEM_PER_CARD),
+            0.5 * cpu_left / MAX_CPU + 0.5 * gpu_left / MAX_GPU,
+        ]
         # fragmentation (FGD and FGD-CPU), in cards
-        cols += [pf.delta / PRIOR_SCALE_MILLI, pf.best_delta / PRIOR_SCALE_MILLI, pf.score / 100.0,
-                 cpu_delta / PRIOR_SCALE_MILLI, fgd.node_frag(state)[n] / PRIOR_SCALE_MILLI,
-                 fgdcpu.node_frag(state)[n] / PRIOR_SCALE_MILLI]
+        cols += [
+            pf.delta / PRIOR_SCALE_MILLI,
+            pf.best_delta / PRIOR_SCALE_MILLI,
+            pf.score / 100.0,
+            cpu_delta / PRIOR_SCALE_MILLI,
+            fgd.node_frag(state)[n] / PRIOR_SCALE_MILLI,
+            fgdcpu.node_frag(state)[n] / PRIOR_SCALE_MILLI,
+        ]
         # cost and load
         mean_price = float(state.price.mean())
         cols.append(state.price[n] / mean_price if mean_price > 0 else 1.0)
@@ -189,22 +266,32 @@ class FeatureEncoder:
         assert len(cols) == NUM_FEATURES
         for i, c in enumerate(cols):
             x[:, i] = c
-        return Candidates(nodes=nodes, group=group, rep=rep, count=count, features=x,
-                          prior=cpu_delta / PRIOR_SCALE_MILLI, card_free=card_free)
+        return Candidates(
+            nodes=nodes,
+            group=group,
+            rep=rep,
+            count=count,
+            features=x,
+            prior=cpu_delta / PRIOR_SCALE_MILLI,
+            card_free=card_free,
+        )
 
     def cluster_context(self, state: ClusterState, feasible: int, groups: int) -> np.ndarray:
         """float32[len(CLUSTER_FEATURES)]: the cluster-level columns for a pod with ``feasible``
         feasible nodes in ``groups`` groups (also what the value head sees when no node fits)."""
         fgd, _ = self.measures(state)
         capacity = max(state.gpu_milli_capacity, 1)
-        return np.array([
-            state.gpu_milli_allocated / capacity,
-            float(state.full_free.sum()) / max(int(state.gpu_count.sum()), 1),
-            fgd.cluster_frag(state) / capacity,
-            float(state.cpu_free.sum()) / max(float(state.cpu_cap.sum()), 1.0),
-            feasible / state.num_nodes,
-            groups / max(feasible, 1),
-        ], dtype=np.float32)
+        return np.array(
+            [
+                state.gpu_milli_allocated / capacity,
+                float(state.full_free.sum()) / max(int(state.gpu_count.sum()), 1),
+                fgd.cluster_frag(state) / capacity,
+                float(state.cpu_free.sum()) / max(float(state.cpu_cap.sum()), 1.0),
+                feasible / state.num_nodes,
+                groups / max(feasible, 1),
+            ],
+            dtype=np.float32,
+        )
 
     def node_cards(self, state: ClusterState, req: PodRequest, cand: Candidates) -> np.ndarray | None:
         """For a share pod, int64[K]: the card each candidate node would give (FGD-CPU's choice); else None.
@@ -242,12 +329,15 @@ def node_keys(state: ClusterState) -> np.ndarray:
     """
     cached = state.caches.get("feature-node-keys")
     if cached is None:
-        kinds = np.column_stack([state.cpu_cap, state.mem_cap, state.gpu_count, state.model_id,
-                                 state.price.view(np.int64)])
+        kinds = np.column_stack(
+            [state.cpu_cap, state.mem_cap, state.gpu_count, state.model_id, state.price.view(np.int64)]
+        )
         _, kind = np.unique(kinds, axis=0, return_inverse=True)
         cached = state.caches["feature-node-keys"] = (
-            kind.reshape(-1).astype(np.int64), np.zeros(state.num_nodes, dtype=np.int64),
-            np.full(state.num_nodes, -1, dtype=np.int64))
+            kind.reshape(-1).astype(np.int64),
+            np.zeros(state.num_nodes, dtype=np.int64),
+            np.full(state.num_nodes, -1, dtype=np.int64),
+        )
     kind, keys, versions = cached
     stale = np.flatnonzero(versions != state.node_version)
     if len(stale):
@@ -255,6 +345,6 @@ def node_keys(state: ClusterState) -> np.ndarray:
         mem = state.mem_free[stale].tolist()
         cards = np.sort(state.card_free[stale], axis=1).tolist()
         kinds = kind[stale].tolist()
-        keys[stale] = [hash((k, c, m, *row)) for k, c, m, row in zip(kinds, cpu, mem, cards)]
+        keys[stale] = [hash((k, c, m, *row)) for k, c, m, row in zip(kinds, cpu, mem, cards, strict=True)]
         versions[stale] = state.node_version[stale]
     return keys

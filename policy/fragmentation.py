@@ -9,6 +9,7 @@ The per-candidate work (try the pod on every fitting card of every feasible node
 kernels; the per-node "before" value is cached on the :class:`ClusterState` and refreshed only for
 nodes whose ``node_version`` moved.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,7 +53,9 @@ def _node_frag(row, ncards, cpu_free, model, t_cpu, t_milli, t_num, t_access, t_
 def _frag_rows(card_free, gpu_count, cpu_free, model_id, nodes, t_cpu, t_milli, t_num, t_access, t_weight, out):
     for k in range(nodes.shape[0]):
         n = nodes[k]
-        out[n] = _node_frag(card_free[n], gpu_count[n], cpu_free[n], model_id[n], t_cpu, t_milli, t_num, t_access, t_weight)
+        out[n] = _node_frag(
+            card_free[n], gpu_count[n], cpu_free[n], model_id[n], t_cpu, t_milli, t_num, t_access, t_weight
+        )
 
 
 @numba.njit(cache=True, nogil=True)
@@ -63,10 +66,25 @@ def _fgd_score(delta):
 
 @numba.njit(cache=True, nogil=True)
 def _placement_deltas(
-    card_free, gpu_count, cpu_free, model_id, frag, nodes,
-    p_cpu, p_milli, p_num, share,
-    t_cpu, t_milli, t_num, t_access, t_weight,
-    out_score, out_card, out_delta, out_best_delta,
+    card_free,
+    gpu_count,
+    cpu_free,
+    model_id,
+    frag,
+    nodes,
+    p_cpu,
+    p_milli,
+    p_num,
+    share,
+    t_cpu,
+    t_milli,
+    t_num,
+    t_access,
+    t_weight,
+    out_score,
+    out_card,
+    out_delta,
+    out_best_delta,
 ):
     ncols = card_free.shape[1]
     tmp = np.empty(ncols, dtype=card_free.dtype)
@@ -157,7 +175,7 @@ class Fragmentation:
         """Total fragmentation over all nodes, in GPU milli."""
         return float(self.node_frag(state).sum())
 
-    def placement(self, state: ClusterState, req: PodRequest, nodes: np.ndarray) -> "PlacementFrag":
+    def placement(self, state: ClusterState, req: PodRequest, nodes: np.ndarray) -> PlacementFrag:
         """For each node in ``nodes``: FGD's integer score, its card (share pods) and ΔFrag."""
         frag = self.node_frag(state)
         k = len(nodes)
@@ -166,10 +184,21 @@ class Fragmentation:
         delta = np.empty(k, dtype=np.float64)
         best_delta = np.empty(k, dtype=np.float64)
         _placement_deltas(
-            state.card_free, state.gpu_count, state.cpu_free, state.model_id, frag,
+            state.card_free,
+            state.gpu_count,
+            state.cpu_free,
+            state.model_id,
+            frag,
             np.ascontiguousarray(nodes, dtype=np.int64),
-            req.cpu_milli, req.gpu_milli if req.is_gpu else 0, req.num_gpu, req.is_share,
-            *self._t, score, card, delta, best_delta,
+            req.cpu_milli,
+            req.gpu_milli if req.is_gpu else 0,
+            req.num_gpu,
+            req.is_share,
+            *self._t,
+            score,
+            card,
+            delta,
+            best_delta,
         )
         return PlacementFrag(score=score, card=card, delta=delta, best_delta=best_delta)
 

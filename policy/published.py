@@ -8,6 +8,7 @@ pod lists. :func:`published_setup` recognizes that setup by content (a fingerpri
 so a renamed or re-encoded copy still matches, and a pod list named like one on another node list never
 does).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -19,15 +20,15 @@ from .cluster import NodeSpec, PodSpec
 POLICIES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd")
 
 PUBLISHED_UNALLOCATED_AT_100: dict[str, dict[str, float]] = {
-    "default": dict(zip(POLICIES, (13.75, 9.45, 8.42, 8.20, 7.09, 4.77))),
-    "cpu050": dict(zip(POLICIES, (11.02, 6.94, 6.52, 6.47, 6.42, 5.00))),
-    "cpu200": dict(zip(POLICIES, (17.01, 12.24, 10.25, 9.87, 7.85, 5.18))),
-    "gpushare60": dict(zip(POLICIES, (17.22, 13.17, 13.03, 12.75, 10.91, 8.70))),
-    "gpushare100": dict(zip(POLICIES, (21.07, 17.93, 17.70, 17.78, 15.40, 13.36))),
-    "gpuspec10": dict(zip(POLICIES, (13.69, 9.75, 8.05, 7.77, 6.88, 5.30))),
-    "gpuspec25": dict(zip(POLICIES, (14.59, 14.55, 13.59, 13.22, 14.30, 6.08))),
-    "multigpu20": dict(zip(POLICIES, (13.16, 8.19, 6.62, 6.49, 6.27, 4.47))),
-    "multigpu40": dict(zip(POLICIES, (14.77, 5.91, 4.53, 4.43, 4.91, 3.10))),
+    "default": dict(zip(POLICIES, (13.75, 9.45, 8.42, 8.20, 7.09, 4.77), strict=True)),
+    "cpu050": dict(zip(POLICIES, (11.02, 6.94, 6.52, 6.47, 6.42, 5.00), strict=True)),
+    "cpu200": dict(zip(POLICIES, (17.01, 12.24, 10.25, 9.87, 7.85, 5.18), strict=True)),
+    "gpushare60": dict(zip(POLICIES, (17.22, 13.17, 13.03, 12.75, 10.91, 8.70), strict=True)),
+    "gpushare100": dict(zip(POLICIES, (21.07, 17.93, 17.70, 17.78, 15.40, 13.36), strict=True)),
+    "gpuspec10": dict(zip(POLICIES, (13.69, 9.75, 8.05, 7.77, 6.88, 5.30), strict=True)),
+    "gpuspec25": dict(zip(POLICIES, (14.59, 14.55, 13.59, 13.22, 14.30, 6.08), strict=True)),
+    "multigpu20": dict(zip(POLICIES, (13.16, 8.19, 6.62, 6.49, 6.27, 4.47), strict=True)),
+    "multigpu40": dict(zip(POLICIES, (14.77, 5.91, 4.53, 4.43, 4.91, 3.10), strict=True)),
 }
 
 TOLERANCE_PP = {"random": 1.0}
@@ -41,7 +42,7 @@ def trace_name(pods_path: str | Path) -> str | None:
     """``openb_pod_list_default.csv`` → ``default``; None for other files."""
     stem = Path(pods_path).stem
     prefix = "openb_pod_list_"
-    return stem[len(prefix):] if stem.startswith(prefix) else None
+    return stem[len(prefix) :] if stem.startswith(prefix) else None
 
 
 PUBLISHED_NODES_FINGERPRINT = "0da1223010275991"
@@ -76,8 +77,9 @@ def fingerprint_nodes(nodes: Iterable[NodeSpec]) -> str:
 
 def fingerprint_pods(pods: Iterable[PodSpec]) -> str:
     """A short hash of what the FGD protocol reads from a pod list (requests and model constraints)."""
-    return _digest(f"{p.name},{p.cpu_milli},{p.memory_mib},{p.num_gpu},{p.gpu_milli},{'|'.join(p.gpu_models)}"
-                   for p in pods)
+    return _digest(
+        f"{p.name},{p.cpu_milli},{p.memory_mib},{p.num_gpu},{p.gpu_milli},{'|'.join(p.gpu_models)}" for p in pods
+    )
 
 
 def published_setup(nodes: Iterable[NodeSpec], pods: Iterable[PodSpec]) -> str | None:

@@ -19,6 +19,7 @@ who can create one and kube-apiserver stores ``cpu: "1e999999"`` happily:
   so feasibility reports the pod unschedulable instead of the parser failing;
 - error messages quote at most :data:`QUOTE_CHARS` characters of the input (:func:`clip`).
 """
+
 from __future__ import annotations
 
 import math
@@ -43,7 +44,9 @@ QUOTE_CHARS = 20
 _DECIMAL_SUFFIX = {"": 0, "n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 _BINARY_SUFFIX = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
 # Unambiguous (each character has one place to go), so matching is linear; the length cap bounds it anyway.
-_QUANTITY = re.compile(r"([+-]?)([0-9]*)(?:\.([0-9]*))?(?:[eE]([+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?", re.ASCII)
+_QUANTITY = re.compile(
+    r"([+-]?)([0-9]*)(?:\.([0-9]*))?(?:[eE]([+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?", re.ASCII
+)
 _EXPONENT_CLAMP = 10**6
 """Exponents are clamped to ±this: far beyond every value the window below computes exactly."""
 _NANO = 10**9
@@ -129,7 +132,9 @@ def parse_quantity(value: str | int | float) -> Quantity:
     else:
         raise QuantityError(f"expected a quantity such as '500m' or '16Gi', got {clip(value)}")
     if len(text) > MAX_QUANTITY_CHARS:
-        raise QuantityError(f"{clip(text)} is longer than {MAX_QUANTITY_CHARS} characters; not a quantity this scheduler reads")
+        raise QuantityError(
+            f"{clip(text)} is longer than {MAX_QUANTITY_CHARS} characters; not a quantity this scheduler reads"
+        )
     match = _QUANTITY.fullmatch(text)
     if not match or not (match.group(2) or match.group(3)):
         raise QuantityError(f"{clip(text)} is not a Kubernetes quantity (examples: '500m', '2', '16Gi')")
@@ -146,8 +151,12 @@ def parse_quantity(value: str | int | float) -> Quantity:
         exp10 += _DECIMAL_SUFFIX[suffix or ""]
     digits = (whole + frac).lstrip("0")
     trailing = len(digits) - len(digits.rstrip("0"))
-    return Quantity(negative=sign == "-" and bool(digits), digits=digits[:len(digits) - trailing],
-                    exp10=exp10 + trailing, exp2=exp2)
+    return Quantity(
+        negative=sign == "-" and bool(digits),
+        digits=digits[: len(digits) - trailing],
+        exp10=exp10 + trailing,
+        exp2=exp2,
+    )
 
 
 def _convert(value: str | int | float, divisor: int, unit: str, saturate: bool, whole: bool = False) -> int:

@@ -6,13 +6,14 @@ the arrived GPU demand (failed pods included) and the allocated GPU milli are re
 allocation curve at ``x`` % is the mean allocated % over the pod events whose arrived % rounds to
 ``x``; the headline is the unallocated GPU % at 100 % arrival, ``100 − curve[100]``.
 """
+
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
-
+from typing import Any
 
 from .cluster import ClusterState, NodeSpec, PodRequest, PodSpec
 from .decision import decide
@@ -52,7 +53,7 @@ class RunResult:
         """Unallocated GPU % at ``pct`` % arrival: the headline figure at 100."""
         return 100.0 - self.allocated_at(pct)
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         return {
             "policy": self.policy,
             "seed": self.seed,
@@ -72,7 +73,7 @@ class RequestCache:
 
     def __init__(self, state: ClusterState):
         self.state = state
-        self._cache: dict[tuple, PodRequest] = {}
+        self._cache: dict[tuple[Any, ...], PodRequest] = {}
 
     def __call__(self, pod: PodSpec) -> PodRequest:
         key = (pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli, pod.gpu_models)
@@ -118,14 +119,27 @@ class ProtocolMeter:
     def frag_now(self) -> float:
         return self._measure.cluster_frag(self.state) * 100 / self.capacity
 
-    def result(self, policy: str, seed: int, pods: int, seconds: float,
-               placements: list[tuple[str, str, tuple[int, ...]]] | None = None) -> RunResult:
+    def result(
+        self,
+        policy: str,
+        seed: int,
+        pods: int,
+        seconds: float,
+        placements: list[tuple[str, str, tuple[int, ...]]] | None = None,
+    ) -> RunResult:
         curve = {pct: self._sums[pct] / self._counts[pct] for pct in sorted(self._sums)}
         return RunResult(
-            policy=policy, seed=seed, curve=curve, pods=pods, failed_pods=self.failed,
-            failed_gpu_pods=self.failed_gpu, failed_gpu_milli=self.failed_milli, gpu_capacity_milli=self.capacity,
+            policy=policy,
+            seed=seed,
+            curve=curve,
+            pods=pods,
+            failed_pods=self.failed,
+            failed_gpu_pods=self.failed_gpu,
+            failed_gpu_milli=self.failed_milli,
+            gpu_capacity_milli=self.capacity,
             frag_at_100=self._frag_at_100 if self._frag_at_100 is not None else self.frag_now(),
-            seconds=seconds, placements=placements or [],
+            seconds=seconds,
+            placements=placements or [],
         )
 
 

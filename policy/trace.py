@@ -30,14 +30,16 @@ Generic format (``.yaml``, ``.yml`` or ``.json``; documented in docs/trace-forma
 Every malformed row or field stops loading with a :class:`TraceError` naming the file, the line,
 the column or field, and what was expected; no row is silently dropped.
 """
+
 from __future__ import annotations
 
 import csv
 import json
 import re
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import yaml
 
@@ -73,6 +75,7 @@ class Trace:
 
 # -- openb CSV -------------------------------------------------------------------------------------
 
+
 def _csv_rows(path: Path, required: Sequence[str], known: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
     try:
         handle = path.open(newline="", encoding="utf-8")
@@ -83,14 +86,18 @@ def _csv_rows(path: Path, required: Sequence[str], known: Sequence[str]) -> Iter
         try:
             header = next(reader)
         except StopIteration:
-            raise TraceError(path, 1, None, f"empty file; expected a header line with columns {','.join(required)}") from None
+            raise TraceError(
+                path, 1, None, f"empty file; expected a header line with columns {','.join(required)}"
+            ) from None
         except (csv.Error, UnicodeDecodeError) as exc:
             raise TraceError(path, 1, None, f"not a CSV file: {exc}") from exc
         header = [h.strip() for h in header]
         missing = [c for c in required if c not in header]
         if missing:
             raise TraceError(
-                path, 1, None,
+                path,
+                1,
+                None,
                 f"header lacks column(s) {', '.join(missing)}; expected {','.join(required)}"
                 f" (optional: {','.join(c for c in known if c not in required) or 'none'}), got {','.join(header)}",
             )
@@ -109,15 +116,19 @@ def _csv_rows(path: Path, required: Sequence[str], known: Sequence[str]) -> Iter
                 raise TraceError(path, line, None, "empty row; remove it or fill in every column")
             if len(row) != len(header):
                 raise TraceError(path, line, None, f"has {len(row)} fields, the header has {len(header)}")
-            yield line, {h: cell.strip() for h, cell in zip(header, row)}
+            yield line, {h: cell.strip() for h, cell in zip(header, row, strict=True)}
 
 
-def _int_field(path: Path, line: int, row: dict[str, str], column: str, what: str, optional: bool = False) -> int | None:
+def _int_field(
+    path: Path, line: int, row: dict[str, str], column: str, what: str, optional: bool = False
+) -> int | None:
     text = row.get(column, "")
     if text == "" and optional:
         return None
     if not _INT.fullmatch(text):
-        raise TraceError(path, line, f"column '{column}'", f"expected a non-negative integer ({what}), got {clip(text)}")
+        raise TraceError(
+            path, line, f"column '{column}'", f"expected a non-negative integer ({what}), got {clip(text)}"
+        )
     value = int(text)
     if value < 0:
         raise TraceError(path, line, f"column '{column}'", f"expected a non-negative integer ({what}), got {value}")
@@ -145,7 +156,12 @@ def read_openb_nodes(path: str | Path) -> list[NodeSpec]:
         if gpus and not model:
             raise TraceError(path, line, "column 'model'", f"node has {gpus} GPUs, so a GPU model name is expected")
         if not gpus and model:
-            raise TraceError(path, line, "column 'gpu'", f"model is {clip(model)} but gpu is 0; give the number of cards or clear the model")
+            raise TraceError(
+                path,
+                line,
+                "column 'gpu'",
+                f"model is {clip(model)} but gpu is 0; give the number of cards or clear the model",
+            )
         nodes.append(NodeSpec(name, cpu, mem, gpus, model))
     if not nodes:
         raise TraceError(path, None, None, "no nodes: the file has a header but no rows")
@@ -174,11 +190,18 @@ def read_openb_pods(path: str | Path) -> list[PodSpec]:
         spec = row.get("gpu_spec", "")
         models = tuple(m.strip() for m in spec.split("|")) if spec else ()
         if any(not m for m in models):
-            raise TraceError(path, line, "column 'gpu_spec'", f"expected GPU models joined by '|' (e.g. V100M16|V100M32), got {clip(spec)}")
+            raise TraceError(
+                path,
+                line,
+                "column 'gpu_spec'",
+                f"expected GPU models joined by '|' (e.g. V100M16|V100M32), got {clip(spec)}",
+            )
         created = _int_field(path, line, row, "creation_time", "seconds", optional=True)
         deleted = _int_field(path, line, row, "deletion_time", "seconds", optional=True)
         if created is not None and deleted is not None and deleted < created:
-            raise TraceError(path, line, "column 'deletion_time'", f"deletion_time {deleted} is before creation_time {created}")
+            raise TraceError(
+                path, line, "column 'deletion_time'", f"deletion_time {deleted} is before creation_time {created}"
+            )
         pods.append(PodSpec(name, cpu, mem, num_gpu, gpu_milli, models, created, deleted))
     if not pods:
         raise TraceError(path, None, None, "no pods: the file has a header but no rows")
@@ -186,6 +209,7 @@ def read_openb_pods(path: str | Path) -> list[PodSpec]:
 
 
 # -- generic YAML / JSON ---------------------------------------------------------------------------
+
 
 class _Doc:
     """A parsed YAML/JSON document with the source line of every mapping and its keys."""
@@ -203,13 +227,17 @@ class _Doc:
             node = yaml.compose(text, Loader=yaml.SafeLoader)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
-            raise TraceError(path, mark.line + 1 if mark else None, None, f"not valid YAML/JSON: {getattr(exc, 'problem', exc)}") from exc
+            raise TraceError(
+                path, mark.line + 1 if mark else None, None, f"not valid YAML/JSON: {getattr(exc, 'problem', exc)}"
+            ) from exc
         self._loader = yaml.SafeLoader("")
         try:
             self.root = self._convert(node) if node is not None else None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
-            raise TraceError(path, mark.line + 1 if mark else None, None, f"not valid YAML/JSON: {getattr(exc, 'problem', exc)}") from exc
+            raise TraceError(
+                path, mark.line + 1 if mark else None, None, f"not valid YAML/JSON: {getattr(exc, 'problem', exc)}"
+            ) from exc
         finally:
             self._loader.dispose()
         self.root_line = node.start_mark.line + 1 if node is not None else 1
@@ -230,10 +258,14 @@ class _Doc:
         try:
             return self._loader.construct_object(node)
         except ValueError as exc:  # e.g. an integer beyond Python's 4300-digit conversion limit
-            raise TraceError(self.path, node.start_mark.line + 1, None, f"unreadable value ({exc.__class__.__name__}): "
-                             f"{clip(str(node.value))}") from None
+            raise TraceError(
+                self.path,
+                node.start_mark.line + 1,
+                None,
+                f"unreadable value ({exc.__class__.__name__}): {clip(str(node.value))}",
+            ) from None
 
-    def line_of(self, mapping: dict, key: str | None = None) -> int | None:
+    def line_of(self, mapping: dict[str, Any], key: str | None = None) -> int | None:
         keys = self.lines.get(id(mapping), {})
         return keys.get(key) if key and key in keys else keys.get("<self>")
 
@@ -242,7 +274,9 @@ _NODE_FIELDS = {"name", "cpu", "memory", "gpus", "gpuModel", "labels", "count"}
 _POD_FIELDS = {"name", "cpu", "memory", "gpus", "gpuMilli", "gpuModels", "creationTime", "deletionTime", "count"}
 
 
-def _expand(doc: _Doc, section: str, fields: set[str], build: Callable[[dict, str, Callable], Any]) -> list:
+def _expand(
+    doc: _Doc, section: str, fields: set[str], build: Callable[[dict[str, Any], str, Callable[..., Any]], Any]
+) -> list[Any]:
     root = doc.root
     if root is None:
         return []
@@ -261,8 +295,12 @@ def _expand(doc: _Doc, section: str, fields: set[str], build: Callable[[dict, st
             raise TraceError(doc.path, doc.line_of(root, section), where, "expected a mapping of fields")
         unknown = sorted(set(item) - fields)
         if unknown:
-            raise TraceError(doc.path, doc.line_of(item, unknown[0]), f"{where}.{unknown[0]}",
-                             f"unknown field; known fields: {', '.join(sorted(fields))}")
+            raise TraceError(
+                doc.path,
+                doc.line_of(item, unknown[0]),
+                f"{where}.{unknown[0]}",
+                f"unknown field; known fields: {', '.join(sorted(fields))}",
+            )
 
         def fail(key: str, message: str, item=item, where=where) -> TraceError:
             return TraceError(doc.path, doc.line_of(item, key), f"{where}.{key}", message)
@@ -278,13 +316,24 @@ def _expand(doc: _Doc, section: str, fields: set[str], build: Callable[[dict, st
         for j in range(n):
             full = name if n == 1 else f"{name}-{j}"
             if full in seen:
-                raise fail("name", f"name {clip(full)} is used twice (first by {seen[full]}; with count: N, names get -0..-N-1 suffixes)")
+                raise fail(
+                    "name",
+                    f"name {clip(full)} is used twice "
+                    f"(first by {seen[full]}; with count: N, names get -0..-N-1 suffixes)",
+                )
             seen[full] = where
             out.append(build(item, full, fail))
     return out
 
 
-def _quantity(item: dict, key: str, convert: Callable, fail: Callable, default: Any = None, what: str = "") -> Any:
+def _quantity(
+    item: dict[str, Any],
+    key: str,
+    convert: Callable[..., Any],
+    fail: Callable[..., Any],
+    default: Any = None,
+    what: str = "",
+) -> Any:
     if key not in item:
         if default is None:
             raise fail(key, f"required field missing ({what})")
@@ -305,7 +354,7 @@ def _memory_mib(value: Any) -> int:
     return memory_mib(value)  # huge ints are refused by the parser without being turned into text
 
 
-def _generic_node(item: dict, name: str, fail: Callable) -> NodeSpec:
+def _generic_node(item: dict[str, Any], name: str, fail: Callable[..., Any]) -> NodeSpec:
     cpu = _quantity(item, "cpu", cpu_milli, fail, what="cores, e.g. '64' or '500m'")
     mem = _quantity(item, "memory", _memory_mib, fail, what="bytes with a unit, e.g. '256Gi'; a bare integer means MiB")
     gpus = _quantity(item, "gpus", count, fail, default=0, what="number of GPU cards")
@@ -320,10 +369,11 @@ def _generic_node(item: dict, name: str, fail: Callable) -> NodeSpec:
     return NodeSpec(name, cpu, mem, gpus, model, {k: str(v) for k, v in labels.items()})
 
 
-def _generic_pod(item: dict, name: str, fail: Callable) -> PodSpec:
+def _generic_pod(item: dict[str, Any], name: str, fail: Callable[..., Any]) -> PodSpec:
     cpu = _quantity(item, "cpu", cpu_milli, fail, default=0, what="cores, e.g. '8' or '500m'")
-    mem = _quantity(item, "memory", _memory_mib, fail, default=0,
-                    what="bytes with a unit, e.g. '32Gi'; a bare integer means MiB")
+    mem = _quantity(
+        item, "memory", _memory_mib, fail, default=0, what="bytes with a unit, e.g. '32Gi'; a bare integer means MiB"
+    )
     gpus = _quantity(item, "gpus", count, fail, default=0, what="whole GPU cards, or 1 with gpuMilli for a share")
     milli = item.get("gpuMilli", MILLI_PER_CARD if gpus else 0)
     if not isinstance(milli, int) or isinstance(milli, bool) or milli.bit_length() > 64:
@@ -339,7 +389,9 @@ def _generic_pod(item: dict, name: str, fail: Callable) -> PodSpec:
     times = []
     for key in ("creationTime", "deletionTime"):
         value = item.get(key)
-        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < QUANTITY_LIMIT):
+        if value is not None and (
+            not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < QUANTITY_LIMIT
+        ):
             raise fail(key, f"expected non-negative seconds, got {clip(value)}")
         times.append(value)
     if times[0] is not None and times[1] is not None and times[1] < times[0]:
@@ -356,11 +408,17 @@ def read_generic(path: str | Path) -> Trace:
     if isinstance(doc.root, dict):
         unknown = sorted(set(doc.root) - {"nodes", "pods", "apiVersion", "kind"})
         if unknown:
-            raise TraceError(path, doc.line_of(doc.root, unknown[0]), unknown[0], "unknown top-level key; expected 'nodes' and/or 'pods'")
+            raise TraceError(
+                path,
+                doc.line_of(doc.root, unknown[0]),
+                unknown[0],
+                "unknown top-level key; expected 'nodes' and/or 'pods'",
+            )
     return Trace(tuple(nodes), tuple(pods))
 
 
 # -- dispatch --------------------------------------------------------------------------------------
+
 
 def _is_generic(path: Path) -> bool:
     return path.suffix.lower() in (".yaml", ".yml", ".json")
@@ -392,15 +450,27 @@ def dump_generic(nodes: Sequence[NodeSpec], pods: Sequence[PodSpec]) -> str:
     """Write a cluster and workload in the generic format (JSON, which is also YAML)."""
     doc = {
         "nodes": [
-            {"name": n.name, "cpu": f"{n.cpu_milli}m", "memory": f"{n.memory_mib}Mi", "gpus": n.gpu_count,
-             **({"gpuModel": n.gpu_model} if n.gpu_model else {}), **({"labels": dict(n.labels)} if n.labels else {})}
+            {
+                "name": n.name,
+                "cpu": f"{n.cpu_milli}m",
+                "memory": f"{n.memory_mib}Mi",
+                "gpus": n.gpu_count,
+                **({"gpuModel": n.gpu_model} if n.gpu_model else {}),
+                **({"labels": dict(n.labels)} if n.labels else {}),
+            }
             for n in nodes
         ],
         "pods": [
-            {"name": p.name, "cpu": f"{p.cpu_milli}m", "memory": f"{p.memory_mib}Mi", "gpus": p.num_gpu,
-             **({"gpuMilli": p.gpu_milli} if p.num_gpu else {}), **({"gpuModels": list(p.gpu_models)} if p.gpu_models else {}),
-             **({"creationTime": p.creation_time} if p.creation_time is not None else {}),
-             **({"deletionTime": p.deletion_time} if p.deletion_time is not None else {})}
+            {
+                "name": p.name,
+                "cpu": f"{p.cpu_milli}m",
+                "memory": f"{p.memory_mib}Mi",
+                "gpus": p.num_gpu,
+                **({"gpuMilli": p.gpu_milli} if p.num_gpu else {}),
+                **({"gpuModels": list(p.gpu_models)} if p.gpu_models else {}),
+                **({"creationTime": p.creation_time} if p.creation_time is not None else {}),
+                **({"deletionTime": p.deletion_time} if p.deletion_time is not None else {}),
+            }
             for p in pods
         ],
     }

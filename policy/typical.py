@@ -4,11 +4,13 @@ Pods are grouped by their request ``(cpu, gpu_milli, num_gpu, gpu_models)``; gro
 size, the largest kept until they cover ``coverage`` of all pods (CPU-only pods included), and
 their frequencies renormalized to sum to one. On the openb default trace this keeps 35 specs.
 """
+
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -33,24 +35,34 @@ class TypicalPods:
     def __len__(self) -> int:
         return len(self.weight)
 
-    def to_json(self) -> list[dict]:
+    def to_json(self) -> list[dict[str, Any]]:
         """One entry per typical pod (for model manifests and the extender's configuration)."""
         return [
             {"cpuMilli": int(c), "gpuMilli": int(g), "numGpu": int(n), "gpuModels": list(m), "weight": float(w)}
-            for c, g, n, m, w in zip(self.cpu_milli, self.gpu_milli, self.num_gpu, self.gpu_models, self.weight)
+            for c, g, n, m, w in zip(
+                self.cpu_milli, self.gpu_milli, self.num_gpu, self.gpu_models, self.weight, strict=True
+            )
         ]
 
     @classmethod
-    def from_json(cls, entries: Sequence[dict]) -> "TypicalPods":
+    def from_json(cls, entries: Sequence[dict[str, Any]]) -> TypicalPods:
         """Inverse of :meth:`to_json`; raises ValueError naming the entry that is malformed."""
         if not entries:
             raise ValueError("typical pods: the list is empty")
         rows = []
         for i, e in enumerate(entries):
             try:
-                row = (int(e["cpuMilli"]), int(e["gpuMilli"]), int(e["numGpu"]), tuple(str(m) for m in e.get("gpuModels", [])), float(e["weight"]))
+                row = (
+                    int(e["cpuMilli"]),
+                    int(e["gpuMilli"]),
+                    int(e["numGpu"]),
+                    tuple(str(m) for m in e.get("gpuModels", [])),
+                    float(e["weight"]),
+                )
             except (KeyError, TypeError, ValueError) as exc:
-                raise ValueError(f"typical pods[{i}]: expected cpuMilli, gpuMilli, numGpu, weight (and optional gpuModels): {exc}") from None
+                raise ValueError(
+                    f"typical pods[{i}]: expected cpuMilli, gpuMilli, numGpu, weight (and optional gpuModels): {exc}"
+                ) from None
             if min(row[0], row[1], row[2]) < 0 or not row[4] > 0:
                 raise ValueError(f"typical pods[{i}]: values must be non-negative and weight positive")
             rows.append(row)
@@ -84,7 +96,7 @@ def typical_pods(pods: Sequence[PodSpec], coverage: float = DEFAULT_COVERAGE) ->
     # Largest groups first; the key breaks ties so the result does not depend on input order.
     ordered = sorted(groups.items(), key=lambda kv: (-kv[1], kv[0]))
     total = len(pods)
-    kept: list[tuple[tuple, int]] = []
+    kept: list[tuple[tuple[Any, ...], int]] = []
     covered = 0
     for key, n in ordered:
         if covered >= coverage * total:

@@ -14,14 +14,15 @@ workload and change the cluster, each in one way that a real fleet differs:
 Workloads are inflated to the variant's own GPU capacity by the FGD protocol, so any pod list runs on
 any variant. ``python -m rlsched.policy.variants NODES OUT_DIR`` writes the three as generic node files.
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -37,7 +38,9 @@ def eight_cards(nodes: Sequence[NodeSpec], seed: int = 0) -> list[NodeSpec]:
             out.append(n)
             continue
         f = 8 / n.gpu_count
-        out.append(replace(n, cpu_milli=int(round(n.cpu_milli * f)), memory_mib=int(round(n.memory_mib * f)), gpu_count=8))
+        out.append(
+            replace(n, cpu_milli=int(round(n.cpu_milli * f)), memory_mib=int(round(n.memory_mib * f)), gpu_count=8)
+        )
     return out
 
 
@@ -72,7 +75,9 @@ def make_variant(name: str, nodes: Sequence[NodeSpec], seed: int = 0) -> list[No
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rlsched.policy.variants", description="write the cluster variants of a node list")
+    p = argparse.ArgumentParser(
+        prog="python -m rlsched.policy.variants", description="write the cluster variants of a node list"
+    )
     p.add_argument("nodes", help="node list (openb CSV or generic YAML/JSON)")
     p.add_argument("out_dir", help="folder for <variant>.json (generic format, usable as --nodes)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random variants (default: %(default)s)")

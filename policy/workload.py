@@ -5,10 +5,11 @@ cluster's GPU capacity, copies of pods drawn uniformly (with replacement) from t
 appended until the next one would pass the target; if it asks for more, randomly chosen pods are
 removed until it fits.
 """
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -18,7 +19,9 @@ DEFAULT_TARGET = 1.3
 """Arrived GPU demand at the end of a run, as a fraction of cluster GPU capacity (130 %)."""
 
 
-def inflate(pods: Sequence[PodSpec], gpu_capacity_milli: int, seed: int, target: float = DEFAULT_TARGET) -> list[PodSpec]:
+def inflate(
+    pods: Sequence[PodSpec], gpu_capacity_milli: int, seed: int, target: float = DEFAULT_TARGET
+) -> list[PodSpec]:
     """The arrival sequence for one seed. Copies are named ``<pod>-clone-<k>``."""
     if not pods:
         raise ValueError("the workload has no pods")

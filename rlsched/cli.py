@@ -4,6 +4,7 @@ Each sub-command lives next to the code it drives and provides ``add_arguments(p
 ``run(args) -> int``; heavy imports (torch, aiohttp, kopf) happen inside ``run`` so that
 ``rlsched --help`` stays fast and serving images without torch still work.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,13 +17,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("rlsched.policy.cli_train", "train a PPO placement policy (torch) and export it for serving"),
     "evaluate": ("rlsched.policy.cli_evaluate", "run policies through the FGD-protocol simulator and report"),
     "extender": ("rlsched.extender.cli", "run the kube-scheduler extender (filter/prioritize/bind/preempt)"),
-    "operator": ("rlsched.operator.cli", "run the operator: SchedulingPolicy rollout, requeue of delayed pods, decision log"),
+    "operator": (
+        "rlsched.operator.cli",
+        "run the operator: SchedulingPolicy rollout, requeue of delayed pods, decision log",
+    ),
 }
 """Sub-command → (module, one-line help)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rlsched", description="kube-rl-scheduler: learned GPU-aware pod placement for Kubernetes")
+    parser = argparse.ArgumentParser(
+        prog="rlsched", description="kube-rl-scheduler: learned GPU-aware pod placement for Kubernetes"
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():

@@ -3,6 +3,7 @@
 The openb trace is never copied into the repository: tests that need it find it through
 ``RLSCHED_OPENB_DIR`` (default ``<repo>/../shared/data/openb``) and skip when it is absent.
 """
+
 from __future__ import annotations
 
 import os

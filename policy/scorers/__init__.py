@@ -3,9 +3,10 @@
 Every scorer implements :class:`~rlsched.policy.scorers.base.Scorer`; learned policies loaded with
 ``ppo:PATH`` implement the same interface, so the simulator and the extender call them alike.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ..typical import TypicalPods
 from .base import MAX_NODE_SCORE, NodeScores, Scorer, TieBreak, normalize_min_max

@@ -4,12 +4,14 @@ A scorer looks at the cluster state and one pod and scores the feasible nodes it
 also name the card a share pod should take on each node. Choosing among the scores (argmax with a
 random tie-break, or sampling) is part of the policy too, so it lives here as :meth:`Scorer.choose`.
 """
+
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from dataclasses import dataclass
 import zlib
-from typing import ClassVar, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -39,12 +41,19 @@ class Scorer(ABC):
     def score(self, state: ClusterState, req: PodRequest, nodes: np.ndarray) -> NodeScores:
         """Score ``nodes`` (indices of feasible nodes, ascending) for the pod ``req``."""
 
-    def choose(self, scores: NodeScores, nodes: np.ndarray, tiebreak: "TieBreak") -> int:
+    def choose(self, scores: NodeScores, nodes: np.ndarray, tiebreak: TieBreak) -> int:
         """Position (into ``nodes``) of the node to use: the highest score, ties by ``tiebreak``'s order."""
         return tiebreak.argmax(scores.values, nodes)
 
-    def cards(self, state: ClusterState, req: PodRequest, node: int, position: int, scores: NodeScores | None,
-              tiebreak: "TieBreak") -> tuple[int, ...]:
+    def cards(
+        self,
+        state: ClusterState,
+        req: PodRequest,
+        node: int,
+        position: int,
+        scores: NodeScores | None,
+        tiebreak: TieBreak,
+    ) -> tuple[int, ...]:
         """The card(s) the pod gets on ``node``: the scorer's own pick for share pods, else the default rule."""
         if req.is_share and scores is not None and scores.cards is not None:
             card = int(scores.cards[position])
@@ -67,13 +76,13 @@ class TieBreak:
         self.rng = rng
 
     @classmethod
-    def seeded(cls, num_nodes: int, seed: int) -> "TieBreak":
+    def seeded(cls, num_nodes: int, seed: int) -> TieBreak:
         """A random node order and stream fixed by ``seed``."""
         rng = np.random.default_rng([seed, 1])
         return cls(rng.permutation(num_nodes), rng)
 
     @classmethod
-    def by_name(cls, names: "Sequence[str]", seed: int = 0) -> "TieBreak":
+    def by_name(cls, names: Sequence[str], seed: int = 0) -> TieBreak:
         """A node order derived from the names (stable while nodes come and go; for the extender)."""
         keys = np.array([zlib.crc32(f"{seed}/{name}".encode()) for name in names], dtype=np.int64)
         return cls(keys, np.random.default_rng(seed))

@@ -3,6 +3,7 @@
 ``100·(1 − (0.5·(cpu_left − pod_cpu)/128000 + 0.5·(gpu_free − pod_gpu)/8000))`` truncated, then
 min-max normalized over the feasible nodes (integer arithmetic, as the FGD simulator does).
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -4,6 +4,7 @@
 with the node's free cpu and total free GPU milli, and the pod's non-zero cpu request and total GPU
 milli, normalized by the largest node spec (128 cores, 8 cards). 0 where the cpu does not fit.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,6 +25,8 @@ class DotProductScorer(Scorer):
         pod_cpu = nonzero_cpu(req.cpu_milli)
         cpu_left = state.cpu_free[nodes]
         gpu_free = state.card_free[nodes].sum(axis=1)
-        dot = (cpu_left / MAX_SPEC_CPU) * (pod_cpu / MAX_SPEC_CPU) + (gpu_free / MAX_SPEC_GPU) * (req.gpu_total / MAX_SPEC_GPU)
+        dot = (cpu_left / MAX_SPEC_CPU) * (pod_cpu / MAX_SPEC_CPU) + (gpu_free / MAX_SPEC_GPU) * (
+            req.gpu_total / MAX_SPEC_GPU
+        )
         score = (MAX_NODE_SCORE * (1 - dot / 2)).astype(np.int64)
         return NodeScores(np.where(cpu_left >= pod_cpu, score, 0))

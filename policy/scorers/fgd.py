@@ -4,6 +4,7 @@
 :mod:`rlsched.policy.fragmentation` over the typical-pod distribution. For a share pod every fitting
 card is tried and the first card with the best score is the one the pod gets.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -14,9 +14,10 @@ as fragment too, with weight ``cpu_weight``::
 
 The score is ``floor((Frag_before − Frag_after) / step)``: the change in milli, in ``step``-milli
 buckets (40 by default; 80 was 0.2 pp worse on default), so near-equal nodes tie and the seeded
-tie-break order keeps filling the same node, as FGD's integer scores do. For a share pod every fitting card is tried and the first
-card with the best score wins.
+tie-break order keeps filling the same node, as FGD's integer scores do. For a share pod every fitting
+card is tried and the first card with the best score wins.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -45,7 +46,7 @@ def _sorted_desc(row, ncards, desc, prefix):
     for c in range(ncards):
         f = row[c]
         i = c
-        while i > 0 and desc[i - 1] < f:   # insertion sort: at most 8 cards
+        while i > 0 and desc[i - 1] < f:  # insertion sort: at most 8 cards
             desc[i] = desc[i - 1]
             i -= 1
         desc[i] = f
@@ -94,20 +95,43 @@ def node_frag_cpu(row, ncards, cpu_free, model, t_cpu, t_milli, t_num, t_access,
 
 
 @numba.njit(cache=True, nogil=True)
-def _frag_rows(card_free, gpu_count, cpu_free, model_id, nodes, t_cpu, t_milli, t_num, t_access, t_weight, cpu_weight, out):
+def _frag_rows(
+    card_free, gpu_count, cpu_free, model_id, nodes, t_cpu, t_milli, t_num, t_access, t_weight, cpu_weight, out
+):
     ncols = card_free.shape[1]
     desc = np.empty(max(ncols, 1), dtype=np.int64)
     prefix = np.empty(ncols + 1, dtype=np.int64)
     for k in range(nodes.shape[0]):
         n = nodes[k]
         _sorted_desc(card_free[n], gpu_count[n], desc, prefix)
-        out[n] = _frag_of_sorted(desc, prefix, gpu_count[n], cpu_free[n], model_id[n], t_cpu, t_milli, t_num, t_access,
-                                 t_weight, cpu_weight)
+        out[n] = _frag_of_sorted(
+            desc, prefix, gpu_count[n], cpu_free[n], model_id[n], t_cpu, t_milli, t_num, t_access, t_weight, cpu_weight
+        )
 
 
 @numba.njit(cache=True, nogil=True)
-def _placement(card_free, gpu_count, cpu_free, model_id, frag, nodes, p_cpu, p_milli, p_num, share,
-               t_cpu, t_milli, t_num, t_access, t_weight, cpu_weight, step, out_score, out_card, out_delta):
+def _placement(
+    card_free,
+    gpu_count,
+    cpu_free,
+    model_id,
+    frag,
+    nodes,
+    p_cpu,
+    p_milli,
+    p_num,
+    share,
+    t_cpu,
+    t_milli,
+    t_num,
+    t_access,
+    t_weight,
+    cpu_weight,
+    step,
+    out_score,
+    out_card,
+    out_delta,
+):
     ncols = card_free.shape[1]
     tmp = np.empty(max(ncols, 1), dtype=np.int64)
     desc = np.empty(max(ncols, 1), dtype=np.int64)
@@ -136,8 +160,9 @@ def _placement(card_free, gpu_count, cpu_free, model_id, frag, nodes, p_cpu, p_m
                     continue
                 tmp[c] = f - p_milli
                 _sorted_desc(tmp, nc, desc, prefix)
-                after = _frag_of_sorted(desc, prefix, nc, cpu_after, model_id[n], t_cpu, t_milli, t_num, t_access,
-                                        t_weight, cpu_weight)
+                after = _frag_of_sorted(
+                    desc, prefix, nc, cpu_after, model_id[n], t_cpu, t_milli, t_num, t_access, t_weight, cpu_weight
+                )
                 tmp[c] = f
                 delta = before - after
                 s = np.int64(math.floor(delta / step))
@@ -155,8 +180,9 @@ def _placement(card_free, gpu_count, cpu_free, model_id, frag, nodes, p_cpu, p_m
                     tmp[c] = 0
                     taken += 1
             _sorted_desc(tmp, nc, desc, prefix)
-            after = _frag_of_sorted(desc, prefix, nc, cpu_after, model_id[n], t_cpu, t_milli, t_num, t_access,
-                                    t_weight, cpu_weight)
+            after = _frag_of_sorted(
+                desc, prefix, nc, cpu_after, model_id[n], t_cpu, t_milli, t_num, t_access, t_weight, cpu_weight
+            )
             delta = before - after
             out_card[k] = -1
             out_score[k] = np.int64(math.floor(delta / step))
@@ -185,21 +211,39 @@ class CpuFragmentation:
         frag, versions = cached
         stale = np.flatnonzero(versions != state.node_version)
         if len(stale):
-            _frag_rows(state.card_free, state.gpu_count, state.cpu_free, state.model_id, stale, *self._t, self.cpu_weight, frag)
+            _frag_rows(
+                state.card_free, state.gpu_count, state.cpu_free, state.model_id, stale, *self._t, self.cpu_weight, frag
+            )
             versions[stale] = state.node_version[stale]
         return frag
 
-    def placement(self, state: ClusterState, req: PodRequest, nodes: np.ndarray, step: float = DEFAULT_STEP
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def placement(
+        self, state: ClusterState, req: PodRequest, nodes: np.ndarray, step: float = DEFAULT_STEP
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per node in ``nodes``: (bucketed score, share card or -1, Frag_before − Frag_after)."""
         frag = self.node_frag(state)
         k = len(nodes)
         score = np.empty(k, dtype=np.int64)
         card = np.empty(k, dtype=np.int64)
         delta = np.empty(k, dtype=np.float64)
-        _placement(state.card_free, state.gpu_count, state.cpu_free, state.model_id, frag,
-                   np.ascontiguousarray(nodes, dtype=np.int64), req.cpu_milli, req.gpu_milli if req.is_gpu else 0,
-                   req.num_gpu, req.is_share, *self._t, self.cpu_weight, float(step), score, card, delta)
+        _placement(
+            state.card_free,
+            state.gpu_count,
+            state.cpu_free,
+            state.model_id,
+            frag,
+            np.ascontiguousarray(nodes, dtype=np.int64),
+            req.cpu_milli,
+            req.gpu_milli if req.is_gpu else 0,
+            req.num_gpu,
+            req.is_share,
+            *self._t,
+            self.cpu_weight,
+            float(step),
+            score,
+            card,
+            delta,
+        )
         return score, card, delta
 
 

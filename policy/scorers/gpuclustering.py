@@ -3,6 +3,7 @@
 ``25·(8000 − gpu_free) // 8000`` plus 75 if the node hosts only pods of the pod's kind, 50 if it hosts
 that kind among others, 25 if it hosts no GPU pod at all, 0 otherwise. CPU-only pods score 0.
 """
+
 from __future__ import annotations
 
 import numpy as np

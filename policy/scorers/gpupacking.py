@@ -9,6 +9,7 @@ With ``n_free`` completely free cards on a node of ``n`` cards:
 
 CPU-only pods score 0 everywhere.
 """
+
 from __future__ import annotations
 
 import numpy as np

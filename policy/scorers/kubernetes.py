@@ -16,6 +16,7 @@ Resources are ``cpu`` (millicores), ``memory`` (bytes) and ``gpu`` (GPU milli: c
 last standing for the ``nvidia.com/gpu`` extended resource that GPU clusters add to
 ``scoringStrategy.resources``. Weights are configurable; the default is 1 each.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -123,7 +124,7 @@ def balance_score(requested: list[np.ndarray], allocatable: list[np.ndarray]) ->
     """``int((1 − std)·100)`` over the fractions of resources with allocatable > 0 (Go's float order)."""
     k = len(requested[0]) if requested else 0
     fractions = []
-    for r, a in zip(requested, allocatable):
+    for r, a in zip(requested, allocatable, strict=True):
         f = np.where(a > 0, np.minimum(r / np.maximum(a, 1), 1.0), np.nan)
         fractions.append(f)
     if not fractions:

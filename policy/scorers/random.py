@@ -2,6 +2,7 @@
 
 The FGD paper's weakest baseline (its artifact runs Random with random GPU selection).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,8 +23,15 @@ class RandomScorer(Scorer):
     def choose(self, scores: NodeScores, nodes: np.ndarray, tiebreak: TieBreak) -> int:
         return int(tiebreak.rng.integers(len(nodes)))
 
-    def cards(self, state: ClusterState, req: PodRequest, node: int, position: int, scores: NodeScores | None,
-              tiebreak: TieBreak) -> tuple[int, ...]:
+    def cards(
+        self,
+        state: ClusterState,
+        req: PodRequest,
+        node: int,
+        position: int,
+        scores: NodeScores | None,
+        tiebreak: TieBreak,
+    ) -> tuple[int, ...]:
         if not req.is_share:
             return default_cards(state, req, node)
         fitting = np.flatnonzero(state.card_free[node, : state.gpu_count[node]] >= req.gpu_milli)

@@ -21,6 +21,7 @@ the reason), and ``Cluster.external`` is True.
 ``RLSCHED_E2E_REQUIRE=1`` (set by hack/test.sh): missing control-plane binaries fail the run instead of
 skipping the e2e tests.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,8 +43,11 @@ EXTERNAL_KUBECONFIG = os.environ.get("RLSCHED_E2E_KUBECONFIG")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "kind: an e2e test that also runs against any cluster with the chart installed "
-                                       "(RLSCHED_E2E_KUBECONFIG, hack/kind-e2e.sh)")
+    config.addinivalue_line(
+        "markers",
+        "kind: an e2e test that also runs against any cluster with the chart installed "
+        "(RLSCHED_E2E_KUBECONFIG, hack/kind-e2e.sh)",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -54,8 +58,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.e2e)
             if EXTERNAL_KUBECONFIG and item.get_closest_marker("kind") is None:
-                item.add_marker(pytest.mark.skip(reason="needs the local control plane and local processes "
-                                                        "(RLSCHED_E2E_KUBECONFIG is set)"))
+                item.add_marker(
+                    pytest.mark.skip(
+                        reason="needs the local control plane and local processes (RLSCHED_E2E_KUBECONFIG is set)"
+                    )
+                )
 
 
 @dataclass
@@ -69,12 +76,21 @@ class Cluster:
 
     def run(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
         """``hack/local-cluster.sh ARGS`` against this cluster."""
-        return subprocess.run([str(SCRIPT), *args], env=self.env, capture_output=True, text=True, timeout=timeout,
-                              check=check)
+        return subprocess.run(
+            [str(SCRIPT), *args], env=self.env, capture_output=True, text=True, timeout=timeout, check=check
+        )
 
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
-        return subprocess.run([str(TOOLS_BIN / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args], input=input,
-                              capture_output=True, text=True, timeout=timeout, check=check)
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(TOOLS_BIN / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=check,
+        )
 
     def scheduler(self, config: Path | None) -> None:
         """(Re)start kube-scheduler with ``config`` (None: the default profile only)."""
@@ -121,11 +137,15 @@ def cluster() -> Cluster:
     if EXTERNAL_KUBECONFIG:
         kc = Path(EXTERNAL_KUBECONFIG).resolve()
         env = dict(os.environ, KUBECONFIG=str(kc), PATH=f"{TOOLS_BIN}:{os.environ.get('PATH', '')}")
-        yield Cluster(state_dir=Path(tempfile.mkdtemp(prefix="rlsched-e2e-external-")), kubeconfig=kc, env=env,
-                      external=True)
+        yield Cluster(
+            state_dir=Path(tempfile.mkdtemp(prefix="rlsched-e2e-external-")), kubeconfig=kc, env=env, external=True
+        )
         return
-    missing = [b for b in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok")
-               if not (TOOLS_BIN / b).exists()]
+    missing = [
+        b
+        for b in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok")
+        if not (TOOLS_BIN / b).exists()
+    ]
     if missing:
         why = f"control-plane binaries missing in {TOOLS_BIN}: {', '.join(missing)} (run hack/build-tools.sh)"
         if os.environ.get("RLSCHED_E2E_REQUIRE") == "1":  # hack/test.sh: CI must not pass by skipping
@@ -134,14 +154,26 @@ def cluster() -> Cluster:
     reuse = os.environ.get("RLSCHED_E2E_CLUSTER_DIR")
     state = Path(reuse) if reuse else Path(tempfile.mkdtemp(prefix="rlsched-e2e-"))
     env = dict(os.environ, RLSCHED_CLUSTER_DIR=str(state), PATH=f"{TOOLS_BIN}:{os.environ.get('PATH', '')}")
-    for var in ("RLSCHED_ETCD_PORT", "RLSCHED_ETCD_PEER_PORT", "RLSCHED_APISERVER_PORT", "RLSCHED_KCM_PORT",
-                "RLSCHED_SCHEDULER_PORT", "RLSCHED_KWOK_PORT", "RLSCHED_PROMETHEUS_PORT"):
+    for var in (
+        "RLSCHED_ETCD_PORT",
+        "RLSCHED_ETCD_PEER_PORT",
+        "RLSCHED_APISERVER_PORT",
+        "RLSCHED_KCM_PORT",
+        "RLSCHED_SCHEDULER_PORT",
+        "RLSCHED_KWOK_PORT",
+        "RLSCHED_PROMETHEUS_PORT",
+    ):
         env.pop(var, None)  # let the script pick free ports: other clusters may run on this machine
     c = Cluster(state_dir=state, kubeconfig=state / "kubeconfig", env=dict(env, KUBECONFIG=str(state / "kubeconfig")))
     if not reuse:
         prometheus = [] if want_prometheus() else ["--no-prometheus"]
-        done = subprocess.run([str(SCRIPT), "up", *prometheus, "--fake-nodes", str(FAKE_NODES)], env=env,
-                              capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [str(SCRIPT), "up", *prometheus, "--fake-nodes", str(FAKE_NODES)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if done.returncode != 0:
             subprocess.run([str(SCRIPT), "down"], env=env, capture_output=True, timeout=120)
             pytest.fail(f"hack/local-cluster.sh up failed:\n{done.stderr[-4000:]}")

@@ -18,6 +18,7 @@ The cluster admin's patches of the same kinds pass: the policy binds the operato
 Requests as the operator go through the Kubernetes client, not kubectl: kubectl reads a pod before
 patching it, and the operator has no ``get`` on pods (its watch lists them).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -25,8 +26,9 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import yaml
@@ -65,12 +67,19 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: floa
 
 def pod_manifest(namespace: str, name: str) -> str:
     # A scheduler nobody runs: the pod stays pending and nothing but this test changes it.
-    return json.dumps({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "labels": {"app": "victim"},
-                     "annotations": {"team.example.com/owner": "ml"}},
-        "spec": {"schedulerName": "rlsched-adm-nobody", "containers": [{"name": "c", "image": IMAGE}]},
-    })
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {"app": "victim"},
+                "annotations": {"team.example.com/owner": "ml"},
+            },
+            "spec": {"schedulerName": "rlsched-adm-nobody", "containers": [{"name": "c", "image": IMAGE}]},
+        }
+    )
 
 
 class Env:
@@ -92,12 +101,18 @@ class Env:
 
         token = self.admin("create", "token", SA, "-n", NS, "--duration", "3600s").stdout.strip()
         admin = json.loads(self.admin("config", "view", "--raw", "--flatten", "-o", "json").stdout)
-        self.operator_kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "operator",
-            "clusters": [{"name": "local", "cluster": admin["clusters"][0]["cluster"]}],
-            "users": [{"name": "operator", "user": {"token": token}}],
-            "contexts": [{"name": "operator", "context": {"cluster": "local", "user": "operator"}}],
-        }))
+        self.operator_kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "operator",
+                    "clusters": [{"name": "local", "cluster": admin["clusters"][0]["cluster"]}],
+                    "users": [{"name": "operator", "user": {"token": token}}],
+                    "contexts": [{"name": "operator", "context": {"cluster": "local", "user": "operator"}}],
+                }
+            )
+        )
         self.core = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(str(self.operator_kubeconfig)))
 
     def as_operator(self, method: str, *args: Any, **kwargs: Any) -> tuple[int, str]:
@@ -138,20 +153,28 @@ def env(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Env:
     kinds = {d["kind"] for d in yaml.safe_load_all(manifest) if d}
     assert {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "Role", "ClusterRole"} <= kinds, kinds
     for ns in (NS, WATCHED, UNWATCHED):  # an earlier run's namespaces may still be terminating
-        wait_for(lambda: e.admin("get", "namespace", ns, check=False).returncode != 0, 120, f"namespace {ns} to go")
+        wait_for(
+            lambda ns=ns: e.admin("get", "namespace", ns, check=False).returncode != 0, 120, f"namespace {ns} to go"
+        )
         e.admin("create", "namespace", ns)
     try:
         e.admin("apply", "-f", "-", input=manifest)
         for ns in (WATCHED, UNWATCHED):  # pods need the namespace's default ServiceAccount (kube-controller-manager)
-            wait_for(lambda: e.admin("get", "serviceaccount", "default", "-n", ns, check=False).returncode == 0, 60,
-                     f"the default ServiceAccount of {ns}")
+            wait_for(
+                lambda ns=ns: e.admin("get", "serviceaccount", "default", "-n", ns, check=False).returncode == 0,
+                60,
+                f"the default ServiceAccount of {ns}",
+            )
             e.admin("create", "-f", "-", input=pod_manifest(ns, "victim"))
         e.admin("create", "-f", "-", input=pod_manifest(WATCHED, "probe"))
         e.connect_as_operator()
         # The API server enforces a new policy once its informer has it: wait for a denial (on a pod
         # of its own, so that an early success changes nothing the tests look at).
-        wait_for(lambda: POLICY in e.patch_pod(WATCHED, "probe", {"metadata": {"labels": {"probe": "1"}}})[1], 60,
-                 "the admission policy to be enforced")
+        wait_for(
+            lambda: POLICY in e.patch_pod(WATCHED, "probe", {"metadata": {"labels": {"probe": "1"}}})[1],
+            60,
+            "the admission policy to be enforced",
+        )
         yield e
     finally:
         e.admin("delete", "-f", "-", "--ignore-not-found", "--wait=false", input=manifest, check=False)
@@ -175,6 +198,7 @@ def forbidden_by_rbac(answer: tuple[int, str], what: str) -> None:
 
 def test_policy_type_checks_against_the_pod_schema(env: Env) -> None:
     """The API server type-checks every expression against Pod's schema: no warning for any."""
+
     def checked() -> dict | None:
         policy = json.loads(env.admin("get", "validatingadmissionpolicy", POLICY, "-o", "json").stdout)
         return policy if policy.get("status", {}).get("observedGeneration") else None
@@ -195,25 +219,48 @@ def test_operators_own_annotation_patches_pass(env: Env) -> None:
     finally:
         kube.close()
     annotations = env.pod(WATCHED, "victim")["metadata"]["annotations"]
-    assert annotations == {"team.example.com/owner": "ml", "rlsched.io/requeue-attempt": "1",
-                           "rlsched.io/policy-rejected": "too big"}
+    assert annotations == {
+        "team.example.com/owner": "ml",
+        "rlsched.io/requeue-attempt": "1",
+        "rlsched.io/policy-rejected": "too big",
+    }
     # Removing its own annotation is allowed too.
-    assert env.patch_pod(WATCHED, "victim", {"metadata": {"annotations": {"rlsched.io/policy-rejected": None}}}) == (200, "")
+    assert env.patch_pod(WATCHED, "victim", {"metadata": {"annotations": {"rlsched.io/policy-rejected": None}}}) == (
+        200,
+        "",
+    )
 
 
 def test_image_label_finalizer_and_foreign_annotation_changes_are_denied(env: Env) -> None:
-    denied_by_policy(env.patch_pod(WATCHED, "victim", {"spec": {"containers": [{"name": "c", "image": "registry.example.com/evil:1"}]}},
-                                   STRATEGIC), "may not change a pod's spec")
+    denied_by_policy(
+        env.patch_pod(
+            WATCHED,
+            "victim",
+            {"spec": {"containers": [{"name": "c", "image": "registry.example.com/evil:1"}]}},
+            STRATEGIC,
+        ),
+        "may not change a pod's spec",
+    )
     metadata = "may not change a pod's metadata other than rlsched.io/ annotations"
     denied_by_policy(env.patch_pod(WATCHED, "victim", {"metadata": {"labels": {"app": "hijacked"}}}), metadata)
     denied_by_policy(env.patch_pod(WATCHED, "victim", {"metadata": {"labels": {"extra": "1"}}}), metadata)
     # One allowed key beside a forbidden change: the whole request is denied.
-    denied_by_policy(env.patch_pod(WATCHED, "victim", {"metadata": {"annotations": {"rlsched.io/requeue-attempt": "2"},
-                                                                    "finalizers": ["example.com/hold"]}}), metadata)
+    denied_by_policy(
+        env.patch_pod(
+            WATCHED,
+            "victim",
+            {"metadata": {"annotations": {"rlsched.io/requeue-attempt": "2"}, "finalizers": ["example.com/hold"]}},
+        ),
+        metadata,
+    )
     foreign = "may change only annotations whose key starts with rlsched.io/"
-    for annotations in ({"team.example.com/owner": "me"}, {"team.example.com/owner": None},
-                        {"kopf.rlsched.io/x": "1"}, {"rlsched.io.example.com/x": "1"}):
-        denied_by_policy(env.patch_pod(WATCHED, "victim", {"metadata": {"annotations": annotations}}), foreign)
+    for changed in (
+        {"team.example.com/owner": "me"},
+        {"team.example.com/owner": None},
+        {"kopf.rlsched.io/x": "1"},
+        {"rlsched.io.example.com/x": "1"},
+    ):
+        denied_by_policy(env.patch_pod(WATCHED, "victim", {"metadata": {"annotations": changed}}), foreign)
     pod = env.pod(WATCHED, "victim")
     assert pod["spec"]["containers"][0]["image"] == IMAGE
     assert pod["metadata"]["labels"] == {"app": "victim"} and not pod["metadata"].get("finalizers")
@@ -223,7 +270,15 @@ def test_image_label_finalizer_and_foreign_annotation_changes_are_denied(env: En
 def test_the_admin_is_not_affected(env: Env) -> None:
     env.admin("label", "pod", "victim", "-n", WATCHED, "app=relabelled", "--overwrite")
     env.admin("annotate", "pod", "victim", "-n", WATCHED, "team.example.com/owner=ops", "--overwrite")
-    env.admin("patch", "pod", "victim", "-n", WATCHED, "-p", '{"spec":{"containers":[{"name":"c","image":"registry.k8s.io/pause:3.9"}]}}')
+    env.admin(
+        "patch",
+        "pod",
+        "victim",
+        "-n",
+        WATCHED,
+        "-p",
+        '{"spec":{"containers":[{"name":"c","image":"registry.k8s.io/pause:3.9"}]}}',
+    )
     pod = env.pod(WATCHED, "victim")
     assert pod["spec"]["containers"][0]["image"] == "registry.k8s.io/pause:3.9"
     assert pod["metadata"]["labels"]["app"] == "relabelled"
@@ -231,21 +286,36 @@ def test_the_admin_is_not_affected(env: Env) -> None:
 
 
 def test_unwatched_namespaces_pod_status_and_deletion_are_out_of_reach(env: Env) -> None:
-    forbidden_by_rbac(env.patch_pod(UNWATCHED, "victim", {"metadata": {"annotations": {"rlsched.io/requeue-attempt": "1"}}}),
-                      f'patch resource "pods" in API group "" in the namespace "{UNWATCHED}"')
+    forbidden_by_rbac(
+        env.patch_pod(UNWATCHED, "victim", {"metadata": {"annotations": {"rlsched.io/requeue-attempt": "1"}}}),
+        f'patch resource "pods" in API group "" in the namespace "{UNWATCHED}"',
+    )
     forbidden_by_rbac(env.as_operator("list_namespaced_pod", UNWATCHED), 'list resource "pods"')
-    forbidden_by_rbac(env.as_operator("list_pod_for_all_namespaces"), 'list resource "pods" in API group "" at the cluster scope')
+    forbidden_by_rbac(
+        env.as_operator("list_pod_for_all_namespaces"), 'list resource "pods" in API group "" at the cluster scope'
+    )
     condition = {"status": {"conditions": [{"type": "rlsched.io/X", "status": "True"}]}}
-    forbidden_by_rbac(env.as_operator("patch_namespaced_pod_status", "victim", WATCHED, condition, _content_type=STRATEGIC),
-                      'patch resource "pods/status"')
+    forbidden_by_rbac(
+        env.as_operator("patch_namespaced_pod_status", "victim", WATCHED, condition, _content_type=STRATEGIC),
+        'patch resource "pods/status"',
+    )
     forbidden_by_rbac(env.as_operator("delete_namespaced_pod", "victim", WATCHED), 'delete resource "pods"')
     assert "rlsched.io/requeue-attempt" not in env.pod(UNWATCHED, "victim")["metadata"]["annotations"]
     # In the watched namespace the same patch passes.
-    assert env.patch_pod(WATCHED, "victim", {"metadata": {"annotations": {"rlsched.io/requeue-attempt": "2"}}}) == (200, "")
+    assert env.patch_pod(WATCHED, "victim", {"metadata": {"annotations": {"rlsched.io/requeue-attempt": "2"}}}) == (
+        200,
+        "",
+    )
 
 
 def test_the_policy_holds_when_rbac_is_widened_by_mistake(env: Env) -> None:
-    env.admin("create", "clusterrole", WIDENED, "--verb=delete,patch,update", "--resource=pods,pods/status,pods/ephemeralcontainers")
+    env.admin(
+        "create",
+        "clusterrole",
+        WIDENED,
+        "--verb=delete,patch,update",
+        "--resource=pods,pods/status,pods/ephemeralcontainers",
+    )
     env.admin("create", "clusterrolebinding", WIDENED, f"--clusterrole={WIDENED}", f"--serviceaccount={NS}:{SA}")
     condition = {"status": {"conditions": [{"type": "rlsched.io/X", "status": "True"}]}}
 
@@ -256,8 +326,10 @@ def test_the_policy_holds_when_rbac_is_widened_by_mistake(env: Env) -> None:
     update_only = "may only update pods' rlsched.io/ annotations"
     denied_by_policy(wait_for(past_rbac, 30, "the widened RBAC to apply"), update_only)
     denied_by_policy(env.as_operator("delete_namespaced_pod", "victim", WATCHED), update_only)
-    denied_by_policy(env.patch_pod(UNWATCHED, "victim", {"metadata": {"labels": {"app": "hijacked"}}}),
-                     "may not change a pod's metadata")
+    denied_by_policy(
+        env.patch_pod(UNWATCHED, "victim", {"metadata": {"labels": {"app": "hijacked"}}}),
+        "may not change a pod's metadata",
+    )
     pod = env.pod(WATCHED, "victim")
     assert not pod["metadata"].get("deletionTimestamp")
     assert not [c for c in pod["status"].get("conditions", []) if c["type"] == "rlsched.io/X"]

@@ -9,6 +9,7 @@
   its client certificate (``tlsConfig`` rendered by ``scheduler_config``); a pod is bound with its GPU
   cards; a client without a certificate from the CA is refused at the handshake.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -90,9 +91,12 @@ def test_status_listener_answers_only_tokens_the_api_server_allows(local: Any) -
         rlstack.wait_for(lambda: get(base + "/decisions", granted)[0] == 200, 30, "the re-granted token to be served")
 
         metrics = get(base + "/metrics")[2]["text"]
-        counts = {r: float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-                  for r in ("allowed", "unauthenticated", "forbidden", "unavailable")
-                  if line.startswith(f'rlsched_extender_auth_requests_total{{result="{r}"}}')}
+        counts = {
+            r: float(line.rsplit(" ", 1)[1])
+            for line in metrics.splitlines()
+            for r in ("allowed", "unauthenticated", "forbidden", "unavailable")
+            if line.startswith(f'rlsched_extender_auth_requests_total{{result="{r}"}}')
+        }
         assert counts["allowed"] >= 5 and counts["unauthenticated"] >= 3 and counts["forbidden"] >= 2
         assert counts["unavailable"] == 0
         assert 'rlsched_extender_auth_reviews_total{kind="token",result="ok"}' in metrics
@@ -102,7 +106,9 @@ def test_status_listener_answers_only_tokens_the_api_server_allows(local: Any) -
             assert token not in log  # tokens are never logged
     finally:
         ext.stop()
-        local.kubectl("delete", "clusterrolebinding", f"{rlstack.READER_ROLE}-{reader}", "--ignore-not-found", check=False)
+        local.kubectl(
+            "delete", "clusterrolebinding", f"{rlstack.READER_ROLE}-{reader}", "--ignore-not-found", check=False
+        )
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl missing (makes the test certificates)")
@@ -115,23 +121,46 @@ def test_kube_scheduler_calls_the_verbs_over_mutual_tls(local: Any, tmp_path: Pa
     node = f"{SUITE}-node"
     ext = rlstack.Extender(local, name=f"rlsched-extender-{SUITE}-mtls")
     sched = rlstack.KubeScheduler(local, name=f"rl-kube-scheduler-{SUITE}")
-    ext.start_with(settings={"kubernetes": {"schedulerName": scheduler_name}, "server": {"tls": {
-        "certFile": str(pki["server_cert"]), "keyFile": str(pki["server_key"]), "clientCaFile": str(pki["ca"])}}})
+    ext.start_with(
+        settings={
+            "kubernetes": {"schedulerName": scheduler_name},
+            "server": {
+                "tls": {
+                    "certFile": str(pki["server_cert"]),
+                    "keyFile": str(pki["server_key"]),
+                    "clientCaFile": str(pki["ca"]),
+                }
+            },
+        }
+    )
     try:
-        conf = rlstack.rl_scheduler_config(local, f"https://127.0.0.1:{ext.port}", scheduler_name=scheduler_name,
-                                           leader_elect=False, tls=ClientTls(str(pki["client_cert"]), str(pki["client_key"]),
-                                                                             str(pki["ca"])))
+        conf = rlstack.rl_scheduler_config(
+            local,
+            f"https://127.0.0.1:{ext.port}",
+            scheduler_name=scheduler_name,
+            leader_elect=False,
+            tls=ClientTls(str(pki["client_cert"]), str(pki["client_key"]), str(pki["ca"])),
+        )
         assert conf["extenders"][0]["enableHTTPS"] is True
         sched.start_with(conf)
         rlstack.create_nodes(local, [rlstack.kwok_node(node, 8000, 16384, 2, "T4", labels={"rlsched.io/e2e": SUITE})])
         rlstack.ensure_namespace(local, NS)
-        pod = rlstack.pod_manifest("mtls", 500, 512, 1, 1000, scheduler_name=scheduler_name, namespace=NS,
-                                   node_selector={"rlsched.io/e2e": SUITE})
+        pod = rlstack.pod_manifest(
+            "mtls",
+            500,
+            512,
+            1,
+            1000,
+            scheduler_name=scheduler_name,
+            namespace=NS,
+            node_selector={"rlsched.io/e2e": SUITE},
+        )
         local.apply([pod])
 
         def bound() -> dict | None:
             p = json.loads(local.kubectl("get", "pod", "mtls", "-n", NS, "-o", "json").stdout)
             return p if p["spec"].get("nodeName") else None
+
         p = rlstack.wait_for(bound, 90, "the pod to be bound through the extender over mutual TLS")
         on, cards, milli = rlstack.card_assignment(p)  # written by the extender's bind
         assert (on, len(cards), milli) == (node, 1, 1000) and p["spec"]["nodeName"] == node
@@ -139,7 +168,9 @@ def test_kube_scheduler_calls_the_verbs_over_mutual_tls(local: Any, tmp_path: Pa
         assert {"filter", "bind"} <= kinds
 
         # Without a client certificate from the CA, the handshake fails: nobody else calls the verbs.
-        body = json.dumps({"PodName": "mtls", "PodNamespace": NS, "PodUID": p["metadata"]["uid"], "Node": node}).encode()
+        body = json.dumps(
+            {"PodName": "mtls", "PodNamespace": NS, "PodUID": p["metadata"]["uid"], "Node": node}
+        ).encode()
         for cert in (None, rogue):
             ctx = ssl.create_default_context(cafile=str(pki["ca"]))
             if cert is not None:

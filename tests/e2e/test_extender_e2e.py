@@ -23,6 +23,7 @@ selects its pool, so other modules' nodes and pods never mix in. What is checked
 Tests marked ``kind`` also run against a cluster with the chart installed (``hack/kind-e2e.sh``:
 ``RLSCHED_E2E_KUBECONFIG``); the others need the local processes.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -33,8 +34,9 @@ import threading
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import pytest
 from kubernetes.utils import parse_quantity
@@ -53,8 +55,12 @@ SCHEDULER = os.environ.get("RLSCHED_E2E_SCHEDULER_NAME", rlstack.SCHEDULER_NAME)
 
 # pool → [(kind, count, cpu milli, memory MiB, cards, model)]
 POOLS: dict[str, list[tuple[str, int, int, int, int, str]]] = {
-    "main": [("a100", 2, 32000, 131072, 4, "A100"), ("v100", 3, 64000, 262144, 8, "V100M16"),
-             ("t4", 2, 16000, 65536, 2, "T4"), ("cpu", 1, 32000, 131072, 0, "")],
+    "main": [
+        ("a100", 2, 32000, 131072, 4, "A100"),
+        ("v100", 3, 64000, 262144, 8, "V100M16"),
+        ("t4", 2, 16000, 65536, 2, "T4"),
+        ("cpu", 1, 32000, 131072, 0, ""),
+    ],
     "shared": [("t4", 1, 16000, 65536, 2, "T4")],
     "restart": [("v100", 4, 64000, 262144, 8, "V100M16")],
 }
@@ -69,8 +75,11 @@ def all_nodes() -> list[dict[str, Any]]:
     for pool, kinds in POOLS.items():
         for kind, count, cpu, mem, cards, model in kinds:
             for i in range(count):
-                out.append(rlstack.kwok_node(node_name(pool, kind, i), cpu, mem, cards, model,
-                                             labels={SUITE_LABEL: SUITE, POOL_LABEL: pool}))
+                out.append(
+                    rlstack.kwok_node(
+                        node_name(pool, kind, i), cpu, mem, cards, model, labels={SUITE_LABEL: SUITE, POOL_LABEL: pool}
+                    )
+                )
     return out
 
 
@@ -79,6 +88,7 @@ def wait_for(fn: Callable[[], Any], timeout: float, what: str, interval: float =
 
 
 # -- the environment -------------------------------------------------------------------------------
+
 
 class Env:
     """Kubernetes access for the tests, plus the local stack (None against an external cluster)."""
@@ -101,8 +111,9 @@ class Env:
         return json.loads(r.data)["items"]
 
     def all_pods(self) -> list[dict]:
-        r = self.core.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded,status.phase!=Failed",
-                                                  _preload_content=False)
+        r = self.core.list_pod_for_all_namespaces(
+            field_selector="status.phase!=Succeeded,status.phase!=Failed", _preload_content=False
+        )
         return json.loads(r.data)["items"]
 
     def create_nodes(self) -> None:
@@ -117,9 +128,14 @@ class Env:
             self.core.patch_node_status(name, {"status": body["status"]})
 
         def ready() -> bool:
-            items = json.loads(self.core.list_node(label_selector=f"{SUITE_LABEL}={SUITE}", _preload_content=False).data)["items"]
-            return sum(any(c["type"] == "Ready" and c["status"] == "True" for c in i["status"].get("conditions") or [])
-                       for i in items) == len(self.nodes)
+            items = json.loads(
+                self.core.list_node(label_selector=f"{SUITE_LABEL}={SUITE}", _preload_content=False).data
+            )["items"]
+            return sum(
+                any(c["type"] == "Ready" and c["status"] == "True" for c in i["status"].get("conditions") or [])
+                for i in items
+            ) == len(self.nodes)
+
         wait_for(ready, 120, f"{len(self.nodes)} kwok nodes Ready")
 
     def delete_nodes(self) -> None:
@@ -142,31 +158,61 @@ class Env:
             pods = {p["metadata"]["name"]: p for p in self.raw_pods() if p["metadata"]["name"] in want}
             missing = [n for n in want if not pods.get(n, {}).get("spec", {}).get("nodeName")]
             return pods if not missing else None
+
         try:
             return wait_for(bound, timeout, f"{len(want)} pods to be bound")
         except AssertionError:
-            pending = [p["metadata"]["name"] for p in self.raw_pods()
-                       if p["metadata"]["name"] in want and not p["spec"].get("nodeName")]
-            raise AssertionError(f"not bound after {timeout:.0f}s: {pending[:10]}; events: "
-                                 f"{[self.events(n)[-1:] for n in pending[:3]]}") from None
+            pending = [
+                p["metadata"]["name"]
+                for p in self.raw_pods()
+                if p["metadata"]["name"] in want and not p["spec"].get("nodeName")
+            ]
+            raise AssertionError(
+                f"not bound after {timeout:.0f}s: {pending[:10]}; events: {[self.events(n)[-1:] for n in pending[:3]]}"
+            ) from None
 
     def events(self, name: str) -> list[dict]:
         r = self.core.list_namespaced_event(NS, field_selector=f"involvedObject.name={name}", _preload_content=False)
         items = json.loads(r.data)["items"]
         items.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
-        return [{"reason": e.get("reason"), "message": e.get("message") or e.get("note") or "",
-                 "source": (e.get("source") or {}).get("component") or e.get("reportingComponent") or ""} for e in items]
+        return [
+            {
+                "reason": e.get("reason"),
+                "message": e.get("message") or e.get("note") or "",
+                "source": (e.get("source") or {}).get("component") or e.get("reportingComponent") or "",
+            }
+            for e in items
+        ]
 
 
-def pod(name: str, pool: str = "main", cpu: int = 1000, mem: int = 2048, gpus: int = 0, milli: int = 0,
-        models: tuple[str, ...] = (), scheduler: str | None = None, annotation_share: bool = False,
-        hostname: str | None = None, extra_resources: dict[str, str] | None = None) -> dict:
+def pod(
+    name: str,
+    pool: str = "main",
+    cpu: int = 1000,
+    mem: int = 2048,
+    gpus: int = 0,
+    milli: int = 0,
+    models: tuple[str, ...] = (),
+    scheduler: str | None = None,
+    annotation_share: bool = False,
+    hostname: str | None = None,
+    extra_resources: dict[str, str] | None = None,
+) -> dict:
     selector = {POOL_LABEL: pool, SUITE_LABEL: SUITE}
     if hostname:
         selector["kubernetes.io/hostname"] = hostname
-    body = rlstack.pod_manifest(name, cpu, mem, gpus, milli if gpus else 0, models, scheduler_name=scheduler or SCHEDULER,
-                                labels={"suite": SUITE, "pool": pool}, node_selector=selector,
-                                share_as_annotation=annotation_share)
+    body = rlstack.pod_manifest(
+        name,
+        cpu,
+        mem,
+        gpus,
+        milli if gpus else 0,
+        models,
+        scheduler_name=scheduler or SCHEDULER,
+        labels={"suite": SUITE, "pool": pool},
+        node_selector=selector,
+        share_as_annotation=annotation_share,
+    )
     if extra_resources:
         for section in ("requests", "limits"):
             body["spec"]["containers"][0]["resources"][section].update(extra_resources)
@@ -175,7 +221,10 @@ def pod(name: str, pool: str = "main", cpu: int = 1000, mem: int = 2048, gpus: i
 
 # -- the one consistency check ---------------------------------------------------------------------
 
-def check_consistent(pods: Iterable[dict], nodes: dict[str, dict], our_scheduler: str = SCHEDULER) -> dict[str, dict[int, int]]:
+
+def check_consistent(
+    pods: Iterable[dict], nodes: dict[str, dict], our_scheduler: str = SCHEDULER
+) -> dict[str, dict[int, int]]:
     """Every bound pod fits its node; card annotations agree with node, request and model; no card is
     oversubscribed and a whole card is never shared. Returns node → card → milli taken."""
     cards_used: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
@@ -231,13 +280,17 @@ def check_consistent(pods: Iterable[dict], nodes: dict[str, dict], our_scheduler
                 problems.append(f"{node} card {c}: {m} milli taken (> 1000)")
     for node in cpu_used:
         alloc = nodes[node]["status"]["allocatable"]
-        if cpu_used[node] > parse_quantity(alloc["cpu"]) * 1000 or mem_used[node] > parse_quantity(alloc["memory"]) / 2**20:
+        if (
+            cpu_used[node] > parse_quantity(alloc["cpu"]) * 1000
+            or mem_used[node] > parse_quantity(alloc["memory"]) / 2**20
+        ):
             problems.append(f"{node}: cpu {cpu_used[node]}m / memory {mem_used[node]}Mi over allocatable {alloc}")
     assert not problems, "\n".join(problems)
     return cards_used
 
 
 # -- fixtures ---------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def env(cluster: Any) -> Any:
@@ -249,7 +302,9 @@ def env(cluster: Any) -> Any:
     except ApiException as exc:
         if exc.status != 409:
             raise
-    wait_for(lambda: e.core.read_namespaced_service_account("default", NS), 60, "the namespace's default ServiceAccount")
+    wait_for(
+        lambda: e.core.read_namespaced_service_account("default", NS), 60, "the namespace's default ServiceAccount"
+    )
     e.create_nodes()
     try:
         if not cluster.external:
@@ -261,10 +316,13 @@ def env(cluster: Any) -> Any:
             running = (Path(cluster.state_dir) / "run" / "kube-scheduler.pid").exists()
             if not running or "schedulerName: default-scheduler" not in conf or "extenders" in conf:
                 cluster.scheduler(None)
-            stack = e.stack = rlstack.Stack(local)   # before up(): a failed start is still torn down
-            stack.up(model="auto", load_exporter=local.prometheus_url is not None,
-                     exporter_selector=f"{SUITE_LABEL}={SUITE}",
-                     extender_settings={"prometheus": {"intervalS": 2.0}, "decisionRingSize": 8192})
+            stack = e.stack = rlstack.Stack(local)  # before up(): a failed start is still torn down
+            stack.up(
+                model="auto",
+                load_exporter=local.prometheus_url is not None,
+                exporter_selector=f"{SUITE_LABEL}={SUITE}",
+                extender_settings={"prometheus": {"intervalS": 2.0}, "decisionRingSize": 8192},
+            )
         yield e
     finally:
         try:
@@ -297,9 +355,13 @@ def bind_records(stack: Any) -> dict[str, dict]:
 
 # -- tests ------------------------------------------------------------------------------------------
 
+
 def test_our_scheduler_holds_its_own_lease(local: Any, env: Env) -> None:
-    lease = wait_for(lambda: env.coord.read_namespaced_lease(rlstack.LEASE_NAME, rlstack.LEASE_NAMESPACE), 30,
-                     "the lease kube-system/rl-scheduler")
+    lease = wait_for(
+        lambda: env.coord.read_namespaced_lease(rlstack.LEASE_NAME, rlstack.LEASE_NAMESPACE),
+        30,
+        "the lease kube-system/rl-scheduler",
+    )
     assert lease.spec.holder_identity, lease
     age = time.time() - lease.spec.renew_time.timestamp()
     assert age < 30, f"lease not renewed for {age:.0f}s"
@@ -328,18 +390,28 @@ MIXED = [
     ("a100-only-b", dict(gpus=2, milli=1000, models=("A100",))),
     ("v100-or-t4-share", dict(gpus=1, milli=400, models=("V100M16", "T4"))),
     ("t4-only", dict(gpus=1, milli=1000, models=("T4",))),
-    ("whole-8", dict(cpu=8000, mem=32768, gpus=8, milli=1000)),           # only a V100 node has 8 cards
+    ("whole-8", dict(cpu=8000, mem=32768, gpus=8, milli=1000)),  # only a V100 node has 8 cards
     ("whole-4", dict(cpu=4000, mem=16384, gpus=4, milli=1000)),
-    ("whole-2-a", dict(gpus=2, milli=1000)), ("whole-2-b", dict(gpus=2, milli=1000)),
-    ("whole-1-a", dict(gpus=1, milli=1000)), ("whole-1-b", dict(gpus=1, milli=1000)),
-    ("whole-1-c", dict(gpus=1, milli=1000)), ("whole-1-d", dict(gpus=1, milli=1000)),
-    ("share-250-a", dict(gpus=1, milli=250)), ("share-250-b", dict(gpus=1, milli=250)),
-    ("share-250-c", dict(gpus=1, milli=250)), ("share-250-d", dict(gpus=1, milli=250)),
-    ("share-500-a", dict(gpus=1, milli=500)), ("share-500-b", dict(gpus=1, milli=500)), ("share-500-c", dict(gpus=1, milli=500)),
-    ("share-700-a", dict(gpus=1, milli=700)), ("share-700-b", dict(gpus=1, milli=700)),
+    ("whole-2-a", dict(gpus=2, milli=1000)),
+    ("whole-2-b", dict(gpus=2, milli=1000)),
+    ("whole-1-a", dict(gpus=1, milli=1000)),
+    ("whole-1-b", dict(gpus=1, milli=1000)),
+    ("whole-1-c", dict(gpus=1, milli=1000)),
+    ("whole-1-d", dict(gpus=1, milli=1000)),
+    ("share-250-a", dict(gpus=1, milli=250)),
+    ("share-250-b", dict(gpus=1, milli=250)),
+    ("share-250-c", dict(gpus=1, milli=250)),
+    ("share-250-d", dict(gpus=1, milli=250)),
+    ("share-500-a", dict(gpus=1, milli=500)),
+    ("share-500-b", dict(gpus=1, milli=500)),
+    ("share-500-c", dict(gpus=1, milli=500)),
+    ("share-700-a", dict(gpus=1, milli=700)),
+    ("share-700-b", dict(gpus=1, milli=700)),
     ("share-300-annotation-a", dict(gpus=1, milli=300, annotation_share=True)),
     ("share-300-annotation-b", dict(gpus=1, milli=300, annotation_share=True)),
-    ("cpu-a", dict(cpu=4000)), ("cpu-b", dict(cpu=2000)), ("cpu-c", dict(cpu=500)),
+    ("cpu-a", dict(cpu=4000)),
+    ("cpu-b", dict(cpu=2000)),
+    ("cpu-c", dict(cpu=500)),
 ]
 
 
@@ -354,7 +426,9 @@ def test_pods_land_on_fitting_nodes_with_consistent_cards(env: Env) -> None:
     assert kinds["t4-only"] == "t4" and kinds["v100-or-t4-share"] in ("v100", "t4")
     assert all(pods[n]["spec"]["schedulerName"] == SCHEDULER for n in names)
     # Shares were packed onto cards rather than each taking a fresh one (any sane policy does).
-    share_cards = {(pods[n]["spec"]["nodeName"], rlstack.card_assignment(pods[n])[1][0]) for n in names if n.startswith("share")}
+    share_cards = {
+        (pods[n]["spec"]["nodeName"], rlstack.card_assignment(pods[n])[1][0]) for n in names if n.startswith("share")
+    }
     assert len(share_cards) < sum(1 for n in names if n.startswith("share")), share_cards
     print("GPU milli per node/card:", {n: dict(c) for n, c in used.items()})
     if env.stack is not None:
@@ -373,8 +447,10 @@ def test_pods_that_cannot_fit_stay_pending_and_say_why(env: Env) -> None:
     cases = {
         "too-many-cards": (dict(gpus=16, milli=1000), ["Insufficient nvidia.com/gpu"]),
         "unknown-model": (dict(gpus=1, milli=1000, models=("H100",)), ["GPU model", "not allowed"]),
-        "whole-and-share": (dict(gpus=1, milli=1000, extra_resources={rlstack.GPU_MILLI_RESOURCE: "500"}),
-                            ["whole card", "share of 500 milli"]),
+        "whole-and-share": (
+            dict(gpus=1, milli=1000, extra_resources={rlstack.GPU_MILLI_RESOURCE: "500"}),
+            ["whole card", "share of 500 milli"],
+        ),
         "share-too-large": (dict(extra_resources={rlstack.GPU_MILLI_RESOURCE: "1500"}), ["1..1000"]),
         "too-much-cpu": (dict(cpu=200000), ["Insufficient cpu"]),
     }
@@ -384,15 +460,18 @@ def test_pods_that_cannot_fit_stay_pending_and_say_why(env: Env) -> None:
         def check() -> Any:
             evs = [e for e in env.events(name) if e["reason"] == "FailedScheduling"]
             return evs if evs and all(w in evs[-1]["message"] for w in words) else None
+
         return check
+
     for name, (_, words) in cases.items():
         evs = wait_for(explained(name, words), 60, f"a FailedScheduling event for {name} saying {words}")
         print(f"{name}: {evs[-1]['message'][:300]}")
     for name in cases:
         p = env.pod(name)
         assert not p["spec"].get("nodeName") and rlstack.card_assignment(p) is None, p["metadata"]
-    env.core.delete_collection_namespaced_pod(NS, label_selector="suite", grace_period_seconds=0,
-                                             field_selector="status.phase=Pending")
+    env.core.delete_collection_namespaced_pod(
+        NS, label_selector="suite", grace_period_seconds=0, field_selector="status.phase=Pending"
+    )
 
 
 @pytest.mark.kind
@@ -406,7 +485,9 @@ def test_default_scheduler_pods_are_untouched_but_counted(env: Env) -> None:
     assert scheduled and scheduled[-1]["source"] == "default-scheduler", scheduled
     # Our scheduler sees the card as taken: one card is left on the 2-card node, so two whole cards
     # do not fit there, while a share does — on the other card.
-    env.submit([pod("ours-two-cards", pool="shared", gpus=2, milli=1000), pod("ours-share", pool="shared", gpus=1, milli=600)])
+    env.submit(
+        [pod("ours-two-cards", pool="shared", gpus=2, milli=1000), pod("ours-share", pool="shared", gpus=1, milli=600)]
+    )
     share = env.wait_bound(["ours-share"], timeout=60)["ours-share"]
     assert share["spec"]["nodeName"] == host
     assert rlstack.card_assignment(share)[1] == (1,), "the default scheduler's pod is counted on card 0 (lowest free)"
@@ -421,9 +502,12 @@ def test_default_scheduler_pods_are_untouched_but_counted(env: Env) -> None:
 
 def test_extender_killed_mid_stream_then_restarted_places_everything_once(local: Any, env: Env) -> None:
     # ~70 % of the pool's 32 cards: shares of 200..600 milli, single and double whole cards.
-    shapes = ([dict(gpus=1, milli=200 + 100 * (i % 5)) for i in range(16)]
-              + [dict(gpus=1, milli=1000) for _ in range(10)] + [dict(gpus=2, milli=1000) for _ in range(3)]
-              + [dict(cpu=2000) for _ in range(3)])
+    shapes = (
+        [dict(gpus=1, milli=200 + 100 * (i % 5)) for i in range(16)]
+        + [dict(gpus=1, milli=1000) for _ in range(10)]
+        + [dict(gpus=2, milli=1000) for _ in range(3)]
+        + [dict(cpu=2000) for _ in range(3)]
+    )
     bodies = [pod(f"stream-{i:02d}", pool="restart", **kw) for i, kw in enumerate(shapes)]
     epoch_before = local.extender.decisions(0, 1)["epoch"]
     created: list[str] = []
@@ -433,10 +517,14 @@ def test_extender_killed_mid_stream_then_restarted_places_everything_once(local:
             env.submit([b])
             created.append(b["metadata"]["name"])
             time.sleep(0.15)
+
     t = threading.Thread(target=submit)
     t.start()
-    wait_for(lambda: sum(1 for p in env.raw_pods("pool=restart") if p["spec"].get("nodeName")) >= 8, 60,
-             "the first pods of the stream to be bound")
+    wait_for(
+        lambda: sum(1 for p in env.raw_pods("pool=restart") if p["spec"].get("nodeName")) >= 8,
+        60,
+        "the first pods of the stream to be bound",
+    )
     local.extender.kill()
     killed_at = time.monotonic()
     bound_at_kill = sum(1 for p in env.raw_pods("pool=restart") if p["spec"].get("nodeName"))
@@ -446,8 +534,10 @@ def test_extender_killed_mid_stream_then_restarted_places_everything_once(local:
     restarted_after = time.monotonic() - killed_at
     t.join()
     pods = env.wait_bound([b["metadata"]["name"] for b in bodies], timeout=120)
-    print(f"killed with {bound_at_kill}/{len(bodies)} bound; back after {restarted_after:.1f}s; all bound "
-          f"{time.monotonic() - killed_at:.1f}s after the kill")
+    print(
+        f"killed with {bound_at_kill}/{len(bodies)} bound; back after {restarted_after:.1f}s; all bound "
+        f"{time.monotonic() - killed_at:.1f}s after the kill"
+    )
     assert bound_at_kill < len(bodies), "the kill came too late to test anything"
     check_consistent(pods.values(), env.nodes)
     assert local.extender.decisions(0, 1)["epoch"] != epoch_before
@@ -464,8 +554,11 @@ def test_extender_killed_mid_stream_then_restarted_places_everything_once(local:
             expected += 1000 * int(res[rlstack.GPU_RESOURCE])
         elif rlstack.GPU_MILLI_RESOURCE in res or rlstack.GPU_MILLI_ANNOTATION in ann:
             expected += int(res.get(rlstack.GPU_MILLI_RESOURCE, ann.get(rlstack.GPU_MILLI_ANNOTATION, 0)))
-    wait_for(lambda: local.extender.status()["cache"]["gpuMilliAllocated"] == expected, 20,
-             f"the extender's gpuMilliAllocated to equal the pods' {expected}")
+    wait_for(
+        lambda: local.extender.status()["cache"]["gpuMilliAllocated"] == expected,
+        20,
+        f"the extender's gpuMilliAllocated to equal the pods' {expected}",
+    )
     assert status["cache"]["gpuMilliCapacity"] > 0
     # kube-scheduler kept going: the failed attempts were retried, nothing was bound by anyone else.
     assert all(p["spec"]["schedulerName"] == SCHEDULER for p in pods.values())
@@ -482,6 +575,7 @@ def test_node_load_comes_from_prometheus(local: Any, env: Env) -> None:
         load = local.extender.status()["load"]["columns"]
         ok = all(c["freshNodes"] >= len(suite_nodes) and c["lastError"] is None for c in load.values())
         return load if ok else None
+
     load = wait_for(fresh, 90, "fresh load for every suite node in every column")
     print({k: (v["freshNodes"], v["ageSeconds"]) for k, v in load.items()})
     metrics = local.extender.metrics()
@@ -495,13 +589,23 @@ def test_node_load_comes_from_prometheus(local: Any, env: Env) -> None:
         res = rlstack.prometheus_query(env.cluster.prometheus_url, DEFAULT_QUERIES["memory"])
         vals = [float(r["value"][1]) for r in res if r["metric"].get("instance") == host]
         return vals if vals and abs(vals[0] - 0.42) < 1e-3 else None
+
     wait_for(prom_memory, 30, "Prometheus to return the pinned memory load")
     time.sleep(3)  # one more poll of the extender (intervalS 2)
     env.submit([pod("load-probe", cpu=1000, hostname=host)])
     env.wait_bound(["load-probe"], timeout=60)
-    rec = wait_for(lambda: next((r for r in local.extender.decisions(0, 8192)["records"]
-                                 if r["kind"] == "filter" and r["pod"]["name"] == "load-probe"), None), 10,
-                   "the probe's decision record")
+    rec = wait_for(
+        lambda: next(
+            (
+                r
+                for r in local.extender.decisions(0, 8192)["records"]
+                if r["kind"] == "filter" and r["pod"]["name"] == "load-probe"
+            ),
+            None,
+        ),
+        10,
+        "the probe's decision record",
+    )
     node_load = rec["features"]["node"]["load"]
     assert abs(node_load["memory"] - 0.42) < 0.01, node_load
     assert node_load["cpu"] is not None and 0 <= node_load["cpu"] <= 1, node_load

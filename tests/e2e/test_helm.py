@@ -19,6 +19,7 @@ One release goes through its whole life, in file order:
 6. every switch on (ServiceMonitor, PrometheusRule, dashboard, peering, no native sidecar, Lease
    elsewhere): ``kubectl apply --dry-run=server`` still accepts it.
 """
+
 from __future__ import annotations
 
 import base64
@@ -33,9 +34,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import yaml
@@ -87,8 +89,9 @@ class Release:
     state: dict[str, Any] = field(default_factory=dict)
 
     def helm(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
-        done = subprocess.run([str(TOOLS_BIN / "helm"), *args], env=self.env, capture_output=True, text=True,
-                              timeout=timeout)
+        done = subprocess.run(
+            [str(TOOLS_BIN / "helm"), *args], env=self.env, capture_output=True, text=True, timeout=timeout
+        )
         if check:
             assert done.returncode == 0, f"helm {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
         return done
@@ -171,19 +174,39 @@ def release(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Relea
     if not (TOOLS_BIN / "helm").exists():
         pytest.skip(f"helm missing in {TOOLS_BIN} (run hack/build-tools.sh)")
     tmp = tmp_path_factory.mktemp("helm")
-    env = dict(cluster.env, HELM_CACHE_HOME=str(tmp / "cache"), HELM_CONFIG_HOME=str(tmp / "config"),
-               HELM_DATA_HOME=str(tmp / "data"))
+    env = dict(
+        cluster.env,
+        HELM_CACHE_HOME=str(tmp / "cache"),
+        HELM_CONFIG_HOME=str(tmp / "config"),
+        HELM_DATA_HOME=str(tmp / "data"),
+    )
     existing = {o["metadata"]["name"] for o in json.loads(cluster.kubectl("get", "crd", "-o", "json").stdout)["items"]}
-    r = Release(cluster, tmp, env, {"verbs": free_port(), "status": free_port(), "health": free_port()},
-                crds_before=existing & set(CRDS))
+    r = Release(
+        cluster,
+        tmp,
+        env,
+        {"verbs": free_port(), "status": free_port(), "health": free_port()},
+        crds_before=existing & set(CRDS),
+    )
     r.kubectl("apply", "-f", "-", input=NODE_MANIFEST)
-    wait_for(lambda: any(c["type"] == "Ready" and c["status"] == "True"
-                         for c in r.get("node", NODE).get("status", {}).get("conditions", [])), 60, "the kwok node")
+    wait_for(
+        lambda: any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in r.get("node", NODE).get("status", {}).get("conditions", [])
+        ),
+        60,
+        "the kwok node",
+    )
     r.kubectl("create", "namespace", NS)
     # Pod Security "restricted": the chart's pods must pass it (enforce), and its Deployments must not
     # even draw a warning (warn: kubectl prints "Warning:" for them).
-    r.kubectl("label", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted",
-              "pod-security.kubernetes.io/warn=restricted")
+    r.kubectl(
+        "label",
+        "namespace",
+        NS,
+        "pod-security.kubernetes.io/enforce=restricted",
+        "pod-security.kubernetes.io/warn=restricted",
+    )
     yield r
     if r.helm("status", RELEASE, "-n", NS, check=False).returncode == 0:
         r.helm("uninstall", RELEASE, "-n", NS, "--wait", check=False)
@@ -204,19 +227,25 @@ def dry_run(r: Release, rendered: str) -> subprocess.CompletedProcess:
 
 # -- 1 --------------------------------------------------------------------------------------------
 
+
 def test_lint_and_server_side_dry_run(release: Release) -> None:
     r = release
     lint = r.helm("lint", "--strict", str(CHART), "-f", str(r.values()))
     assert "0 chart(s) failed" in lint.stdout and "[WARNING]" not in lint.stdout, lint.stdout
     rendered = r.helm("template", RELEASE, str(CHART), "-n", NS, "--include-crds", "-f", str(r.values())).stdout
     out = dry_run(r, rendered).stdout
-    for kind, name in (("deployment.apps", f"{FULLNAME}-scheduler"), ("deployment.apps", f"{FULLNAME}-operator"),
-                       ("customresourcedefinition.apiextensions.k8s.io", "schedulingpolicies.rlsched.io"),
-                       ("lease.coordination.k8s.io", SCHEDULER), ("configmap", f"{FULLNAME}-policy")):
+    for kind, name in (
+        ("deployment.apps", f"{FULLNAME}-scheduler"),
+        ("deployment.apps", f"{FULLNAME}-operator"),
+        ("customresourcedefinition.apiextensions.k8s.io", "schedulingpolicies.rlsched.io"),
+        ("lease.coordination.k8s.io", SCHEDULER),
+        ("configmap", f"{FULLNAME}-policy"),
+    ):
         assert f"{kind}/{name} " in out, out  # created (or, for a CRD already there, unchanged)
 
 
 # -- 2 --------------------------------------------------------------------------------------------
+
 
 def test_install_wait(release: Release) -> None:
     r = release
@@ -243,6 +272,7 @@ def test_install_wait(release: Release) -> None:
 
 # -- 3 --------------------------------------------------------------------------------------------
 
+
 def token_kubeconfig(r: Release, service_account: str, path: Path) -> Path:
     """A kubeconfig that authenticates as the ServiceAccount (a bound token from the API server); the
     token alone is written next to it (``<path>.token``, what the kubelet would mount)."""
@@ -250,12 +280,18 @@ def token_kubeconfig(r: Release, service_account: str, path: Path) -> Path:
     path.with_suffix(".token").write_text(token)
     admin = json.loads(r.kubectl("config", "view", "--raw", "--flatten", "-o", "json").stdout)
     cluster = admin["clusters"][0]["cluster"]
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
-        "clusters": [{"name": "local", "cluster": cluster}],
-        "users": [{"name": service_account, "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": service_account, "namespace": NS}}],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "sa",
+                "clusters": [{"name": "local", "cluster": cluster}],
+                "users": [{"name": service_account, "user": {"token": token}}],
+                "contexts": [{"name": "sa", "context": {"cluster": "local", "user": service_account, "namespace": NS}}],
+            }
+        )
+    )
     return path
 
 
@@ -339,70 +375,171 @@ def test_the_charts_rbac_runs_the_real_components(release: Release) -> None:
     logs = {name: work / f"{name}.log" for name in ("extender", "kube-scheduler", "standby", "operator")}
     procs: dict[str, subprocess.Popen] = {}
     try:
-        procs["extender"] = start([sys.executable, "-m", "rlsched.cli", "extender", "--config", str(work / "extender.yaml"),
-                                   "--kubeconfig", str(sched_kc), "--policy-file", str(policy_dir / "policy.yaml"),
-                                   "--status-host", "127.0.0.1", "--log-format", "text"], logs["extender"])
+        procs["extender"] = start(
+            [
+                sys.executable,
+                "-m",
+                "rlsched.cli",
+                "extender",
+                "--config",
+                str(work / "extender.yaml"),
+                "--kubeconfig",
+                str(sched_kc),
+                "--policy-file",
+                str(policy_dir / "policy.yaml"),
+                "--status-host",
+                "127.0.0.1",
+                "--log-format",
+                "text",
+            ],
+            logs["extender"],
+        )
         wait_for(lambda: http_ok(f"{status}/readyz"), 120, "the extender's /readyz")
-        procs["kube-scheduler"] = start([str(TOOLS_BIN / "kube-scheduler"), "--config", str(work / "scheduler.yaml"),
-                                         "--authentication-kubeconfig", str(sched_kc),
-                                         "--authorization-kubeconfig", str(sched_kc),
-                                         "--bind-address", "127.0.0.1", "--secure-port", str(free_port()), "--v", "2"],
-                                        logs["kube-scheduler"])
-        procs["operator"] = start([sys.executable, "-m", "rlsched.cli", "operator", "--config", str(work / "operator.yaml"),
-                                   "--kubeconfig", str(op_kc), "--extender-url", status, "--mount-path", str(policy_dir),
-                                   "--extender-token-file", str(op_kc.with_suffix(".token")),
-                                   "--decision-log", str(work / "decisions"), "--rollout-timeout", "60",
-                                   "--status-interval", "2", "--liveness", f"http://127.0.0.1:{r.ports['health']}/healthz"],
-                                  logs["operator"])
+        procs["kube-scheduler"] = start(
+            [
+                str(TOOLS_BIN / "kube-scheduler"),
+                "--config",
+                str(work / "scheduler.yaml"),
+                "--authentication-kubeconfig",
+                str(sched_kc),
+                "--authorization-kubeconfig",
+                str(sched_kc),
+                "--bind-address",
+                "127.0.0.1",
+                "--secure-port",
+                str(free_port()),
+                "--v",
+                "2",
+            ],
+            logs["kube-scheduler"],
+        )
+        procs["operator"] = start(
+            [
+                sys.executable,
+                "-m",
+                "rlsched.cli",
+                "operator",
+                "--config",
+                str(work / "operator.yaml"),
+                "--kubeconfig",
+                str(op_kc),
+                "--extender-url",
+                status,
+                "--mount-path",
+                str(policy_dir),
+                "--extender-token-file",
+                str(op_kc.with_suffix(".token")),
+                "--decision-log",
+                str(work / "decisions"),
+                "--rollout-timeout",
+                "60",
+                "--status-interval",
+                "2",
+                "--liveness",
+                f"http://127.0.0.1:{r.ports['health']}/healthz",
+            ],
+            logs["operator"],
+        )
         # kube-scheduler takes the chart's Lease (the Role allows get/update of exactly that one).
-        holder = wait_for(lambda: r.get("lease", SCHEDULER, "-n", "kube-system")["spec"].get("holderIdentity"), 90,
-                          "kube-scheduler to take its Lease")
+        holder = wait_for(
+            lambda: r.get("lease", SCHEDULER, "-n", "kube-system")["spec"].get("holderIdentity"),
+            90,
+            "kube-scheduler to take its Lease",
+        )
         assert holder
         # A second replica (what a rolling update starts) is ready while it waits for the Lease: the
         # chart's readiness probe (/readyz) cannot deadlock a rollout with maxUnavailable 0.
         standby_port = free_port()
-        procs["standby"] = start([str(TOOLS_BIN / "kube-scheduler"), "--config", str(work / "scheduler.yaml"),
-                                  "--authentication-kubeconfig", str(sched_kc), "--authorization-kubeconfig", str(sched_kc),
-                                  "--bind-address", "127.0.0.1", "--secure-port", str(standby_port)], work / "standby.log")
+        procs["standby"] = start(
+            [
+                str(TOOLS_BIN / "kube-scheduler"),
+                "--config",
+                str(work / "scheduler.yaml"),
+                "--authentication-kubeconfig",
+                str(sched_kc),
+                "--authorization-kubeconfig",
+                str(sched_kc),
+                "--bind-address",
+                "127.0.0.1",
+                "--secure-port",
+                str(standby_port),
+            ],
+            work / "standby.log",
+        )
         context = ssl.create_default_context()
         context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # its self-signed serving cert
         for path in ("/readyz", "/livez"):
-            wait_for(lambda: urllib.request.urlopen(f"https://127.0.0.1:{standby_port}{path}", context=context,
-                                                    timeout=3).status == 200, 60, f"the standby's {path}")
+            wait_for(
+                lambda path=path: (
+                    urllib.request.urlopen(f"https://127.0.0.1:{standby_port}{path}", context=context, timeout=3).status
+                    == 200
+                ),
+                60,
+                f"the standby's {path}",
+            )
         assert r.get("lease", SCHEDULER, "-n", "kube-system")["spec"]["holderIdentity"] == holder
         stop(procs.pop("standby"))
         # A pod of this scheduler: filtered, bound and annotated by the extender with the SA's RBAC.
         r.kubectl("apply", "-f", "-", input=yaml.safe_dump(restricted_pod("share", {"rlsched.io/gpu-milli": "300"})))
-        pod = wait_for(lambda: (p := r.get("pod", "share", "-n", NS))["spec"].get("nodeName") and p, 90,
-                       "the pod to be bound by the release's scheduler")
+        pod = wait_for(
+            lambda: (p := r.get("pod", "share", "-n", NS))["spec"].get("nodeName") and p,
+            90,
+            "the pod to be bound by the release's scheduler",
+        )
         annotations = pod["metadata"]["annotations"]
-        assert annotations["rlsched.io/gpu-card-milli"] == "300" and annotations["rlsched.io/gpu-node"] == pod["spec"]["nodeName"]
+        assert (
+            annotations["rlsched.io/gpu-card-milli"] == "300"
+            and annotations["rlsched.io/gpu-node"] == pod["spec"]["nodeName"]
+        )
         # The operator, with its own RBAC: roll out a SchedulingPolicy through the policy ConfigMap.
         wait_for(lambda: http_ok(f"http://127.0.0.1:{r.ports['health']}/healthz"), 90, "the operator's liveness")
-        r.kubectl("apply", "-f", "-", input=yaml.safe_dump({
-            "apiVersion": "rlsched.io/v1alpha1", "kind": "SchedulingPolicy",
-            "metadata": {"name": "default", "namespace": NS}, "spec": {"mode": "shadow", "fallback": "bestfit"}}))
+        r.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=yaml.safe_dump(
+                {
+                    "apiVersion": "rlsched.io/v1alpha1",
+                    "kind": "SchedulingPolicy",
+                    "metadata": {"name": "default", "namespace": NS},
+                    "spec": {"mode": "shadow", "fallback": "bestfit"},
+                }
+            ),
+        )
 
         def ready() -> bool:
             conditions = r.get("schedulingpolicy", "default", "-n", NS).get("status", {}).get("conditions", [])
             return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
         wait_for(ready, 120, "the SchedulingPolicy to be rolled out (Ready=True)")
         # The status port as the chart configures it: no token 401, a token without the grant 403 (the
         # scheduler's own ServiceAccount), the operator's token 200; probes stay open.
         op_token = op_kc.with_suffix(".token").read_text()
 
         def get(path: str, token: str | None) -> int:
-            request = urllib.request.Request(f"{status}{path}", headers={"Authorization": f"Bearer {token}"} if token else {})
+            request = urllib.request.Request(
+                f"{status}{path}", headers={"Authorization": f"Bearer {token}"} if token else {}
+            )
             try:
                 with urllib.request.urlopen(request, timeout=5) as resp:
                     return resp.status
             except urllib.error.HTTPError as exc:
                 return exc.code
+
         sched_token = sched_kc.with_suffix(".token").read_text()
-        assert [get(p, None) for p in ("/decisions", "/status", "/metrics", "/healthz", "/readyz")] == [401, 401, 401, 200, 200]
+        assert [get(p, None) for p in ("/decisions", "/status", "/metrics", "/healthz", "/readyz")] == [
+            401,
+            401,
+            401,
+            200,
+            200,
+        ]
         assert get("/decisions", sched_token) == 403 and get("/decisions", op_token) == 200
-        served = json.loads(urllib.request.urlopen(urllib.request.Request(
-            f"{status}/status", headers={"Authorization": f"Bearer {op_token}"}), timeout=3).read())["policy"]
+        served = json.loads(
+            urllib.request.urlopen(
+                urllib.request.Request(f"{status}/status", headers={"Authorization": f"Bearer {op_token}"}), timeout=3
+            ).read()
+        )["policy"]
         assert (served["mode"], served["fallback"]) == ("shadow", "bestfit"), served
         assert "mode: shadow" in r.get("configmap", f"{FULLNAME}-policy", "-n", NS)["data"]["policy.yaml"]
         assert r.get("configmap", f"{FULLNAME}-policy-last-good", "-n", NS).get("data")
@@ -415,22 +552,37 @@ def test_the_charts_rbac_runs_the_real_components(release: Release) -> None:
         kubelet.stopped.set()
     for name, path in logs.items():
         text = path.read_text(errors="replace")
-        assert "forbidden" not in text.lower(), f"{name} was refused something by RBAC:\n" + "\n".join(
-            line for line in text.splitlines() if "forbidden" in line.lower())[:4000]
+        assert "forbidden" not in text.lower(), (
+            f"{name} was refused something by RBAC:\n"
+            + "\n".join(line for line in text.splitlines() if "forbidden" in line.lower())[:4000]
+        )
     r.state["ran"] = True
 
 
 def restricted_pod(name: str, limits: dict[str, str]) -> dict:
     """A pod that passes Pod Security "restricted", for the release's scheduler."""
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS},
-            "spec": {"schedulerName": SCHEDULER, "tolerations": [TAINT],
-                     "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
-                     "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                                     "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-                                     "resources": {"limits": {"cpu": "100m", "memory": "64Mi", **limits}}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "schedulerName": SCHEDULER,
+            "tolerations": [TAINT],
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                    "resources": {"limits": {"cpu": "100m", "memory": "64Mi", **limits}},
+                }
+            ],
+        },
+    }
 
 
 # -- 4 --------------------------------------------------------------------------------------------
+
 
 def template_hash(r: Release, component: str) -> str:
     dep = r.get("deployment", f"{FULLNAME}-{component}", "-n", NS)
@@ -438,33 +590,69 @@ def template_hash(r: Release, component: str) -> str:
 
 
 def live_hashes(r: Release, component: str) -> set[str]:
-    pods = r.get("pods", "-n", NS, "-l", f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component={component}")
-    return {p["metadata"]["labels"]["pod-template-hash"] for p in pods["items"] if not p["metadata"].get("deletionTimestamp")}
+    pods = r.get(
+        "pods", "-n", NS, "-l", f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component={component}"
+    )
+    return {
+        p["metadata"]["labels"]["pod-template-hash"]
+        for p in pods["items"]
+        if not p["metadata"].get("deletionTimestamp")
+    }
 
 
 def test_upgrade_changing_the_scheduler_config_rolls_the_scheduler_pod(release: Release) -> None:
     r = release
     r.require("installed")
     # What the operator would have published (policy file, bundle, model) and its rollback slot.
-    published = {"data": {"policy.yaml": "mode: shadow\nfallback: bestfit\n", "bundle.json": '{"generation": 7}'},
-                 "binaryData": {"model-0123456789abcdef.npz": base64.b64encode(b"not really a model").decode()}}
+    published = {
+        "data": {"policy.yaml": "mode: shadow\nfallback: bestfit\n", "bundle.json": '{"generation": 7}'},
+        "binaryData": {"model-0123456789abcdef.npz": base64.b64encode(b"not really a model").decode()},
+    }
     r.kubectl("patch", "configmap", f"{FULLNAME}-policy", "-n", NS, "--type=merge", "-p", json.dumps(published))
     last_good = f"{FULLNAME}-policy-last-good"
     if r.kubectl("get", "configmap", last_good, "-n", NS, check=False).returncode == 0:
         r.kubectl("patch", "configmap", last_good, "-n", NS, "--type=merge", "-p", json.dumps(published))
     else:  # deleted by the operator when step 3 retired its policy; it creates it anew (no Helm metadata)
-        r.kubectl("create", "-f", "-", input=json.dumps({
-            "apiVersion": "v1", "kind": "ConfigMap", **published,
-            "metadata": {"name": last_good, "namespace": NS,
-                         "labels": {"app.kubernetes.io/managed-by": "rlsched-operator", "rlsched.io/slot": "last-good"}}}))
+        r.kubectl(
+            "create",
+            "-f",
+            "-",
+            input=json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    **published,
+                    "metadata": {
+                        "name": last_good,
+                        "namespace": NS,
+                        "labels": {"app.kubernetes.io/managed-by": "rlsched-operator", "rlsched.io/slot": "last-good"},
+                    },
+                }
+            ),
+        )
     before = {c: (template_hash(r, c), live_hashes(r, c)) for c in ("scheduler", "operator")}
     values = r.values()
-    r.helm("upgrade", RELEASE, str(CHART), "-n", NS, "-f", str(values), "--set", "scheduler.config.weight=500",
-           "--wait", "--timeout", "180s")
+    r.helm(
+        "upgrade",
+        RELEASE,
+        str(CHART),
+        "-n",
+        NS,
+        "-f",
+        str(values),
+        "--set",
+        "scheduler.config.weight=500",
+        "--wait",
+        "--timeout",
+        "180s",
+    )
     r.kubectl("rollout", "status", f"deployment/{FULLNAME}-scheduler", "-n", NS, "--timeout=120s")
     assert template_hash(r, "scheduler") != before["scheduler"][0]
-    hashes = wait_for(lambda: (h := live_hashes(r, "scheduler")) and h.isdisjoint(before["scheduler"][1]) and h, 60,
-                      "the old scheduler pod to go")
+    hashes = wait_for(
+        lambda: (h := live_hashes(r, "scheduler")) and h.isdisjoint(before["scheduler"][1]) and h,
+        60,
+        "the old scheduler pod to go",
+    )
     assert len(hashes) == 1  # one new ReplicaSet's pod, the old one gone
     assert (template_hash(r, "operator"), live_hashes(r, "operator")) == before["operator"]  # untouched
     conf = yaml.safe_load(r.get("configmap", f"{FULLNAME}-config", "-n", NS)["data"]["scheduler-config.yaml"])
@@ -474,13 +662,26 @@ def test_upgrade_changing_the_scheduler_config_rolls_the_scheduler_pod(release: 
         assert cm["data"] == published["data"] and cm["binaryData"] == published["binaryData"], name
     # The same values again: nothing rolls.
     after = template_hash(r, "scheduler")
-    r.helm("upgrade", RELEASE, str(CHART), "-n", NS, "-f", str(values), "--set", "scheduler.config.weight=500",
-           "--wait", "--timeout", "180s")
+    r.helm(
+        "upgrade",
+        RELEASE,
+        str(CHART),
+        "-n",
+        NS,
+        "-f",
+        str(values),
+        "--set",
+        "scheduler.config.weight=500",
+        "--wait",
+        "--timeout",
+        "180s",
+    )
     assert template_hash(r, "scheduler") == after and live_hashes(r, "scheduler") == hashes
     r.state["upgraded"] = True
 
 
 # -- 5 --------------------------------------------------------------------------------------------
+
 
 def leftovers(r: Release) -> list[str]:
     kinds = r.kubectl("api-resources", "--verbs=list", "--namespaced", "-o", "name").stdout.split()
@@ -489,10 +690,14 @@ def leftovers(r: Release) -> list[str]:
     expected = {"serviceaccount/default", "configmap/kube-root-ca.crt"}  # every namespace has these
     left = [o for o in found if o not in expected]
     labelled = f"app.kubernetes.io/instance={RELEASE}"
-    for scope in (["clusterroles,clusterrolebindings,clusterkopfpeerings.kopf.dev"],
-                  ["roles,rolebindings,leases,configmaps", "-n", "kube-system"]):
+    for scope in (
+        ["clusterroles,clusterrolebindings,clusterkopfpeerings.kopf.dev"],
+        ["roles,rolebindings,leases,configmaps", "-n", "kube-system"],
+    ):
         left += r.kubectl("get", *scope, "-l", labelled, "-o", "name", "--ignore-not-found").stdout.split()
-    left += [o for o in r.kubectl("get", "clusterroles,clusterrolebindings", "-o", "name").stdout.split() if FULLNAME in o]
+    left += [
+        o for o in r.kubectl("get", "clusterroles,clusterrolebindings", "-o", "name").stdout.split() if FULLNAME in o
+    ]
     return left
 
 
@@ -513,32 +718,57 @@ def test_uninstall_leaves_nothing_behind_but_the_crds(release: Release) -> None:
 
 # -- 6 --------------------------------------------------------------------------------------------
 
+
 def test_every_switch_on_is_accepted_by_the_api_server(release: Release) -> None:
     r = release
     r.kubectl("apply", "-f", "-", input=MONITORING_CRDS)
-    r.kubectl("wait", "--for=condition=Established", "crd/servicemonitors.monitoring.coreos.com",
-              "crd/prometheusrules.monitoring.coreos.com", "--timeout=60s")
+    r.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "crd/servicemonitors.monitoring.coreos.com",
+        "crd/prometheusrules.monitoring.coreos.com",
+        "--timeout=60s",
+    )
     # The peering CRDs must exist for the KopfPeering to be accepted.
     r.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))
     values = r.values(
-        networkPolicy={"enabled": True, "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]},
-        metrics={"serviceMonitor": {"enabled": True, "scrapeScheduler": True}, "prometheusRule": {"enabled": True},
-                 "grafanaDashboard": {"enabled": True}},
-        operator={"peering": {"enabled": True}, "watchNamespaces": [NS], "healthPort": r.ports["health"],
-                  "decisionLog": {"persistence": {"enabled": True}}},
+        networkPolicy={
+            "enabled": True,
+            "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}],
+        },
+        metrics={
+            "serviceMonitor": {"enabled": True, "scrapeScheduler": True},
+            "prometheusRule": {"enabled": True},
+            "grafanaDashboard": {"enabled": True},
+        },
+        operator={
+            "peering": {"enabled": True},
+            "watchNamespaces": [NS],
+            "healthPort": r.ports["health"],
+            "decisionLog": {"persistence": {"enabled": True}},
+        },
         extender={"nativeSidecar": False, "port": r.ports["verbs"], "statusPort": r.ports["status"]},
-        scheduler={"replicas": 2, "priorityClassName": "system-cluster-critical",
-                   "config": {"leaseNamespace": "", "keepScorePlugins": True}},
+        scheduler={
+            "replicas": 2,
+            "priorityClassName": "system-cluster-critical",
+            "config": {"leaseNamespace": "", "keepScorePlugins": True},
+        },
     )
     rendered = r.helm("template", RELEASE, str(CHART), "-n", NS, "-f", str(values)).stdout
     out = dry_run(r, rendered).stdout
-    for kind in ("servicemonitor.monitoring.coreos.com", "prometheusrule.monitoring.coreos.com",
-                 "kopfpeering.kopf.dev", "persistentvolumeclaim", "lease.coordination.k8s.io",
-                 "networkpolicy.networking.k8s.io"):
+    for kind in (
+        "servicemonitor.monitoring.coreos.com",
+        "prometheusrule.monitoring.coreos.com",
+        "kopfpeering.kopf.dev",
+        "persistentvolumeclaim",
+        "lease.coordination.k8s.io",
+        "networkpolicy.networking.k8s.io",
+    ):
         assert f"{kind}/" in out, out
 
 
 # -- 7 --------------------------------------------------------------------------------------------
+
 
 def test_plain_manifests_install_and_go_away(release: Release) -> None:
     """manifests/ (the chart's default rendering) applied with kubectl: the pods come up (Pod Security
@@ -549,17 +779,29 @@ def test_plain_manifests_install_and_go_away(release: Release) -> None:
     namespace = "rlsched-system"
     if r.kubectl("get", "namespace", namespace, check=False).returncode == 0:
         pytest.skip(f"namespace {namespace} exists already in this cluster")
-    done = r.kubectl("apply", "--server-side", "--force-conflicts", *[a for f in files for a in ("-f", str(f))], check=False)
+    done = r.kubectl(
+        "apply", "--server-side", "--force-conflicts", *[a for f in files for a in ("-f", str(f))], check=False
+    )
     assert done.returncode == 0 and "Warning" not in done.stderr, done.stderr
     try:
         for name in ("rl-scheduler-scheduler", "rl-scheduler-operator"):
             r.kubectl("rollout", "status", f"deployment/{name}", "-n", namespace, "--timeout=120s")
     finally:
         others = [f for f in files if f.name != "01-crds.yaml"]  # the CRDs may serve others in this cluster
-        r.kubectl("delete", "--wait", "--ignore-not-found", *[a for f in reversed(others) for a in ("-f", str(f))],
-                  check=False)
+        r.kubectl(
+            "delete",
+            "--wait",
+            "--ignore-not-found",
+            *[a for f in reversed(others) for a in ("-f", str(f))],
+            check=False,
+        )
     wait_for(lambda: r.kubectl("get", "namespace", namespace, check=False).returncode != 0, 120, "the namespace to go")
     left = r.kubectl("get", "clusterroles,clusterrolebindings", "-o", "name").stdout.split()
     left += r.kubectl("get", "roles,rolebindings,leases", "-n", "kube-system", "-o", "name").stdout.split()
-    ours = [o for o in left if o.split("/", 1)[1].startswith(f"{namespace}-rl-scheduler") or (o.startswith("lease") and o.endswith("/rl-scheduler"))]
+    ours = [
+        o
+        for o in left
+        if o.split("/", 1)[1].startswith(f"{namespace}-rl-scheduler")
+        or (o.startswith("lease") and o.endswith("/rl-scheduler"))
+    ]
     assert not ours, f"left behind by kubectl delete -f manifests/: {ours}"

@@ -14,6 +14,7 @@ kube-scheduler with the profile ``rl-scheduler``, the cluster's own kube-schedul
 
 kwok nodes of this module carry ``rlsched.io/e2e=<suite>`` and a pool label; every pod selects its pool.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -51,18 +52,34 @@ def nodes() -> list[dict[str, Any]]:
     out = []
     for pool, count, cards in (("main", 2, 4), ("forge", 1, 8), ("taint", 1, 8)):
         for i in range(count):
-            body = rlstack.kwok_node(node_name(pool, i), 32000, 131072, cards, "V100M16",
-                                     labels={SUITE_LABEL: SUITE, POOL_LABEL: pool})
+            body = rlstack.kwok_node(
+                node_name(pool, i), 32000, 131072, cards, "V100M16", labels={SUITE_LABEL: SUITE, POOL_LABEL: pool}
+            )
             if pool == "taint":
                 body["spec"] = {"taints": [dict(TAINT)]}
             out.append(body)
     return out
 
 
-def pod(name: str, pool: str, cpu: int = 500, gpus: int = 0, milli: int = 0, scheduler: str = rlstack.SCHEDULER_NAME,
-        selector: dict[str, str] | None = None) -> dict[str, Any]:
-    return rlstack.pod_manifest(name, cpu, 1024, gpus, milli if gpus else 0, scheduler_name=scheduler,
-                                labels={"suite": SUITE}, node_selector=selector or {POOL_LABEL: pool, SUITE_LABEL: SUITE})
+def pod(
+    name: str,
+    pool: str,
+    cpu: int = 500,
+    gpus: int = 0,
+    milli: int = 0,
+    scheduler: str = rlstack.SCHEDULER_NAME,
+    selector: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    return rlstack.pod_manifest(
+        name,
+        cpu,
+        1024,
+        gpus,
+        milli if gpus else 0,
+        scheduler_name=scheduler,
+        labels={"suite": SUITE},
+        node_selector=selector or {POOL_LABEL: pool, SUITE_LABEL: SUITE},
+    )
 
 
 def poison(name: str, cpu: str = "1e999999") -> dict[str, Any]:
@@ -81,7 +98,7 @@ def post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         return exc.code, json.loads(exc.read() or b"{}")
 
 
-_SAMPLE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)')
+_SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)")
 
 
 def metric(text: str, name: str, **labels: str) -> float | None:
@@ -119,8 +136,14 @@ class Env:
         return pods if all(p["spec"].get("nodeName") for p in pods.values()) else None
 
     def failed_scheduling(self, namespace: str, name: str) -> str | None:
-        r = self.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}", _preload_content=False)
-        msgs = [e.get("message") or e.get("note") or "" for e in json.loads(r.data)["items"] if e.get("reason") == "FailedScheduling"]
+        r = self.core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={name}", _preload_content=False
+        )
+        msgs = [
+            e.get("message") or e.get("note") or ""
+            for e in json.loads(r.data)["items"]
+            if e.get("reason") == "FailedScheduling"
+        ]
         return msgs[-1] if msgs else None
 
     def ready(self) -> bool:
@@ -162,27 +185,38 @@ def env(cluster: Any) -> Any:
 
 # -- (a) a poison pod cannot stop the scheduler ------------------------------------------------------
 
+
 def test_poison_pods_do_not_stop_scheduling(env: Env) -> None:
     ext = env.stack.extender
     assert env.ready(), "the extender is not ready with a poison pod in the cluster"
     stored = env.read(OTHER_NS, "poison-before")
-    print("kube-apiserver stored the poison request as cpu:", stored["spec"]["containers"][0]["resources"]["requests"]["cpu"])
+    print(
+        "kube-apiserver stored the poison request as cpu:",
+        stored["spec"]["containers"][0]["resources"]["requests"]["cpu"],
+    )
     env.create(OTHER_NS, poison("poison-during"))
     env.create(OTHER_NS, poison("poison-digits", "9" * 5000))  # the issue's 5,000-digit number
     time.sleep(1.0)  # the watch delivers it before the pods below
     names = [f"ours-{i}" for i in range(6)]
-    shapes = [dict(gpus=2, milli=1000), dict(gpus=1, milli=1000), dict(gpus=1, milli=500), dict(gpus=1, milli=300),
-              dict(cpu=1000), dict(gpus=1, milli=1000)]
-    for n, kw in zip(names, shapes):
+    shapes = [
+        dict(gpus=2, milli=1000),
+        dict(gpus=1, milli=1000),
+        dict(gpus=1, milli=500),
+        dict(gpus=1, milli=300),
+        dict(cpu=1000),
+        dict(gpus=1, milli=1000),
+    ]
+    for n, kw in zip(names, shapes, strict=True):
         env.create(NS, pod(n, "main", **kw))
     readiness: list[bool] = []
 
     def bound() -> Any:
         readiness.append(env.ready())
         return env.bound(NS, names)
+
     pods = rlstack.wait_for(bound, 120, f"{len(names)} rl-scheduler pods bound next to two poison pods")
     assert all(readiness), f"/readyz went 503 while the poison pods were there: {readiness}"
-    for n, kw in zip(names, shapes):
+    for n, kw in zip(names, shapes, strict=True):
         assert pods[n]["spec"]["nodeName"].startswith(node_name("main", 0)[:-1])
         if kw.get("gpus"):
             assert rlstack.card_assignment(pods[n]) is not None, pods[n]["metadata"]
@@ -196,10 +230,14 @@ def test_poison_pods_do_not_stop_scheduling(env: Env) -> None:
     assert ext.alive()
     for name in ("poison-before", "poison-during", "poison-digits"):
         assert not env.read(OTHER_NS, name)["spec"].get("nodeName")
-    print("objects rejected:", [line for line in text.splitlines() if line.startswith("rlsched_extender_objects_rejected_total")])
+    print(
+        "objects rejected:",
+        [line for line in text.splitlines() if line.startswith("rlsched_extender_objects_rejected_total")],
+    )
 
 
 # -- (b) bind cannot be fooled ------------------------------------------------------------------------
+
 
 def test_forged_filter_then_bind_is_refused(env: Env) -> None:
     ext = env.stack.extender
@@ -224,22 +262,40 @@ def test_forged_filter_then_bind_is_refused(env: Env) -> None:
 def test_bind_of_another_schedulers_pod_is_refused(env: Env) -> None:
     ext = env.stack.extender
     tainted = node_name("taint")
-    theirs = env.create(OTHER_NS, pod("theirs", "taint", scheduler="default-scheduler",
-                                      selector={"rlsched.io/nowhere": "true"}))
-    rlstack.wait_for(lambda: env.failed_scheduling(OTHER_NS, "theirs"), 60, "default-scheduler's FailedScheduling event")
-    status, body = post(f"{ext.url}/bind", {"PodName": "theirs", "PodNamespace": OTHER_NS,
-                                            "PodUID": theirs["metadata"]["uid"], "Node": tainted})
+    theirs = env.create(
+        OTHER_NS, pod("theirs", "taint", scheduler="default-scheduler", selector={"rlsched.io/nowhere": "true"})
+    )
+    rlstack.wait_for(
+        lambda: env.failed_scheduling(OTHER_NS, "theirs"), 60, "default-scheduler's FailedScheduling event"
+    )
+    status, body = post(
+        f"{ext.url}/bind",
+        {"PodName": "theirs", "PodNamespace": OTHER_NS, "PodUID": theirs["metadata"]["uid"], "Node": tainted},
+    )
     assert status == 200 and "is not scheduled by rl-scheduler" in body["Error"], body
     # one of ours that does not tolerate the node's taint: kube-scheduler leaves it pending, and a
     # bind straight to the tainted node is refused too
     ours = env.create(NS, pod("untolerating", "taint", gpus=1, milli=1000))
-    rlstack.wait_for(lambda: env.failed_scheduling(NS, "untolerating"), 60, "the untolerating pod's FailedScheduling event")
-    status, body = post(f"{ext.url}/bind", {"PodName": "untolerating", "PodNamespace": NS,
-                                            "PodUID": ours["metadata"]["uid"], "Node": tainted})
-    assert status == 200 and "taint the pod does not tolerate (rlsched.io/dedicated=hostile:NoSchedule)" in body["Error"], body
+    rlstack.wait_for(
+        lambda: env.failed_scheduling(NS, "untolerating"), 60, "the untolerating pod's FailedScheduling event"
+    )
+    status, body = post(
+        f"{ext.url}/bind",
+        {"PodName": "untolerating", "PodNamespace": NS, "PodUID": ours["metadata"]["uid"], "Node": tainted},
+    )
+    assert (
+        status == 200 and "taint the pod does not tolerate (rlsched.io/dedicated=hostile:NoSchedule)" in body["Error"]
+    ), body
     # names no object can have never become an API path
-    status, body = post(f"{ext.url}/bind", {"PodName": f"../../../nodes/{tainted}", "PodNamespace": NS,
-                                            "PodUID": ours["metadata"]["uid"], "Node": tainted})
+    status, body = post(
+        f"{ext.url}/bind",
+        {
+            "PodName": f"../../../nodes/{tainted}",
+            "PodNamespace": NS,
+            "PodUID": ours["metadata"]["uid"],
+            "Node": tainted,
+        },
+    )
     node_uid = json.loads(env.core.read_node(tainted, _preload_content=False).data)["metadata"]["uid"]
     assert status == 400 and body["Error"].startswith("PodName:") and node_uid not in body["Error"], body
     time.sleep(2.0)

@@ -9,6 +9,7 @@ against the local control plane and turns ready. The image size is printed (``-s
 
 Skipped, saying why, when podman or runc is missing (hack/install-system-deps.sh --containers).
 """
+
 from __future__ import annotations
 
 import json
@@ -36,34 +37,64 @@ the kubernetes client + pydantic 68 MB); the bound catches a training dependency
 pytestmark = pytest.mark.timeout(1800)
 
 
-def podman(*args: str, timeout: float = 120, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
-    done = subprocess.run(["podman", "--cgroup-manager=cgroupfs", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+def podman(
+    *args: str, timeout: float = 120, check: bool = True, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        ["podman", "--cgroup-manager=cgroupfs", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
     if check:
-        assert done.returncode == 0, f"podman {' '.join(args[:3])}... failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        assert done.returncode == 0, (
+            f"podman {' '.join(args[:3])}... failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        )
     return done
 
 
 @pytest.fixture(scope="module")
 def image(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    missing = [tool for tool in ("podman", "runc") if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists()]
+    missing = [
+        tool for tool in ("podman", "runc") if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists()
+    ]
     if missing:
-        pytest.skip(f"{', '.join(missing)} not installed: hack/install-system-deps.sh --containers installs podman, runc "
-                    "and debootstrap (docs/install.md, 'The image')")
+        pytest.skip(
+            f"{', '.join(missing)} not installed: hack/install-system-deps.sh --containers installs podman, runc "
+            "and debootstrap (docs/install.md, 'The image')"
+        )
     conf = tmp_path_factory.mktemp("podman") / "containers.conf"
     conf.write_text("[containers]\ndefault_ulimits = []\n")  # runc here cannot set the default rlimits
     env = dict(os.environ, CONTAINERS_CONF=str(conf))
     if not os.environ.get("RLSCHED_E2E_IMAGE"):
-        done = subprocess.run([str(REPO_ROOT / "hack" / "build-image.sh"), "--tag", IMAGE], capture_output=True, text=True,
-                              timeout=1500, env=env)
+        done = subprocess.run(
+            [str(REPO_ROOT / "hack" / "build-image.sh"), "--tag", IMAGE],
+            capture_output=True,
+            text=True,
+            timeout=1500,
+            env=env,
+        )
         assert done.returncode == 0, f"hack/build-image.sh failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
     return env
 
 
-def run(env: dict, *args: str, entrypoint: str | None = None, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+def run(
+    env: dict, *args: str, entrypoint: str | None = None, check: bool = True, timeout: float = 120
+) -> subprocess.CompletedProcess:
     extra = ["--entrypoint", entrypoint] if entrypoint else []
-    return podman("run", "--rm", "--runtime", "/usr/sbin/runc", "--ulimit", "host", "--network", "host", *extra, IMAGE,
-                  *args, env=env, check=check, timeout=timeout)
+    return podman(
+        "run",
+        "--rm",
+        "--runtime",
+        "/usr/sbin/runc",
+        "--ulimit",
+        "host",
+        "--network",
+        "host",
+        *extra,
+        IMAGE,
+        *args,
+        env=env,
+        check=check,
+        timeout=timeout,
+    )
 
 
 def test_runs_as_a_non_root_user(image) -> None:
@@ -80,9 +111,11 @@ def test_both_commands_answer_help(image) -> None:
 
 
 def test_no_torch_and_no_training_packages(image) -> None:
-    code = ("import importlib.util as u, sys\n"
-            "present = [m for m in ('torch', 'matplotlib', 'gymnasium', 'tqdm', 'pip') if u.find_spec(m)]\n"
-            "print(present); sys.exit(1 if present else 0)")
+    code = (
+        "import importlib.util as u, sys\n"
+        "present = [m for m in ('torch', 'matplotlib', 'gymnasium', 'tqdm', 'pip') if u.find_spec(m)]\n"
+        "print(present); sys.exit(1 if present else 0)"
+    )
     done = run(image, "-c", code, entrypoint="python", check=False)
     assert done.returncode == 0, f"present in the image: {done.stdout.strip()} {done.stderr[-500:]}"
     failed = run(image, "-c", "import torch", entrypoint="python", check=False)
@@ -114,10 +147,24 @@ def test_extender_container_turns_ready_against_the_control_plane(image, cluster
     if not helm.exists():
         pytest.skip(f"helm missing in {TOOLS_BIN} (the chart renders the extender's settings): hack/build-tools.sh")
     status_port, verbs_port = free_port(), free_port()
-    rendered = subprocess.run([str(helm), "template", "img", str(REPO_ROOT / "helm" / "rl-scheduler"),
-                               "--set", f"extender.port={verbs_port}", "--set", f"extender.statusPort={status_port}",
-                               "--show-only", "templates/scheduler/configmap.yaml"],
-                              capture_output=True, text=True, timeout=60, check=True).stdout
+    rendered = subprocess.run(
+        [
+            str(helm),
+            "template",
+            "img",
+            str(REPO_ROOT / "helm" / "rl-scheduler"),
+            "--set",
+            f"extender.port={verbs_port}",
+            "--set",
+            f"extender.statusPort={status_port}",
+            "--show-only",
+            "templates/scheduler/configmap.yaml",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     config_dir, policy_dir = tmp_path / "config", tmp_path / "policy"
     config_dir.mkdir()
     policy_dir.mkdir()
@@ -130,12 +177,33 @@ def test_extender_container_turns_ready_against_the_control_plane(image, cluster
     for path in (config_dir / "extender.yaml", policy_dir / "policy.yaml", kubeconfig):
         path.chmod(0o644)
     name = f"rlsched-e2e-{os.getpid()}"
-    podman("run", "-d", "--name", name, "--runtime", "/usr/sbin/runc", "--ulimit", "host", "--network", "host",
-           "--read-only", "--tmpfs", "/tmp:rw,size=256m,mode=1777",
-           "-v", f"{config_dir}:/etc/rlsched/config:ro", "-v", f"{policy_dir}:/etc/rlsched/policy:ro",
-           "-v", f"{kubeconfig}:/etc/rlsched/kubeconfig:ro",
-           IMAGE, "extender", "--config=/etc/rlsched/config/extender.yaml", "--kubeconfig=/etc/rlsched/kubeconfig",
-           "--status-host=127.0.0.1", env=image)
+    podman(
+        "run",
+        "-d",
+        "--name",
+        name,
+        "--runtime",
+        "/usr/sbin/runc",
+        "--ulimit",
+        "host",
+        "--network",
+        "host",
+        "--read-only",
+        "--tmpfs",
+        "/tmp:rw,size=256m,mode=1777",
+        "-v",
+        f"{config_dir}:/etc/rlsched/config:ro",
+        "-v",
+        f"{policy_dir}:/etc/rlsched/policy:ro",
+        "-v",
+        f"{kubeconfig}:/etc/rlsched/kubeconfig:ro",
+        IMAGE,
+        "extender",
+        "--config=/etc/rlsched/config/extender.yaml",
+        "--kubeconfig=/etc/rlsched/kubeconfig",
+        "--status-host=127.0.0.1",
+        env=image,
+    )
     try:
         deadline, ready = time.monotonic() + 180, False
         while time.monotonic() < deadline and not ready:
@@ -144,18 +212,29 @@ def test_extender_container_turns_ready_against_the_control_plane(image, cluster
                     ready = resp.status == 200
             except OSError:
                 state = podman("inspect", "--format", "{{.State.Running}}", name, env=image, check=False).stdout.strip()
-                assert state != "false", "the extender container exited:\n" + podman("logs", name, env=image, check=False).stderr[-3000:]
+                assert state != "false", (
+                    "the extender container exited:\n" + podman("logs", name, env=image, check=False).stderr[-3000:]
+                )
                 time.sleep(1)
         logs = podman("logs", name, env=image, check=False)
         assert ready, f"/readyz never turned 200:\n{logs.stdout[-2000:]}{logs.stderr[-3000:]}"
         # The chart's settings check tokens (auth.mode kubernetes): read /status as a ServiceAccount allowed to.
-        for args in (("create", "serviceaccount", "rlsched-image-e2e", "-n", "default"),
-                     ("create", "clusterrole", "rlsched-image-e2e", "--non-resource-url=/status", "--verb=get"),
-                     ("create", "clusterrolebinding", "rlsched-image-e2e", "--clusterrole=rlsched-image-e2e",
-                      "--serviceaccount=default:rlsched-image-e2e")):
+        for args in (
+            ("create", "serviceaccount", "rlsched-image-e2e", "-n", "default"),
+            ("create", "clusterrole", "rlsched-image-e2e", "--non-resource-url=/status", "--verb=get"),
+            (
+                "create",
+                "clusterrolebinding",
+                "rlsched-image-e2e",
+                "--clusterrole=rlsched-image-e2e",
+                "--serviceaccount=default:rlsched-image-e2e",
+            ),
+        ):
             cluster.kubectl(*args, check=False)  # already there from an earlier run: fine
         token = cluster.kubectl("create", "token", "rlsched-image-e2e", "-n", "default").stdout.strip()
-        request = urllib.request.Request(f"http://127.0.0.1:{status_port}/status", headers={"Authorization": f"Bearer {token}"})
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{status_port}/status", headers={"Authorization": f"Bearer {token}"}
+        )
         with urllib.request.urlopen(request, timeout=3) as resp:
             status = json.loads(resp.read())
         assert status["policy"]["mode"] == "active" and status["cache"]["nodes"] >= 1

@@ -11,6 +11,7 @@ a delayed pod requeued and placed, a rejected pod → the decision log read back
 reader → a policy that is not served → delete → an API-server restart (watches resume, no handler
 twice) → graceful shutdown and resume.
 """
+
 from __future__ import annotations
 
 import base64
@@ -23,8 +24,9 @@ import sys
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import yaml
@@ -57,7 +59,9 @@ class Stack:
         self.status_url = f"http://127.0.0.1:{self.status_port}"
         # The extender's /status and /decisions need a token allowed to read them (auth.mode kubernetes,
         # its default): the operator's, which this test reads with too.
-        self.token_file = rlstack.service_account_token(rlstack.LocalCluster(cluster.state_dir), rlstack.OPERATOR_IDENTITY)
+        self.token_file = rlstack.service_account_token(
+            rlstack.LocalCluster(cluster.state_dir), rlstack.OPERATOR_IDENTITY
+        )
         cfg = kubernetes.client.Configuration()
         kubernetes.config.load_kube_config(config_file=str(cluster.kubeconfig), client_configuration=cfg)
         api = kubernetes.client.ApiClient(cfg)
@@ -74,10 +78,31 @@ class Stack:
         cfg.write_text(yaml.safe_dump({"policyPollS": 0.3, "log": {"format": "text"}}))
         log = open(self.tmp / "extender.log", "ab")
         self.extender = subprocess.Popen(
-            [sys.executable, "-m", "rlsched.operator.testing", "extender", "--config", str(cfg),
-             "--kubeconfig", str(self.cluster.kubeconfig), "--port", str(self.port), "--status-port", str(self.status_port),
-             "--status-host", "127.0.0.1", "--policy-file", str(self.policy_dir / "policy.yaml"), "--no-strict-model",
-             "--fallback", "least-allocated"], stdout=log, stderr=log, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "rlsched.operator.testing",
+                "extender",
+                "--config",
+                str(cfg),
+                "--kubeconfig",
+                str(self.cluster.kubeconfig),
+                "--port",
+                str(self.port),
+                "--status-port",
+                str(self.status_port),
+                "--status-host",
+                "127.0.0.1",
+                "--policy-file",
+                str(self.policy_dir / "policy.yaml"),
+                "--no-strict-model",
+                "--fallback",
+                "least-allocated",
+            ],
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
         wait_for(lambda: self.extender_status(), 60, "the extender's /status")
 
     def start_scheduler(self) -> None:
@@ -94,13 +119,46 @@ class Stack:
         self.operator_logs.append(log_path)
         log = open(log_path, "ab")
         self.operator = subprocess.Popen(
-            [sys.executable, "-m", "rlsched.cli", "operator", "--kubeconfig", str(self.cluster.kubeconfig),
-             "--install-crds", "--namespace", NS, "--policy", f"{NS}/default", "--sink", "directory",
-             "--directory", str(self.policy_dir), "--extender-url", self.status_url, "--decision-log", str(self.dlog),
-             "--extender-token-file", str(self.token_file),
-             "--drain-interval", "0.5", "--requeue-initial", "1", "--requeue-max", "4", "--rollout-timeout", "15",
-             "--status-interval", "2", "--liveness", self.liveness_url, *extra], stdout=log, stderr=log,
-            start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "rlsched.cli",
+                "operator",
+                "--kubeconfig",
+                str(self.cluster.kubeconfig),
+                "--install-crds",
+                "--namespace",
+                NS,
+                "--policy",
+                f"{NS}/default",
+                "--sink",
+                "directory",
+                "--directory",
+                str(self.policy_dir),
+                "--extender-url",
+                self.status_url,
+                "--decision-log",
+                str(self.dlog),
+                "--extender-token-file",
+                str(self.token_file),
+                "--drain-interval",
+                "0.5",
+                "--requeue-initial",
+                "1",
+                "--requeue-max",
+                "4",
+                "--rollout-timeout",
+                "15",
+                "--status-interval",
+                "2",
+                "--liveness",
+                self.liveness_url,
+                *extra,
+            ],
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
         wait_for(lambda: "operator started" in log_path.read_text(), 60, "the operator to start")
 
     def stop_operator(self, timeout: float = 30) -> int:
@@ -124,8 +182,9 @@ class Stack:
 
     # -- reads --------------------------------------------------------------------------------------
     def extender_status(self) -> dict:
-        request = urllib.request.Request(f"{self.status_url}/status",
-                                         headers={"Authorization": f"Bearer {self.token_file.read_text().strip()}"})
+        request = urllib.request.Request(
+            f"{self.status_url}/status", headers={"Authorization": f"Bearer {self.token_file.read_text().strip()}"}
+        )
         with urllib.request.urlopen(request, timeout=3) as resp:
             return json.loads(resp.read())["policy"]
 
@@ -140,9 +199,13 @@ class Stack:
 
     def events(self, name: str, kind: str | None = None) -> list[dict]:
         items = self.core.list_namespaced_event(NS, field_selector=f"involvedObject.name={name}").items
-        return [{"reason": e.reason, "message": e.message, "type": e.type, "kind": e.involved_object.kind}
-                for e in sorted(items, key=lambda e: (e.first_timestamp or e.event_time or 0, e.metadata.creation_timestamp))
-                if kind is None or e.involved_object.kind == kind]
+        return [
+            {"reason": e.reason, "message": e.message, "type": e.type, "kind": e.involved_object.kind}
+            for e in sorted(
+                items, key=lambda e: (e.first_timestamp or e.event_time or 0, e.metadata.creation_timestamp)
+            )
+            if kind is None or e.involved_object.kind == kind
+        ]
 
     # -- writes -------------------------------------------------------------------------------------
     def model_configmap(self, name: str, models: dict[str, bytes]) -> None:
@@ -153,8 +216,12 @@ class Stack:
             self.core.replace_namespaced_config_map(name, NS, body)
 
     def apply_policy(self, spec: dict, name: str = "default") -> None:
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SchedulingPolicy", "metadata": {"name": name, "namespace": NS},
-                "spec": spec}
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "SchedulingPolicy",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": spec,
+        }
         try:
             self.policy(name)
         except Exception:  # noqa: BLE001 - not there yet
@@ -162,24 +229,43 @@ class Stack:
         else:
             # A JSON patch of .spec, as kubectl apply/edit do. (A PUT without the annotations would
             # drop kopf's bookkeeping: the change would then be handled as a creation — once.)
-            self.custom.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name,
-                                                       [{"op": "replace", "path": "/spec", "value": spec}],
-                                                       _content_type="application/json-patch+json")
+            self.custom.patch_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                NS,
+                PLURAL,
+                name,
+                [{"op": "replace", "path": "/spec", "value": spec}],
+                _content_type="application/json-patch+json",
+            )
 
     def rolled_out(self, generation: int, name: str = "default") -> Callable[[], bool]:
         def check() -> bool:
             status = self.policy(name).get("status") or {}
             ready = self.condition("Ready", name)
             return status.get("observedGeneration") == generation and ready.get("status") == "True"
+
         return check
 
     def create_pod(self, name: str, cpu: str = "1", gpus: int = 1) -> None:
         res = {"cpu": cpu, "memory": "1Gi", **({"nvidia.com/gpu": str(gpus)} if gpus else {})}
-        self.core.create_namespaced_pod(NS, {
-            "metadata": {"name": name},
-            "spec": {"schedulerName": "rl-scheduler", "terminationGracePeriodSeconds": 0,
-                     "containers": [{"name": "c", "image": "registry.example.com/job:1", "resources": {"requests": res, "limits": res}}]},
-        })
+        self.core.create_namespaced_pod(
+            NS,
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "schedulerName": "rl-scheduler",
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": "registry.example.com/job:1",
+                            "resources": {"requests": res, "limits": res},
+                        }
+                    ],
+                },
+            },
+        )
 
     def pod(self, name: str) -> Any:
         return self.core.read_namespaced_pod(name, NS)
@@ -206,30 +292,40 @@ def restart_apiserver(cluster: Any) -> None:
         os.killpg(pid, signal.SIGKILL)
         wait_for(gone, 10, "kube-apiserver to stop after SIGKILL")
     log = open(cluster.state_dir / "logs" / "kube-apiserver.log", "ab")
-    p = subprocess.Popen(["bash", "-c", f"exec {command}"], stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                         start_new_session=True)
+    p = subprocess.Popen(
+        ["bash", "-c", f"exec {command}"], stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
+    )
     (run / "kube-apiserver.pid").write_text(str(p.pid))
-    wait_for(lambda: cluster.kubectl("get", "--raw", "/readyz", check=False).returncode == 0, 120, "kube-apiserver /readyz")
+    wait_for(
+        lambda: cluster.kubectl("get", "--raw", "/readyz", check=False).returncode == 0, 120, "kube-apiserver /readyz"
+    )
 
 
 @pytest.fixture(scope="module")
 def stack(cluster, tmp_path_factory):
     s = Stack(cluster, tmp_path_factory.mktemp("operator-e2e"))
     cluster.kubectl("create", "namespace", NS, check=False)
-    wait_for(lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", NS, check=False).returncode == 0, 60,
-             "the namespace's default ServiceAccount")
+    wait_for(
+        lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", NS, check=False).returncode == 0,
+        60,
+        "the namespace's default ServiceAccount",
+    )
     try:
         s.start_extender()
         s.start_scheduler()
         s.start_operator()
-        s.model_configmap("models", {"v1.npz": fake_model("v1"), "v2.npz": fake_model("v2"), "bad.npz": b"\x00 truncated"})
+        s.model_configmap(
+            "models", {"v1.npz": fake_model("v1"), "v2.npz": fake_model("v2"), "bad.npz": b"\x00 truncated"}
+        )
         yield s
     finally:
         # Policies carry the operator's finalizer: delete them while it runs, then strip what is left.
         cluster.kubectl("delete", "schedulingpolicies", "--all", "-n", NS, "--timeout=30s", check=False, timeout=60)
         s.stop()
         for name in cluster.kubectl("get", "schedulingpolicies", "-n", NS, "-o", "name", check=False).stdout.split():
-            cluster.kubectl("patch", "-n", NS, name, "--type", "merge", "-p", '{"metadata":{"finalizers":null}}', check=False)
+            cluster.kubectl(
+                "patch", "-n", NS, name, "--type", "merge", "-p", '{"metadata":{"finalizers":null}}', check=False
+            )
         cluster.kubectl("delete", "namespace", NS, "--wait=false", check=False)
         cluster.scheduler(None)
 
@@ -273,10 +369,16 @@ def test_schema_and_operator_validation_agree(stack: Stack) -> None:
 
     disagree = []
     for i, spec in enumerate(SPEC_CASES):
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SchedulingPolicy", "metadata": {"name": f"case-{i}", "namespace": NS},
-                "spec": spec}
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "SchedulingPolicy",
+            "metadata": {"name": f"case-{i}", "namespace": NS},
+            "spec": spec,
+        }
         try:
-            stack.custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, body, dry_run="All", field_validation="Strict")
+            stack.custom.create_namespaced_custom_object(
+                GROUP, VERSION, NS, PLURAL, body, dry_run="All", field_validation="Strict"
+            )
             server, why = True, ""
         except ApiException as exc:
             server, why = False, json.loads(exc.body).get("message", "")
@@ -287,16 +389,22 @@ def test_schema_and_operator_validation_agree(stack: Stack) -> None:
         except SpecError:
             operator = False
         if server != operator:
-            disagree.append(f"{spec}: API server {'accepts' if server else 'rejects (' + why + ')'}, "
-                            f"the operator {'accepts' if operator else 'rejects'}")
+            disagree.append(
+                f"{spec}: API server {'accepts' if server else 'rejects (' + why + ')'}, "
+                f"the operator {'accepts' if operator else 'rejects'}"
+            )
     assert not disagree, "\n".join(disagree)
 
 
 def test_schema_rejection_says_what_to_fix(stack: Stack) -> None:
     from kubernetes.client import ApiException
 
-    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SchedulingPolicy", "metadata": {"name": "two", "namespace": NS},
-            "spec": {"model": {"path": "/a", "url": "https://b/c"}}}
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "SchedulingPolicy",
+        "metadata": {"name": "two", "namespace": NS},
+        "spec": {"model": {"path": "/a", "url": "https://b/c"}},
+    }
     with pytest.raises(ApiException) as err:
         stack.custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, body)
     assert "set exactly one of spec.model.configMapKeyRef, spec.model.path or spec.model.url" in err.value.body
@@ -313,11 +421,15 @@ def test_configmap_sink_against_the_api_server(stack: Stack) -> None:
         kube = Kube(load_configuration(str(stack.cluster.kubeconfig), None))
         try:
             sink = ConfigMapSink(kube, NS, "policy-sink", max_model_bytes=1 << 20)
-            model = os.urandom(1_000_000)   # near the limit: the API server counts decoded bytes
-            b = Bundle({"mode": "shadow", "modelPath": sink.model_path("model-0123456789abcdef.npz")},
-                       "model-0123456789abcdef.npz", model, {"digest": "d", "generation": 3})
+            model = os.urandom(1_000_000)  # near the limit: the API server counts decoded bytes
+            b = Bundle(
+                {"mode": "shadow", "modelPath": sink.model_path("model-0123456789abcdef.npz")},
+                "model-0123456789abcdef.npz",
+                model,
+                {"digest": "d", "generation": 3},
+            )
             await sink.write(CURRENT, b)
-            await sink.write(CURRENT, b)   # replace
+            await sink.write(CURRENT, b)  # replace
             await sink.write(LAST_GOOD, b)
             got = await sink.read(CURRENT)
             assert got.model == model and got.settings["mode"] == "shadow" and got.meta["generation"] == 3
@@ -332,6 +444,7 @@ def test_configmap_sink_against_the_api_server(stack: Stack) -> None:
 
 
 # -- the lifecycle of the served policy ---------------------------------------------------------------
+
 
 def test_create_rolls_out_and_reports_what_the_extender_loaded(stack: Stack) -> None:
     stack.apply_policy({"mode": "active", "fallback": "least-allocated", "model": cm_model("v1.npz")})
@@ -352,7 +465,11 @@ def test_update_switches_model_and_mode_without_restart(stack: Stack) -> None:
     wait_for(stack.rolled_out(2), 60, "generation 2 rolled out")
     ext = stack.extender_status()
     assert ext["mode"] == "shadow" and ext["model"]["version"] == "v2"
-    assert stack.policy()["status"]["model"]["version"] == "v2" and stack.extender.pid == pid and stack.extender.poll() is None
+    assert (
+        stack.policy()["status"]["model"]["version"] == "v2"
+        and stack.extender.pid == pid
+        and stack.extender.poll() is None
+    )
 
 
 def test_model_that_fails_to_load_rolls_back_and_degrades(stack: Stack) -> None:
@@ -368,23 +485,34 @@ def test_model_that_fails_to_load_rolls_back_and_degrades(stack: Stack) -> None:
     assert "could not load the model" in d["message"] and "rolled back to model v2 (generation 2)" in d["message"]
     assert stack.condition("Ready")["status"] == "False"
     ext = stack.extender_status()
-    assert ext["model"]["version"] == "v2" and ext["mode"] == "shadow"   # the last good bundle, settings included
+    assert ext["model"]["version"] == "v2" and ext["mode"] == "shadow"  # the last good bundle, settings included
     status = stack.policy()["status"]
     assert status["model"]["version"] == "v2" and status["lastGood"]["generation"] == 2
     assert "RolledBack" in [e["reason"] for e in stack.events("default", "SchedulingPolicy")]
 
 
 def test_missing_model_source_is_reported_then_recovers(stack: Stack) -> None:
-    stack.apply_policy({"mode": "active", "fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "later", "key": "m.npz"}}})
+    stack.apply_policy(
+        {
+            "mode": "active",
+            "fallback": "least-allocated",
+            "model": {"configMapKeyRef": {"name": "later", "key": "m.npz"}},
+        }
+    )
     wait_for(lambda: stack.condition("Degraded").get("reason") == "ModelSourceNotFound", 60, "ModelSourceNotFound")
-    assert f"kubectl -n {NS} create configmap later --from-file=m.npz=model.npz" in stack.condition("Degraded")["message"]
+    assert (
+        f"kubectl -n {NS} create configmap later --from-file=m.npz=model.npz" in stack.condition("Degraded")["message"]
+    )
     # Active with a model that delays the first three decisions (for the requeue test next).
-    stack.model_configmap("later", {"m.npz": fake_model("v3", delay_first=3, retry_after_s=1.0, reject_cpu_milli_above=16000)})
+    stack.model_configmap(
+        "later", {"m.npz": fake_model("v3", delay_first=3, retry_after_s=1.0, reject_cpu_milli_above=16000)}
+    )
     wait_for(stack.rolled_out(4), 60, "generation 4 rolled out once the ConfigMap exists")
     assert stack.extender_status()["model"]["version"] == "v3"
 
 
 # -- pods ---------------------------------------------------------------------------------------------
+
 
 def test_delayed_pod_is_requeued_and_placed(stack: Stack) -> None:
     stack.create_pod("delayed")
@@ -419,7 +547,9 @@ def test_decision_log_is_written_and_read_back_by_the_trainer(stack: Stack) -> N
     def examples() -> list:
         everything = load_examples(stack.dlog)
         found = [e for e in everything if e.pod_uid == uid]
-        complete = any(e.action == "place" and e.outcome.bound_node for e in found) and any(e.action == "reject" for e in everything)
+        complete = any(e.action == "place" and e.outcome.bound_node for e in found) and any(
+            e.action == "reject" for e in everything
+        )
         return found if complete else []
 
     found = wait_for(examples, 30, "the delayed pod's decisions and outcome in the log")
@@ -432,10 +562,14 @@ def test_decision_log_is_written_and_read_back_by_the_trainer(stack: Stack) -> N
     from rlsched.policy.decisions import prepare_fine_tune
     from rlsched.policy.trace import load_pods
 
-    trace, _ = prepare_fine_tune(stack.dlog, stack.tmp / "train")   # what `rlsched train --from-decisions` trains on
+    trace, _ = prepare_fine_tune(stack.dlog, stack.tmp / "train")  # what `rlsched train --from-decisions` trains on
     assert any(p.num_gpu == 1 and p.cpu_milli == 1000 for p in load_pods(trace))
-    policies = [json.loads(line) for seg in sorted(stack.dlog.glob("segment-*.jsonl")) for line in seg.read_text().splitlines()
-                if '"type":"policy"' in line]
+    policies = [
+        json.loads(line)
+        for seg in sorted(stack.dlog.glob("segment-*.jsonl"))
+        for line in seg.read_text().splitlines()
+        if '"type":"policy"' in line
+    ]
     assert [p["generation"] for p in policies if p["ok"]][-1] == 4
 
 
@@ -464,6 +598,7 @@ def test_delete_returns_the_extender_to_its_own_settings(stack: Stack) -> None:
 
 # -- restarts -----------------------------------------------------------------------------------------
 
+
 def handler_runs(log: str) -> dict[tuple[str, str], int]:
     """(generation, cause) → how often the operator logged that the rollout handler ran."""
     out: dict[tuple[str, str], int] = {}
@@ -491,7 +626,7 @@ def test_survives_an_apiserver_restart_without_running_a_handler_twice(stack: St
 
 
 def test_graceful_shutdown_and_resume(stack: Stack) -> None:
-    with urllib.request.urlopen(stack.liveness_url, timeout=15) as resp:   # kopf's liveness with our probe
+    with urllib.request.urlopen(stack.liveness_url, timeout=15) as resp:  # kopf's liveness with our probe
         assert resp.status == 200 and "decisionsDrained" in json.loads(resp.read())["rlsched"]
     before = [e["reason"] for e in stack.events("default", "SchedulingPolicy")].count("RolledOut")
     assert stack.stop_operator() == 0
@@ -506,8 +641,13 @@ def test_graceful_shutdown_and_resume(stack: Stack) -> None:
 def test_peering_mode(stack: Stack) -> None:
     """With --peering the operator coordinates through a KopfPeering (v1 CRD from operator/crds)."""
     assert stack.stop_operator() == 0
-    stack.custom.create_namespaced_custom_object("kopf.dev", "v1", NS, "kopfpeerings",
-                                                 {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": "rlsched"}})
+    stack.custom.create_namespaced_custom_object(
+        "kopf.dev",
+        "v1",
+        NS,
+        "kopfpeerings",
+        {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": "rlsched"}},
+    )
     stack.start_operator("--peering", "rlsched")
     stack.apply_policy({"mode": "off", "fallback": "least-allocated"})
     wait_for(stack.rolled_out(3), 60, "generation 3 rolled out by the peering operator")

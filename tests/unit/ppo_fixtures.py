@@ -1,5 +1,6 @@
 """Small synthetic clusters and workloads for the PPO tests (test_env, test_features, test_network,
 test_learned, test_train_smoke): fast, and independent of the openb files."""
+
 from __future__ import annotations
 
 from pathlib import Path

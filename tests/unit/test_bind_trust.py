@@ -1,5 +1,6 @@
 """Bind and preempt trust nobody: the pod's current spec decides (ours? how much? which nodes may it
 use?), filter's memory is a hint, and names that no object can have never reach an API path."""
+
 from __future__ import annotations
 
 import copy
@@ -10,7 +11,14 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from rlsched.extender.kubeapi import KubeApi, pod_path
-from rlsched.extender.names import InvalidName, check_node_name, check_pod_ref, check_uid, label_problem, subdomain_problem
+from rlsched.extender.names import (
+    InvalidName,
+    check_node_name,
+    check_pod_ref,
+    check_uid,
+    label_problem,
+    subdomain_problem,
+)
 from rlsched.extender.testing import Harness, make_node, make_pod
 from rlsched.extender.wire import extender_args
 
@@ -41,6 +49,7 @@ def bind_args(pod: dict, node: str) -> dict:
 
 # -- the issue's attacks ------------------------------------------------------------------------------
 
+
 async def test_a_forged_filter_cannot_make_bind_place_a_pod_where_it_does_not_fit() -> None:
     h = full_cluster()
     victim = h.add_pod(make_pod("victim", gpus=8, uid="victim"))
@@ -62,7 +71,7 @@ async def test_a_forged_hint_does_not_choose_the_cards() -> None:
     await h.extender.filter(extender_args({"Pod": forged, "NodeNames": ["g0"]}))
     status, answer = await post(h, "bind", bind_args(real, "g0"))
     assert answer == {"Error": ""}
-    (_, _, _, _, ann), = writes(h)
+    ((_, _, _, _, ann),) = writes(h)
     assert len(ann["rlsched.io/gpu-cards"].split(",")) == 2  # the current spec's two cards, not the hint's one
 
 
@@ -73,7 +82,9 @@ async def test_another_schedulers_pod_is_never_bound() -> None:
         if cached:
             h.cache.set_pod(theirs)
         status, answer = await post(h, "bind", bind_args(theirs, "cpu"))
-        assert status == 200 and answer["Error"].startswith("refused: pod other/theirs is not scheduled by rl-scheduler")
+        assert status == 200 and answer["Error"].startswith(
+            "refused: pod other/theirs is not scheduled by rl-scheduler"
+        )
     assert writes(h) == []
     assert h.metrics.registry.get_sample_value("rlsched_extender_binds_total", {"result": "refused"}) == 2
 
@@ -89,15 +100,44 @@ async def test_the_request_cannot_claim_a_pod_is_ours() -> None:
     assert "is not scheduled by rl-scheduler" in answer["Error"] and writes(h) == []
 
 
-@pytest.mark.parametrize("change, node, words", [
-    ({}, "g1", "taint the pod does not tolerate (dedicated=ml:NoSchedule)"),
-    ({"nodeSelector": {"pool": "b"}}, "g0", "nodeSelector (pool=b)"),
-    ({"nodeSelector": {"pool": "nowhere"}}, "cpu", "nodeSelector (pool=nowhere)"),
-    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "pool", "operator": "NotIn", "values": ["a"]}]}]}}}}, "cpu", "required node affinity"),
-    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["g0"]}]}]}}}}, "cpu", "required node affinity"),
-])
+@pytest.mark.parametrize(
+    "change, node, words",
+    [
+        ({}, "g1", "taint the pod does not tolerate (dedicated=ml:NoSchedule)"),
+        ({"nodeSelector": {"pool": "b"}}, "g0", "nodeSelector (pool=b)"),
+        ({"nodeSelector": {"pool": "nowhere"}}, "cpu", "nodeSelector (pool=nowhere)"),
+        (
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": "pool", "operator": "NotIn", "values": ["a"]}]}
+                            ]
+                        }
+                    }
+                }
+            },
+            "cpu",
+            "required node affinity",
+        ),
+        (
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["g0"]}]}
+                            ]
+                        }
+                    }
+                }
+            },
+            "cpu",
+            "required node affinity",
+        ),
+    ],
+)
 async def test_placement_rules_are_checked(change, node, words) -> None:
     h = full_cluster()
     p = make_pod("p", cpu="1", uid="p")
@@ -111,12 +151,28 @@ async def test_placement_rules_are_checked(change, node, words) -> None:
     assert writes(h) == []
 
 
-@pytest.mark.parametrize("change", [
-    {"tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}], "nodeSelector": {"pool": "b"}},
-    {"tolerations": [{"operator": "Exists"}], "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["x"]}]},
-                              {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["g1"]}]}]}}}},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {
+            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}],
+            "nodeSelector": {"pool": "b"},
+        },
+        {
+            "tolerations": [{"operator": "Exists"}],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["x"]}]},
+                            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["g1"]}]},
+                        ]
+                    }
+                }
+            },
+        },
+    ],
+)
 async def test_a_pod_that_follows_the_rules_binds(change) -> None:
     h = full_cluster()
     p = make_pod("p", gpus=8, uid="p")
@@ -169,12 +225,28 @@ async def test_an_unreadable_current_pod_is_refused_not_a_500() -> None:
 
 # -- names ----------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("field, value", [
-    ("PodName", "../../../nodes/X"), ("PodName", "a/b"), ("PodName", "UPPER"), ("PodName", "x" * 254), ("PodName", "a..b"),
-    ("PodName", "-a"), ("PodName", "a\n"), ("PodName", "ａ"), ("PodName", "%2e%2e"),
-    ("PodNamespace", "kube-system/../x"), ("PodNamespace", "a.b"), ("PodNamespace", "x" * 64),
-    ("Node", "../x"), ("Node", "node with spaces"), ("PodUID", "x" * 200), ("PodUID", "a b"),
-])
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("PodName", "../../../nodes/X"),
+        ("PodName", "a/b"),
+        ("PodName", "UPPER"),
+        ("PodName", "x" * 254),
+        ("PodName", "a..b"),
+        ("PodName", "-a"),
+        ("PodName", "a\n"),
+        ("PodName", "ａ"),
+        ("PodName", "%2e%2e"),
+        ("PodNamespace", "kube-system/../x"),
+        ("PodNamespace", "a.b"),
+        ("PodNamespace", "x" * 64),
+        ("Node", "../x"),
+        ("Node", "node with spaces"),
+        ("PodUID", "x" * 200),
+        ("PodUID", "a b"),
+    ],
+)
 async def test_names_no_object_can_have_are_a_400_and_no_api_call(field, value) -> None:
     h = full_cluster()
     p = h.add_pod(make_pod("p", cpu="1", uid="p"))
@@ -213,18 +285,43 @@ def test_paths_are_quoted_and_checked() -> None:
         pod_path("ns", "a%2fb")
 
 
-@pytest.mark.parametrize("name, ok", [
-    ("a", True), ("a-b.c-d", True), ("0.1", True), ("a" * 253, True), ("a" * 63 + "." + "b" * 63, True),
-    ("", False), ("A", False), ("a_b", False), ("a.", False), (".a", False), ("a..b", False), ("a-", False),
-    ("a" * 254, False), ("é", False), ("a/b", False), (None, False), (7, False),
-])
+@pytest.mark.parametrize(
+    "name, ok",
+    [
+        ("a", True),
+        ("a-b.c-d", True),
+        ("0.1", True),
+        ("a" * 253, True),
+        ("a" * 63 + "." + "b" * 63, True),
+        ("", False),
+        ("A", False),
+        ("a_b", False),
+        ("a.", False),
+        (".a", False),
+        ("a..b", False),
+        ("a-", False),
+        ("a" * 254, False),
+        ("é", False),
+        ("a/b", False),
+        (None, False),
+        (7, False),
+    ],
+)
 def test_subdomain(name, ok) -> None:
     assert (subdomain_problem(name) is None) is ok
 
 
-@pytest.mark.parametrize("name, ok", [
-    ("default", True), ("kube-system", True), ("a" * 63, True), ("a.b", False), ("a" * 64, False), ("-a", False),
-])
+@pytest.mark.parametrize(
+    "name, ok",
+    [
+        ("default", True),
+        ("kube-system", True),
+        ("a" * 63, True),
+        ("a.b", False),
+        ("a" * 64, False),
+        ("-a", False),
+    ],
+)
 def test_label(name, ok) -> None:
     assert (label_problem(name) is None) is ok
 
@@ -241,12 +338,16 @@ def test_messages_are_short_whatever_the_input() -> None:
 
 # -- preempt ---------------------------------------------------------------------------------------------
 
+
 def preempt_cluster() -> tuple[Harness, dict]:
     a = make_pod("a", gpus=4, node="g0", uid="a")
     b = make_pod("b", cpu="1", node="g1", uid="b")
     c = make_pod("c", gpus=4, node="g1", uid="c")
     h = Harness([make_node("g0", gpus=4), make_node("g1", gpus=4)], [a, b, c])
-    return h, {"g0": {"Pods": [{"UID": "a"}], "NumPDBViolations": 0}, "g1": {"Pods": [{"UID": "b"}], "NumPDBViolations": 0}}
+    return h, {
+        "g0": {"Pods": [{"UID": "a"}], "NumPDBViolations": 0},
+        "g1": {"Pods": [{"UID": "b"}], "NumPDBViolations": 0},
+    }
 
 
 async def test_preempt_reads_the_preemptor_from_the_api_not_the_request() -> None:
@@ -269,8 +370,10 @@ async def test_preempt_for_another_schedulers_pod_keeps_nothing() -> None:
 async def test_preempt_keeps_only_victims_the_cache_holds_on_that_node() -> None:
     h, _ = preempt_cluster()
     h.cache.set_pod(h.add_pod(make_pod("p", gpus=2, uid="p")))
-    victims = {"g0": {"Pods": [{"UID": "a"}, {"UID": "unknown"}, {"UID": "c"}], "NumPDBViolations": 0},  # c is on g1
-               "g1": {"Pods": [{"UID": "unknown"}], "NumPDBViolations": 0}}
+    victims = {
+        "g0": {"Pods": [{"UID": "a"}, {"UID": "unknown"}, {"UID": "c"}], "NumPDBViolations": 0},  # c is on g1
+        "g1": {"Pods": [{"UID": "unknown"}], "NumPDBViolations": 0},
+    }
     status, body = await post(h, "preempt", {"Pod": make_pod("p", gpus=2, uid="p"), "NodeNameToMetaVictims": victims})
     assert body == {"NodeNameToMetaVictims": {"g0": {"Pods": [{"UID": "a"}], "NumPDBViolations": 0}}}
     assert [c[0] for c in h.api.calls] == []  # the preemptor came from the cache

@@ -1,4 +1,5 @@
 """The default card rule: tightest fitting card for share pods, lowest-index free cards for whole-card pods."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,14 +18,17 @@ def with_free(rows: list[list[int]]) -> ClusterState:
     return state
 
 
-@pytest.mark.parametrize("row, milli, card", [
-    ([1000, 300, 600, 300], 250, 1),      # least free that fits; lowest index among the two 300s
-    ([1000, 300, 600, 300], 400, 2),
-    ([1000, 300, 600, 300], 700, 0),
-    ([1000, 300, 600, 300], 1000, 0),     # a whole card's worth only fits a free card
-    ([200, 100, 150, 0], 300, -1),        # nothing fits
-    ([500, 500], 500, 0),                 # exact fit, tie → lowest index
-])
+@pytest.mark.parametrize(
+    "row, milli, card",
+    [
+        ([1000, 300, 600, 300], 250, 1),  # least free that fits; lowest index among the two 300s
+        ([1000, 300, 600, 300], 400, 2),
+        ([1000, 300, 600, 300], 700, 0),
+        ([1000, 300, 600, 300], 1000, 0),  # a whole card's worth only fits a free card
+        ([200, 100, 150, 0], 300, -1),  # nothing fits
+        ([500, 500], 500, 0),  # exact fit, tie → lowest index
+    ],
+)
 def test_tightest_card(row, milli, card) -> None:
     state = with_free([row])
     req = state.request(PodSpec("p", 0, 0, 1, milli) if milli < 1000 else PodSpec("p", 0, 0, 1, 1000))

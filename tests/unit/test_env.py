@@ -1,17 +1,17 @@
 """The gymnasium environment and the simulation core (policy/env.py)."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
-
 from ppo_fixtures import small_nodes, small_pods, small_typical
+
 from rlsched.policy import ClusterState, feasible_nodes, run_sequence
 from rlsched.policy.env import ActionLayout, EnvConfig, RewardConfig, SchedulingCore, SchedulingEnv, VectorCore
-from rlsched.policy.features import NUM_FEATURES, FeatureEncoder
+from rlsched.policy.features import CLUSTER_FEATURES, NUM_FEATURES, FeatureEncoder
 from rlsched.policy.learned import LearnedScorer
 from rlsched.policy.network import DecisionRule, PolicyNetwork, choose_node, param_shapes
-from rlsched.policy.features import CLUSTER_FEATURES
 from rlsched.policy.workload import inflate
 
 
@@ -37,7 +37,7 @@ def test_observation_mask_and_layout() -> None:
     core = env.core
     mask = obs["action_mask"]
     assert (np.flatnonzero(mask[:n]) == feasible_nodes(core.state, core.req)).all()
-    assert mask[n] == mask[n + 1] == 0              # delay and reject are off by default
+    assert mask[n] == mask[n + 1] == 0  # delay and reject are off by default
     assert (obs["nodes"][mask[:n] == 0] == 0).all()
     assert (info["action_mask"] == mask).all()
     layout = ActionLayout(n)
@@ -82,15 +82,19 @@ def test_return_is_minus_the_failed_gpu() -> None:
 
 
 def test_delay_requeues_and_reject_fails() -> None:
-    core = SchedulingCore(small_nodes(), small_pods(), small_typical(), EnvConfig(allow_delay=True, allow_reject=True,
-                                                                                  delay_pods=3, max_delays=1))
+    core = SchedulingCore(
+        small_nodes(),
+        small_pods(),
+        small_typical(),
+        EnvConfig(allow_delay=True, allow_reject=True, delay_pods=3, max_delays=1),
+    )
     core.reset(2)
     pod, at, length = core.pod, core.position, len(core.queue)
     core.step_delay()
     assert len(core.queue) == length + 1 and core.queue[at + 1 + 3] is pod and core.delays[at + 4] == 1
     while core.pod is not pod:
         core.step_node(int(core.candidates.nodes[0]))
-    assert not core.special_mask()[0]               # max_delays reached
+    assert not core.special_mask()[0]  # max_delays reached
     with pytest.raises(ValueError):
         core.step_delay()
     failed = core.failed_pods
@@ -118,15 +122,23 @@ def test_core_plays_exactly_like_the_served_scorer() -> None:
     scorer = LearnedScorer(net, FeatureEncoder(typical), rule)
     nodes, pods = small_nodes(), small_pods()
     seed = 9
-    served = run_sequence(nodes, inflate(pods, ClusterState(nodes).gpu_milli_capacity, seed), scorer, seed, typical,
-                          record_placements=True)
+    served = run_sequence(
+        nodes,
+        inflate(pods, ClusterState(nodes).gpu_milli_capacity, seed),
+        scorer,
+        seed,
+        typical,
+        record_placements=True,
+    )
     core = SchedulingCore(nodes, pods, typical, EnvConfig(end_at=10.0))
     core.reset(seed)
     placed = []
     while not core.done:
         cand = core.candidates
         s = net.scores(cand.features, cand.prior)
-        pos = choose_node(s[cand.group] - rule.rank_scale * core.rank_frac[cand.nodes], cand.nodes, core.tiebreak, "sample")
+        pos = choose_node(
+            s[cand.group] - rule.rank_scale * core.rank_frac[cand.nodes], cand.nodes, core.tiebreak, "sample"
+        )
         node = int(cand.nodes[pos])
         pod = core.pod
         core.step_node(node)

@@ -1,5 +1,6 @@
 """``rlsched evaluate`` as a user meets it: the README's sample command, ``--json``, and the published
 column only on the published setup."""
+
 from __future__ import annotations
 
 import json
@@ -24,9 +25,12 @@ from rlsched.policy.trace import load_nodes, load_pods
 def readme_sample_command(repo_root: Path) -> list[str]:
     """The first ``rlsched evaluate`` command in README.md that reads the bundled examples/."""
     text = (repo_root / "README.md").read_text()
-    joined = re.sub(r"\\\n\s*", " ", text)   # shell line continuations
-    line = next(line.strip() for line in joined.splitlines()
-                if line.strip().startswith("rlsched evaluate") and "examples/" in line)
+    joined = re.sub(r"\\\n\s*", " ", text)  # shell line continuations
+    line = next(
+        line.strip()
+        for line in joined.splitlines()
+        if line.strip().startswith("rlsched evaluate") and "examples/" in line
+    )
     return shlex.split(line.split("#")[0])[1:]
 
 
@@ -52,8 +56,29 @@ def test_readme_sample_command_runs_as_written(repo_root: Path, tmp_path: Path, 
 
 def test_json_defaults_to_the_out_folder(repo_root: Path, tmp_path: Path) -> None:
     nodes, pods = repo_root / "examples" / "sample-nodes.yaml", repo_root / "examples" / "sample-pods.yaml"
-    assert main(["evaluate", "--nodes", str(nodes), "--pods", str(pods), "--policy", "bestfit", "--seeds", "1",
-                 "--jobs", "1", "--no-progress", "--out", str(tmp_path), "--name", "x"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--nodes",
+                str(nodes),
+                "--pods",
+                str(pods),
+                "--policy",
+                "bestfit",
+                "--seeds",
+                "1",
+                "--jobs",
+                "1",
+                "--no-progress",
+                "--out",
+                str(tmp_path),
+                "--name",
+                "x",
+            ]
+        )
+        == 0
+    )
     assert json.loads((tmp_path / "x.json").read_text())["summary"][0]["policy"] == "bestfit"
 
 

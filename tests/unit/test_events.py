@@ -1,4 +1,5 @@
 """Event-driven replay: arrivals and departures by time, departures first, optional FIFO retry."""
+
 from __future__ import annotations
 
 import json
@@ -63,7 +64,7 @@ def test_time_weighted_mean() -> None:
 
 def test_pod_without_deletion_stays() -> None:
     result = replay([whole("A", 0, None), whole("B", 1, 2)], retry=True)
-    assert (result.placed, result.failed_pods) == (1, 1)   # B never gets the card: still waiting at the end
+    assert (result.placed, result.failed_pods) == (1, 1)  # B never gets the card: still waiting at the end
 
 
 def test_waiting_pod_deleted_before_capacity_frees_is_never_placed() -> None:
@@ -88,8 +89,25 @@ def test_cli_events_mode(capsys, tmp_path: Path) -> None:
         "pods:\n  - {name: a, cpu: '1', memory: 1Gi, gpus: 1, creationTime: 0, deletionTime: 10}\n"
         "  - {name: b, cpu: '1', memory: 1Gi, gpus: 1, creationTime: 5, deletionTime: 20}\n"
     )
-    code = rlsched_main(["evaluate", "--mode", "events", "--retry-failed", "--nodes", str(trace), "--pods", str(trace),
-                         "--policy", "fgd", "--seeds", "1", "--out", str(tmp_path), "--no-progress"])
+    code = rlsched_main(
+        [
+            "evaluate",
+            "--mode",
+            "events",
+            "--retry-failed",
+            "--nodes",
+            str(trace),
+            "--pods",
+            str(trace),
+            "--policy",
+            "fgd",
+            "--seeds",
+            "1",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     rows = json.loads((tmp_path / "evaluation-events.json").read_text())

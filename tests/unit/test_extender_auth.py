@@ -1,5 +1,6 @@
 """The status listener's bearer-token checks (TokenReview + SubjectAccessReview) against a fake API
 that answers like kube-apiserver: valid, invalid, denied, cached, API down, concurrency, bounds."""
+
 from __future__ import annotations
 
 import asyncio
@@ -11,8 +12,15 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
 from rlsched.extender.app import Health, make_status_app
-from rlsched.extender.auth import (MAX_CONCURRENT_REVIEWS, MAX_TOKEN_BYTES, SUBJECTACCESSREVIEWS_PATH, TOKENREVIEWS_PATH,
-                                   Authenticator, TtlCache, bearer_token)
+from rlsched.extender.auth import (
+    MAX_CONCURRENT_REVIEWS,
+    MAX_TOKEN_BYTES,
+    SUBJECTACCESSREVIEWS_PATH,
+    TOKENREVIEWS_PATH,
+    Authenticator,
+    TtlCache,
+    bearer_token,
+)
 from rlsched.extender.kubeapi import ApiError
 from rlsched.extender.settings import AuthSettings
 from rlsched.extender.testing import Harness, make_node
@@ -32,8 +40,9 @@ class FakeReviewApi:
         self.delay_s = 0.0
         self.gate: asyncio.Event | None = None
 
-    async def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-                      timeout: float = 10.0) -> Any:
+    async def request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json", timeout: float = 10.0
+    ) -> Any:
         assert method == "POST"
         self.calls.append((path, body))
         if self.gate is not None:
@@ -47,9 +56,18 @@ class FakeReviewApi:
             user = self.tokens.get(body["spec"]["token"])
             if user is None:
                 return {"kind": "TokenReview", "status": {"authenticated": False, "error": "invalid bearer token"}}
-            return {"kind": "TokenReview", "status": {"authenticated": True, "user": {
-                "username": user, "uid": "u-1", "groups": ["system:serviceaccounts", "system:authenticated"],
-                "extra": {"authentication.kubernetes.io/pod-name": ["op-0"]}}}}
+            return {
+                "kind": "TokenReview",
+                "status": {
+                    "authenticated": True,
+                    "user": {
+                        "username": user,
+                        "uid": "u-1",
+                        "groups": ["system:serviceaccounts", "system:authenticated"],
+                        "extra": {"authentication.kubernetes.io/pod-name": ["op-0"]},
+                    },
+                },
+            }
         assert path == SUBJECTACCESSREVIEWS_PATH
         spec = body["spec"]
         assert body["kind"] == "SubjectAccessReview" and spec["groups"] and spec["uid"] == "u-1"
@@ -57,7 +75,10 @@ class FakeReviewApi:
         attrs = spec["nonResourceAttributes"]
         assert attrs["verb"] == "get" and "resourceAttributes" not in spec
         allowed = (spec["user"], attrs["path"]) in self.grants
-        return {"kind": "SubjectAccessReview", "status": {"allowed": allowed, **({} if allowed else {"reason": "no RBAC rule"})}}
+        return {
+            "kind": "SubjectAccessReview",
+            "status": {"allowed": allowed, **({} if allowed else {"reason": "no RBAC rule"})},
+        }
 
     def count(self, path: str) -> int:
         return sum(1 for p, _ in self.calls if p == path)
@@ -75,7 +96,9 @@ def authenticator(api: FakeReviewApi, clock: Clock | None = None, **settings: An
     return Authenticator(api, AuthSettings(**settings), CollectorRegistry(), clock=clock or Clock())
 
 
-def status_client(api: FakeReviewApi, protect_metrics: bool = False, **settings: Any) -> tuple[TestClient, Authenticator]:
+def status_client(
+    api: FakeReviewApi, protect_metrics: bool = False, **settings: Any
+) -> tuple[TestClient, Authenticator]:
     h = Harness([make_node("g0", gpus=2)])
     health = Health()
     health.started = True
@@ -170,14 +193,15 @@ async def test_api_down_is_503_not_cached_and_logged_without_the_token(caplog) -
             assert "cannot check the token now" in (await r.json())["Error"]
             api.down = None  # the API server is back: the next request is checked again, not refused from a cache
             assert (await client.get("/decisions", headers=bearer(secret))).status == 200
-            api.down = ApiError(403, "Forbidden", 'tokenreviews.authentication.k8s.io is forbidden')
+            api.down = ApiError(403, "Forbidden", "tokenreviews.authentication.k8s.io is forbidden")
             r = await client.get("/status", headers=bearer("nobody-token"))
             assert r.status == 503 and "system:auth-delegator" in (await r.json())["Error"]
         metrics = await (await client.get("/metrics")).text()
     assert 'rlsched_extender_auth_requests_total{result="unavailable"} 2.0' in metrics
     assert 'rlsched_extender_auth_reviews_total{kind="token",result="error"} 2.0' in metrics
-    assert caplog.records and all(secret not in r.getMessage() and "nobody-token" not in r.getMessage()
-                                  for r in caplog.records)
+    assert caplog.records and all(
+        secret not in r.getMessage() and "nobody-token" not in r.getMessage() for r in caplog.records
+    )
 
 
 async def test_a_hanging_api_times_out_as_503() -> None:
@@ -187,8 +211,9 @@ async def test_a_hanging_api_times_out_as_503() -> None:
     async def request(method: str, path: str, body: Any = None, content_type: str = "", timeout: float = 10.0) -> Any:
         try:
             return await asyncio.wait_for(asyncio.sleep(5.0), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise ApiError(0, "Timeout", f"{path}: no answer within {timeout:g} s") from None
+
     api.request = request  # type: ignore[method-assign]  # KubeApi's timeout behaviour
     verdict = await asyncio.wait_for(auth.check("Bearer op-token", "/status"), 2.0)
     assert verdict.status == 503 and "no answer" in verdict.reason
@@ -215,16 +240,19 @@ async def test_identical_checks_share_one_review_and_reviews_are_bounded() -> No
     assert api.count(TOKENREVIEWS_PATH) == 41 and api.count(SUBJECTACCESSREVIEWS_PATH) == 1
 
 
-@pytest.mark.parametrize("header, why", [
-    (None, "authentication required"),
-    ("", "authentication required"),
-    ("Basic dXNlcjpwYXNz", "Bearer scheme"),
-    ("Bearer ", "empty bearer token"),
-    ("Bearer " + "a" * (MAX_TOKEN_BYTES + 1), f"longer than {MAX_TOKEN_BYTES}"),
-    ("Bearer tok en", "characters no token has"),
-    ("Bearer tökén", "characters no token has"),
-    ("Bearer a\x00b", "characters no token has"),
-])
+@pytest.mark.parametrize(
+    "header, why",
+    [
+        (None, "authentication required"),
+        ("", "authentication required"),
+        ("Basic dXNlcjpwYXNz", "Bearer scheme"),
+        ("Bearer ", "empty bearer token"),
+        ("Bearer " + "a" * (MAX_TOKEN_BYTES + 1), f"longer than {MAX_TOKEN_BYTES}"),
+        ("Bearer tok en", "characters no token has"),
+        ("Bearer tökén", "characters no token has"),
+        ("Bearer a\x00b", "characters no token has"),
+    ],
+)
 async def test_malformed_headers_are_401_without_asking_the_api(header, why) -> None:
     api = FakeReviewApi()
     auth = authenticator(api)

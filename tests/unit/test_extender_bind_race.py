@@ -1,4 +1,5 @@
 """Many binds race for the last free card(s): no card is ever handed out twice."""
+
 from __future__ import annotations
 
 import asyncio
@@ -47,8 +48,17 @@ async def test_binds_race_for_the_last_card(kind, n_pods, winners) -> None:
             assert (await r.json())["NodeNames"] == (["b"] if kind != "pair" else [])
 
         async def bind(p):
-            r = await c.post("/bind", data=orjson.dumps({"PodName": p["metadata"]["name"], "PodNamespace": "default",
-                                                         "PodUID": p["metadata"]["uid"], "Node": "b"}))
+            r = await c.post(
+                "/bind",
+                data=orjson.dumps(
+                    {
+                        "PodName": p["metadata"]["name"],
+                        "PodNamespace": "default",
+                        "PodUID": p["metadata"]["uid"],
+                        "Node": "b",
+                    }
+                ),
+            )
             assert r.status == 200
             return (await r.json())["Error"]
 
@@ -72,8 +82,12 @@ async def test_filter_sees_a_reservation_while_its_bind_is_in_flight() -> None:
     async with TestClient(TestServer(h.app())) as c:
         h.cache.set_pod(first)  # the watch delivered it: bind reads it from the cache, no GET
         await c.post("/filter", data=orjson.dumps({"Pod": first, "NodeNames": ["a", "b"]}))
-        bind = asyncio.create_task(c.post("/bind", data=orjson.dumps(
-            {"PodName": "first", "PodNamespace": "default", "PodUID": "first", "Node": "b"})))
+        bind = asyncio.create_task(
+            c.post(
+                "/bind",
+                data=orjson.dumps({"PodName": "first", "PodNamespace": "default", "PodUID": "first", "Node": "b"}),
+            )
+        )
         await asyncio.sleep(0.01)  # the bind has reserved and is now waiting on the API
         r = await c.post("/filter", data=orjson.dumps({"Pod": second, "NodeNames": ["a", "b"]}))
         body = await r.json()

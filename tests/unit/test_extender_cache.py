@@ -1,4 +1,5 @@
 """The watch-fed cache: nodes and pods in, a ClusterState out; assignments from annotations."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -182,7 +183,7 @@ def test_rebuild_carries_unchanged_nodes_over_exactly() -> None:
             name = sorted(c.nodes)[int(rng.integers(len(c.nodes)))]
             c.set_node(make_node(name, cpu="200", gpus=8))  # changed capacity: its pods are placed again
         else:
-            for uid in list(c.pods)[: 3]:
+            for uid in list(c.pods)[:3]:
                 c.forget(uid)
         if step % 3 == 0:
             c.state  # noqa: B018 - rebuild now and then, with forgets in between
@@ -192,7 +193,18 @@ def test_rebuild_carries_unchanged_nodes_over_exactly() -> None:
     for e in sorted(c.pods.values(), key=lambda e: e.uid):
         fresh.pods[e.uid] = type(e)(e.uid, e.key, e.node, e.spec, e.cards, e.status, e.since)
     want = fresh.state
-    for attr in ("cpu_free", "mem_free", "card_free", "full_free", "max_card_free", "kind_count", "gpu_pods",
-                 "nonzero_cpu_used", "nonzero_mem_used_bytes"):
+    for attr in (
+        "cpu_free",
+        "mem_free",
+        "card_free",
+        "full_free",
+        "max_card_free",
+        "kind_count",
+        "gpu_pods",
+        "nonzero_cpu_used",
+        "nonzero_mem_used_bytes",
+    ):
         np.testing.assert_array_equal(getattr(got, attr), getattr(want, attr), err_msg=attr)
-    assert {u: e.placement is None for u, e in c.pods.items()} == {u: e.placement is None for u, e in fresh.pods.items()}
+    assert {u: e.placement is None for u, e in c.pods.items()} == {
+        u: e.placement is None for u, e in fresh.pods.items()
+    }

@@ -1,4 +1,5 @@
 """Settings (YAML, environment, flags), the policy file, the scheduler configuration, the CLI."""
+
 from __future__ import annotations
 
 import logging
@@ -9,8 +10,14 @@ import yaml
 
 from rlsched.cli import main as rlsched_main
 from rlsched.extender.scheduler_config import render, scheduler_config
-from rlsched.extender.settings import (ConfigError, ExtenderSettings, PolicySettings, env_overrides, load_policy_file,
-                                       load_settings)
+from rlsched.extender.settings import (
+    ConfigError,
+    ExtenderSettings,
+    PolicySettings,
+    env_overrides,
+    load_policy_file,
+    load_settings,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,25 +44,36 @@ def test_defaults_are_safe() -> None:
 
 def test_yaml_env_and_overrides_in_order(tmp_path) -> None:
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("server:\n  port: 9000\n  statusPort: 9001\npolicy:\n  mode: shadow\n  fallback: BestFit\n"
-                   "prometheus:\n  url: http://prom:9090\n  queries:\n    cpu: up\n")
-    s = load_settings(cfg, {"RLSCHED_SERVER_PORT": "9100", "RLSCHED_POLICY_TOP_K": "3", "RLSCHED_OTHER": "x"},
-                      {"server.statusPort": 9200, "policy.mode": None})
+    cfg.write_text(
+        "server:\n  port: 9000\n  statusPort: 9001\npolicy:\n  mode: shadow\n  fallback: BestFit\n"
+        "prometheus:\n  url: http://prom:9090\n  queries:\n    cpu: up\n"
+    )
+    s = load_settings(
+        cfg,
+        {"RLSCHED_SERVER_PORT": "9100", "RLSCHED_POLICY_TOP_K": "3", "RLSCHED_OTHER": "x"},
+        {"server.statusPort": 9200, "policy.mode": None},
+    )
     assert (s.server.port, s.server.status_port, s.policy.mode, s.policy.top_k) == (9100, 9200, "shadow", 3)
     assert s.prometheus.queries == {"cpu": "up"} and s.prometheus.url == "http://prom:9090"
 
 
-@pytest.mark.parametrize("text, words", [
-    ("server:\n  prot: 1\n", "unknown setting 'server.prot'; valid keys under server: bodyTimeoutS, headerTimeoutS, host"),
-    ("sever: {}\n", "unknown setting 'sever'"),
-    ("server:\n  port: eighty\n", "server.port: expected an integer"),
-    ("server:\n  port: 70000\n", "is not a TCP port"),
-    ("policy:\n  mode: sometimes\n", "mode: 'sometimes' is not one of active, shadow, off"),
-    ("policy:\n  fallback: magic\n", "fallback: unknown policy 'magic'"),
-    ("prometheus:\n  queries:\n    gpu: up\n", "unknown load column"),
-    ("- a\n", "expected a mapping at the top"),
-    ("server: [\n", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        (
+            "server:\n  prot: 1\n",
+            "unknown setting 'server.prot'; valid keys under server: bodyTimeoutS, headerTimeoutS, host",
+        ),
+        ("sever: {}\n", "unknown setting 'sever'"),
+        ("server:\n  port: eighty\n", "server.port: expected an integer"),
+        ("server:\n  port: 70000\n", "is not a TCP port"),
+        ("policy:\n  mode: sometimes\n", "mode: 'sometimes' is not one of active, shadow, off"),
+        ("policy:\n  fallback: magic\n", "fallback: unknown policy 'magic'"),
+        ("prometheus:\n  queries:\n    gpu: up\n", "unknown load column"),
+        ("- a\n", "expected a mapping at the top"),
+        ("server: [\n", "not valid YAML"),
+    ],
+)
 def test_bad_config_names_the_key(tmp_path, text, words) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text(text)
@@ -65,10 +83,22 @@ def test_bad_config_names_the_key(tmp_path, text, words) -> None:
 
 
 def test_env_names_cover_every_setting() -> None:
-    env = env_overrides({"RLSCHED_SERVER_STATUS_PORT": "1", "RLSCHED_POLICY_FILE": "/p", "RLSCHED_KUBERNETES_KUBECONFIG": "/k",
-                         "RLSCHED_PROMETHEUS_NODE_LABELS": "a,b", "RLSCHED_STRICT_MODEL": "false"})
-    assert env == {"server.statusPort": "1", "policyFile": "/p", "kubernetes.kubeconfig": "/k",
-                   "prometheus.nodeLabels": "a,b", "strictModel": "false"}
+    env = env_overrides(
+        {
+            "RLSCHED_SERVER_STATUS_PORT": "1",
+            "RLSCHED_POLICY_FILE": "/p",
+            "RLSCHED_KUBERNETES_KUBECONFIG": "/k",
+            "RLSCHED_PROMETHEUS_NODE_LABELS": "a,b",
+            "RLSCHED_STRICT_MODEL": "false",
+        }
+    )
+    assert env == {
+        "server.statusPort": "1",
+        "policyFile": "/p",
+        "kubernetes.kubeconfig": "/k",
+        "prometheus.nodeLabels": "a,b",
+        "strictModel": "false",
+    }
     s = load_settings(None, {"RLSCHED_PROMETHEUS_NODE_LABELS": "a,b", "RLSCHED_STRICT_MODEL": "false"})
     assert s.prometheus.node_labels == ("a", "b") and s.strict_model is False
 
@@ -77,7 +107,13 @@ def test_policy_file(tmp_path) -> None:
     p = tmp_path / "policy.yaml"
     p.write_text("mode: shadow\nmodelPath: /models/m.npz\nfallback: gpupacking\ndeadlineMs: 20\ntopK: 0\n")
     s = load_policy_file(p, PolicySettings())
-    assert (s.mode, s.model_path, s.fallback, s.deadline_ms, s.top_k) == ("shadow", "/models/m.npz", "gpupacking", 20.0, 0)
+    assert (s.mode, s.model_path, s.fallback, s.deadline_ms, s.top_k) == (
+        "shadow",
+        "/models/m.npz",
+        "gpupacking",
+        20.0,
+        0,
+    )
     p.write_text("mode: shadow\nmodel: x\n")
     with pytest.raises(ConfigError, match="unknown setting 'model'"):
         load_policy_file(p, PolicySettings())
@@ -90,8 +126,15 @@ def test_committed_scheduler_config_is_the_rendered_one() -> None:
 def test_scheduler_config_shape() -> None:
     c = scheduler_config(url="http://127.0.0.1:9999/x", scheduler_name="gpu")
     ext = c["extenders"][0]
-    assert ext["urlPrefix"] == "http://127.0.0.1:9999/x" and ext["nodeCacheCapable"] is True and ext["ignorable"] is False
-    assert {ext[k] for k in ("filterVerb", "prioritizeVerb", "preemptVerb", "bindVerb")} == {"filter", "prioritize", "preempt", "bind"}
+    assert (
+        ext["urlPrefix"] == "http://127.0.0.1:9999/x" and ext["nodeCacheCapable"] is True and ext["ignorable"] is False
+    )
+    assert {ext[k] for k in ("filterVerb", "prioritizeVerb", "preemptVerb", "bindVerb")} == {
+        "filter",
+        "prioritize",
+        "preempt",
+        "bind",
+    }
     assert "managedResources" not in ext  # it would keep CPU-only pods of the profile away from the policy
     assert ext["weight"] * 10 > 100 * 12  # one extender step beats every default score plugin together
     profile = c["profiles"][0]
@@ -118,15 +161,29 @@ def test_cli_bad_config_exits_2(tmp_path, capsys) -> None:
 
 def test_cli_bad_model_exits_2(tmp_path, capsys) -> None:
     kc = tmp_path / "kc.yaml"
-    kc.write_text("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
-                  "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\nusers: [{name: u, user: {token: t}}]\n")
-    assert rlsched_main(["extender", "--kubeconfig", str(kc), "--model", str(tmp_path / "missing.npz"), "--log-level", "ERROR"]) == 2
+    kc.write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+        "users: [{name: u, user: {token: t}}]\n"
+    )
+    assert (
+        rlsched_main(
+            ["extender", "--kubeconfig", str(kc), "--model", str(tmp_path / "missing.npz"), "--log-level", "ERROR"]
+        )
+        == 2
+    )
     assert "missing.npz" in capsys.readouterr().err
 
 
 def test_cli_unreachable_api_server_exits_1(tmp_path, capsys) -> None:
     kc = tmp_path / "kc.yaml"
-    kc.write_text("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
-                  "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\nusers: [{name: u, user: {token: t}}]\n")
-    assert rlsched_main(["extender", "--kubeconfig", str(kc), "--port", "0", "--status-port", "0", "--log-level", "ERROR"]) == 1
+    kc.write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+        "users: [{name: u, user: {token: t}}]\n"
+    )
+    assert (
+        rlsched_main(["extender", "--kubeconfig", str(kc), "--port", "0", "--status-port", "0", "--log-level", "ERROR"])
+        == 1
+    )
     assert "cannot reach the API server at https://127.0.0.1:1" in capsys.readouterr().err

@@ -1,5 +1,6 @@
 """Random and mutated payloads at every verb: answers are 200, 400 or 413 — never a 500, never a crash —
 and a 200 always has the protocol's shape. Unknown extra fields are ignored."""
+
 from __future__ import annotations
 
 import asyncio
@@ -19,7 +20,11 @@ NAMES = [n["metadata"]["name"] for n in NODES]
 VERBS = ("filter", "prioritize", "bind", "preempt")
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4),
     max_leaves=12,
 )
@@ -29,11 +34,16 @@ def valid_payloads() -> dict[str, list[dict]]:
     pod = make_pod("p", gpu_milli=400, uid="fuzz-p")
     whole = make_pod("w", gpus=2, uid="fuzz-w", gpu_models="V100M16")
     return {
-        "filter": [{"Pod": pod, "NodeNames": NAMES, "Nodes": None}, {"Pod": whole, "Nodes": {"items": NODES}, "NodeNames": None}],
+        "filter": [
+            {"Pod": pod, "NodeNames": NAMES, "Nodes": None},
+            {"Pod": whole, "Nodes": {"items": NODES}, "NodeNames": None},
+        ],
         "prioritize": [{"Pod": pod, "NodeNames": NAMES}, {"Pod": whole, "Nodes": {"items": NODES}}],
         "bind": [{"PodName": "p", "PodNamespace": "default", "PodUID": "fuzz-p", "Node": "g1"}],
-        "preempt": [{"Pod": whole, "NodeNameToMetaVictims": {"g0": {"Pods": [{"UID": "x"}], "NumPDBViolations": 0}}},
-                    {"Pod": whole, "NodeNameToVictims": {"g1": {"Pods": [pod], "NumPDBViolations": 1}}}],
+        "preempt": [
+            {"Pod": whole, "NodeNameToMetaVictims": {"g0": {"Pods": [{"UID": "x"}], "NumPDBViolations": 0}}},
+            {"Pod": whole, "NodeNameToVictims": {"g1": {"Pods": [pod], "NumPDBViolations": 1}}},
+        ],
     }
 
 
@@ -83,6 +93,7 @@ class Server:
             r = await self.client.post(f"/{verb}", data=body, headers={"Content-Type": "application/json"})
             raw = await r.read()
             return r.status, orjson.loads(raw)
+
         return self.loop.run_until_complete(go())
 
     def close(self) -> None:
@@ -103,7 +114,10 @@ def check(verb: str, status: int, body, payload=None) -> None:
         assert isinstance(body, dict) and isinstance(body.get("Error"), str) and body["Error"]
         return
     if verb == "filter":
-        assert set(body) == {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"} and body["Error"] == ""
+        assert (
+            set(body) == {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
+            and body["Error"] == ""
+        )
         if isinstance(payload, dict) and body["NodeNames"] is not None:
             sent = payload.get("NodeNames") or []
             assert set(body["NodeNames"]) <= set(sent)
@@ -117,7 +131,9 @@ def check(verb: str, status: int, body, payload=None) -> None:
             assert v["Pods"], node  # a node without victims would be an error in kube-scheduler
 
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 
 
 @SETTINGS
@@ -134,7 +150,9 @@ def test_random_bytes(server, verb, raw) -> None:
     check(verb, status, body)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(data=st.data())
 def test_mutated_payloads(server, data) -> None:
     verb = data.draw(st.sampled_from(VERBS))
@@ -161,20 +179,40 @@ def test_oversized_body_is_413_and_the_server_carries_on(server) -> None:
     assert status == 200
 
 
-@pytest.mark.parametrize("verb, payload, field", [
-    ("filter", {"NodeNames": ["g0"]}, "Pod"),
-    ("filter", {"Pod": [], "NodeNames": ["g0"]}, "Pod"),
-    ("filter", {"Pod": {"metadata": {"name": "p"}}}, "NodeNames"),
-    ("filter", {"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["g0", 7]}, "NodeNames[1]"),
-    ("filter", {"Pod": {"metadata": {"name": "p"}}, "Nodes": {"items": [{"metadata": {}}]}}, "Nodes.items[0].metadata.name"),
-    ("prioritize", {"Pod": {"metadata": {"name": "p"}, "spec": {"containers": [{"resources": {"limits": {"cpu": "1x"}}}]}},
-                    "NodeNames": []}, "Pod.spec.containers[0].resources.requests.cpu"),
-    ("bind", {"PodName": "p", "PodNamespace": "default", "Node": "g0"}, "PodUID"),
-    ("bind", {"PodName": "p", "PodNamespace": "default", "PodUID": 5, "Node": "g0"}, "PodUID"),
-    ("preempt", {"Pod": {"metadata": {"name": "p"}}, "NodeNameToMetaVictims": {"g0": {"Pods": [{}]}}}, "NodeNameToMetaVictims.g0.Pods[0].UID"),
-    ("preempt", {"Pod": {"metadata": {"name": "p"}}, "NodeNameToVictims": {"g0": {"Pods": [{"metadata": {}}]}}},
-     "NodeNameToVictims.g0.Pods[0].metadata.uid"),
-])
+@pytest.mark.parametrize(
+    "verb, payload, field",
+    [
+        ("filter", {"NodeNames": ["g0"]}, "Pod"),
+        ("filter", {"Pod": [], "NodeNames": ["g0"]}, "Pod"),
+        ("filter", {"Pod": {"metadata": {"name": "p"}}}, "NodeNames"),
+        ("filter", {"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["g0", 7]}, "NodeNames[1]"),
+        (
+            "filter",
+            {"Pod": {"metadata": {"name": "p"}}, "Nodes": {"items": [{"metadata": {}}]}},
+            "Nodes.items[0].metadata.name",
+        ),
+        (
+            "prioritize",
+            {
+                "Pod": {"metadata": {"name": "p"}, "spec": {"containers": [{"resources": {"limits": {"cpu": "1x"}}}]}},
+                "NodeNames": [],
+            },
+            "Pod.spec.containers[0].resources.requests.cpu",
+        ),
+        ("bind", {"PodName": "p", "PodNamespace": "default", "Node": "g0"}, "PodUID"),
+        ("bind", {"PodName": "p", "PodNamespace": "default", "PodUID": 5, "Node": "g0"}, "PodUID"),
+        (
+            "preempt",
+            {"Pod": {"metadata": {"name": "p"}}, "NodeNameToMetaVictims": {"g0": {"Pods": [{}]}}},
+            "NodeNameToMetaVictims.g0.Pods[0].UID",
+        ),
+        (
+            "preempt",
+            {"Pod": {"metadata": {"name": "p"}}, "NodeNameToVictims": {"g0": {"Pods": [{"metadata": {}}]}}},
+            "NodeNameToVictims.g0.Pods[0].metadata.uid",
+        ),
+    ],
+)
 def test_400_names_the_field(server, verb, payload, field) -> None:
     status, body = server.post(verb, orjson.dumps(payload))
     assert status == 400 and body["Error"].startswith(field + ":"), body

@@ -1,4 +1,5 @@
 """The API client against a fake API server over HTTP, and the informer's resume/relist rules."""
+
 from __future__ import annotations
 
 import asyncio
@@ -14,8 +15,10 @@ from rlsched.extender.testing import ScriptedWatchApi, make_node, make_pod
 
 
 def status(code, reason, message):
-    return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
-                              "reason": reason, "code": code}, status=code)
+    return web.json_response(
+        {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": reason, "code": code},
+        status=code,
+    )
 
 
 class FakeServer:
@@ -44,9 +47,11 @@ class FakeServer:
             return resp
         limit = int(request.query["limit"])
         start = int(request.query.get("continue") or 0)
-        items = self.nodes[start:start + limit]
+        items = self.nodes[start : start + limit]
         cont = str(start + limit) if start + limit < len(self.nodes) else ""
-        return web.json_response({"kind": "NodeList", "metadata": {"resourceVersion": "77", "continue": cont}, "items": items})
+        return web.json_response(
+            {"kind": "NodeList", "metadata": {"resourceVersion": "77", "continue": cont}, "items": items}
+        )
 
     async def bind(self, request):
         body = await request.json()
@@ -54,7 +59,7 @@ class FakeServer:
         if body["metadata"]["uid"] != self.pod["metadata"]["uid"]:
             return status(409, "Conflict", "Precondition failed: UID in precondition: other, UID in object meta: uid-p")
         if self.pod["spec"].get("nodeName"):
-            return status(409, "Conflict", f"pod p is already assigned to node \"{self.pod['spec']['nodeName']}\"")
+            return status(409, "Conflict", f'pod p is already assigned to node "{self.pod["spec"]["nodeName"]}"')
         self.pod["spec"]["nodeName"] = body["target"]["name"]
         return web.json_response({"kind": "Status", "status": "Success", "code": 201}, status=201)
 
@@ -98,8 +103,12 @@ async def test_writes_and_their_errors(server) -> None:
     assert info.value.status == 409 and "UID" in info.value.message
     await api.create_binding("default", "p", "uid-p", "n1", 2, {"rlsched.io/gpu-cards": "0"})
     assert fake.requests[-1][2]["target"] == {"apiVersion": "v1", "kind": "Node", "name": "n1"}
-    assert fake.requests[-1][2]["metadata"] == {"name": "p", "namespace": "default", "uid": "uid-p",
-                                                "annotations": {"rlsched.io/gpu-cards": "0"}}
+    assert fake.requests[-1][2]["metadata"] == {
+        "name": "p",
+        "namespace": "default",
+        "uid": "uid-p",
+        "annotations": {"rlsched.io/gpu-cards": "0"},
+    }
     with pytest.raises(ApiError) as info:
         await api.create_binding("default", "p", "uid-p", "n2", 2)
     assert info.value.status == 409 and "already assigned" in info.value.message
@@ -123,22 +132,43 @@ def ev(kind, name, rv):
 
 async def test_informer_resumes_and_relists_on_410() -> None:
     seen = []
-    api = ScriptedWatchApi([
-        ("list", [make_node("a", rv="1")], "10"),
-        ("watch", [ev("ADDED", "b", "11"), {"type": "BOOKMARK", "object": {"kind": "Node", "metadata": {"resourceVersion": "15"}}}]),
-        ("watch", [ApiError(0, "Unreachable", "connection reset")]),
-        ("watch", [ev("MODIFIED", "b", "16"), {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}]),
-        ("list", [make_node("c", rv="20")], "20"),
-        ("watch", [ev("DELETED", "c", "21")]),
-    ])
+    api = ScriptedWatchApi(
+        [
+            ("list", [make_node("a", rv="1")], "10"),
+            (
+                "watch",
+                [
+                    ev("ADDED", "b", "11"),
+                    {"type": "BOOKMARK", "object": {"kind": "Node", "metadata": {"resourceVersion": "15"}}},
+                ],
+            ),
+            ("watch", [ApiError(0, "Unreachable", "connection reset")]),
+            (
+                "watch",
+                [
+                    ev("MODIFIED", "b", "16"),
+                    {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}},
+                ],
+            ),
+            ("list", [make_node("c", rv="20")], "20"),
+            ("watch", [ev("DELETED", "c", "21")]),
+        ]
+    )
     sleeps = []
 
     async def sleep(s):
         sleeps.append(s)
 
-    inf = Informer(api, "nodes", "/api/v1/nodes", lambda items: seen.append(("replace", [i["metadata"]["name"] for i in items])),
-                   lambda kind, obj: seen.append((kind, obj["metadata"]["name"])), KubeSettings(), sleep=sleep,
-                   jitter=lambda: 1.0)  # the longest backoff of the jittered range
+    inf = Informer(
+        api,
+        "nodes",
+        "/api/v1/nodes",
+        lambda items: seen.append(("replace", [i["metadata"]["name"] for i in items])),
+        lambda kind, obj: seen.append((kind, obj["metadata"]["name"])),
+        KubeSettings(),
+        sleep=sleep,
+        jitter=lambda: 1.0,
+    )  # the longest backoff of the jittered range
     with pytest.raises(asyncio.CancelledError):
         await inf.run()
     assert seen == [("replace", ["a"]), ("ADDED", "b"), ("MODIFIED", "b"), ("replace", ["c"]), ("DELETED", "c")]

@@ -1,12 +1,20 @@
 """Kubernetes objects → domain model: nodes, pods, the GPU conventions (docs/gpu-sharing.md)."""
+
 from __future__ import annotations
 
 import copy
 
 import pytest
 
-from rlsched.extender.objects import (MAX_QUANTITY, ObjectError, assignment_annotations, node_spec, parse_cards,
-                                     parse_price, pod_info)
+from rlsched.extender.objects import (
+    MAX_QUANTITY,
+    ObjectError,
+    assignment_annotations,
+    node_spec,
+    parse_cards,
+    parse_price,
+    pod_info,
+)
 from rlsched.extender.settings import GpuConventions
 from rlsched.extender.testing import make_node, make_pod
 
@@ -17,8 +25,14 @@ def test_node_spec_reads_allocatable_cards_model_and_price() -> None:
     node = make_node("g1", cpu="95500m", memory="384Gi", gpus=8, model="V100M32")
     node["metadata"]["annotations"][GPU.node_price_annotation] = "2.5"
     spec = node_spec(node, GPU)
-    assert (spec.name, spec.cpu_milli, spec.memory_mib, spec.gpu_count, spec.gpu_model, spec.price) == \
-        ("g1", 95500, 384 * 1024, 8, "V100M32", 2.5)
+    assert (spec.name, spec.cpu_milli, spec.memory_mib, spec.gpu_count, spec.gpu_model, spec.price) == (
+        "g1",
+        95500,
+        384 * 1024,
+        8,
+        "V100M32",
+        2.5,
+    )
 
 
 def test_node_memory_rounds_down_and_cpu_only_node_has_no_model() -> None:
@@ -41,12 +55,19 @@ def test_node_without_allocatable_uses_capacity() -> None:
     assert node_spec(node, GPU).gpu_count == 4
 
 
-@pytest.mark.parametrize("path, value, field", [
-    (("status", "allocatable", "cpu"), "lots", "node.status.allocatable.cpu"),
-    (("status", "allocatable", "nvidia.com/gpu"), "1.5", "node.status.allocatable.nvidia.com/gpu"),
-    (("metadata", "labels"), ["x"], "node.metadata.labels"),
-    (("metadata", "annotations", "rlsched.io/node-price"), "cheap", "node.metadata.annotations.rlsched.io/node-price"),
-])
+@pytest.mark.parametrize(
+    "path, value, field",
+    [
+        (("status", "allocatable", "cpu"), "lots", "node.status.allocatable.cpu"),
+        (("status", "allocatable", "nvidia.com/gpu"), "1.5", "node.status.allocatable.nvidia.com/gpu"),
+        (("metadata", "labels"), ["x"], "node.metadata.labels"),
+        (
+            ("metadata", "annotations", "rlsched.io/node-price"),
+            "cheap",
+            "node.metadata.annotations.rlsched.io/node-price",
+        ),
+    ],
+)
 def test_node_errors_name_the_field(path, value, field) -> None:
     node = make_node("g1", gpus=2)
     target = node
@@ -61,8 +82,15 @@ def test_node_errors_name_the_field(path, value, field) -> None:
 def test_whole_card_pod() -> None:
     info = pod_info(make_pod("p", cpu="8", memory="32Gi", gpus=2, gpu_models="V100M16|V100M32", uid="u1"), GPU)
     s = info.spec
-    assert (info.uid, info.key, s.cpu_milli, s.memory_mib, s.num_gpu, s.gpu_milli, s.gpu_models) == \
-        ("u1", "default/p", 8000, 32768, 2, 1000, ("V100M16", "V100M32"))
+    assert (info.uid, info.key, s.cpu_milli, s.memory_mib, s.num_gpu, s.gpu_milli, s.gpu_models) == (
+        "u1",
+        "default/p",
+        8000,
+        32768,
+        2,
+        1000,
+        ("V100M16", "V100M32"),
+    )
     assert info.node_name == "" and info.cards is None and info.problem == ""
 
 
@@ -77,12 +105,15 @@ def test_share_of_1000_is_one_whole_card() -> None:
     assert (spec.num_gpu, spec.gpu_milli) == (1, 1000)
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    ({"gpus": 2, "gpu_milli": 500}, "not both"),
-    ({"gpu_milli": 1500}, "1..1000"),
-    ({"gpu_milli": 300, "annotations": {"rlsched.io/gpu-milli": "400"}}, "set one of them"),
-    ({"annotations": {"rlsched.io/gpu-milli": "half"}}, "not an integer"),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"gpus": 2, "gpu_milli": 500}, "not both"),
+        ({"gpu_milli": 1500}, "1..1000"),
+        ({"gpu_milli": 300, "annotations": {"rlsched.io/gpu-milli": "400"}}, "set one of them"),
+        ({"annotations": {"rlsched.io/gpu-milli": "half"}}, "not an integer"),
+    ],
+)
 def test_inconsistent_gpu_requests_are_problems_not_errors(kwargs, words) -> None:
     info = pod_info(make_pod("p", **kwargs), GPU)
     assert info.spec is None and words in info.problem
@@ -115,13 +146,16 @@ def test_bad_quantity_names_the_field() -> None:
     assert info.value.field == "Pod.spec.containers[0].resources.requests.memory"
 
 
-@pytest.mark.parametrize("mutate, field", [
-    (lambda p: p.update(metadata="x"), "Pod.metadata"),
-    (lambda p: p["metadata"].pop("name"), "Pod.metadata.name"),
-    (lambda p: p["spec"].update(containers={"a": 1}), "Pod.spec.containers"),
-    (lambda p: p["metadata"].update(annotations={"a": 1}), "Pod.metadata.annotations.a"),
-    (lambda p: p["spec"]["containers"][0].update(resources=[]), "Pod.spec.containers[0].resources"),
-])
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (lambda p: p.update(metadata="x"), "Pod.metadata"),
+        (lambda p: p["metadata"].pop("name"), "Pod.metadata.name"),
+        (lambda p: p["spec"].update(containers={"a": 1}), "Pod.spec.containers"),
+        (lambda p: p["metadata"].update(annotations={"a": 1}), "Pod.metadata.annotations.a"),
+        (lambda p: p["spec"]["containers"][0].update(resources=[]), "Pod.spec.containers[0].resources"),
+    ],
+)
 def test_malformed_pods_name_the_field(mutate, field) -> None:
     pod = make_pod("p")
     mutate(pod)
@@ -140,10 +174,24 @@ def test_cards_trusted_only_on_the_recorded_node() -> None:
     assert pod_info(elsewhere, GPU).cards is None
 
 
-@pytest.mark.parametrize("text, cards", [
-    ("0,3", (0, 3)), ("", None), ("1,1", None), ("a", None), ("-1", None), (" 2 ", (2,)), ("255", (255,)),
-    ("256", None), ("1_0", None), ("５", None), ("1,,2", None), ("0," * 300 + "0", None), ("1" * 5000, None),
-])
+@pytest.mark.parametrize(
+    "text, cards",
+    [
+        ("0,3", (0, 3)),
+        ("", None),
+        ("1,1", None),
+        ("a", None),
+        ("-1", None),
+        (" 2 ", (2,)),
+        ("255", (255,)),
+        ("256", None),
+        ("1_0", None),
+        ("５", None),
+        ("1,,2", None),
+        ("0," * 300 + "0", None),
+        ("1" * 5000, None),
+    ],
+)
 def test_parse_cards(text, cards) -> None:
     assert parse_cards(text) == cards
 
@@ -172,7 +220,9 @@ def test_pod_requests_beyond_any_node_saturate(value) -> None:
     pod = make_pod("p", gpus=1)
     requests = pod["spec"]["containers"][0]["resources"]["requests"]
     requests.update(cpu=value, memory=value)
-    pod["spec"]["initContainers"] = [{"name": "side", "restartPolicy": "Always", "resources": {"requests": {"cpu": value}}}]
+    pod["spec"]["initContainers"] = [
+        {"name": "side", "restartPolicy": "Always", "resources": {"requests": {"cpu": value}}}
+    ]
     pod["spec"]["overhead"] = {"cpu": value, "memory": value}
     spec = pod_info(pod, GPU, "Pod").spec
     assert (spec.cpu_milli, spec.memory_mib) == (MAX_QUANTITY, MAX_QUANTITY >> 20)
@@ -209,7 +259,9 @@ def test_gpu_milli_annotation_reads_like_the_resource(raw, milli) -> None:
     pod = make_pod("p")
     pod["spec"]["containers"][0]["resources"]["requests"][GPU.gpu_milli_resource] = raw
     by_resource = pod_info(pod, GPU).spec
-    assert (by_annotation.num_gpu, by_annotation.gpu_milli) == (by_resource.num_gpu, by_resource.gpu_milli) == (1, milli)
+    assert (
+        (by_annotation.num_gpu, by_annotation.gpu_milli) == (by_resource.num_gpu, by_resource.gpu_milli) == (1, milli)
+    )
 
 
 def test_huge_gpu_milli_is_a_problem_with_a_short_message() -> None:

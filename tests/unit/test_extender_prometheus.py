@@ -1,4 +1,5 @@
 """Per-node load from Prometheus: matching series to nodes, staleness, failures that never block."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,8 +14,10 @@ NODES = {"node-a": ["10.0.0.1", "node-a"], "node-b": ["10.0.0.2", "node-b"], "no
 
 
 def vector(*series):
-    return {"status": "success", "data": {"resultType": "vector",
-                                          "result": [{"metric": m, "value": [1700000000.0, str(v)]} for m, v in series]}}
+    return {
+        "status": "success",
+        "data": {"resultType": "vector", "result": [{"metric": m, "value": [1700000000.0, str(v)]} for m, v in series]},
+    }
 
 
 class Clock:
@@ -34,18 +37,24 @@ def poller(answers, clock=None, **settings):
             raise answer
         return answer
 
-    s = PrometheusSettings(url="http://prom", queries={"cpu": "cpu", "memory": "mem", "network": "net", "disk": "disk"}, **settings)
+    s = PrometheusSettings(
+        url="http://prom", queries={"cpu": "cpu", "memory": "mem", "network": "net", "disk": "disk"}, **settings
+    )
     p = LoadPoller(s, lambda: NODES, lambda rows: sink.update(rows=rows), Metrics(), clock or Clock(), query)
     return p, sink
 
 
 async def test_series_are_matched_by_node_label_instance_or_address() -> None:
-    p, sink = poller({
-        "cpu": vector(({"instance": "10.0.0.1:9100"}, 0.5), ({"node": "node-b"}, 1.7), ({"instance": "elsewhere:9100"}, 0.3)),
-        "mem": vector(({"nodename": "node-c"}, 0.25)),
-        "net": vector(({"kubernetes_node": "node-a"}, "NaN")),
-        "disk": RuntimeError("connection refused"),
-    })
+    p, sink = poller(
+        {
+            "cpu": vector(
+                ({"instance": "10.0.0.1:9100"}, 0.5), ({"node": "node-b"}, 1.7), ({"instance": "elsewhere:9100"}, 0.3)
+            ),
+            "mem": vector(({"nodename": "node-c"}, 0.25)),
+            "net": vector(({"kubernetes_node": "node-a"}, "NaN")),
+            "disk": RuntimeError("connection refused"),
+        }
+    )
     await p.refresh()
     rows = sink["rows"]
     assert rows["node-a"][0] == 0.5 and rows["node-b"][0] == 1.0  # clamped to 0..1
@@ -73,9 +82,14 @@ async def test_values_go_stale() -> None:
 
 
 async def test_bad_answers_are_reported() -> None:
-    p, sink = poller({"cpu": {"status": "error", "error": "parse error"},
-                      "mem": {"status": "success", "data": {"resultType": "matrix", "result": []}},
-                      "net": vector(), "disk": vector()})
+    p, sink = poller(
+        {
+            "cpu": {"status": "error", "error": "parse error"},
+            "mem": {"status": "success", "data": {"resultType": "matrix", "result": []}},
+            "net": vector(),
+            "disk": vector(),
+        }
+    )
     await p.refresh()
     st = p.status()["columns"]
     assert "parse error" in st["cpu"]["lastError"] and "instant vector" in st["memory"]["lastError"]
@@ -92,8 +106,11 @@ async def test_http_query_against_a_fake_prometheus() -> None:
     app.router.add_get("/api/v1/query", query)
     async with TestServer(app) as server:
         sink = {}
-        p = LoadPoller(PrometheusSettings(url=str(server.make_url("")), queries={"cpu": "cpu"}, timeout_s=0.5),
-                       lambda: NODES, lambda rows: sink.update(rows=rows))
+        p = LoadPoller(
+            PrometheusSettings(url=str(server.make_url("")), queries={"cpu": "cpu"}, timeout_s=0.5),
+            lambda: NODES,
+            lambda rows: sink.update(rows=rows),
+        )
         await p.refresh()
         await p.close()
     assert sink["rows"]["node-a"][0] == 0.75

@@ -1,5 +1,6 @@
 """The whole service on real sockets with a fake API: start-up rebuilds assignments, the watch feeds
 the cache, binds survive a restart, shutdown is clean."""
+
 from __future__ import annotations
 
 import asyncio
@@ -20,8 +21,9 @@ GPU = GpuConventions()
 
 def settings() -> ExtenderSettings:
     # auth.mode none: the fake API answers no TokenReview (tests/unit/test_extender_auth.py covers auth)
-    return ExtenderSettings(server=ServerSettings(port=0, status_port=0, status_host="127.0.0.1"),
-                            auth=AuthSettings(mode="none"))
+    return ExtenderSettings(
+        server=ServerSettings(port=0, status_port=0, status_host="127.0.0.1"), auth=AuthSettings(mode="none")
+    )
 
 
 async def start(api: FakeKubeApi):
@@ -31,7 +33,9 @@ async def start(api: FakeKubeApi):
 async def test_restart_rebuilds_assignments_and_serves() -> None:
     nodes = [make_node("g0", gpus=4), make_node("g1", gpus=4)]
     bound = make_pod("old", gpus=2, node="g0", uid="old", annotations=assignment_annotations(GPU, "g0", (1, 2), 1000))
-    share = make_pod("share", gpu_milli=600, node="g1", uid="share", annotations=assignment_annotations(GPU, "g1", (3,), 600))
+    share = make_pod(
+        "share", gpu_milli=600, node="g1", uid="share", annotations=assignment_annotations(GPU, "g1", (3,), 600)
+    )
     api = FakeKubeApi(nodes, [bound, share])
     service, stop, task = await start(api)
     try:
@@ -45,11 +49,15 @@ async def test_restart_rebuilds_assignments_and_serves() -> None:
             assert r.status == 200
             pod = make_pod("new", gpus=3, uid="new")
             api.pods[("default", "new")] = copy.deepcopy(pod)
-            r = await http.post(f"http://{host}:{port}/filter", data=orjson.dumps({"Pod": pod, "NodeNames": ["g0", "g1"]}))
+            r = await http.post(
+                f"http://{host}:{port}/filter", data=orjson.dumps({"Pod": pod, "NodeNames": ["g0", "g1"]})
+            )
             body = await r.json()
             assert body["NodeNames"] == ["g1"] and "needs 3 whole free GPU card(s)" in body["FailedNodes"]["g0"]
-            r = await http.post(f"http://{host}:{port}/bind", data=orjson.dumps(
-                {"PodName": "new", "PodNamespace": "default", "PodUID": "new", "Node": "g1"}))
+            r = await http.post(
+                f"http://{host}:{port}/bind",
+                data=orjson.dumps({"PodName": "new", "PodNamespace": "default", "PodUID": "new", "Node": "g1"}),
+            )
             assert await r.json() == {"Error": ""}
             for _ in range(100):  # the fake API's watch delivers the bound pod
                 if service.cache.pods["new"].status == "bound":

@@ -1,4 +1,5 @@
 """The read-only listener: /metrics, /healthz, /readyz, /status, /decisions; and the decision ring."""
+
 from __future__ import annotations
 
 import orjson

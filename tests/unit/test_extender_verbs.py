@@ -1,4 +1,5 @@
 """The four verbs over HTTP with payloads shaped exactly as kube-scheduler v1.37 sends them."""
+
 from __future__ import annotations
 
 import asyncio
@@ -21,8 +22,11 @@ from rlsched.extender.verbs import extender_scores
 from rlsched.policy.decision import Decision
 from rlsched.policy.scorers import NodeScores, Scorer
 
-NODES = [make_node(f"v100-{i}", gpus=4, model="V100M16") for i in range(6)] + \
-        [make_node("t4-0", gpus=2, model="T4"), make_node("cpu-0"), make_node("cpu-1", cpu="2", memory="4Gi")]
+NODES = [make_node(f"v100-{i}", gpus=4, model="V100M16") for i in range(6)] + [
+    make_node("t4-0", gpus=2, model="T4"),
+    make_node("cpu-0"),
+    make_node("cpu-1", cpu="2", memory="4Gi"),
+]
 NAMES = [n["metadata"]["name"] for n in NODES]
 
 
@@ -78,6 +82,7 @@ def served(h: Harness) -> dict:
 
 # -- filter ----------------------------------------------------------------------------------------
 
+
 async def test_filter_cache_capable_reasons_and_top_choice() -> None:
     full = make_pod("full", gpus=4, node="v100-5", uid="full")
     h = harness([full])
@@ -100,7 +105,9 @@ async def test_filter_full_node_mode_echoes_the_kept_nodes() -> None:
     h = harness()
     pod = make_pod("p", gpus=2)
     async with TestClient(TestServer(h.app())) as c:
-        status, body = await call(c, "filter", {"Pod": pod, "Nodes": {"metadata": {}, "items": NODES}, "NodeNames": None})
+        status, body = await call(
+            c, "filter", {"Pod": pod, "Nodes": {"metadata": {}, "items": NODES}, "NodeNames": None}
+        )
     assert status == 200 and body["NodeNames"] is None
     kept = body["Nodes"]["items"]
     assert len(kept) == 1 and kept[0] == NODES[NAMES.index(kept[0]["metadata"]["name"])]
@@ -146,6 +153,7 @@ async def test_no_fit_anywhere() -> None:
 
 # -- prioritize --------------------------------------------------------------------------------------
 
+
 async def test_prioritize_reuses_filter_and_keeps_the_choice_on_top() -> None:
     h = harness(top_k=0)
     pod = make_pod("p", gpu_milli=200)
@@ -181,6 +189,7 @@ def test_extender_scores_are_clamped_with_a_unique_top(values) -> None:
 
 # -- bind ------------------------------------------------------------------------------------------
 
+
 async def test_bind_records_cards_on_the_binding_in_one_write() -> None:
     h = harness()
     pod = h.add_pod(make_pod("p", gpu_milli=300))
@@ -192,9 +201,18 @@ async def test_bind_records_cards_on_the_binding_in_one_write() -> None:
         status, body = await call(c, "bind", {"PodName": "p", "PodNamespace": "default", "PodUID": uid, "Node": node})
     assert status == 200 and body == {"Error": ""}
     cards = served(h)["cards"]
-    assert h.api.calls == [   # one API write: the Binding, carrying the assignment
-        ("bind", "default", "p", node, {"rlsched.io/gpu-cards": ",".join(map(str, cards)),
-                                        "rlsched.io/gpu-card-milli": "300", "rlsched.io/gpu-node": node}),
+    assert h.api.calls == [  # one API write: the Binding, carrying the assignment
+        (
+            "bind",
+            "default",
+            "p",
+            node,
+            {
+                "rlsched.io/gpu-cards": ",".join(map(str, cards)),
+                "rlsched.io/gpu-card-milli": "300",
+                "rlsched.io/gpu-node": node,
+            },
+        ),
     ]
     annotations = h.api.pods[("default", "p")]["metadata"]["annotations"]
     assert annotations["rlsched.io/gpu-cards"] == ",".join(map(str, cards))
@@ -255,7 +273,9 @@ async def test_bind_with_unknown_outcome_keeps_cards_for_a_while() -> None:
     assert h.cache.state.full_free[h.cache.state.index["v100-0"]] == 0
 
 
-@pytest.mark.parametrize("node, words", [("ghost", "not in the extender's cache"), ("cpu-0", "no longer fits node cpu-0")])
+@pytest.mark.parametrize(
+    "node, words", [("ghost", "not in the extender's cache"), ("cpu-0", "no longer fits node cpu-0")]
+)
 async def test_bind_to_impossible_node(node, words) -> None:
     h = harness()
     pod = h.add_pod(make_pod("p", gpus=1))
@@ -285,18 +305,23 @@ async def test_cpu_only_pod_binds_without_annotation() -> None:
 
 # -- preempt ---------------------------------------------------------------------------------------
 
+
 async def test_preempt_keeps_nodes_where_victims_free_the_cards() -> None:
     a = make_pod("a", gpus=4, node="v100-0", uid="a")
     b = make_pod("b", cpu="1", node="v100-1", uid="b")
     c_ = make_pod("c", gpus=4, node="v100-1", uid="c")
     h = harness([a, b, c_])
     pod = h.add_pod(make_pod("p", gpus=2))  # preempt reads the preemptor from the API, not the request
-    meta = {"v100-0": {"Pods": [{"UID": "a"}], "NumPDBViolations": 1},
-            "v100-1": {"Pods": [{"UID": "b"}], "NumPDBViolations": 0},  # frees cpu only: cards stay taken
-            "ghost": {"Pods": [{"UID": "x"}], "NumPDBViolations": 0}}
+    meta = {
+        "v100-0": {"Pods": [{"UID": "a"}], "NumPDBViolations": 1},
+        "v100-1": {"Pods": [{"UID": "b"}], "NumPDBViolations": 0},  # frees cpu only: cards stay taken
+        "ghost": {"Pods": [{"UID": "x"}], "NumPDBViolations": 0},
+    }
     async with TestClient(TestServer(h.app())) as c:
         status, body = await call(c, "preempt", {"Pod": pod, "NodeNameToMetaVictims": meta, "NodeNameToVictims": None})
-        assert status == 200 and body == {"NodeNameToMetaVictims": {"v100-0": {"Pods": [{"UID": "a"}], "NumPDBViolations": 1}}}
+        assert status == 200 and body == {
+            "NodeNameToMetaVictims": {"v100-0": {"Pods": [{"UID": "a"}], "NumPDBViolations": 1}}
+        }
         full = {"v100-0": {"Pods": [a], "NumPDBViolations": 0}}
         status, body = await call(c, "preempt", {"Pod": pod, "NodeNameToVictims": full})
         assert body == {"NodeNameToMetaVictims": {"v100-0": {"Pods": [{"UID": "a"}], "NumPDBViolations": 0}}}
@@ -304,6 +329,7 @@ async def test_preempt_keeps_nodes_where_victims_free_the_cards() -> None:
 
 
 # -- the policy ------------------------------------------------------------------------------------
+
 
 async def test_learned_policy_serves(tmp_path) -> None:
     h = harness(model_path=model_file(tmp_path, prefer="v100-4", version="m7"))
@@ -315,8 +341,9 @@ async def test_learned_policy_serves(tmp_path) -> None:
     assert rec["topScores"][0] == {"node": "v100-4", "score": 1.0} and rec["features"]["pod"]["numGpu"] == 1
 
 
-@pytest.mark.parametrize("spec, reason", [({"fail": True}, "error"), ({"nan": True}, "bad-output"),
-                                          ({"sleep": 0.2}, "deadline")])
+@pytest.mark.parametrize(
+    "spec, reason", [({"fail": True}, "error"), ({"nan": True}, "bad-output"), ({"sleep": 0.2}, "deadline")]
+)
 async def test_policy_failures_fall_back(tmp_path, spec, reason) -> None:
     h = harness(model_path=model_file(tmp_path, prefer="v100-4", **spec), deadline_ms=20)
     async with TestClient(TestServer(h.app())) as c:
@@ -324,11 +351,13 @@ async def test_policy_failures_fall_back(tmp_path, spec, reason) -> None:
         status, body = await call(c, "filter", {"Pod": make_pod("p", gpus=1), "NodeNames": NAMES})
         assert status == 200 and len(body["NodeNames"]) == 1 and time.perf_counter() - start < 0.15
     assert h.engine.fallbacks[reason] == 1 and served(h)["servedBy"] == "fallback"
-    assert 'rlsched_extender_fallbacks_total{reason="%s"} 1.0' % reason in h.metrics.render().decode()
+    assert f'rlsched_extender_fallbacks_total{{reason="{reason}"}} 1.0' in h.metrics.render().decode()
 
 
 async def test_deadline_in_thread_mode_abandons_the_answer(tmp_path) -> None:
-    h = harness(model_path=model_file(tmp_path, prefer="v100-4", sleep=0.2), deadline_ms=20, deadline_enforcement="thread")
+    h = harness(
+        model_path=model_file(tmp_path, prefer="v100-4", sleep=0.2), deadline_ms=20, deadline_enforcement="thread"
+    )
     async with TestClient(TestServer(h.app())) as c:
         start = time.perf_counter()
         _, body = await call(c, "filter", {"Pod": make_pod("p", gpus=1), "NodeNames": NAMES})
@@ -365,7 +394,9 @@ async def test_shadow_mode_serves_the_heuristic_and_logs_the_policy(tmp_path) ->
                 break
             await asyncio.sleep(0.01)
     rec = served(h)
-    assert rec["servedBy"] == "fallback" and rec["fallbackReason"] == "mode-shadow" and body["NodeNames"] == [rec["node"]]
+    assert (
+        rec["servedBy"] == "fallback" and rec["fallbackReason"] == "mode-shadow" and body["NodeNames"] == [rec["node"]]
+    )
     assert rec["shadow"]["node"] == "t4-0" and rec["shadow"]["agree"] is (rec["node"] == "t4-0")
 
 
@@ -374,7 +405,11 @@ async def test_delay_and_reject_verdicts(tmp_path) -> None:
     pod = make_pod("p", gpus=1)
     async with TestClient(TestServer(h.app())) as c:
         _, body = await call(c, "filter", {"Pod": pod, "NodeNames": NAMES})
-        assert body["NodeNames"] == [] and set(body["FailedNodes"]) == set(NAMES) and not body["FailedAndUnresolvableNodes"]
+        assert (
+            body["NodeNames"] == []
+            and set(body["FailedNodes"]) == set(NAMES)
+            and not body["FailedAndUnresolvableNodes"]
+        )
         assert body["FailedNodes"]["v100-0"] == "delayed by policy rl-scheduler (retry in 60s): cluster too fragmented"
         _, pre = await call(c, "preempt", {"Pod": pod, "NodeNameToMetaVictims": {"v100-0": {"Pods": [{"UID": "z"}]}}})
         assert pre == {"NodeNameToMetaVictims": {}}  # a held-back pod must not evict anyone

@@ -1,6 +1,7 @@
 """No object and no event can stop the watch: per-object failures are logged once, counted and
 ignored; informers and background tasks come back after any failure; readiness reports only real
 unavailability; start-up works with poison objects in the cluster."""
+
 from __future__ import annotations
 
 import asyncio
@@ -48,7 +49,7 @@ def exploding(monkeypatch):
     def pod_info(pod, gpu, where="pod"):
         name = pod.get("metadata", {}).get("name", "") if isinstance(pod, dict) else ""
         if name.startswith("boom-"):
-            raise POISON_ERRORS[name[len("boom-"):]]("exploded on purpose")
+            raise POISON_ERRORS[name[len("boom-") :]]("exploded on purpose")
         return real(pod, gpu, where)
 
     monkeypatch.setattr(cache_module, "pod_info", pod_info)
@@ -56,16 +57,23 @@ def exploding(monkeypatch):
 
 def new_cache() -> tuple[ClusterCache, Metrics]:
     metrics = Metrics()
-    c = ClusterCache(GPU, rejections=Rejections(lambda k, r: metrics.objects_rejected.labels(k, r).inc()),
-                     scheduler_name="rl-scheduler")
+    c = ClusterCache(
+        GPU,
+        rejections=Rejections(lambda k, r: metrics.objects_rejected.labels(k, r).inc()),
+        scheduler_name="rl-scheduler",
+    )
     return c, metrics
 
 
 def rejected(metrics: Metrics, kind: str, reason: str) -> float:
-    return metrics.registry.get_sample_value("rlsched_extender_objects_rejected_total", {"kind": kind, "reason": reason}) or 0.0
+    return (
+        metrics.registry.get_sample_value("rlsched_extender_objects_rejected_total", {"kind": kind, "reason": reason})
+        or 0.0
+    )
 
 
 # -- the cache --------------------------------------------------------------------------------------
+
 
 def test_any_exception_on_one_pod_is_absorbed_logged_once_and_counted(exploding, caplog) -> None:
     c, metrics = new_cache()
@@ -79,7 +87,9 @@ def test_any_exception_on_one_pod_is_absorbed_logged_once_and_counted(exploding,
             c.set_pod(p)  # resent events: nothing new either
     assert c.ready and "good" in c.pods and c.state.full_free[0] == 3
     lines = [r for r in caplog.records if getattr(r, "event", "") == "object_rejected"]
-    assert sorted(r.object for r in lines if r.object.startswith("default/boom")) == sorted(f"default/boom-{k}" for k in POISON_ERRORS)
+    assert sorted(r.object for r in lines if r.object.startswith("default/boom")) == sorted(
+        f"default/boom-{k}" for k in POISON_ERRORS
+    )
     assert len([r for r in lines if r.object.startswith("default/boom")]) == len(POISON_ERRORS)
     assert rejected(metrics, "Pod", "unexpected") == len(POISON_ERRORS)
     assert all(r.reason in REASONS for r in lines)
@@ -136,7 +146,9 @@ def test_classify_has_a_small_fixed_vocabulary() -> None:
     from rlsched.extender.objects import ObjectError
 
     assert classify(ObjectError("pod.spec.containers[0].resources.requests.cpu", "x")) == (
-        "quantity", "pod.spec.containers[0].resources.requests.cpu")
+        "quantity",
+        "pod.spec.containers[0].resources.requests.cpu",
+    )
     assert classify(ObjectError("pod.metadata.name", "x"))[0] == "field"
     assert classify(RuleError("pod.spec.tolerations", "x"))[0] == "placement-rules"
     assert classify(decimal.Overflow())[0] == "unexpected"
@@ -152,6 +164,7 @@ def test_the_log_once_memory_is_bounded() -> None:
 
 # -- the informer -----------------------------------------------------------------------------------
 
+
 def node_event(kind, name, rv):
     return {"type": kind, "object": make_node(name, rv=rv)}
 
@@ -165,14 +178,24 @@ async def test_the_informer_survives_anything_one_event_or_callback_throws() -> 
             raise decimal.Overflow("from the callback")
         applied.append((kind, name))
 
-    api = ScriptedWatchApi([
-        ("list", [make_node("a", rv="1")], "10"),
-        ("watch", [node_event("ADDED", "raise", "11"), "not an event", {"type": "ADDED", "object": [1, 2]},
-                   {"type": "ADDED"}, node_event("ADDED", "b", "12")]),
-        ("watch", [RuntimeError("the stream broke in a new way")]),  # anything else: relist after a backoff
-        ("list", [make_node("c", rv="20")], "20"),
-        ("watch", [node_event("MODIFIED", "c", "21")]),
-    ])
+    api = ScriptedWatchApi(
+        [
+            ("list", [make_node("a", rv="1")], "10"),
+            (
+                "watch",
+                [
+                    node_event("ADDED", "raise", "11"),
+                    "not an event",
+                    {"type": "ADDED", "object": [1, 2]},
+                    {"type": "ADDED"},
+                    node_event("ADDED", "b", "12"),
+                ],
+            ),
+            ("watch", [RuntimeError("the stream broke in a new way")]),  # anything else: relist after a backoff
+            ("list", [make_node("c", rv="20")], "20"),
+            ("watch", [node_event("MODIFIED", "c", "21")]),
+        ]
+    )
     sleeps = []
 
     async def sleep(s):
@@ -180,8 +203,18 @@ async def test_the_informer_survives_anything_one_event_or_callback_throws() -> 
 
     metrics = Metrics()
     rejections = Rejections(lambda k, r: metrics.objects_rejected.labels(k, r).inc())
-    inf = Informer(api, "nodes", "/api/v1/nodes", lambda items: applied.append(("replace", len(items))), apply,
-                   KubeSettings(), metrics, sleep=sleep, rejections=rejections, jitter=lambda: 0.0)
+    inf = Informer(
+        api,
+        "nodes",
+        "/api/v1/nodes",
+        lambda items: applied.append(("replace", len(items))),
+        apply,
+        KubeSettings(),
+        metrics,
+        sleep=sleep,
+        rejections=rejections,
+        jitter=lambda: 0.0,
+    )
     with pytest.raises(asyncio.CancelledError):
         await inf.run()
     assert applied == [("replace", 1), ("ADDED", "b"), ("replace", 1), ("MODIFIED", "c")]
@@ -190,14 +223,25 @@ async def test_the_informer_survives_anything_one_event_or_callback_throws() -> 
     assert inf.resource_version == "21" and inf.up and inf.last_error is None
     assert inf.resolved["error"].startswith("RuntimeError: the stream broke") and inf.resolved["resolvedAt"]
     assert rejections.totals == {"Node/unexpected": 4}
-    assert metrics.registry.get_sample_value("rlsched_extender_watch_restarts_total",
-                                             {"resource": "nodes", "reason": "unexpected"}) == 1
+    assert (
+        metrics.registry.get_sample_value(
+            "rlsched_extender_watch_restarts_total", {"resource": "nodes", "reason": "unexpected"}
+        )
+        == 1
+    )
 
 
 async def test_failures_back_off_with_jitter_and_clear_on_recovery() -> None:
     down = ApiError(0, "Unreachable", "connection refused")
-    api = ScriptedWatchApi([("list", [], "1"), ("watch", [down]), ("watch", [down]), ("watch", [down]),
-                  ("watch", [node_event("ADDED", "a", "2")])])
+    api = ScriptedWatchApi(
+        [
+            ("list", [], "1"),
+            ("watch", [down]),
+            ("watch", [down]),
+            ("watch", [down]),
+            ("watch", [node_event("ADDED", "a", "2")]),
+        ]
+    )
     sleeps, states = [], []
     inf = None
 
@@ -205,8 +249,9 @@ async def test_failures_back_off_with_jitter_and_clear_on_recovery() -> None:
         sleeps.append(s)
         states.append((inf.up, inf.last_error, inf.failures))
 
-    inf = Informer(api, "nodes", "/x", lambda items: None, lambda k, o: None, KubeSettings(), sleep=sleep,
-                   jitter=lambda: 0.5)
+    inf = Informer(
+        api, "nodes", "/x", lambda items: None, lambda k, o: None, KubeSettings(), sleep=sleep, jitter=lambda: 0.5
+    )
     with pytest.raises(asyncio.CancelledError):
         await inf.run()
     assert sleeps == [0.75, 1.5, 3.0]  # 1, 2, 4 s × 0.75
@@ -222,6 +267,7 @@ def test_backoff_is_capped_and_jittered() -> None:
 
 
 # -- the service: start-up, supervision, readiness --------------------------------------------------
+
 
 def settings() -> ExtenderSettings:
     return ExtenderSettings(server=ServerSettings(port=0, status_port=0, status_host="127.0.0.1"))
@@ -258,10 +304,14 @@ async def test_startup_and_scheduling_go_on_with_poison_pods(exploding) -> None:
             await eventually(lambda: "ours" in service.cache.pending)
             r = await http.post(f"http://{host}:{port}/filter", data=orjson.dumps({"Pod": ours, "NodeNames": ["g0"]}))
             assert (await r.json())["NodeNames"] == ["g0"]
-            r = await http.post(f"http://{host}:{port}/bind", data=orjson.dumps(
-                {"PodName": "ours", "PodNamespace": "default", "PodUID": "ours", "Node": "g0"}))
+            r = await http.post(
+                f"http://{host}:{port}/bind",
+                data=orjson.dumps({"PodName": "ours", "PodNamespace": "default", "PodUID": "ours", "Node": "g0"}),
+            )
             assert await r.json() == {"Error": ""}
-            await eventually(lambda: service.cache.pods.get("ours") is not None and service.cache.pods["ours"].status == "bound")
+            await eventually(
+                lambda: service.cache.pods.get("ours") is not None and service.cache.pods["ours"].status == "bound"
+            )
             assert (await http.get(f"http://{shost}:{sport}/readyz")).status == 200
             assert (await http.get(f"http://{shost}:{sport}/healthz")).status == 200
             assert all(not t.done() for t in service.tasks.values())
@@ -292,8 +342,12 @@ async def test_a_watch_task_that_ends_is_restarted() -> None:
     task = asyncio.create_task(service._supervise("watch-pods", flaky, base_s=0.001))
     await eventually(lambda: len(runs) == 3)
     assert not task.done()
-    assert h.metrics.registry.get_sample_value("rlsched_extender_watch_restarts_total",
-                                               {"resource": "pods", "reason": "task-ended"}) == 2
+    assert (
+        h.metrics.registry.get_sample_value(
+            "rlsched_extender_watch_restarts_total", {"resource": "pods", "reason": "task-ended"}
+        )
+        == 2
+    )
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -327,8 +381,11 @@ async def test_filter_answers_an_unreadable_pod_of_ours_unschedulable() -> None:
     h = Harness([make_node("g0", gpus=4), make_node("g1")])
     p = make_pod("odd", uid="odd")
     p["spec"]["containers"][0]["resources"]["requests"]["memory"] = {"value": "16Gi"}
-    body = await h.extender.filter(__import__("rlsched.extender.wire", fromlist=["extender_args"]).extender_args(
-        {"Pod": p, "NodeNames": ["g0", "g1"]}))
+    body = await h.extender.filter(
+        __import__("rlsched.extender.wire", fromlist=["extender_args"]).extender_args(
+            {"Pod": p, "NodeNames": ["g0", "g1"]}
+        )
+    )
     assert body["NodeNames"] == [] and set(body["FailedAndUnresolvableNodes"]) == {"g0", "g1"}
     why = body["FailedAndUnresolvableNodes"]["g0"]
     assert "cannot be scheduled by rl-scheduler" in why and "resources.requests.memory" in why

@@ -1,4 +1,5 @@
 """Feasibility: the one check shared by simulator, trainer and extender, and its filter reasons."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -56,7 +57,11 @@ def test_whole_card_pods_need_completely_free_cards() -> None:
 
 
 def test_model_constraint_and_cpu_only_nodes() -> None:
-    nodes = [NodeSpec("cpu", 64000, 64000), NodeSpec("v100", 64000, 64000, 2, "V100"), NodeSpec("t4", 64000, 64000, 2, "T4")]
+    nodes = [
+        NodeSpec("cpu", 64000, 64000),
+        NodeSpec("v100", 64000, 64000, 2, "V100"),
+        NodeSpec("t4", 64000, 64000, 2, "T4"),
+    ]
     state = ClusterState(nodes)
     assert state.model_id.tolist() == [-1, 1, 0]
     v100 = state.request(PodSpec("p", 0, 0, 1, 500, ("V100",)))
@@ -69,7 +74,10 @@ def test_model_constraint_and_cpu_only_nodes() -> None:
     assert feasible_mask(state, both).tolist() == [False, True, True]
     absent = state.request(PodSpec("p", 0, 0, 1, 500, ("A100",)))
     assert feasible_mask(state, absent).tolist() == [False, False, False]
-    assert infeasibility_reason(state, absent, 1) == "GPU model V100 not allowed (the pod accepts only GPU models no node has)"
+    assert (
+        infeasibility_reason(state, absent, 1)
+        == "GPU model V100 not allowed (the pod accepts only GPU models no node has)"
+    )
     cpu_pod = state.request(PodSpec("c", 1000, 1000))
     assert feasible_mask(state, cpu_pod).tolist() == [True, True, True]
 
@@ -137,8 +145,11 @@ def test_reasons_without_detail_depend_only_on_the_pod() -> None:
     """kube-scheduler's FailedScheduling event counts identical reasons: summaries must not carry node numbers."""
     state = ClusterState([NodeSpec("a", 2000, 4096, 2, "T4"), NodeSpec("b", 3000, 8192, 4, "T4")])
     big = state.request(PodSpec("p", 4000, 16384, 2, 1000))
-    assert infeasibility_reason(state, big, 0, detail=False) == infeasibility_reason(state, big, 1, detail=False) == (
-        "insufficient cpu (pod requests 4000m); insufficient memory (pod requests 16384Mi)")
+    assert (
+        infeasibility_reason(state, big, 0, detail=False)
+        == infeasibility_reason(state, big, 1, detail=False)
+        == ("insufficient cpu (pod requests 4000m); insufficient memory (pod requests 16384Mi)")
+    )
     state.place(state.request(PodSpec("x", 0, 0, 1, 700)), 0, (0,))
     state.place(state.request(PodSpec("y", 0, 0, 1, 400)), 0, (1,))
     share = state.request(PodSpec("s", 100, 100, 1, 700))

@@ -1,13 +1,13 @@
 """The observation encoding (policy/features.py): grouping, values, schema."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from ppo_fixtures import filled_state, small_pods, small_typical
+
 from rlsched.policy import ClusterState, Fragmentation, NodeSpec, PodSpec, feasible_nodes
-from rlsched.policy.features import (CLUSTER_FEATURES, CLUSTER_SLICE, FEATURES, NUM_FEATURES, FeatureEncoder,
-                                     node_keys)
+from rlsched.policy.features import CLUSTER_FEATURES, CLUSTER_SLICE, FEATURES, NUM_FEATURES, FeatureEncoder, node_keys
 from rlsched.policy.scorers.fgd_cpu import CpuFragmentation
 
 COL = {name: i for i, name in enumerate(FEATURES)}
@@ -48,8 +48,8 @@ def test_interchangeable_nodes_share_a_group_and_cards_map_per_node() -> None:
     nodes = [NodeSpec(f"n{i}", 32_000, 65_536, 4, "T4") for i in range(3)]
     state = ClusterState(nodes)
     share = state.request(PodSpec("s", 1000, 1024, 1, 500))
-    state.place(share, 0, (2,))       # node 0 free: [1000, 1000, 500, 1000]
-    state.place(share, 1, (0,))       # node 1 free: [500, 1000, 1000, 1000] — the same multiset
+    state.place(share, 0, (2,))  # node 0 free: [1000, 1000, 500, 1000]
+    state.place(share, 1, (0,))  # node 1 free: [500, 1000, 1000, 1000] — the same multiset
     enc = FeatureEncoder(small_typical())
     req = state.request(PodSpec("p", 1000, 1024, 1, 400))
     cand = enc.encode(state, req, np.arange(3))
@@ -94,7 +94,9 @@ def test_values_against_the_measures() -> None:
         assert np.allclose(x[:, COL["pod_cpu"]], pod.cpu_milli / 128_000)
         assert np.allclose(x[:, COL["cpu_free"]], state.cpu_free[reps] / 128_000)
         assert np.allclose(x[:, COL["card_free_0"]], state.card_free[reps].max(axis=1) / 1000)
-        assert np.allclose(x[:, COL["gpu_left_total"]], (state.card_free[reps].sum(axis=1) - req.gpu_total) / 8000, atol=1e-6)
+        assert np.allclose(
+            x[:, COL["gpu_left_total"]], (state.card_free[reps].sum(axis=1) - req.gpu_total) / 8000, atol=1e-6
+        )
         assert np.allclose(x[:, COL["cluster_gpu_alloc"]], state.gpu_milli_allocated / state.gpu_milli_capacity)
         assert np.allclose(x[:, COL["feasible_frac"]], len(nodes) / state.num_nodes)
 

@@ -1,12 +1,13 @@
 """FGD-CPU (policy/scorers/fgd_cpu.py) against a pure-Python reference written from its docstring."""
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 import pytest
-
 from ppo_fixtures import filled_state, small_pods, small_typical
+
 from rlsched.policy import Fragmentation, feasible_nodes, make_scorer
 from rlsched.policy.scorers.fgd_cpu import CpuFragmentation, FgdCpuScorer
 
@@ -15,7 +16,12 @@ def ref_frag(cards: list[int], cpu_free: int, model_ok: list[bool], typical, cpu
     total = sum(cards)
     frag = 0.0
     for t in range(len(typical)):
-        h, num, cpu, w = int(typical.gpu_milli[t]), int(typical.num_gpu[t]), int(typical.cpu_milli[t]), float(typical.weight[t])
+        h, num, cpu, w = (
+            int(typical.gpu_milli[t]),
+            int(typical.num_gpu[t]),
+            int(typical.cpu_milli[t]),
+            float(typical.weight[t]),
+        )
         if h == 0 or not model_ok[t]:
             frag += w * total
             continue
@@ -27,7 +33,7 @@ def ref_frag(cards: list[int], cpu_free: int, model_ok: list[bool], typical, cpu
         stranded = 0
         if cpu > 0:
             extra = len(fitting) - (cpu_free // cpu) * num
-            stranded = sum(fitting[:max(extra, 0)])          # the fitting cards with the least free
+            stranded = sum(fitting[: max(extra, 0)])  # the fitting cards with the least free
         frag += w * (unusable + cpu_weight * stranded)
     return frag
 
@@ -50,8 +56,10 @@ def test_node_frag_matches_reference(seed: int, cpu_weight: float) -> None:
 def test_zero_cpu_weight_is_fgd() -> None:
     state = filled_state(3, fills=30)
     typical = small_typical()
-    assert np.allclose(CpuFragmentation(typical, state.model_names, 0.0).node_frag(state),
-                       Fragmentation(typical, state.model_names).node_frag(state))
+    assert np.allclose(
+        CpuFragmentation(typical, state.model_names, 0.0).node_frag(state),
+        Fragmentation(typical, state.model_names).node_frag(state),
+    )
 
 
 def test_scores_are_buckets_of_the_delta_and_cards_fit() -> None:
@@ -83,8 +91,13 @@ def test_cpu_starved_cards_count_as_fragment() -> None:
     from rlsched.policy import ClusterState, NodeSpec, PodSpec
     from rlsched.policy.typical import TypicalPods
 
-    typical = TypicalPods(cpu_milli=np.array([12_000]), gpu_milli=np.array([1000]), num_gpu=np.array([1]),
-                          gpu_models=((),), weight=np.array([1.0]))
+    typical = TypicalPods(
+        cpu_milli=np.array([12_000]),
+        gpu_milli=np.array([1000]),
+        num_gpu=np.array([1]),
+        gpu_models=((),),
+        weight=np.array([1.0]),
+    )
     state = ClusterState([NodeSpec("g", 96_000, 1 << 20, 8, "G2")])
     state.place(state.request(PodSpec("big", 80_000, 0, 4, 1000)), 0, (0, 1, 2, 3))
     # 16 cores left feed one 12-core pod: 1 of the 4 free cards is usable, 3 are stranded.

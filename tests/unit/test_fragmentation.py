@@ -6,6 +6,7 @@ free GPU milli on the node is fragment (CPU-only typical pods always count all f
 FGD's score is ``100·sigmoid((Frag_before − Frag_after)/1000)`` truncated; for a share pod every card
 that fits is tried and the first card with the highest (integer) score is taken.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,6 +20,7 @@ MODELS = ("A", "B")
 
 
 # -- the reference -------------------------------------------------------------------------------
+
 
 def ref_node_frag(cards: list[int], cpu_free: int, model: str, typical: list[dict]) -> float:
     """Fragmentation of one node: ``cards`` are the free milli of the cards the node has."""
@@ -54,7 +56,7 @@ def ref_placement(cards: list[int], cpu_free: int, model: str, typical: list[dic
                 delta = before - ref_node_frag(after_cards, cpu_after, model, typical)
                 tried.append((ref_score(delta), c, delta))
         best = max(s for s, _, _ in tried)
-        score, card, delta = next(t for t in tried if t[0] == best)   # first card with the highest score
+        score, card, delta = next(t for t in tried if t[0] == best)  # first card with the highest score
         return score, card, delta, max(d for _, _, d in tried)
     after_cards = list(cards)
     for c in [c for c, f in enumerate(cards) if f == 1000][: pod.num_gpu]:
@@ -64,8 +66,12 @@ def ref_placement(cards: list[int], cpu_free: int, model: str, typical: list[dic
 
 
 def as_dicts(typical: TypicalPods) -> list[dict]:
-    return [{"cpu": int(c), "milli": int(g), "num": int(n), "models": m, "weight": float(w)}
-            for c, g, n, m, w in zip(typical.cpu_milli, typical.gpu_milli, typical.num_gpu, typical.gpu_models, typical.weight)]
+    return [
+        {"cpu": int(c), "milli": int(g), "num": int(n), "models": m, "weight": float(w)}
+        for c, g, n, m, w in zip(
+            typical.cpu_milli, typical.gpu_milli, typical.num_gpu, typical.gpu_models, typical.weight, strict=True
+        )
+    ]
 
 
 def node_view(state: ClusterState, n: int) -> tuple[list[int], int, str]:
@@ -74,6 +80,7 @@ def node_view(state: ClusterState, n: int) -> tuple[list[int], int, str]:
 
 
 # -- random clusters -----------------------------------------------------------------------------
+
 
 def random_pod(rng: np.random.Generator, name: str) -> PodSpec:
     kind = rng.random()
@@ -101,9 +108,11 @@ def random_state(rng: np.random.Generator) -> ClusterState:
     nodes = []
     for i in range(int(rng.integers(3, 7))):
         k = int(rng.integers(0, 9))
-        nodes.append(NodeSpec(f"n{i}", int(rng.integers(4, 33)) * 1000, 1 << 20, k, str(rng.choice(MODELS)) if k else ""))
+        nodes.append(
+            NodeSpec(f"n{i}", int(rng.integers(4, 33)) * 1000, 1 << 20, k, str(rng.choice(MODELS)) if k else "")
+        )
     state = ClusterState(nodes)
-    for j in range(int(rng.integers(0, 40))):   # random fills through place(), so every array stays consistent
+    for j in range(int(rng.integers(0, 40))):  # random fills through place(), so every array stays consistent
         pod = random_pod(rng, f"fill{j}")
         req = state.request(pod)
         fits = feasible_nodes(state, req)
@@ -155,6 +164,7 @@ def test_node_frag_and_placement_match_reference(seed: int) -> None:
 
 # -- hand-computed -------------------------------------------------------------------------------
 
+
 def two_typical(cpu: int = 1000) -> TypicalPods:
     # t0: a 500-milli share, t1: one whole card; p = 0.5 each.
     return TypicalPods(np.array([cpu, cpu]), np.array([500, 1000]), np.array([1, 1]), ((), ()), np.array([0.5, 0.5]))
@@ -204,6 +214,7 @@ def test_whole_card_placement_takes_lowest_free_cards() -> None:
 
 # -- caching through node_version ----------------------------------------------------------------
 
+
 def test_cache_refreshes_only_changed_nodes() -> None:
     state = ClusterState([NodeSpec(f"n{i}", 8000, 1024, 2, "A") for i in range(3)])
     measure = Fragmentation(two_typical(), state.model_names)
@@ -216,7 +227,7 @@ def test_cache_refreshes_only_changed_nodes() -> None:
     assert measure.node_frag(state).tolist() == [0.0, 300.0, 0.0]
     # place()/release() move the version themselves.
     p = state.place(state.request(PodSpec("p", 0, 0, 1, 600)), 2, (0,))
-    assert measure.node_frag(state).tolist() == [0.0, 300.0, 400.0]   # [400, 1000]: t0 0.5·400 + t1 0.5·400
+    assert measure.node_frag(state).tolist() == [0.0, 300.0, 400.0]  # [400, 1000]: t0 0.5·400 + t1 0.5·400
     state.release(p)
     assert measure.node_frag(state).tolist() == [0.0, 300.0, 0.0]
     # A copy starts with an empty cache and its own versions.
@@ -232,5 +243,5 @@ def test_two_measures_do_not_share_a_cache() -> None:
     a = Fragmentation(two_typical(), state.model_names)
     small_share = TypicalPods(np.array([0]), np.array([300]), np.array([1]), ((),), np.array([1.0]))
     b = Fragmentation(small_share, state.model_names)
-    assert a.node_frag(state).tolist() == [400.0]     # free [400, 1000]: 400 is fragment for both t0 and t1
-    assert b.node_frag(state).tolist() == [0.0]       # a 300 share fits both cards
+    assert a.node_frag(state).tolist() == [400.0]  # free [400, 1000]: 400 is fragment for both t0 and t1
+    assert b.node_frag(state).tolist() == [0.0]  # a 300 share fits both cards

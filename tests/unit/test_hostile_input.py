@@ -7,14 +7,16 @@ while the hostile request is in flight must stay under :data:`STALL_S`. The same
 through the adapters the watches use (``pod_info``/``node_spec``) and the trace reader, and the parse
 time of the worst inputs is bounded directly.
 """
+
 from __future__ import annotations
 
 import asyncio
 import copy
 import itertools
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 import pytest
@@ -36,13 +38,54 @@ PARSE_BOUND_S = 0.050
 """Generous bound on one parse of the worst inputs (they take microseconds; 1e400000 took 5 s before)."""
 
 LITERAL_QUANTITIES = [
-    "1e999999", "1e400000", "1e200000", "1e100000", "1e5000", "1e999999999", "1E999999999", "1e+999999999",
-    "-1e5000", "-1e999999999", "1e-999999999", "1" * 5000, "9" * 5000, "-" + "9" * 5000, "0." + "0" * 4998 + "1",
-    "1" * 5000 + "Ki", "16384Ei", "99999999999999999999Ei", "1e99999999999999999999999999999999999999999999999999",
-    "５００", "1_000", " 500 ", "500 ", "٣", "１e５", "0x1f4", "1e", "Infinity", "NaN", "-", "",
+    "1e999999",
+    "1e400000",
+    "1e200000",
+    "1e100000",
+    "1e5000",
+    "1e999999999",
+    "1E999999999",
+    "1e+999999999",
+    "-1e5000",
+    "-1e999999999",
+    "1e-999999999",
+    "1" * 5000,
+    "9" * 5000,
+    "-" + "9" * 5000,
+    "0." + "0" * 4998 + "1",
+    "1" * 5000 + "Ki",
+    "16384Ei",
+    "99999999999999999999Ei",
+    "1e99999999999999999999999999999999999999999999999999",
+    "５００",
+    "1_000",
+    " 500 ",
+    "500 ",
+    "٣",
+    "１e５",
+    "0x1f4",
+    "1e",
+    "Infinity",
+    "NaN",
+    "-",
+    "",
 ]
-TRAVERSAL_NAMES = ["../../../nodes/X", "..", ".", "../x", "a/b", "%2e%2e%2fnodes%2fX", "x?watch=true", "x#frag",
-                   "x\x00y", "nodes/../../api", "ｇ0", "g0/", "/g0", "a" * 5000]
+TRAVERSAL_NAMES = [
+    "../../../nodes/X",
+    "..",
+    ".",
+    "../x",
+    "a/b",
+    "%2e%2e%2fnodes%2fX",
+    "x?watch=true",
+    "x#frag",
+    "x\x00y",
+    "nodes/../../api",
+    "ｇ0",
+    "g0/",
+    "/g0",
+    "a" * 5000,
+]
 
 
 def _pod_with(field: str, value: Any, name: str = "hostile", uid: str = "hostile") -> dict:
@@ -59,8 +102,10 @@ def _pod_with(field: str, value: Any, name: str = "hostile", uid: str = "hostile
         del requests["cpu"]
         container["resources"]["limits"]["cpu"] = value
     elif field == "initContainers.cpu":
-        pod["spec"]["initContainers"] = [{"name": "init", "resources": {"requests": {"cpu": value}}},
-                                         {"name": "side", "restartPolicy": "Always", "resources": {"requests": {"memory": value}}}]
+        pod["spec"]["initContainers"] = [
+            {"name": "init", "resources": {"requests": {"cpu": value}}},
+            {"name": "side", "restartPolicy": "Always", "resources": {"requests": {"memory": value}}},
+        ]
     elif field == "overhead.memory":
         pod["spec"]["overhead"] = {"memory": value}
     elif field == "resources.cpu":
@@ -78,8 +123,18 @@ def _pod_with(field: str, value: Any, name: str = "hostile", uid: str = "hostile
     return pod
 
 
-POD_FIELDS = ["cpu", "memory", GPU.gpu_resource, GPU.gpu_milli_resource, "limits.cpu", "initContainers.cpu",
-              "overhead.memory", "resources.cpu", "annotation.gpu-milli", "annotation.cards"]
+POD_FIELDS = [
+    "cpu",
+    "memory",
+    GPU.gpu_resource,
+    GPU.gpu_milli_resource,
+    "limits.cpu",
+    "initContainers.cpu",
+    "overhead.memory",
+    "resources.cpu",
+    "annotation.gpu-milli",
+    "annotation.cards",
+]
 NODE_FIELDS = ["cpu", "memory", GPU.gpu_resource, "price"]
 
 
@@ -94,13 +149,19 @@ def _node_with(field: str, value: Any, name: str = "g9") -> dict:
 
 # -- hypothesis strategies -------------------------------------------------------------------------
 
-_mantissas = st.one_of(st.text("0123456789", min_size=1, max_size=6),
-                       st.builds(lambda a, b: f"{a}.{b}", st.text("0123456789", max_size=4), st.text("0123456789", min_size=1, max_size=4)))
+_mantissas = st.one_of(
+    st.text("0123456789", min_size=1, max_size=6),
+    st.builds(
+        lambda a, b: f"{a}.{b}", st.text("0123456789", max_size=4), st.text("0123456789", min_size=1, max_size=4)
+    ),
+)
 _signs = st.sampled_from(["", "", "-", "+"])
 _suffixes = st.sampled_from(["", "m", "k", "M", "G", "Ki", "Mi", "Gi", "Ei", "E", "n", "u"])
 quantities = st.one_of(
     # exponents up to 1e9 either way
-    st.builds(lambda s, m, e, x: f"{s}{m}{x}{e}", _signs, _mantissas, st.integers(-10**9, 10**9), st.sampled_from("eE")),
+    st.builds(
+        lambda s, m, e, x: f"{s}{m}{x}{e}", _signs, _mantissas, st.integers(-(10**9), 10**9), st.sampled_from("eE")
+    ),
     st.builds(lambda s, m, x: f"{s}{m}{x}", _signs, _mantissas, _suffixes),
     # numbers of up to 5,000 digits, positive or negative, with or without a suffix
     st.builds(lambda s, n, d, x: s + d * n + x, _signs, st.integers(1, 5000), st.sampled_from("19"), _suffixes),
@@ -111,7 +172,8 @@ quantities = st.one_of(
     st.sampled_from(LITERAL_QUANTITIES),
     st.text(max_size=30),
     # JSON numbers (orjson reads huge ones as floats or refuses them)
-    st.integers(-2**63, 2**63 - 1), st.floats(allow_nan=False, allow_infinity=False),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
 )
 names = st.one_of(st.sampled_from(TRAVERSAL_NAMES), st.text(max_size=40), st.integers(64, 5000).map(lambda n: "n" * n))
 
@@ -158,7 +220,7 @@ class Server:
         status, answer = await self._post(verb, body)
         stop.set()
         await task
-        return status, answer, max(b - a for a, b in zip(answers, answers[1:]))
+        return status, answer, max(b - a for a, b in itertools.pairwise(answers))
 
     def post(self, verb: str, payload: Any) -> tuple[int, Any, float]:
         """Status, answer and stall; a stall over the bound is measured twice more before it counts
@@ -214,6 +276,7 @@ def payloads(server: Server, verb: str, pod: dict, name_field: str | None = None
 
 # -- the literal cases of the issue, at every verb --------------------------------------------------
 
+
 @pytest.mark.parametrize("value", LITERAL_QUANTITIES)
 @pytest.mark.parametrize("verb", VERBS)
 def test_literal_quantities_at_every_verb(server, verb, value) -> None:
@@ -267,12 +330,19 @@ def test_request_beyond_any_node_is_unschedulable_with_a_reason(server) -> None:
 
 # -- the hypothesis corpus -------------------------------------------------------------------------
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 
 
 @SETTINGS
-@given(verb=st.sampled_from(VERBS), field=st.sampled_from(POD_FIELDS), value=quantities,
-       name_field=st.sampled_from([None, "PodName", "PodNamespace", "Node", "PodUID"]), name=names)
+@given(
+    verb=st.sampled_from(VERBS),
+    field=st.sampled_from(POD_FIELDS),
+    value=quantities,
+    name_field=st.sampled_from([None, "PodName", "PodNamespace", "Node", "PodUID"]),
+    name=names,
+)
 def test_hypothesis_corpus_at_every_verb(server, verb, field, value, name_field, name) -> None:
     n = next(server.serial)
     pod = _pod_with(field, value, name=f"hyp-{n}", uid=f"hyp-{n}")
@@ -294,6 +364,7 @@ def test_hypothesis_nodes_in_full_node_mode(server, field, value, verb) -> None:
 
 # -- the watch side: the adapters raise ObjectError or read the object, in bounded time -------------
 
+
 def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     """Best of three (the box is shared), of a call that may raise."""
     best, outcome = float("inf"), None
@@ -310,7 +381,7 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 @pytest.mark.parametrize("value", LITERAL_QUANTITIES)
 def test_pod_and_node_adapters_on_the_corpus(value) -> None:
     for field in POD_FIELDS:
-        outcome, took = _timed(lambda: pod_info(_pod_with(field, value), GPU, "Pod"))
+        outcome, took = _timed(lambda field=field: pod_info(_pod_with(field, value), GPU, "Pod"))
         assert took < PARSE_BOUND_S, (field, took)
         if isinstance(outcome, ObjectError):
             assert outcome.field.startswith("Pod.") and len(str(outcome)) < 300, str(outcome)[:300]
@@ -318,7 +389,7 @@ def test_pod_and_node_adapters_on_the_corpus(value) -> None:
             spec = outcome.spec
             assert spec is None or max(spec.cpu_milli, spec.memory_mib, spec.num_gpu) <= MAX_QUANTITY
     for field in NODE_FIELDS:
-        outcome, took = _timed(lambda: node_spec(_node_with(field, value), GPU))
+        outcome, took = _timed(lambda field=field: node_spec(_node_with(field, value), GPU))
         assert took < PARSE_BOUND_S, (field, took)
         if isinstance(outcome, ObjectError):
             assert outcome.field.startswith("node.") and len(str(outcome)) < 300, str(outcome)[:300]
@@ -336,8 +407,20 @@ def test_pod_adapter_raises_only_object_errors(field, value) -> None:
         assert len(info.problem) < 300
 
 
-@pytest.mark.parametrize("value", ["1e400000", "1e999999", "1e999999999", "-1e999999999", "1e-999999999",
-                                   "9" * 64, "9" * 5000, "1" * 5000 + "Ki", "99999999999999999999Ei"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "1e400000",
+        "1e999999",
+        "1e999999999",
+        "-1e999999999",
+        "1e-999999999",
+        "9" * 64,
+        "9" * 5000,
+        "1" * 5000 + "Ki",
+        "99999999999999999999Ei",
+    ],
+)
 @pytest.mark.parametrize("fn", [cpu_milli, memory_bytes, memory_mib, count])
 def test_parse_time_of_the_worst_inputs_is_bounded(fn, value) -> None:
     """An algorithmic bound: the exponent never becomes a power of ten (1e400000 took 5.4 s per event)."""
@@ -347,6 +430,7 @@ def test_parse_time_of_the_worst_inputs_is_bounded(fn, value) -> None:
 
 
 # -- the trace reader: the same parser and bounds, errors with file:line --------------------------
+
 
 @pytest.mark.parametrize("value", ["1e999999", "1e400000", "-1e5000", "'" + "1" * 5000 + "'", "'５'", "1" * 5000])
 def test_trace_reader_bounds(tmp_path: Path, value) -> None:

@@ -2,6 +2,7 @@
 are dropped (headers and bodies), idle kept-alive connections are not, a client that disconnects is
 no 500, open connections are capped, query parameters are bounded and blamed by name, and the verbs
 can require client certificates (mutual TLS)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -26,8 +27,16 @@ BODY_TIMEOUT_S = 0.5
 
 
 def settings(**server: object) -> ExtenderSettings:
-    base = dict(port=0, status_port=0, status_host="127.0.0.1", header_timeout_s=HEADER_TIMEOUT_S,
-                body_timeout_s=BODY_TIMEOUT_S, idle_timeout_s=30.0, max_connections=4, status_max_connections=3)
+    base = dict(
+        port=0,
+        status_port=0,
+        status_host="127.0.0.1",
+        header_timeout_s=HEADER_TIMEOUT_S,
+        body_timeout_s=BODY_TIMEOUT_S,
+        idle_timeout_s=30.0,
+        max_connections=4,
+        status_max_connections=3,
+    )
     base.update(server)
     return ExtenderSettings(server=ServerSettings(**base), auth=AuthSettings(mode="none"))
 
@@ -39,13 +48,14 @@ class Running:
         self.settings, self.api = s, FakeKubeApi([make_node("g0", gpus=2), make_node("g1", gpus=2)])
         self.stop = asyncio.Event()
 
-    async def __aenter__(self) -> "Running":
+    async def __aenter__(self) -> Running:
         ready = asyncio.Event()
         box = {}
 
         def on_ready(service):
             box["service"] = service
             ready.set()
+
         self.task = asyncio.create_task(serve(self.settings, api=self.api, stop=self.stop, ready=on_ready))
         waiter = asyncio.create_task(ready.wait())
         await asyncio.wait([self.task, waiter], return_when=asyncio.FIRST_COMPLETED)
@@ -74,8 +84,9 @@ FILTER_BODY = orjson.dumps({"Pod": make_pod("p", gpus=1), "NodeNames": ["g0", "g
 
 
 def request_head(path: str = "/filter", length: int = len(FILTER_BODY)) -> bytes:
-    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {length}\r\n\r\n").encode()
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+    ).encode()
 
 
 async def test_a_slowloris_client_is_dropped_and_others_are_served() -> None:
@@ -89,6 +100,7 @@ async def test_a_slowloris_client_is_dropped_and_others_are_served() -> None:
                     return
                 writer.write(bytes([byte]))
                 await asyncio.sleep(0.05)
+
         slow = asyncio.create_task(dribble())
         # meanwhile a normal client is served
         async with aiohttp.ClientSession() as http:
@@ -116,7 +128,9 @@ async def test_an_idle_kept_alive_connection_is_not_cut_by_the_header_deadline()
             writer.write(request_head() + FILTER_BODY)
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
             assert head.startswith(b"HTTP/1.1 200 ")
-            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+            length = int(
+                next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+            )
             await reader.readexactly(length)
             await asyncio.sleep(HEADER_TIMEOUT_S * 3)  # idle, well past the header deadline, far below idleTimeoutS
             assert not reader.at_eof()
@@ -177,12 +191,23 @@ async def test_open_connections_are_capped_per_listener() -> None:
     assert 'rlsched_extender_connections_dropped_total{listener="verbs",reason="over-limit"} 1.0' in text
 
 
-@pytest.mark.parametrize("query, blamed", [
-    ("limit=1e3", "limit"), ("limit=0", "limit"), ("limit=10001", "limit"), ("limit=%EF%BC%95", "limit"),
-    ("limit=1_000", "limit"), ("limit=+5", "limit"), ("limit=%205", "limit"),
-    ("after=1e3", "after"), ("after=-1", "after"), ("after=x", "after"), ("after=" + "9" * 5000, "after"),
-    ("after=0&limit=abc", "limit"),
-])
+@pytest.mark.parametrize(
+    "query, blamed",
+    [
+        ("limit=1e3", "limit"),
+        ("limit=0", "limit"),
+        ("limit=10001", "limit"),
+        ("limit=%EF%BC%95", "limit"),
+        ("limit=1_000", "limit"),
+        ("limit=+5", "limit"),
+        ("limit=%205", "limit"),
+        ("after=1e3", "after"),
+        ("after=-1", "after"),
+        ("after=x", "after"),
+        ("after=" + "9" * 5000, "after"),
+        ("after=0&limit=abc", "limit"),
+    ],
+)
 async def test_decisions_parameters_are_bounded_and_blamed_by_name(query, blamed) -> None:
     async with Running(settings()) as run:
         async with aiohttp.ClientSession() as http:
@@ -203,15 +228,20 @@ async def test_decisions_accepts_good_parameters() -> None:
 
 # -- mutual TLS on the verbs ------------------------------------------------------------------------
 
+
 def _rlstack():
-    spec = importlib.util.spec_from_file_location("rlstack", Path(__file__).resolve().parents[2] / "hack" / "rlstack.py")
+    spec = importlib.util.spec_from_file_location(
+        "rlstack", Path(__file__).resolve().parents[2] / "hack" / "rlstack.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("rlstack", module)
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return sys.modules["rlstack"]
 
 
-needs_openssl = pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl missing (makes the test certificates)")
+needs_openssl = pytest.mark.skipif(
+    shutil.which("openssl") is None, reason="openssl missing (makes the test certificates)"
+)
 
 
 @needs_openssl
@@ -227,6 +257,7 @@ async def test_verbs_over_mutual_tls_require_a_client_certificate_from_the_ca(tm
             if cert is not None:
                 ctx.load_cert_chain(str(cert["client_cert"]), str(cert["client_key"]))
             return ctx
+
         async with aiohttp.ClientSession() as http:
             r = await http.post(url, data=FILTER_BODY, ssl=client(pki))
             assert r.status == 200 and (await r.json())["NodeNames"]
@@ -238,8 +269,11 @@ async def test_verbs_over_mutual_tls_require_a_client_certificate_from_the_ca(tm
 
 
 async def test_unusable_tls_files_stop_startup_with_code_2(tmp_path) -> None:
-    tls = TlsSettings(cert_file=str(tmp_path / "none.crt"), key_file=str(tmp_path / "none.key"),
-                      client_ca_file=str(tmp_path / "none-ca.crt"))
+    tls = TlsSettings(
+        cert_file=str(tmp_path / "none.crt"),
+        key_file=str(tmp_path / "none.key"),
+        client_ca_file=str(tmp_path / "none-ca.crt"),
+    )
     with pytest.raises(StartupError) as info:
         await serve(settings(tls=tls), api=FakeKubeApi([]), stop=asyncio.Event())
     assert info.value.code == 2 and "server.tls.clientCaFile" in str(info.value)
@@ -268,10 +302,25 @@ def test_cli_prints_the_mutual_tls_scheduler_config(capsys) -> None:
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    tls = ["--tls-cert-file", "s.crt", "--tls-key-file", "s.key", "--tls-client-ca-file", "ca.crt", "--print-scheduler-config"]
+    tls = [
+        "--tls-cert-file",
+        "s.crt",
+        "--tls-key-file",
+        "s.key",
+        "--tls-client-ca-file",
+        "ca.crt",
+        "--print-scheduler-config",
+    ]
     assert run(parser.parse_args(tls)) == 2
     assert "needs --client-cert-file, --client-key-file, --server-ca-file" in capsys.readouterr().err
-    assert run(parser.parse_args(tls + ["--client-cert-file", "/k/c.crt", "--client-key-file", "/k/c.key",
-                                        "--server-ca-file", "/k/ca.crt"])) == 0
+    assert (
+        run(
+            parser.parse_args(
+                tls
+                + ["--client-cert-file", "/k/c.crt", "--client-key-file", "/k/c.key", "--server-ca-file", "/k/ca.crt"]
+            )
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "urlPrefix: https://127.0.0.1:8888" in out and "enableHTTPS: true" in out and "caFile: /k/ca.crt" in out

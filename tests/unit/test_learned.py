@@ -1,4 +1,5 @@
 """Loading a trained model as a scorer (policy/learned.py, policy/export.py) — numpy only."""
+
 from __future__ import annotations
 
 import io
@@ -10,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from ppo_fixtures import filled_state, small_pods, small_typical
+
 from rlsched.policy import TieBreak, decide, feasible_nodes, make_scorer
 from rlsched.policy.export import MANIFEST_KEY, ModelFileError, build_manifest, file_digest, read_model, save_model
 from rlsched.policy.features import CLUSTER_FEATURES, FEATURES
@@ -23,9 +24,17 @@ def write_model(path: Path, seed: int = 0, mode: str = "sample", **overrides) ->
     rng = np.random.default_rng(seed)
     shapes = param_shapes(len(FEATURES), len(CLUSTER_FEATURES), (8, 8), 8)
     params = {k: rng.normal(scale=0.2, size=s).astype(np.float32) for k, s in shapes.items()}
-    manifest = build_manifest(version="test-1", hidden=(8, 8), value_hidden=8, prior_scale=50.0, rank_scale=80.0,
-                              mode=mode, fgd_cpu_weight=0.8, typical_json=small_typical().to_json(),
-                              training={"test": True})
+    manifest = build_manifest(
+        version="test-1",
+        hidden=(8, 8),
+        value_hidden=8,
+        prior_scale=50.0,
+        rank_scale=80.0,
+        mode=mode,
+        fgd_cpu_weight=0.8,
+        typical_json=small_typical().to_json(),
+        training={"test": True},
+    )
     manifest.update(overrides)
     save_model(path, params, manifest)
     return path
@@ -81,17 +90,20 @@ def test_typical_pods_default_to_the_manifest(tmp_path: Path) -> None:
     assert len(scorer.encoder.typical) == len(small_typical())
 
 
-@pytest.mark.parametrize("what, change, message", [
-    ("format", lambda a, m: m.update(format="other"), "format"),
-    ("version", lambda a, m: m.update(formatVersion=99), "format version 99"),
-    ("features", lambda a, m: m["features"].update(names=m["features"]["names"][:-1]), "feature schema"),
-    ("feature version", lambda a, m: m["features"].update(version=0), "feature schema v0"),
-    ("shape", lambda a, m: a.update(w1=a["w1"][:, :3]), "array w1 has shape"),
-    ("missing array", lambda a, m: a.pop("v1"), "missing"),
-    ("nan", lambda a, m: a["b1"].__setitem__(0, np.nan), "not finite"),
-    ("mode", lambda a, m: m["decision"].update(mode="argmax"), "decision mode"),
-    ("field", lambda a, m: m["network"].pop("priorScale"), "malformed field"),
-])
+@pytest.mark.parametrize(
+    "what, change, message",
+    [
+        ("format", lambda a, m: m.update(format="other"), "format"),
+        ("version", lambda a, m: m.update(formatVersion=99), "format version 99"),
+        ("features", lambda a, m: m["features"].update(names=m["features"]["names"][:-1]), "feature schema"),
+        ("feature version", lambda a, m: m["features"].update(version=0), "feature schema v0"),
+        ("shape", lambda a, m: a.update(w1=a["w1"][:, :3]), "array w1 has shape"),
+        ("missing array", lambda a, m: a.pop("v1"), "missing"),
+        ("nan", lambda a, m: a["b1"].__setitem__(0, np.nan), "not finite"),
+        ("mode", lambda a, m: m["decision"].update(mode="argmax"), "decision mode"),
+        ("field", lambda a, m: m["network"].pop("priorScale"), "malformed field"),
+    ],
+)
 def test_incompatible_files_are_refused(tmp_path: Path, what: str, change, message: str) -> None:
     bad = rewrite(write_model(tmp_path / "m.npz"), tmp_path / "bad.npz", change)
     with pytest.raises(ModelFileError, match=message):
@@ -130,7 +142,7 @@ def test_bundled_model_loads_and_serves_without_torch() -> None:
     sidecar = DEFAULT_MODEL.with_suffix(".json")
     assert json.loads(sidecar.read_text())["version"] == manifest["version"]
     code = (
-        "import sys; sys.modules['torch'] = None\n"     # any torch import fails
+        "import sys; sys.modules['torch'] = None\n"  # any torch import fails
         "from rlsched.policy.learned import load_learned_scorer, DEFAULT_MODEL\n"
         "from rlsched.policy import ClusterState, NodeSpec, PodSpec, TieBreak, decide\n"
         "s = load_learned_scorer(DEFAULT_MODEL)\n"
@@ -145,12 +157,29 @@ def test_bundled_model_loads_and_serves_without_torch() -> None:
 
 def test_rlsched_evaluate_runs_a_model(tmp_path: Path, capsys) -> None:
     from ppo_fixtures import write_workload
+
     from rlsched.cli import main
 
     model = write_model(tmp_path / "m.npz")
     nodes, pods = write_workload(tmp_path / "w")
-    code = main(["evaluate", "--nodes", nodes, "--pods", pods, "--policy", f"fgd,ppo:{model}", "--seeds", "1-2",
-                 "--jobs", "1", "--out", str(tmp_path / "out"), "--no-progress"])
+    code = main(
+        [
+            "evaluate",
+            "--nodes",
+            nodes,
+            "--pods",
+            pods,
+            "--policy",
+            f"fgd,ppo:{model}",
+            "--seeds",
+            "1-2",
+            "--jobs",
+            "1",
+            "--out",
+            str(tmp_path / "out"),
+            "--no-progress",
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert f"ppo:{model}" in out and "fgd" in out
@@ -190,12 +219,29 @@ def test_evaluate_help_lists_every_policy() -> None:
 
 def test_rlsched_evaluate_runs_the_ablation(tmp_path: Path, capsys) -> None:
     from ppo_fixtures import write_workload
+
     from rlsched.cli import main
 
     model = write_model(tmp_path / "m.npz")
     nodes, pods = write_workload(tmp_path / "w")
-    code = main(["evaluate", "--nodes", nodes, "--pods", pods, "--policy", f"ppo:{model},ppo-prior:{model}",
-                 "--seeds", "1-2", "--jobs", "1", "--out", str(tmp_path / "out"), "--no-progress"])
+    code = main(
+        [
+            "evaluate",
+            "--nodes",
+            nodes,
+            "--pods",
+            pods,
+            "--policy",
+            f"ppo:{model},ppo-prior:{model}",
+            "--seeds",
+            "1-2",
+            "--jobs",
+            "1",
+            "--out",
+            str(tmp_path / "out"),
+            "--no-progress",
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert f"ppo-prior:{model}" in out

@@ -1,4 +1,5 @@
 """numpy inference (policy/network.py) scores exactly like the torch agent (policy/ppo/agent.py)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -7,6 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from ppo_fixtures import small_nodes, small_pods, small_typical  # noqa: E402
+
 from rlsched.policy.env import EnvConfig, SchedulingCore  # noqa: E402
 from rlsched.policy.features import CLUSTER_FEATURES, NUM_FEATURES  # noqa: E402
 from rlsched.policy.network import PolicyNetwork, group_offsets, log_softmax, param_shapes  # noqa: E402
@@ -20,7 +22,7 @@ C = len(CLUSTER_FEATURES)
 def random_agent(seed: int, prior_scale: float = 3.0) -> Agent:
     torch.manual_seed(seed)
     agent = Agent(NUM_FEATURES, C, (16, 12), 10, prior_scale)
-    with torch.no_grad():   # make every head matter (the real init shrinks the output layers)
+    with torch.no_grad():  # make every head matter (the real init shrinks the output layers)
         for p in agent.parameters():
             p.add_(torch.randn_like(p) * 0.3)
     return agent
@@ -37,9 +39,11 @@ def random_batch(rng: np.random.Generator, sizes: list[int], special: bool) -> t
         prior=torch.from_numpy(rng.normal(size=r).astype(np.float32)),
         offset=torch.from_numpy(rng.normal(size=r).astype(np.float32)),
         count=torch.from_numpy(rng.integers(1, 5, size=r).astype(np.float32)),
-        seg=torch.from_numpy(seg), row_start=torch.from_numpy(starts),
+        seg=torch.from_numpy(seg),
+        row_start=torch.from_numpy(starts),
         cluster=torch.from_numpy(rng.normal(size=(len(sizes), C)).astype(np.float32)),
-        special_mask=torch.from_numpy(mask))
+        special_mask=torch.from_numpy(mask),
+    )
     return b, xs
 
 
@@ -63,7 +67,7 @@ def test_numpy_equals_torch_on_random_inputs(seed: int, special: bool) -> None:
     net = PolicyNetwork(agent.to_arrays(), agent.prior_scale)
     sizes = [int(s) for s in rng.integers(1, 40, size=7)]
     if special:
-        sizes[3] = 0      # a decision where no node fits and only delay/reject remain
+        sizes[3] = 0  # a decision where no node fits and only delay/reject remain
     b, _ = random_batch(rng, sizes, special)
     if special:
         b.special_mask[3] = torch.tensor([True, True])
@@ -108,8 +112,19 @@ def test_numpy_equals_torch_on_real_states() -> None:
         if core.done:
             core.reset(8 + t)
         d = act(net, core, rank_scale=30.0)
-        buf.add(t, 0, d["x"], d["prior"], d["offset"], d["count"], d["cluster"], d["special_mask"], d["action"],
-                d["logprob"], d["value"])
+        buf.add(
+            t,
+            0,
+            d["x"],
+            d["prior"],
+            d["offset"],
+            d["count"],
+            d["cluster"],
+            d["special_mask"],
+            d["action"],
+            d["logprob"],
+            d["value"],
+        )
         stored.append(d)
         # offsets are the node-level softmax folded into groups
         r = core.rank_frac[core.candidates.nodes]

@@ -1,4 +1,5 @@
 """The decision log: rotation, size bound, crash safety, the drainer, outcomes, and the reader."""
+
 from __future__ import annotations
 
 import json
@@ -9,14 +10,31 @@ import pytest
 from rlsched.extender.decisions import DecisionRing
 from rlsched.operator.decisionlog import DecisionLog, Drainer, OutcomeTracker, ended_how
 from rlsched.operator.extender_client import ExtenderUnavailable
-from rlsched.policy.decisions import FORMAT, ReadStats, iter_records, load_examples, reward, reward_weights, summarize, workload
+from rlsched.policy.decisions import (
+    FORMAT,
+    ReadStats,
+    iter_records,
+    load_examples,
+    reward,
+    reward_weights,
+    summarize,
+    workload,
+)
 
 
 def filter_record(uid: str, node: str | None = "n1", verdict: str | None = None, version: str = "v1") -> dict:
-    rec = {"kind": "filter", "pod": {"uid": uid, "namespace": "ns", "name": f"p-{uid}"}, "node": node, "cards": [0] if node else [],
-           "servedBy": "policy", "scorer": "test:v1", "modelVersion": version, "mode": "active",
-           "topScores": [{"node": node, "score": 1.0}] if node else [],
-           "features": {"pod": {"cpuMilli": 4000, "memoryMiB": 8192, "numGpu": 1, "gpuMilli": 500, "constrained": False}}}
+    rec = {
+        "kind": "filter",
+        "pod": {"uid": uid, "namespace": "ns", "name": f"p-{uid}"},
+        "node": node,
+        "cards": [0] if node else [],
+        "servedBy": "policy",
+        "scorer": "test:v1",
+        "modelVersion": version,
+        "mode": "active",
+        "topScores": [{"node": node, "score": 1.0}] if node else [],
+        "features": {"pod": {"cpuMilli": 4000, "memoryMiB": 8192, "numGpu": 1, "gpuMilli": 500, "constrained": False}},
+    }
     if verdict:
         rec.update(verdict=verdict, reason="busy", retryAfterSeconds=5.0)
     return rec
@@ -36,7 +54,9 @@ class RingClient:
 
 
 def test_rotation_bound_and_headers(tmp_path: Path) -> None:
-    log = DecisionLog(tmp_path, segment_bytes=4096, max_bytes=3 * 4096, header=lambda: {"rewardWeights": {"placed": 2.0}})
+    log = DecisionLog(
+        tmp_path, segment_bytes=4096, max_bytes=3 * 4096, header=lambda: {"rewardWeights": {"placed": 2.0}}
+    )
     for i in range(200):
         log.append([{"type": "decision", "kind": "filter", "seq": i, "pad": "x" * 100}])
     segs = sorted(tmp_path.glob("segment-*.jsonl"))
@@ -55,7 +75,7 @@ def test_torn_tail_is_skipped_on_read_and_cut_on_reopen(tmp_path: Path) -> None:
     log.close()
     seg = next(tmp_path.glob("segment-*.jsonl"))
     with open(seg, "ab") as f:
-        f.write(b'{"type": "decision", "kind": "filter", "seq": 2, "po')   # the process died mid-write
+        f.write(b'{"type": "decision", "kind": "filter", "seq": 2, "po')  # the process died mid-write
     stats = ReadStats()
     assert [r.get("seq") for r in iter_records(tmp_path, stats) if r["type"] == "decision"] == [1]
     assert stats.torn_tails == 1
@@ -97,30 +117,59 @@ async def test_drainer_logs_dispatches_and_survives_restarts(tmp_path: Path) -> 
     log.close()
 
 
-def pod(uid: str, node: str = "", phase: str = "Pending", created: str = "2026-01-01T00:00:00Z",
-        scheduled_at: str | None = None, disruption: str | None = None) -> dict:
+def pod(
+    uid: str,
+    node: str = "",
+    phase: str = "Pending",
+    created: str = "2026-01-01T00:00:00Z",
+    scheduled_at: str | None = None,
+    disruption: str | None = None,
+) -> dict:
     conds = []
     if scheduled_at:
         conds.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled_at})
     if disruption:
         conds.append({"type": "DisruptionTarget", "status": "True", "reason": disruption})
-    return {"metadata": {"uid": uid, "namespace": "ns", "name": f"p-{uid}", "creationTimestamp": created},
-            "spec": {"nodeName": node} if node else {}, "status": {"phase": phase, "conditions": conds}}
+    return {
+        "metadata": {"uid": uid, "namespace": "ns", "name": f"p-{uid}", "creationTimestamp": created},
+        "spec": {"nodeName": node} if node else {},
+        "status": {"phase": phase, "conditions": conds},
+    }
 
 
 async def test_outcomes_and_the_joined_examples(tmp_path: Path) -> None:
     log = DecisionLog(tmp_path, segment_bytes=1 << 20, max_bytes=4 << 20, header=lambda: {"rewardWeights": None})
     t = {"now": 1767225660.0}  # 2026-01-01T00:01:00Z
     tracker = OutcomeTracker(log.awrite, clock=lambda: t["now"])
-    log.append([{"type": "decision", "epoch": "1", "seq": 1, "time": 1767225601.0, **filter_record("a", node=None, verdict="delay")},
-                {"type": "decision", "epoch": "1", "seq": 2, "time": 1767225630.0, **filter_record("a", node="n1")},
-                {"type": "decision", "epoch": "1", "seq": 2, "time": 1767225630.0, **filter_record("a", node="n1")},  # logged twice
-                {"type": "decision", "epoch": "1", "seq": 3, "time": 1767225640.0, **filter_record("b", node="n2")}])
+    log.append(
+        [
+            {
+                "type": "decision",
+                "epoch": "1",
+                "seq": 1,
+                "time": 1767225601.0,
+                **filter_record("a", node=None, verdict="delay"),
+            },
+            {"type": "decision", "epoch": "1", "seq": 2, "time": 1767225630.0, **filter_record("a", node="n1")},
+            {
+                "type": "decision",
+                "epoch": "1",
+                "seq": 2,
+                "time": 1767225630.0,
+                **filter_record("a", node="n1"),
+            },  # logged twice
+            {"type": "decision", "epoch": "1", "seq": 3, "time": 1767225640.0, **filter_record("b", node="n2")},
+        ]
+    )
     await tracker.observe("MODIFIED", pod("a", "n1", "Running", scheduled_at="2026-01-01T00:00:40Z"))
-    await tracker.observe("MODIFIED", pod("a", "n1", "Running", scheduled_at="2026-01-01T00:00:40Z"))  # no second "bound"
+    await tracker.observe(
+        "MODIFIED", pod("a", "n1", "Running", scheduled_at="2026-01-01T00:00:40Z")
+    )  # no second "bound"
     await tracker.observe("MODIFIED", pod("b", "n3", "Running", scheduled_at="2026-01-01T00:00:50Z"))
     t["now"] += 100
-    await tracker.observe("MODIFIED", pod("b", "n3", "Running", scheduled_at="2026-01-01T00:00:50Z", disruption="EvictionByEvictionAPI"))
+    await tracker.observe(
+        "MODIFIED", pod("b", "n3", "Running", scheduled_at="2026-01-01T00:00:50Z", disruption="EvictionByEvictionAPI")
+    )
     await tracker.observe("DELETED", pod("b", "n3", "Running", disruption="EvictionByEvictionAPI"))
     log.close()
     outcomes = [r for r in iter_records(tmp_path) if r["type"] == "outcome"]
@@ -139,7 +188,14 @@ async def test_outcomes_and_the_joined_examples(tmp_path: Path) -> None:
     pods = workload(examples)
     assert [p.name for p in pods] == ["ns/p-a@a", "ns/p-b@b"] and pods[0].gpu_milli == 500
     _, summary = summarize(tmp_path)
-    assert (summary.examples, summary.placements, summary.delays, summary.bound, summary.followed, summary.evicted) == (3, 2, 1, 2, 1, 1)
+    assert (summary.examples, summary.placements, summary.delays, summary.bound, summary.followed, summary.evicted) == (
+        3,
+        2,
+        1,
+        2,
+        1,
+        1,
+    )
     assert "model versions: v1 (3)" in "\n".join(summary.lines())
 
 

@@ -1,4 +1,5 @@
 """The operator's extender client sends its ServiceAccount token, re-read when the kubelet rotates it."""
+
 from __future__ import annotations
 
 import logging

@@ -1,4 +1,5 @@
 """The kopf handlers called directly (no API server): status, conditions, events, errors to kopf."""
+
 from __future__ import annotations
 
 import base64
@@ -30,24 +31,45 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     ext = EngineExtender(str(d / "policy.yaml"))
     sink = DirectorySink(d)
     rollout = Rollout(sink, ext, ModelFetcher(kube), timeout_s=1.0, poll_s=0.01)
-    rt = Runtime(settings=settings, kube=kube, sink=sink, extender=ext, rollout=rollout,
-                 requeuer=Requeuer(settings.requeue, lambda uid: None, list, kube.patch_pod_annotations, kube.post_event),
-                 rejections=Rejections(kube.patch_pod_annotations, kube.post_event), drainer=Drainer(ext, None))
+    rt = Runtime(
+        settings=settings,
+        kube=kube,
+        sink=sink,
+        extender=ext,
+        rollout=rollout,
+        requeuer=Requeuer(settings.requeue, lambda uid: None, list, kube.patch_pod_annotations, kube.post_event),
+        rejections=Rejections(kube.patch_pod_annotations, kube.post_event),
+        drainer=Drainer(ext, None),
+    )
     memo = kopf.Memo(settings=settings, kube=kube, runtime=rt)
     yield memo, kube, ext, events
     ext.engine.close()
 
 
 def body(spec: dict, generation: int = 1, status: dict | None = None) -> dict:
-    return {"apiVersion": "rlsched.io/v1alpha1", "kind": "SchedulingPolicy",
-            "metadata": {"name": "default", "namespace": "sched", "uid": "uid-1", "generation": generation},
-            "spec": spec, "status": status or {}}
+    return {
+        "apiVersion": "rlsched.io/v1alpha1",
+        "kind": "SchedulingPolicy",
+        "metadata": {"name": "default", "namespace": "sched", "uid": "uid-1", "generation": generation},
+        "spec": spec,
+        "status": status or {},
+    }
 
 
 async def call(fn, b: dict, memo: kopf.Memo, reason: str = "create") -> kopf.Patch:
     patch = kopf.Patch()
-    await fn(body=b, spec=b["spec"], meta=b["metadata"], status=b["status"], namespace="sched", name="default",
-             uid="uid-1", patch=patch, memo=memo, reason=kopf.Reason(reason))
+    await fn(
+        body=b,
+        spec=b["spec"],
+        meta=b["metadata"],
+        status=b["status"],
+        namespace="sched",
+        name="default",
+        uid="uid-1",
+        patch=patch,
+        memo=memo,
+        reason=kopf.Reason(reason),
+    )
     return patch
 
 
@@ -56,13 +78,20 @@ def cond(patch: kopf.Patch, type_: str) -> dict:
 
 
 def add_model(kube: FakeKube, name: str, data: bytes) -> None:
-    kube.configmaps[("sched", name)] = {"metadata": {"name": name}, "binaryData": {"m.npz": base64.b64encode(data).decode()}}
+    kube.configmaps[("sched", name)] = {
+        "metadata": {"name": name},
+        "binaryData": {"m.npz": base64.b64encode(data).decode()},
+    }
 
 
 async def test_create_rolls_out_and_reports(env) -> None:
     memo, kube, ext, events = env
     add_model(kube, "models", fake_model("v7"))
-    spec = {"mode": "shadow", "fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "models", "key": "m.npz"}}}
+    spec = {
+        "mode": "shadow",
+        "fallback": "least-allocated",
+        "model": {"configMapKeyRef": {"name": "models", "key": "m.npz"}},
+    }
     patch = await call(handlers.reconcile, body(spec), memo)
     assert cond(patch, "Ready")["status"] == "True" and cond(patch, "Degraded")["status"] == "False"
     assert patch.status["observedGeneration"] == 1
@@ -78,8 +107,18 @@ async def test_invalid_spec_is_permanent_and_says_what_to_fix(env) -> None:
         patch = kopf.Patch()
         b = body({"mode": "sometimes", "model": {"path": "/a", "url": "http://b/c"}})
         try:
-            await handlers.reconcile(body=b, spec=b["spec"], meta=b["metadata"], status={}, namespace="sched", name="default",
-                                     uid="uid-1", patch=patch, memo=memo, reason=kopf.Reason.CREATE)
+            await handlers.reconcile(
+                body=b,
+                spec=b["spec"],
+                meta=b["metadata"],
+                status={},
+                namespace="sched",
+                name="default",
+                uid="uid-1",
+                patch=patch,
+                memo=memo,
+                reason=kopf.Reason.CREATE,
+            )
         finally:
             d = cond(patch, "Degraded")
             assert d["status"] == "True" and d["reason"] == "InvalidSpec"
@@ -91,14 +130,34 @@ async def test_model_that_fails_to_load_rolls_back_and_degrades(env) -> None:
     memo, kube, ext, events = env
     add_model(kube, "good", fake_model("v1"))
     add_model(kube, "bad", b"truncated")
-    await call(handlers.reconcile, body({"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "good", "key": "m.npz"}}}), memo)
-    b2 = body({"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "bad", "key": "m.npz"}}}, generation=2)
+    await call(
+        handlers.reconcile,
+        body({"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "good", "key": "m.npz"}}}),
+        memo,
+    )
+    b2 = body(
+        {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "bad", "key": "m.npz"}}}, generation=2
+    )
     patch = kopf.Patch()
     with pytest.raises(kopf.PermanentError):
-        await handlers.reconcile(body=b2, spec=b2["spec"], meta=b2["metadata"], status={}, namespace="sched", name="default",
-                                 uid="uid-1", patch=patch, memo=memo, reason=kopf.Reason.UPDATE)
+        await handlers.reconcile(
+            body=b2,
+            spec=b2["spec"],
+            meta=b2["metadata"],
+            status={},
+            namespace="sched",
+            name="default",
+            uid="uid-1",
+            patch=patch,
+            memo=memo,
+            reason=kopf.Reason.UPDATE,
+        )
     d = cond(patch, "Degraded")
-    assert d["status"] == "True" and d["reason"] == "ModelLoadFailed" and "rolled back to model v1 (generation 1)" in d["message"]
+    assert (
+        d["status"] == "True"
+        and d["reason"] == "ModelLoadFailed"
+        and "rolled back to model v1 (generation 1)" in d["message"]
+    )
     assert cond(patch, "Ready")["status"] == "False"
     assert patch.status["model"]["version"] == "v1" and patch.status["lastGood"]["generation"] == 1
     assert events[-1][:2] == ("Warning", "RolledBack")
@@ -133,7 +192,11 @@ async def test_unreachable_extender_retries(env) -> None:
 async def test_refresh_reports_counts_drift_and_recovery(env) -> None:
     memo, kube, ext, events = env
     add_model(kube, "models", fake_model("v1"))
-    first = await call(handlers.reconcile, body({"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "models", "key": "m.npz"}}}), memo)
+    first = await call(
+        handlers.reconcile,
+        body({"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "models", "key": "m.npz"}}}),
+        memo,
+    )
     status = {"conditions": first.status["conditions"], "observedGeneration": 1}
     ext.engine.counters["decisions"] = 42
     p = await call(handlers.refresh, body({}, status=status), memo)

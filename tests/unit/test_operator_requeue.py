@@ -1,4 +1,5 @@
 """Requeue of delayed pods (backoff, cap, give-up, dropped pods) and notices for rejected pods."""
+
 from __future__ import annotations
 
 import asyncio
@@ -14,12 +15,17 @@ ANN = "rlsched.io/requeue-attempt"
 
 
 def pod_body(uid: str = "u1", node: str = "", attempt: str | None = None, message: str | None = None) -> dict:
-    body = {"metadata": {"uid": uid, "namespace": "ns", "name": f"pod-{uid}", "annotations": {}},
-            "spec": {"schedulerName": "rl-scheduler", **({"nodeName": node} if node else {})}, "status": {"phase": "Pending"}}
+    body = {
+        "metadata": {"uid": uid, "namespace": "ns", "name": f"pod-{uid}", "annotations": {}},
+        "spec": {"schedulerName": "rl-scheduler", **({"nodeName": node} if node else {})},
+        "status": {"phase": "Pending"},
+    }
     if attempt is not None:
         body["metadata"]["annotations"][ANN] = attempt
     if message is not None:
-        body["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]
+        body["status"]["conditions"] = [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+        ]
     return body
 
 
@@ -29,8 +35,13 @@ def test_pending_pod_reads_the_extenders_reasons() -> None:
     assert p == PendingPod("u1", "ns", "pod-u1", 2, True, 30.0, None)
     r = pending_pod(pod_body(message="0/4 nodes are available: 4 rejected by policy rl-scheduler: too big."), ANN)
     assert r.rejected == "too big" and not r.delayed
-    r = pending_pod(pod_body(message="0/4 nodes are available: 4 rejected by policy rl-scheduler: asks 2.5 GPUs (max 2). "
-                                     "preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling."), ANN)
+    r = pending_pod(
+        pod_body(
+            message="0/4 nodes are available: 4 rejected by policy rl-scheduler: asks 2.5 GPUs (max 2). "
+            "preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling."
+        ),
+        ANN,
+    )
     assert r.rejected == "asks 2.5 GPUs (max 2)"
     assert pending_pod(pod_body(node="n1"), ANN) is None
     assert pending_pod(pod_body(attempt="junk"), ANN).attempt == 0
@@ -42,15 +53,26 @@ class Harness:
         self.now = 0.0
         self.index: dict[str, PendingPod] = {}
         self.settings = RequeueSettings(**{"initial_s": 5.0, "max_s": 20.0, "max_attempts": 3, **kw})
-        self.r = Requeuer(self.settings, self.index.get, lambda: list(self.index.values()),
-                          self.kube.patch_pod_annotations, self.kube.post_event, clock=lambda: self.now)
+        self.r = Requeuer(
+            self.settings,
+            self.index.get,
+            lambda: list(self.index.values()),
+            self.kube.patch_pod_annotations,
+            self.kube.post_event,
+            clock=lambda: self.now,
+        )
 
     def add(self, uid: str, attempt: int = 0, delayed: bool = False) -> None:
         self.kube.add_pod("ns", f"pod-{uid}", uid, {ANN: str(attempt)} if attempt else {})
         self.index[uid] = PendingPod(uid, "ns", f"pod-{uid}", attempt, delayed, None, None)
 
     def record(self, uid: str, retry: float | None = 1.0) -> dict:
-        return {"kind": "filter", "verdict": "delay", "retryAfterSeconds": retry, "pod": {"uid": uid, "namespace": "ns", "name": f"pod-{uid}"}}
+        return {
+            "kind": "filter",
+            "verdict": "delay",
+            "retryAfterSeconds": retry,
+            "pod": {"uid": uid, "namespace": "ns", "name": f"pod-{uid}"},
+        }
 
     def patched(self) -> list:
         return [c[3] for c in self.kube.calls if c[0] == "patch_pod"]
@@ -157,8 +179,14 @@ async def test_rejections_post_an_event_and_an_annotation_once() -> None:
     await asyncio.sleep(0.01)
     assert [e["reason"] for e in kube.events] == ["RejectedByPolicy"]
     # The only write: an rlsched.io/ annotation (a pod patch; no pods/status: the chart grants none).
-    assert kube.calls == [("patch_pod", "ns", "big",
-                           {"rlsched.io/policy-rejected": "the scheduling policy rejected this pod: asks 64 GPUs"})]
+    assert kube.calls == [
+        (
+            "patch_pod",
+            "ns",
+            "big",
+            {"rlsched.io/policy-rejected": "the scheduling policy rejected this pod: asks 64 GPUs"},
+        )
+    ]
     assert kube.pods[("ns", "big")]["status"]["conditions"] == []
     await rej.close()
 
@@ -172,5 +200,8 @@ async def test_rejection_annotation_is_bounded_and_a_recreated_pod_is_left_alone
     rej.rejected("u1", "ns", "long", "x" * 100_000)
     await asyncio.sleep(0.01)
     assert "rlsched.io/policy-rejected" not in kube.pods[("ns", "big")]["metadata"]["annotations"]
-    assert len(kube.pods[("ns", "long")]["metadata"]["annotations"]["rlsched.io/policy-rejected"]) == Rejections.MAX_MESSAGE
+    assert (
+        len(kube.pods[("ns", "long")]["metadata"]["annotations"]["rlsched.io/policy-rejected"])
+        == Rejections.MAX_MESSAGE
+    )
     await rej.close()

@@ -1,4 +1,5 @@
 """Sinks and the rollout flow, against the extender's real policy engine (hot reload from files)."""
+
 from __future__ import annotations
 
 import base64
@@ -28,8 +29,15 @@ def setup(tmp_path: Path):
 
     import time
 
-    rollout = Rollout(sink, ext, ModelFetcher(kube), timeout_s=5.0, poll_s=1.0,
-                      clock=lambda: time.time() + clock["t"] - 1000.0, sleep=sleep)
+    rollout = Rollout(
+        sink,
+        ext,
+        ModelFetcher(kube),
+        timeout_s=5.0,
+        poll_s=1.0,
+        clock=lambda: time.time() + clock["t"] - 1000.0,
+        sleep=sleep,
+    )
     yield sink, kube, ext, rollout
     ext.engine.close()
 
@@ -47,7 +55,9 @@ def spec(**kw) -> dict:
 async def test_rollout_loads_and_keeps_last_good(setup) -> None:
     sink, kube, ext, rollout = setup
     model_cm(kube, "m1", fake_model("v1"))
-    bundle = await rollout.build(NS, "default", 1, parse_spec(spec(model={"configMapKeyRef": {"name": "m1", "key": "model.npz"}})))
+    bundle = await rollout.build(
+        NS, "default", 1, parse_spec(spec(model={"configMapKeyRef": {"name": "m1", "key": "model.npz"}}))
+    )
     assert bundle.model_name and bundle.model_name.startswith("model-") and bundle.digest
     result = await rollout.apply(bundle)
     assert result.ok and result.reason == "RolledOut", result.message
@@ -59,10 +69,14 @@ async def test_rollout_loads_and_keeps_last_good(setup) -> None:
 async def test_bad_model_rolls_back_to_last_good(setup) -> None:
     sink, kube, ext, rollout = setup
     model_cm(kube, "m1", fake_model("v1"))
-    good = await rollout.build(NS, "default", 1, parse_spec(spec(model={"configMapKeyRef": {"name": "m1", "key": "model.npz"}})))
+    good = await rollout.build(
+        NS, "default", 1, parse_spec(spec(model={"configMapKeyRef": {"name": "m1", "key": "model.npz"}}))
+    )
     assert (await rollout.apply(good)).ok
     model_cm(kube, "m2", b"\x00garbage, not a model")
-    bad = await rollout.build(NS, "default", 2, parse_spec(spec(mode="shadow", model={"configMapKeyRef": {"name": "m2", "key": "model.npz"}})))
+    bad = await rollout.build(
+        NS, "default", 2, parse_spec(spec(mode="shadow", model={"configMapKeyRef": {"name": "m2", "key": "model.npz"}}))
+    )
     result = await rollout.apply(bad)
     assert not result.ok and result.reason == "ModelLoadFailed"
     assert "could not load the model" in result.message
@@ -77,7 +91,9 @@ async def test_bad_model_rolls_back_to_last_good(setup) -> None:
 async def test_bad_first_model_falls_back_to_the_heuristic(setup) -> None:
     sink, kube, ext, rollout = setup
     model_cm(kube, "m", b"not a model")
-    bad = await rollout.build(NS, "default", 1, parse_spec(spec(model={"configMapKeyRef": {"name": "m", "key": "model.npz"}})))
+    bad = await rollout.build(
+        NS, "default", 1, parse_spec(spec(model={"configMapKeyRef": {"name": "m", "key": "model.npz"}}))
+    )
     result = await rollout.apply(bad)
     assert not result.ok and result.rollback_ok
     assert result.rolled_back_to.settings["modelPath"] is None and "rolled back to no model" in result.message
@@ -118,7 +134,12 @@ async def test_source_errors(setup) -> None:
     assert "has no key 'k' (keys: other)" in str(err.value)
     model_cm(kube, "m", b"x")
     with pytest.raises(SourceError) as err:
-        await rollout.build(NS, "p", 1, parse_spec(spec(model={"configMapKeyRef": {"name": "m", "key": "model.npz"}, "sha256": "0" * 64})))
+        await rollout.build(
+            NS,
+            "p",
+            1,
+            parse_spec(spec(model={"configMapKeyRef": {"name": "m", "key": "model.npz"}, "sha256": "0" * 64})),
+        )
     assert err.value.reason == "DigestMismatch" and not err.value.temporary
 
 
@@ -130,16 +151,27 @@ async def test_path_model_is_not_copied(setup) -> None:
 
 # -- sinks ----------------------------------------------------------------------------------------
 
+
 async def test_directory_sink_roundtrip_and_gc(tmp_path: Path) -> None:
     sink = DirectorySink(tmp_path / "d")
-    bundles = [Bundle({"mode": "active", "modelPath": sink.model_path(f"model-{i:016x}.npz")}, f"model-{i:016x}.npz",
-                      bytes([i]) * 10, {"digest": str(i), "generation": i}) for i in range(4)]
+    bundles = [
+        Bundle(
+            {"mode": "active", "modelPath": sink.model_path(f"model-{i:016x}.npz")},
+            f"model-{i:016x}.npz",
+            bytes([i]) * 10,
+            {"digest": str(i), "generation": i},
+        )
+        for i in range(4)
+    ]
     for b in bundles:
         await sink.write(CURRENT, b)
     got = await sink.read(CURRENT)
     assert got.same_content(bundles[-1]) and got.model == bundles[-1].model and got.meta["generation"] == 3
     # current and the one before it stay (the extender may still read the previous one).
-    assert sorted(p.name for p in (tmp_path / "d").glob("model-*.npz")) == [bundles[2].model_name, bundles[3].model_name]
+    assert sorted(p.name for p in (tmp_path / "d").glob("model-*.npz")) == [
+        bundles[2].model_name,
+        bundles[3].model_name,
+    ]
     assert (tmp_path / "d" / "policy.yaml").read_text().startswith("# Written by rlsched operator")
     assert await sink.read(LAST_GOOD) is None
     await sink.write(LAST_GOOD, bundles[1])
@@ -160,7 +192,12 @@ def test_policy_yaml_quotes_off() -> None:
 async def test_configmap_sink_roundtrip_and_size_limit() -> None:
     kube = FakeKube()
     sink = ConfigMapSink(kube, "sched", "rlsched-policy", "/etc/rlsched/policy", max_model_bytes=1000)
-    b = Bundle({"mode": "shadow", "modelPath": sink.model_path("model-ab.npz")}, "model-ab.npz", b"\x00\x01" * 100, {"digest": "ab"})
+    b = Bundle(
+        {"mode": "shadow", "modelPath": sink.model_path("model-ab.npz")},
+        "model-ab.npz",
+        b"\x00\x01" * 100,
+        {"digest": "ab"},
+    )
     await sink.write(CURRENT, b)
     cm = kube.configmaps[("sched", "rlsched-policy")]
     assert set(cm["data"]) == {"policy.yaml", "bundle.json"} and set(cm["binaryData"]) == {"model-ab.npz"}
@@ -178,13 +215,22 @@ def test_serves_compares_what_matters() -> None:
     from rlsched.operator.extender_client import ExtenderView
 
     b = Bundle({"mode": "active", "modelPath": "/p/model-a.npz", "fallback": "fgd", "deadlineMs": 100.0, "topK": 1})
-    v = ExtenderView(mode="active", fallback="fgd", deadline_ms=100.0, top_k=1, model_path="/p/model-a.npz",
-                     model_loaded=True, loaded_at=10.0)
+    v = ExtenderView(
+        mode="active",
+        fallback="fgd",
+        deadline_ms=100.0,
+        top_k=1,
+        model_path="/p/model-a.npz",
+        model_loaded=True,
+        loaded_at=10.0,
+    )
     assert serves(v, b)
     assert not serves(ExtenderView(**{**v.__dict__, "mode": "shadow"}), b)
     assert serves(ExtenderView(**{**v.__dict__, "error": "another file failed", "error_at": 11.0}), b)
     assert not serves(ExtenderView(**{**v.__dict__, "model_loaded": False}), b)
-    assert serves(ExtenderView(mode="off", fallback="fgd"), Bundle({"mode": "off", "fallback": "fgd", "modelPath": None}))
+    assert serves(
+        ExtenderView(mode="off", fallback="fgd"), Bundle({"mode": "off", "fallback": "fgd", "modelPath": None})
+    )
 
 
 def test_load_failed_only_counts_errors_about_our_file() -> None:
@@ -192,15 +238,23 @@ def test_load_failed_only_counts_errors_about_our_file() -> None:
     from rlsched.operator.rollout import load_failed
 
     ours = Bundle({"mode": "shadow", "fallback": "fgd", "modelPath": "/p/model-1111111111111111.npz"})
-    base = dict(mode="active", fallback="fgd", model_path="/p/model-2222222222222222.npz", model_loaded=True, error_at=10.0)
+    base = dict(
+        mode="active", fallback="fgd", model_path="/p/model-2222222222222222.npz", model_loaded=True, error_at=10.0
+    )
     other = ExtenderView(**base, error="ValueError: /p/model-3333333333333333.npz: corrupt")
-    assert not load_failed(other, ours, since=5.0)   # the extender still retries the file we roll back from
+    assert not load_failed(other, ours, since=5.0)  # the extender still retries the file we roll back from
     mine = ExtenderView(**base, error="ValueError: /p/model-1111111111111111.npz: corrupt")
     assert load_failed(mine, ours, since=5.0) and not load_failed(mine, ours, since=20.0)
     anonymous = ExtenderView(**base, error="ValueError: bad magic")
-    assert not load_failed(anonymous, ours, since=5.0)   # still runs the old settings: not ours yet
+    assert not load_failed(anonymous, ours, since=5.0)  # still runs the old settings: not ours yet
     assert load_failed(ExtenderView(**{**base, "mode": "shadow"}, error="ValueError: bad magic"), ours, since=5.0)
     assert load_failed(ExtenderView(**base, error="x", error_path="/p/model-1111111111111111.npz"), ours, since=5.0)
-    first = ExtenderView(mode="shadow", fallback="fgd", model_path="/p/model-1111111111111111.npz", model_loaded=False,
-                         error="bad", error_at=10.0)
+    first = ExtenderView(
+        mode="shadow",
+        fallback="fgd",
+        model_path="/p/model-1111111111111111.npz",
+        model_loaded=False,
+        error="bad",
+        error_at=10.0,
+    )
     assert load_failed(first, ours, since=5.0)

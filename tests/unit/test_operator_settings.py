@@ -1,4 +1,5 @@
 """OperatorSettings: defaults, YAML, flags, and errors that name the key."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,21 +18,29 @@ def test_defaults_fill_the_mount_path() -> None:
 
 def test_yaml_then_flags(tmp_path: Path) -> None:
     f = tmp_path / "op.yaml"
-    f.write_text("requeue:\n  maxAttempts: 3\nsink:\n  kind: directory\n  directory: /tmp/x\nscope:\n  namespaces: [a, b]\n")
+    f.write_text(
+        "requeue:\n  maxAttempts: 3\nsink:\n  kind: directory\n  directory: /tmp/x\nscope:\n  namespaces: [a, b]\n"
+    )
     s = load_settings(f, {"requeue.initialS": "2", "scope.peering": "rlsched"})
     assert s.requeue.max_attempts == 3 and s.requeue.initial_s == 2.0
     assert s.sink.mount_path == "/tmp/x" and s.scope.namespaces == ("a", "b") and s.scope.peering == "rlsched"
 
 
-@pytest.mark.parametrize("data, fragment", [
-    ("requeue:\n  maxAtempts: 3\n", "unknown setting 'requeue.maxAtempts'; valid keys under requeue:"),
-    ("requeue:\n  maxAttempts: lots\n", "requeue.maxAttempts: expected an integer"),
-    ("sink:\n  kind: directory\n", "sink.directory: required"),
-    ("sink:\n  kind: s3\n", "sink.kind: 's3' is not configmap or directory"),
-    ("decisionLog:\n  segmentBytes: 10\n", "segmentBytes must be at least 4096"),
-    ("- a\n", "expected a mapping at the top"),
-    ("requeue:\n  annotation: example.com/requeue\n", "requeue.annotation: 'example.com/requeue' must start with rlsched.io/"),
-])
+@pytest.mark.parametrize(
+    "data, fragment",
+    [
+        ("requeue:\n  maxAtempts: 3\n", "unknown setting 'requeue.maxAtempts'; valid keys under requeue:"),
+        ("requeue:\n  maxAttempts: lots\n", "requeue.maxAttempts: expected an integer"),
+        ("sink:\n  kind: directory\n", "sink.directory: required"),
+        ("sink:\n  kind: s3\n", "sink.kind: 's3' is not configmap or directory"),
+        ("decisionLog:\n  segmentBytes: 10\n", "segmentBytes must be at least 4096"),
+        ("- a\n", "expected a mapping at the top"),
+        (
+            "requeue:\n  annotation: example.com/requeue\n",
+            "requeue.annotation: 'example.com/requeue' must start with rlsched.io/",
+        ),
+    ],
+)
 def test_errors_name_the_key(tmp_path: Path, data: str, fragment: str) -> None:
     f = tmp_path / "op.yaml"
     f.write_text(data)
@@ -45,8 +54,25 @@ def test_cli_flags_map_to_settings() -> None:
 
     p = argparse.ArgumentParser()
     add_arguments(p)
-    args = p.parse_args(["--policy", "sched/main", "-n", "a", "-n", "b", "--sink", "directory", "--directory", "/d",
-                         "--decision-log", "/log", "--requeue-attempts", "4", "--no-requeue"])
+    args = p.parse_args(
+        [
+            "--policy",
+            "sched/main",
+            "-n",
+            "a",
+            "-n",
+            "b",
+            "--sink",
+            "directory",
+            "--directory",
+            "/d",
+            "--decision-log",
+            "/log",
+            "--requeue-attempts",
+            "4",
+            "--no-requeue",
+        ]
+    )
     s = load_settings(None, _overrides(args))
     assert (s.policy.namespace, s.policy.name) == ("sched", "main")
     assert s.scope.namespaces == ("a", "b") and s.decision_log.path == "/log"

@@ -1,4 +1,5 @@
 """SchedulingPolicy: the operator's validation, and its agreement with the shipped CRD schema."""
+
 from __future__ import annotations
 
 import pytest
@@ -17,16 +18,24 @@ def test_defaults() -> None:
     ps = parse_spec({})
     assert (ps.mode, ps.fallback, ps.deadline_ms, ps.top_k, ps.model) == ("active", "fgd", 100.0, 1, None)
     assert ps.reward_weights == REWARD_DEFAULTS
-    assert ps.extender_settings("/m.npz") == {"mode": "active", "modelPath": "/m.npz", "fallback": "fgd",
-                                              "deadlineMs": 100.0, "topK": 1}
+    assert ps.extender_settings("/m.npz") == {
+        "mode": "active",
+        "modelPath": "/m.npz",
+        "fallback": "fgd",
+        "deadlineMs": 100.0,
+        "topK": 1,
+    }
 
 
-@pytest.mark.parametrize("spec", [
-    {"mode": "shadow", "model": {"configMapKeyRef": {"name": "models", "key": "v3.npz"}, "sha256": SHA}},
-    {"mode": "off", "fallback": "bestfit"},
-    {"model": {"path": "/models/policy.npz"}, "deadlineMs": 50.5, "topK": 0, "extenderWeight": 12},
-    {"model": {"url": "https://models.example.com/v4.npz"}, "rewardWeights": {"placed": -2, "evicted": 0}},
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"mode": "shadow", "model": {"configMapKeyRef": {"name": "models", "key": "v3.npz"}, "sha256": SHA}},
+        {"mode": "off", "fallback": "bestfit"},
+        {"model": {"path": "/models/policy.npz"}, "deadlineMs": 50.5, "topK": 0, "extenderWeight": 12},
+        {"model": {"url": "https://models.example.com/v4.npz"}, "rewardWeights": {"placed": -2, "evicted": 0}},
+    ],
+)
 def test_valid(spec: dict) -> None:
     ps = parse_spec(spec)
     # what was given is what the parsed spec says; the rest keeps its default
@@ -36,24 +45,27 @@ def test_valid(spec: dict) -> None:
     assert ps.reward_weights == {**REWARD_DEFAULTS, **spec.get("rewardWeights", {})}
 
 
-@pytest.mark.parametrize("spec, fragment", [
-    ({"mode": "fast"}, "spec.mode: 'fast' is not one of active, shadow, off"),
-    ({"mode": False}, 'write "off" in quotes'),
-    ({"fallback": "FGD"}, "spec.fallback: 'FGD' is not a known heuristic"),
-    ({"model": {}}, "set exactly one of spec.model.configMapKeyRef"),
-    ({"model": {"path": "/a", "url": "http://b/c"}}, "(got path, url)"),
-    ({"model": {"path": "relative/model.npz"}}, "must be an absolute path"),
-    ({"model": {"url": "ftp://x/y"}}, "must be an http:// or https:// URL"),
-    ({"model": {"configMapKeyRef": {"name": "m"}}}, "needs name and key"),
-    ({"model": {"configMapKeyRef": {"name": "m", "key": "a/b"}}}, "expected a ConfigMap key"),
-    ({"model": {"path": "/m", "sha256": "XYZ"}}, "spec.model.sha256: expected 64 lowercase hex digits"),
-    ({"deadlineMs": 0}, "spec.deadlineMs: 0 must be a number from 1 to 5000"),
-    ({"topK": -1}, "spec.topK: -1 must be an integer"),
-    ({"extenderWeight": 0}, "spec.extenderWeight: 0 must be an integer"),
-    ({"rewardWeights": {"pendingSeconds": -1}}, "it is a penalty"),
-    ({"rewardWeights": {"speed": 1}}, "spec.rewardWeights.speed: unknown weight"),
-    ({"modelPath": "/x"}, "spec.modelPath: unknown field"),
-])
+@pytest.mark.parametrize(
+    "spec, fragment",
+    [
+        ({"mode": "fast"}, "spec.mode: 'fast' is not one of active, shadow, off"),
+        ({"mode": False}, 'write "off" in quotes'),
+        ({"fallback": "FGD"}, "spec.fallback: 'FGD' is not a known heuristic"),
+        ({"model": {}}, "set exactly one of spec.model.configMapKeyRef"),
+        ({"model": {"path": "/a", "url": "http://b/c"}}, "(got path, url)"),
+        ({"model": {"path": "relative/model.npz"}}, "must be an absolute path"),
+        ({"model": {"url": "ftp://x/y"}}, "must be an http:// or https:// URL"),
+        ({"model": {"configMapKeyRef": {"name": "m"}}}, "needs name and key"),
+        ({"model": {"configMapKeyRef": {"name": "m", "key": "a/b"}}}, "expected a ConfigMap key"),
+        ({"model": {"path": "/m", "sha256": "XYZ"}}, "spec.model.sha256: expected 64 lowercase hex digits"),
+        ({"deadlineMs": 0}, "spec.deadlineMs: 0 must be a number from 1 to 5000"),
+        ({"topK": -1}, "spec.topK: -1 must be an integer"),
+        ({"extenderWeight": 0}, "spec.extenderWeight: 0 must be an integer"),
+        ({"rewardWeights": {"pendingSeconds": -1}}, "it is a penalty"),
+        ({"rewardWeights": {"speed": 1}}, "spec.rewardWeights.speed: unknown weight"),
+        ({"modelPath": "/x"}, "spec.modelPath: unknown field"),
+    ],
+)
 def test_invalid_names_the_field(spec: dict, fragment: str) -> None:
     with pytest.raises(SpecError) as err:
         parse_spec(spec)
@@ -68,11 +80,13 @@ def test_every_problem_is_reported() -> None:
 
 # -- the CRD agrees -------------------------------------------------------------------------------
 
+
 def test_crd_fallback_enum_is_the_installed_scorers() -> None:
     enum = schema()["properties"]["spec"]["properties"]["fallback"]["enum"]
     assert enum == scorer_names(), (
         "operator/crds/schedulingpolicy.yaml lists other fallbacks than rlsched.policy.scorers.scorer_names(): "
-        "update spec.fallback.enum in the CRD")
+        "update spec.fallback.enum in the CRD"
+    )
 
 
 def test_crd_defaults_match_the_operator() -> None:
@@ -108,5 +122,8 @@ def test_crd_is_structural_with_status_and_printer_columns() -> None:
     columns = {c["name"] for c in version["additionalPrinterColumns"]}
     assert {"Mode", "Model", "Ready", "Degraded", "Decisions"} <= columns
     assert [m["metadata"]["name"] for m in crd_manifests()] == [
-        "schedulingpolicies.rlsched.io", "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"]
+        "schedulingpolicies.rlsched.io",
+        "clusterkopfpeerings.kopf.dev",
+        "kopfpeerings.kopf.dev",
+    ]
     assert all(m["apiVersion"] == "apiextensions.k8s.io/v1" for m in crd_manifests())

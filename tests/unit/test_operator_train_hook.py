@@ -1,4 +1,5 @@
 """``rlsched train --from-decisions``: the decision log becomes the trainer's workload."""
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,21 @@ from rlsched.policy.trace import load_pods
 def write_log(path: Path) -> None:
     log = DecisionLog(path, segment_bytes=1 << 20, max_bytes=4 << 20)
     for i, (t, cpu) in enumerate([(1000.0, 4000), (1012.5, 8000)]):
-        log.append([{"type": "decision", "kind": "filter", "epoch": "e", "seq": i + 1, "time": t, "node": "n1", "cards": [0],
-                     "pod": {"uid": f"uid-{i}", "namespace": "ns", "name": "job"},
-                     "features": {"pod": {"cpuMilli": cpu, "memoryMiB": 1024, "numGpu": 1, "gpuMilli": 500}}}])
+        log.append(
+            [
+                {
+                    "type": "decision",
+                    "kind": "filter",
+                    "epoch": "e",
+                    "seq": i + 1,
+                    "time": t,
+                    "node": "n1",
+                    "cards": [0],
+                    "pod": {"uid": f"uid-{i}", "namespace": "ns", "name": "job"},
+                    "features": {"pod": {"cpuMilli": cpu, "memoryMiB": 1024, "numGpu": 1, "gpuMilli": 500}},
+                }
+            ]
+        )
     log.append([{"type": "policy", "rewardWeights": {"placed": 3.0}}])
     log.close()
 
@@ -34,7 +47,9 @@ def test_prepare_fine_tune_writes_a_trace_the_trainer_reads(tmp_path: Path) -> N
         prepare_fine_tune(tmp_path / "log", tmp_path / "out", min_pods=5)
 
 
-def test_train_cli_swaps_the_traces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+def test_train_cli_swaps_the_traces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     from rlsched.cli import main
 
     write_log(tmp_path / "log")
@@ -49,10 +64,26 @@ def test_train_cli_swaps_the_traces(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     for name in ("rlsched.policy.ppo.trainer", "rlsched.policy.ppo.train"):
         monkeypatch.setitem(sys.modules, name, fake)
     nodes = tmp_path / "nodes.json"
-    nodes.write_text(json.dumps({"nodes": [{"name": "n", "cpu": "32", "memory": "64Gi", "gpus": 8, "gpuModel": "V100M16"}]}))
+    nodes.write_text(
+        json.dumps({"nodes": [{"name": "n", "cpu": "32", "memory": "64Gi", "gpus": 8, "gpuModel": "V100M16"}]})
+    )
     with pytest.raises(SystemExit):
-        main(["train", "--from-decisions", str(tmp_path / "log"), "--nodes", str(nodes), "--traces", str(nodes),
-              "--out-dir", str(tmp_path / "out")])
+        main(
+            [
+                "train",
+                "--from-decisions",
+                str(tmp_path / "log"),
+                "--nodes",
+                str(nodes),
+                "--traces",
+                str(nodes),
+                "--out-dir",
+                str(tmp_path / "out"),
+            ]
+        )
     assert seen["traces"] == (str(tmp_path / "out" / "decisions-workload.json"),)
     assert "2 decisions (2 placements" in capsys.readouterr().err
-    assert main(["train", "--from-decisions", str(tmp_path / "nowhere"), "--nodes", str(nodes), "--traces", str(nodes)]) == 2
+    assert (
+        main(["train", "--from-decisions", str(tmp_path / "nowhere"), "--nodes", str(nodes), "--traces", str(nodes)])
+        == 2
+    )

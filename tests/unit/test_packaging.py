@@ -1,4 +1,5 @@
 """Packaging: every Python package folder is listed in pyproject.toml, and the installed entry points work."""
+
 from __future__ import annotations
 
 import os
@@ -56,7 +57,7 @@ def test_every_package_folder_is_listed(repo_root: Path) -> None:
 def package_folder(repo_root: Path, config: dict, package: str) -> Path:
     """The folder of a dotted package name under the package-dir mapping (the longest mapped prefix)."""
     mapped = max((name for name in config["package-dir"] if package == name or package.startswith(name + ".")), key=len)
-    return repo_root / config["package-dir"][mapped] / Path(*package[len(mapped):].split(".")[1:])
+    return repo_root / config["package-dir"][mapped] / Path(*package[len(mapped) :].split(".")[1:])
 
 
 def test_data_folders_are_listed_as_packages(repo_root: Path) -> None:
@@ -86,26 +87,61 @@ def test_wheel_builds_without_warnings_and_ships_its_data(repo_root: Path, tmp_p
     pytest.importorskip("wheel")
     # setuptools writes its egg-info into the source tree; build from a copy so a test never touches it.
     source = tmp_path / "src"
-    shutil.copytree(repo_root, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", ".tools", "*.egg-info", "__pycache__", "build", "dist", "runs", ".cache", "benchmarks", "tests"))
+    shutil.copytree(
+        repo_root,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git",
+            ".venv",
+            ".tools",
+            "*.egg-info",
+            "__pycache__",
+            "build",
+            "dist",
+            "runs",
+            ".cache",
+            "benchmarks",
+            "tests",
+        ),
+    )
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-v",
-         "-w", str(tmp_path / "dist"), str(source)],
-        capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONSAFEPATH="1", PIP_NO_INPUT="1"),
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-v",
+            "-w",
+            str(tmp_path / "dist"),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONSAFEPATH="1", PIP_NO_INPUT="1"),
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     said = done.stdout + done.stderr
-    for bad in ("SetuptoolsDeprecationWarning", "is absent from the `packages` configuration",
-                "as a TOML table is deprecated"):
-        assert bad not in said, f"the build says {bad!r}:\n{said[said.find(bad) - 500:said.find(bad) + 500]}"
+    for bad in (
+        "SetuptoolsDeprecationWarning",
+        "is absent from the `packages` configuration",
+        "as a TOML table is deprecated",
+    ):
+        assert bad not in said, f"the build says {bad!r}:\n{said[said.find(bad) - 500 : said.find(bad) + 500]}"
     import zipfile
 
     (wheel,) = (tmp_path / "dist").glob("kube_rl_scheduler-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     config = setuptools_config(repo_root)
     expected = {"rlsched/extender/typical_default.json"}
-    expected |= {f"rlsched/policy/models/{p.name}" for p in (repo_root / "policy" / "models").iterdir()
-                 if p.suffix in (".npz", ".json")}
+    expected |= {
+        f"rlsched/policy/models/{p.name}"
+        for p in (repo_root / "policy" / "models").iterdir()
+        if p.suffix in (".npz", ".json")
+    }
     expected |= {f"rlsched/operator/crds/{p.name}" for p in (repo_root / "operator" / "crds").glob("*.yaml")}
     assert len(expected) >= 5 and "rlsched.operator.crds" in config["packages"]
     assert not expected - names, f"missing from the wheel: {sorted(expected - names)}"
@@ -115,7 +151,10 @@ def test_wheel_builds_without_warnings_and_ships_its_data(repo_root: Path, tmp_p
 def test_packages_import_in_a_fresh_interpreter(repo_root: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-c", "import rlsched.policy, rlsched.extender, rlsched.operator; print('ok')"],
-        capture_output=True, text=True, timeout=120, cwd=repo_root.parent,   # not the repo: import the installed mapping
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=repo_root.parent,  # not the repo: import the installed mapping
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
@@ -128,7 +167,9 @@ def test_rlsched_help_exits_0() -> None:
     done = subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "usage: rlsched" in done.stdout and "evaluate" in done.stdout
-    module = subprocess.run([sys.executable, "-m", "rlsched", "evaluate", "--help"], capture_output=True, text=True, timeout=120)
+    module = subprocess.run(
+        [sys.executable, "-m", "rlsched", "evaluate", "--help"], capture_output=True, text=True, timeout=120
+    )
     assert module.returncode == 0 and "--policy" in module.stdout, module.stderr
 
 
@@ -137,11 +178,23 @@ def test_operator_folder_shadows_stdlib_without_safe_path(repo_root: Path) -> No
     that happens to import `operator` early (`-S`, like a bare CI interpreter), `python -m` finds the
     `operator/` folder first and the interpreter cannot even start. With PYTHONSAFEPATH=1 it starts."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
-    bare = subprocess.run([sys.executable, "-S", "-m", "json.tool", "--help"], capture_output=True, text=True,
-                          timeout=60, cwd=repo_root, env=env)
+    bare = subprocess.run(
+        [sys.executable, "-S", "-m", "json.tool", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=repo_root,
+        env=env,
+    )
     assert bare.returncode != 0 and "operator" in bare.stderr, bare.stderr
-    safe = subprocess.run([sys.executable, "-S", "-m", "json.tool", "--help"], capture_output=True, text=True,
-                          timeout=60, cwd=repo_root, env=dict(env, PYTHONSAFEPATH="1"))
+    safe = subprocess.run(
+        [sys.executable, "-S", "-m", "json.tool", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=repo_root,
+        env=dict(env, PYTHONSAFEPATH="1"),
+    )
     assert safe.returncode == 0, safe.stderr
 
 
@@ -150,6 +203,11 @@ def test_scripts_that_run_python_set_safe_path_first(repo_root: Path, script: st
     lines = (repo_root / "hack" / script).read_text().splitlines()
     guard = next((i for i, line in enumerate(lines) if line.strip() == "export PYTHONSAFEPATH=1"), None)
     assert guard is not None, f"hack/{script} does not export PYTHONSAFEPATH=1"
-    first_python = next(i for i, line in enumerate(lines)
-                        if not line.lstrip().startswith("#") and ("python" in line.lower()) and "PYTHON" not in line.split("=")[0])
-    assert guard < first_python, f"hack/{script}:{first_python + 1} runs Python before PYTHONSAFEPATH is exported (line {guard + 1})"
+    first_python = next(
+        i
+        for i, line in enumerate(lines)
+        if not line.lstrip().startswith("#") and ("python" in line.lower()) and "PYTHON" not in line.split("=")[0]
+    )
+    assert guard < first_python, (
+        f"hack/{script}:{first_python + 1} runs Python before PYTHONSAFEPATH is exported (line {guard + 1})"
+    )

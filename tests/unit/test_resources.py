@@ -1,5 +1,6 @@
 """Kubernetes quantities → our units (millicores, bytes, MiB, counts): the grammar of
 k8s.io/apimachinery's resource.Quantity, bounded, with saturation for requests no node could hold."""
+
 from __future__ import annotations
 
 import math
@@ -9,9 +10,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlsched.policy.resources import (MAX_QUANTITY_CHARS, MILLI_PER_CARD, QUANTITY_LIMIT, Quantity, QuantityError,
-                                      QuantityTooLarge, amount_text, clip, count, cpu_milli, memory_bytes, memory_mib,
-                                      parse_quantity)
+from rlsched.policy.resources import (
+    MAX_QUANTITY_CHARS,
+    MILLI_PER_CARD,
+    QUANTITY_LIMIT,
+    Quantity,
+    QuantityError,
+    QuantityTooLarge,
+    amount_text,
+    clip,
+    count,
+    cpu_milli,
+    memory_bytes,
+    memory_mib,
+    parse_quantity,
+)
 
 
 def exact(q: Quantity) -> Fraction:
@@ -24,38 +37,72 @@ def test_milli_per_card() -> None:
     assert MILLI_PER_CARD == 1000
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("2", Fraction(2)),
-    ("500m", Fraction(1, 2)),
-    ("1.5", Fraction(3, 2)),
-    ("16Gi", Fraction(16 * 2**30)),
-    ("512M", Fraction(512 * 10**6)),
-    ("1e3", Fraction(1000)),
-    ("1E3", Fraction(1000)),
-    ("1e-3", Fraction(1, 1000)),
-    ("1e+3", Fraction(1000)),
-    ("1E", Fraction(10**18)),           # E alone is exa, like Kubernetes
-    ("4Ki", Fraction(4096)),
-    ("1.", Fraction(1)),                # <digits>.  is in the grammar
-    (".5", Fraction(1, 2)),             # .<digits> too
-    ("+7", Fraction(7)),
-    ("-1", Fraction(-1)),
-    ("-0", Fraction(0)),
-    ("007.500", Fraction(15, 2)),
-    ("3n", Fraction(3, 10**9)),
-    ("2u", Fraction(2, 10**6)),
-    (3, Fraction(3)),
-    (0.25, Fraction(1, 4)),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("2", Fraction(2)),
+        ("500m", Fraction(1, 2)),
+        ("1.5", Fraction(3, 2)),
+        ("16Gi", Fraction(16 * 2**30)),
+        ("512M", Fraction(512 * 10**6)),
+        ("1e3", Fraction(1000)),
+        ("1E3", Fraction(1000)),
+        ("1e-3", Fraction(1, 1000)),
+        ("1e+3", Fraction(1000)),
+        ("1E", Fraction(10**18)),  # E alone is exa, like Kubernetes
+        ("4Ki", Fraction(4096)),
+        ("1.", Fraction(1)),  # <digits>.  is in the grammar
+        (".5", Fraction(1, 2)),  # .<digits> too
+        ("+7", Fraction(7)),
+        ("-1", Fraction(-1)),
+        ("-0", Fraction(0)),
+        ("007.500", Fraction(15, 2)),
+        ("3n", Fraction(3, 10**9)),
+        ("2u", Fraction(2, 10**6)),
+        (3, Fraction(3)),
+        (0.25, Fraction(1, 4)),
+    ],
+)
 def test_parse_quantity(text, expected) -> None:
     assert exact(parse_quantity(text)) == expected
 
 
-@pytest.mark.parametrize("bad", [
-    "12x", "", "1.2.3", "Gi", "5 Gi", "1ki", "1e", "1e2.5", "1Ki3", "+", "-", ".", "e3", "1ee3", "1E+",
-    "  4Ki ", " 500 ", "500\n", "1_000", "５００", "٣", "inf", "nan", "0x10",
-    "1" * (MAX_QUANTITY_CHARS + 1), True, None, [1], float("inf"), float("nan"), 10**100,
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "12x",
+        "",
+        "1.2.3",
+        "Gi",
+        "5 Gi",
+        "1ki",
+        "1e",
+        "1e2.5",
+        "1Ki3",
+        "+",
+        "-",
+        ".",
+        "e3",
+        "1ee3",
+        "1E+",
+        "  4Ki ",
+        " 500 ",
+        "500\n",
+        "1_000",
+        "５００",
+        "٣",
+        "inf",
+        "nan",
+        "0x10",
+        "1" * (MAX_QUANTITY_CHARS + 1),
+        True,
+        None,
+        [1],
+        float("inf"),
+        float("nan"),
+        10**100,
+    ],
+)
 def test_parse_quantity_rejects(bad) -> None:
     with pytest.raises(QuantityError) as info:
         parse_quantity(bad)
@@ -63,26 +110,32 @@ def test_parse_quantity_rejects(bad) -> None:
     assert len(str(info.value)) < 140
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("1.5", 1500),      # cores → millicores
-    ("250m", 250),
-    ("0.1m", 1),        # rounded up, like Kubernetes
-    ("96", 96000),
-    (2, 2000),
-    ("1e-999999999", 1),  # a positive value below 1n is 1n for the API server, so 1m here
-    ("0", 0),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("1.5", 1500),  # cores → millicores
+        ("250m", 250),
+        ("0.1m", 1),  # rounded up, like Kubernetes
+        ("96", 96000),
+        (2, 2000),
+        ("1e-999999999", 1),  # a positive value below 1n is 1n for the API server, so 1m here
+        ("0", 0),
+    ],
+)
 def test_cpu_milli(text, expected) -> None:
     assert cpu_milli(text) == expected
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("16Gi", 16384),
-    ("512Mi", 512),
-    ("512M", 489),      # 512e6 / 2**20 = 488.28 → rounded up
-    ("1", 1),           # one byte still takes a MiB
-    (2**20, 1),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("16Gi", 16384),
+        ("512Mi", 512),
+        ("512M", 489),  # 512e6 / 2**20 = 488.28 → rounded up
+        ("1", 1),  # one byte still takes a MiB
+        (2**20, 1),
+    ],
+)
 def test_memory_mib(text, expected) -> None:
     assert memory_mib(text) == expected
 
@@ -96,7 +149,7 @@ def test_memory_bytes() -> None:
 def test_count() -> None:
     assert count("8") == 8
     assert count(2) == 2
-    assert count("1k") == 1000      # the same grammar as any quantity
+    assert count("1k") == 1000  # the same grammar as any quantity
     for bad in ("1.5", "500m", "0.0000000001"):
         with pytest.raises(QuantityError, match="whole number"):
             count(bad)
@@ -110,8 +163,18 @@ def test_negative_quantities_are_refused(fn, text) -> None:
 
 
 @pytest.mark.parametrize("fn", [cpu_milli, memory_bytes, memory_mib, count])
-@pytest.mark.parametrize("text", ["1e999999", "1e400000", "1e5000", "1e999999999", "16384Ei", "9" * MAX_QUANTITY_CHARS,
-                                  "1e99999999999999999999999999999999999999999999999999999999999"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1e999999",
+        "1e400000",
+        "1e5000",
+        "1e999999999",
+        "16384Ei",
+        "9" * MAX_QUANTITY_CHARS,
+        "1e99999999999999999999999999999999999999999999999999999999999",
+    ],
+)
 def test_huge_quantities_are_refused_or_saturate(fn, text) -> None:
     with pytest.raises(QuantityTooLarge) as info:
         fn(text)
@@ -146,21 +209,39 @@ def _reference_cpu_milli(value: Fraction) -> int:
     return min(math.ceil(Fraction(nano, 10**6)), QUANTITY_LIMIT)
 
 
-_SUFFIXES = {"": 1, "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000), "k": 10**3, "M": 10**6,
-             "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
-             "Pi": 2**50, "Ei": 2**60}
+_SUFFIXES = {
+    "": 1,
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 1000),
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
 
 
 @settings(max_examples=300, deadline=None)
-@given(whole=st.text("0123456789", max_size=12), frac=st.none() | st.text("0123456789", max_size=12),
-       suffix=st.sampled_from(sorted(_SUFFIXES)) | st.integers(-40, 40).map(lambda e: f"e{e}"))
+@given(
+    whole=st.text("0123456789", max_size=12),
+    frac=st.none() | st.text("0123456789", max_size=12),
+    suffix=st.sampled_from(sorted(_SUFFIXES)) | st.integers(-40, 40).map(lambda e: f"e{e}"),
+)
 def test_agrees_with_exact_arithmetic(whole, frac, suffix) -> None:
     text = whole + ("" if frac is None else "." + frac) + suffix
     if not whole and not frac:
         with pytest.raises(QuantityError):
             parse_quantity(text)
         return
-    value = Fraction(int(whole or "0")) + (Fraction(int(frac), 10**len(frac)) if frac else 0)
+    value = Fraction(int(whole or "0")) + (Fraction(int(frac), 10 ** len(frac)) if frac else 0)
     value *= Fraction(10) ** int(suffix[1:]) if suffix.startswith("e") else _SUFFIXES[suffix]
     assert exact(parse_quantity(text)) == value
     assert cpu_milli(text, saturate=True) == _reference_cpu_milli(value)

@@ -1,5 +1,6 @@
 """The FGD-protocol simulator: decide(), tie-breaking, inflation, determinism, the `rlsched evaluate` CLI,
 and one fast reproduction check on the real openb trace."""
+
 from __future__ import annotations
 
 import json
@@ -30,9 +31,11 @@ from rlsched.policy.published import PUBLISHED_UNALLOCATED_AT_100
 
 
 def small_cluster() -> list[NodeSpec]:
-    return ([NodeSpec(f"a{i}", 48000, 196608, 8, "A") for i in range(4)]
-            + [NodeSpec(f"b{i}", 32000, 131072, 4, "B") for i in range(4)]
-            + [NodeSpec(f"c{i}", 64000, 262144) for i in range(2)])
+    return (
+        [NodeSpec(f"a{i}", 48000, 196608, 8, "A") for i in range(4)]
+        + [NodeSpec(f"b{i}", 32000, 131072, 4, "B") for i in range(4)]
+        + [NodeSpec(f"c{i}", 64000, 262144) for i in range(2)]
+    )
 
 
 def small_workload(seed: int = 0, n: int = 40) -> list[PodSpec]:
@@ -60,15 +63,18 @@ def comparable(result) -> dict:
 
 # -- decide and ties -------------------------------------------------------------------------------
 
+
 def test_decide_none_single_and_restricted() -> None:
-    state = ClusterState([NodeSpec("g0", 8000, 8192, 2, "A"), NodeSpec("g1", 8000, 8192, 2, "A"), NodeSpec("c", 8000, 8192)])
+    state = ClusterState(
+        [NodeSpec("g0", 8000, 8192, 2, "A"), NodeSpec("g1", 8000, 8192, 2, "A"), NodeSpec("c", 8000, 8192)]
+    )
     scorer = make_scorer("bestfit")
     tiebreak = TieBreak(np.array([2, 1, 0]), np.random.default_rng(0))
     assert decide(scorer, state, state.request(PodSpec("big", 0, 0, 3, 1000)), tiebreak) is None
     gpu = state.request(PodSpec("g", 1000, 1024, 1, 300))
     both = decide(scorer, state, gpu, tiebreak)
     assert both.feasible.tolist() == [0, 1] and both.scores is not None
-    assert both.node == 1          # equal scores (0 after min-max) → first in the tie order: rank 1 < 2
+    assert both.node == 1  # equal scores (0 after min-max) → first in the tie order: rank 1 < 2
     only = decide(scorer, state, gpu, tiebreak, nodes=np.array([0, 2]))
     assert (only.node, only.cards, only.scores, only.feasible.tolist()) == (0, (0,), None, [0])
     assert decide(scorer, state, gpu, tiebreak, nodes=np.array([2])) is None
@@ -79,18 +85,19 @@ def test_single_feasible_node_still_gets_the_scorers_card() -> None:
     typical = TypicalPods(np.array([0]), np.array([550]), np.array([1]), ((),), np.array([1.0]))
     state = ClusterState([NodeSpec("n", 8000, 8192, 2, "A")])
     state.place(state.request(PodSpec("u", 0, 0, 1, 400)), 0, (0,))
-    decision = decide(make_scorer("fgd", typical), state, state.request(PodSpec("p", 0, 0, 1, 100)),
-                      TieBreak.seeded(1, 0))
+    decision = decide(
+        make_scorer("fgd", typical), state, state.request(PodSpec("p", 0, 0, 1, 100)), TieBreak.seeded(1, 0)
+    )
     assert decision.scores is None and decision.cards == (1,)
 
 
 def test_tiebreak_orders() -> None:
     tb = TieBreak(np.array([3, 0, 2, 1]), np.random.default_rng(0))
     nodes = np.array([0, 1, 2, 3])
-    assert tb.argmax(np.array([5, 5, 1, 5]), nodes) == 1           # node 1 has rank 0
-    assert tb.argmax(np.array([5, 4, 1, 5]), nodes) == 3           # rank 1 beats rank 3
-    assert tb.argmax(np.array([1, 9, 1, 1]), nodes) == 1           # a unique max wins outright
-    assert tb.argmax(np.array([7, 7]), np.array([2, 0])) == 0      # positions index the given nodes
+    assert tb.argmax(np.array([5, 5, 1, 5]), nodes) == 1  # node 1 has rank 0
+    assert tb.argmax(np.array([5, 4, 1, 5]), nodes) == 3  # rank 1 beats rank 3
+    assert tb.argmax(np.array([1, 9, 1, 1]), nodes) == 1  # a unique max wins outright
+    assert tb.argmax(np.array([7, 7]), np.array([2, 0])) == 0  # positions index the given nodes
     a, b = TieBreak.seeded(50, 7), TieBreak.seeded(50, 7)
     assert a.rank.tolist() == b.rank.tolist() != TieBreak.seeded(50, 8).rank.tolist()
     assert sorted(a.rank.tolist()) == list(range(50))
@@ -102,6 +109,7 @@ def test_tiebreak_orders() -> None:
 
 # -- inflation -------------------------------------------------------------------------------------
 
+
 def gpu_total(pods) -> int:
     return sum(p.gpu_request_milli for p in pods)
 
@@ -110,7 +118,7 @@ def test_inflate_uniform_pods_stops_before_target() -> None:
     # 5 one-card pods and 3 CPU-only pods; capacity 8 cards → target 1.3 · 8000 = 10400 milli.
     pods = [PodSpec(f"g{i}", 100, 1, 1, 1000) for i in range(5)] + [PodSpec(f"c{i}", 100, 1) for i in range(3)]
     seq = inflate(pods, 8000, seed=5)
-    assert gpu_total(seq) == 10000 and gpu_total(seq) + 1000 > 10400    # one more one-card pod would pass it
+    assert gpu_total(seq) == 10000 and gpu_total(seq) + 1000 > 10400  # one more one-card pod would pass it
     assert sorted(p.name for p in seq[:8]) == sorted(p.name for p in pods)  # the trace itself first, shuffled
     clones = [p.name for p in seq[8:]]
     assert all("-clone-" in name for name in clones)
@@ -137,11 +145,15 @@ def test_inflate_appends_until_the_next_draw_would_pass(seed: int) -> None:
     rng = np.random.default_rng(seed)
     assert [p.name for p in seq[: len(pods)]] == [ordered[i].name for i in rng.permutation(len(pods))]
     total = gpu_total(seq[: len(pods)])
-    for clone in seq[len(pods):]:
+    for clone in seq[len(pods) :]:
         drawn = ordered[rng.integers(len(pods))]
         assert clone.name.startswith(drawn.name + "-clone-")
-        assert (clone.cpu_milli, clone.num_gpu, clone.gpu_milli, clone.gpu_models) == \
-            (drawn.cpu_milli, drawn.num_gpu, drawn.gpu_milli, drawn.gpu_models)
+        assert (clone.cpu_milli, clone.num_gpu, clone.gpu_milli, clone.gpu_models) == (
+            drawn.cpu_milli,
+            drawn.num_gpu,
+            drawn.gpu_milli,
+            drawn.gpu_models,
+        )
         total += drawn.gpu_request_milli
     assert total == gpu_total(seq) <= target * capacity
     nxt = ordered[rng.integers(len(pods))]
@@ -151,7 +163,7 @@ def test_inflate_appends_until_the_next_draw_would_pass(seed: int) -> None:
 @pytest.mark.parametrize("seed", [0, 7])
 def test_inflate_deletes_down_to_target(seed: int) -> None:
     pods = small_workload(seed=4, n=60)
-    capacity = 12000                                 # far less than the trace asks for
+    capacity = 12000  # far less than the trace asks for
     target = 1.3 * capacity
     assert gpu_total(pods) > target
     seq = inflate(pods, capacity, seed)
@@ -172,7 +184,7 @@ def test_inflate_seeds_and_errors() -> None:
     pods = small_workload()
     assert inflate(pods, 48000, 1) == inflate(pods, 48000, 1)
     assert inflate(pods, 48000, 1) != inflate(pods, 48000, 2)
-    assert inflate(list(reversed(pods)), 48000, 1) == inflate(pods, 48000, 1)   # input order does not matter
+    assert inflate(list(reversed(pods)), 48000, 1) == inflate(pods, 48000, 1)  # input order does not matter
     with pytest.raises(ValueError, match="no pods"):
         inflate([], 1000, 0)
     with pytest.raises(ValueError, match="no GPU capacity"):
@@ -184,6 +196,7 @@ def test_inflate_seeds_and_errors() -> None:
 
 
 # -- determinism -----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("policy", scorer_names())
 def test_same_seed_same_run_different_seed_different_run(policy: str) -> None:
@@ -218,7 +231,7 @@ def test_run_result_measurement() -> None:
     xs = list(result.curve)
     assert xs == sorted(xs) and xs[-1] in (129, 130)
     for x, allocated in result.curve.items():
-        assert 0 <= allocated <= x + 0.5 + 1e-9                   # cannot allocate more than arrived
+        assert 0 <= allocated <= x + 0.5 + 1e-9  # cannot allocate more than arrived
     placed = len(result.placements)
     assert placed + result.failed_pods == result.pods
     assert result.failed_gpu_pods <= result.failed_pods
@@ -246,6 +259,7 @@ def test_allocated_at_falls_back_to_the_nearest_point_below() -> None:
 
 
 # -- reproduction on the real trace (fast: one seed, two policies) -----------------------------------
+
 
 @pytest.mark.parametrize("policy, published", [("bestfit", 7.09), ("fgd", 4.77)])
 def test_reproduces_published_median_on_default_trace(openb_dir: Path, policy: str, published: float) -> None:
@@ -284,13 +298,16 @@ def tiny(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--policy", "tetris"], "unknown policy 'tetris'"),
-    (["--policy", "ppo:/nonexistent/model.npz"], "does not exist"),
-    (["--policy", "bestfit", "--seeds", "42-x"], "bad seed list '42-x'"),
-    (["--policy", "bestfit", "--seeds", "9-3"], "the end is below the start"),
-    (["--policy", "bestfit", "--target", "0"], "--target must be positive"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--policy", "tetris"], "unknown policy 'tetris'"),
+        (["--policy", "ppo:/nonexistent/model.npz"], "does not exist"),
+        (["--policy", "bestfit", "--seeds", "42-x"], "bad seed list '42-x'"),
+        (["--policy", "bestfit", "--seeds", "9-3"], "the end is below the start"),
+        (["--policy", "bestfit", "--target", "0"], "--target must be positive"),
+    ],
+)
 def test_evaluate_bad_arguments_exit_2(capsys, tiny: Path, extra: list[str], message: str) -> None:
     code, out, err = run_cli(capsys, "--nodes", str(tiny), "--pods", str(tiny), "--jobs", "1", "--no-progress", *extra)
     assert code == 2
@@ -302,21 +319,39 @@ def test_evaluate_missing_and_malformed_files_exit_2(capsys, tiny: Path, tmp_pat
     assert code == 2 and "--nodes: no such file" in err and "absent.csv" in err
     bad = tmp_path / "bad.csv"
     bad.write_text("sn,cpu_milli,memory_mib,gpu,model\nn1,lots,1,0,\n")
-    code, _, err = run_cli(capsys, "--nodes", str(bad), "--pods", str(tiny), "--policy", "fgd", "--jobs", "1", "--no-progress")
+    code, _, err = run_cli(
+        capsys, "--nodes", str(bad), "--pods", str(tiny), "--policy", "fgd", "--jobs", "1", "--no-progress"
+    )
     assert code == 2 and f"{bad}:2: column 'cpu_milli'" in err and "Traceback" not in err
 
 
 def test_evaluate_writes_json_and_png(capsys, tiny: Path, tmp_path: Path) -> None:
     out_dir = tmp_path / "out"
-    code, out, err = run_cli(capsys, "--nodes", str(tiny), "--pods", str(tiny), "--policy", "bestfit,FGD",
-                             "--seeds", "1-2", "--out", str(out_dir), "--name", "tiny", "--jobs", "1", "--no-progress")
+    code, out, err = run_cli(
+        capsys,
+        "--nodes",
+        str(tiny),
+        "--pods",
+        str(tiny),
+        "--policy",
+        "bestfit,FGD",
+        "--seeds",
+        "1-2",
+        "--out",
+        str(out_dir),
+        "--name",
+        "tiny",
+        "--jobs",
+        "1",
+        "--no-progress",
+    )
     assert code == 0, err
     assert "bestfit" in out and "fgd" in out and "wrote" in out
     report = json.loads((out_dir / "tiny.json").read_text())
     assert [s["policy"] for s in report["summary"]] == ["bestfit", "fgd"]
     assert all(s["seeds"] == 2 for s in report["summary"])
     assert len(report["runs"]) == 4 and {r["seed"] for r in report["runs"]} == {1, 2}
-    assert report["summary"][0]["published_median_at_100"] is None     # not an openb trace
+    assert report["summary"][0]["published_median_at_100"] is None  # not an openb trace
     assert (out_dir / "tiny.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

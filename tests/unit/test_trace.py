@@ -3,6 +3,7 @@
 Every malformed input must stop loading with a :class:`TraceError` whose message names the file, the
 line (where there is one), the column or field, and what was expected.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,9 @@ from rlsched.policy import NodeSpec, PodSpec, TraceError, load_nodes, load_pods
 from rlsched.policy.trace import dump_generic, read_generic, read_openb_nodes, read_openb_pods
 
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model"
-POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time"
+POD_HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time"
+)
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -43,8 +46,11 @@ def trace_error(reader, path: Path, line: int | None, where: str | None, *expect
 
 # -- openb CSV: good files -------------------------------------------------------------------------
 
+
 def test_openb_nodes(tmp_path: Path) -> None:
-    path = write(tmp_path, "nodes.csv", f"{NODE_HEADER}\nopenb-node-0001,96000,786432,8,G2\nopenb-node-0002, 64000 ,262144,0,\n")
+    path = write(
+        tmp_path, "nodes.csv", f"{NODE_HEADER}\nopenb-node-0001,96000,786432,8,G2\nopenb-node-0002, 64000 ,262144,0,\n"
+    )
     assert read_openb_nodes(path) == [
         NodeSpec("openb-node-0001", 96000, 786432, 8, "G2"),
         NodeSpec("openb-node-0002", 64000, 262144, 0, ""),
@@ -53,10 +59,14 @@ def test_openb_nodes(tmp_path: Path) -> None:
 
 
 def test_openb_pods_full_layout(tmp_path: Path) -> None:
-    path = write(tmp_path, "pods.csv", POD_HEADER + "\n"
-                 "p1,8000,30720,1,460,,LS,Running,10,20,11\n"
-                 "p2,4000,0,2,1000,V100M16|V100M32,BE,Running,0,,\n"
-                 "p3,1000,1024,0,0,,LS,Running,,,\n")
+    path = write(
+        tmp_path,
+        "pods.csv",
+        POD_HEADER + "\n"
+        "p1,8000,30720,1,460,,LS,Running,10,20,11\n"
+        "p2,4000,0,2,1000,V100M16|V100M32,BE,Running,0,,\n"
+        "p3,1000,1024,0,0,,LS,Running,,,\n",
+    )
     assert read_openb_pods(path) == [
         PodSpec("p1", 8000, 30720, 1, 460, (), 10, 20),
         PodSpec("p2", 4000, 0, 2, 1000, ("V100M16", "V100M32"), 0, None),
@@ -71,19 +81,28 @@ def test_openb_pods_short_layout(tmp_path: Path) -> None:
 
 # -- openb CSV: malformed --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("body, line, where, expected", [
-    ("n1,1000,1000,0\n", 2, None, ["has 4 fields, the header has 5"]),
-    ("n1,1000,1000,0,,extra\n", 2, None, ["has 6 fields, the header has 5"]),
-    ("n1,1000,1000,0,\nn2,abc,1000,0,\n", 3, "column 'cpu_milli'", ["expected a non-negative integer (millicores), got 'abc'"]),
-    ("n1,1000,1.5,0,\n", 2, "column 'memory_mib'", ["expected a non-negative integer (MiB), got '1.5'"]),
-    ("n1,1000,1000,-2,\n", 2, "column 'gpu'", ["expected a non-negative integer (number of GPU cards), got -2"]),
-    ("n1,1000,,0,\n", 2, "column 'memory_mib'", ["got ''"]),
-    (",1000,1000,0,\n", 2, "column 'sn'", ["expected a node name, got an empty field"]),
-    ("n1,1000,1000,0,\nn2,1,1,0,\nn1,1000,1000,0,\n", 4, "column 'sn'", ["node 'n1' already defined on line 2"]),
-    ("n1,1000,1000,8,\n", 2, "column 'model'", ["node has 8 GPUs, so a GPU model name is expected"]),
-    ("n1,1000,1000,0,T4\n", 2, "column 'gpu'", ["model is 'T4' but gpu is 0"]),
-    ("n1,1000,1000,0,\n\nn2,1000,1000,0,\n", 3, None, ["empty row"]),
-])
+
+@pytest.mark.parametrize(
+    "body, line, where, expected",
+    [
+        ("n1,1000,1000,0\n", 2, None, ["has 4 fields, the header has 5"]),
+        ("n1,1000,1000,0,,extra\n", 2, None, ["has 6 fields, the header has 5"]),
+        (
+            "n1,1000,1000,0,\nn2,abc,1000,0,\n",
+            3,
+            "column 'cpu_milli'",
+            ["expected a non-negative integer (millicores), got 'abc'"],
+        ),
+        ("n1,1000,1.5,0,\n", 2, "column 'memory_mib'", ["expected a non-negative integer (MiB), got '1.5'"]),
+        ("n1,1000,1000,-2,\n", 2, "column 'gpu'", ["expected a non-negative integer (number of GPU cards), got -2"]),
+        ("n1,1000,,0,\n", 2, "column 'memory_mib'", ["got ''"]),
+        (",1000,1000,0,\n", 2, "column 'sn'", ["expected a node name, got an empty field"]),
+        ("n1,1000,1000,0,\nn2,1,1,0,\nn1,1000,1000,0,\n", 4, "column 'sn'", ["node 'n1' already defined on line 2"]),
+        ("n1,1000,1000,8,\n", 2, "column 'model'", ["node has 8 GPUs, so a GPU model name is expected"]),
+        ("n1,1000,1000,0,T4\n", 2, "column 'gpu'", ["model is 'T4' but gpu is 0"]),
+        ("n1,1000,1000,0,\n\nn2,1000,1000,0,\n", 3, None, ["empty row"]),
+    ],
+)
 def test_openb_nodes_malformed(tmp_path: Path, body, line, where, expected) -> None:
     path = write(tmp_path, "nodes.csv", f"{NODE_HEADER}\n{body}")
     trace_error(read_openb_nodes, path, line, where, *expected)
@@ -91,8 +110,15 @@ def test_openb_nodes_malformed(tmp_path: Path, body, line, where, expected) -> N
 
 def test_openb_nodes_bad_header_and_empty(tmp_path: Path) -> None:
     missing = write(tmp_path, "a.csv", "sn,cpu_milli,memory_mib,model\nn1,1,1,\n")
-    trace_error(read_openb_nodes, missing, 1, None, "header lacks column(s) gpu",
-                "expected sn,cpu_milli,memory_mib,gpu,model", "got sn,cpu_milli,memory_mib,model")
+    trace_error(
+        read_openb_nodes,
+        missing,
+        1,
+        None,
+        "header lacks column(s) gpu",
+        "expected sn,cpu_milli,memory_mib,gpu,model",
+        "got sn,cpu_milli,memory_mib,model",
+    )
     twice = write(tmp_path, "b.csv", "sn,cpu_milli,memory_mib,gpu,model,gpu\n")
     trace_error(read_openb_nodes, twice, 1, None, "column(s) gpu appear twice")
     empty = write(tmp_path, "c.csv", "")
@@ -102,22 +128,47 @@ def test_openb_nodes_bad_header_and_empty(tmp_path: Path) -> None:
     trace_error(read_openb_nodes, tmp_path / "absent.csv", None, None, "cannot open")
 
 
-@pytest.mark.parametrize("row, where, expected", [
-    ("p1,1000,1000,2,500,,LS,Running,0,1,0", "columns 'num_gpu', 'gpu_milli'",
-     ["a pod asking for 2 GPUs must take whole cards (gpu_milli = 1000, got 500)"]),
-    ("p1,1000,1000,0,500,,LS,Running,0,1,0", "columns 'num_gpu', 'gpu_milli'",
-     ["gpu_milli is 500 but num_gpu is 0"]),
-    ("p1,1000,1000,1,0,,LS,Running,0,1,0", "columns 'num_gpu', 'gpu_milli'", ["gpu_milli must be in 1..1000"]),
-    ("p1,1000,1000,1,1500,,LS,Running,0,1,0", "columns 'num_gpu', 'gpu_milli'", ["got 1500"]),
-    ("p1,1000,1000,x,1000,,LS,Running,0,1,0", "column 'num_gpu'", ["expected a non-negative integer (whole GPUs, or 1 for a share of a card), got 'x'"]),
-    ("p1,-5,1000,0,0,,LS,Running,0,1,0", "column 'cpu_milli'", ["got -5"]),
-    ("p1,1000,1000,1,500,,LS,Running,100,50,0", "column 'deletion_time'", ["deletion_time 50 is before creation_time 100"]),
-    ("p1,1000,1000,1,500,,LS,Running,1.5,50,0", "column 'creation_time'", ["expected a non-negative integer (seconds), got '1.5'"]),
-    ("p1,1000,1000,1,500,V100||T4,LS,Running,0,1,0", "column 'gpu_spec'", ["expected GPU models joined by '|'", "got 'V100||T4'"]),
-    ("p1,1000,1000,1,500,|,LS,Running,0,1,0", "column 'gpu_spec'", ["got '|'"]),
-    (",1000,1000,0,0,,LS,Running,0,1,0", "column 'name'", ["expected a pod name, got an empty field"]),
-    ("p1,1000,1000,0,0,,LS,Running,0,1", None, ["has 10 fields, the header has 11"]),
-])
+@pytest.mark.parametrize(
+    "row, where, expected",
+    [
+        (
+            "p1,1000,1000,2,500,,LS,Running,0,1,0",
+            "columns 'num_gpu', 'gpu_milli'",
+            ["a pod asking for 2 GPUs must take whole cards (gpu_milli = 1000, got 500)"],
+        ),
+        (
+            "p1,1000,1000,0,500,,LS,Running,0,1,0",
+            "columns 'num_gpu', 'gpu_milli'",
+            ["gpu_milli is 500 but num_gpu is 0"],
+        ),
+        ("p1,1000,1000,1,0,,LS,Running,0,1,0", "columns 'num_gpu', 'gpu_milli'", ["gpu_milli must be in 1..1000"]),
+        ("p1,1000,1000,1,1500,,LS,Running,0,1,0", "columns 'num_gpu', 'gpu_milli'", ["got 1500"]),
+        (
+            "p1,1000,1000,x,1000,,LS,Running,0,1,0",
+            "column 'num_gpu'",
+            ["expected a non-negative integer (whole GPUs, or 1 for a share of a card), got 'x'"],
+        ),
+        ("p1,-5,1000,0,0,,LS,Running,0,1,0", "column 'cpu_milli'", ["got -5"]),
+        (
+            "p1,1000,1000,1,500,,LS,Running,100,50,0",
+            "column 'deletion_time'",
+            ["deletion_time 50 is before creation_time 100"],
+        ),
+        (
+            "p1,1000,1000,1,500,,LS,Running,1.5,50,0",
+            "column 'creation_time'",
+            ["expected a non-negative integer (seconds), got '1.5'"],
+        ),
+        (
+            "p1,1000,1000,1,500,V100||T4,LS,Running,0,1,0",
+            "column 'gpu_spec'",
+            ["expected GPU models joined by '|'", "got 'V100||T4'"],
+        ),
+        ("p1,1000,1000,1,500,|,LS,Running,0,1,0", "column 'gpu_spec'", ["got '|'"]),
+        (",1000,1000,0,0,,LS,Running,0,1,0", "column 'name'", ["expected a pod name, got an empty field"]),
+        ("p1,1000,1000,0,0,,LS,Running,0,1", None, ["has 10 fields, the header has 11"]),
+    ],
+)
 def test_openb_pods_malformed(tmp_path: Path, row, where, expected) -> None:
     path = write(tmp_path, "pods.csv", f"{POD_HEADER}\np0,1,1,0,0,,LS,Running,0,1,0\n{row}\n")
     trace_error(read_openb_pods, path, 3, where, *expected)
@@ -127,8 +178,15 @@ def test_openb_pods_duplicates_and_header(tmp_path: Path) -> None:
     dupes = write(tmp_path, "dupes.csv", f"{POD_HEADER}\np0,1,1,0,0,,,,,,\np1,1,1,0,0,,,,,,\np0,2,2,0,0,,,,,,\n")
     trace_error(read_openb_pods, dupes, 4, "column 'name'", "pod 'p0' already defined on line 2")
     short = write(tmp_path, "short.csv", "name,cpu_milli,memory_mib,num_gpu\np0,1,1,0\n")
-    trace_error(read_openb_pods, short, 1, None, "header lacks column(s) gpu_milli",
-                "expected name,cpu_milli,memory_mib,num_gpu,gpu_milli", "optional: gpu_spec,")
+    trace_error(
+        read_openb_pods,
+        short,
+        1,
+        None,
+        "header lacks column(s) gpu_milli",
+        "expected name,cpu_milli,memory_mib,num_gpu,gpu_milli",
+        "optional: gpu_spec,",
+    )
     header_only = write(tmp_path, "header.csv", POD_HEADER + "\n")
     trace_error(load_pods, header_only, None, None, "no pods")
 
@@ -176,11 +234,11 @@ pods:
 def test_generic_yaml(tmp_path: Path) -> None:
     path = write(tmp_path, "trace.yaml", GENERIC)
     trace = read_generic(path)
-    assert [n.name for n in trace.nodes] == ["gpu-a-0", "gpu-a-1", "gpu-a-2", "cpu-b"]   # count expansion
+    assert [n.name for n in trace.nodes] == ["gpu-a-0", "gpu-a-1", "gpu-a-2", "cpu-b"]  # count expansion
     assert trace.nodes[0] == NodeSpec("gpu-a-0", 96000, 384 * 1024, 8, "V100M32", {"zone": "a", "rack": "7"})
-    assert trace.nodes[3] == NodeSpec("cpu-b", 500, 1024)                                   # bare int = MiB
+    assert trace.nodes[3] == NodeSpec("cpu-b", 500, 1024)  # bare int = MiB
     assert trace.pods == (
-        PodSpec("train-0", 8000, 32768, 2, 1000),                                           # gpuMilli defaults to 1000
+        PodSpec("train-0", 8000, 32768, 2, 1000),  # gpuMilli defaults to 1000
         PodSpec("train-1", 8000, 32768, 2, 1000),
         PodSpec("share", 1500, 512, 1, 500, ("V100M16", "V100M32"), 0, 3600.5),
         PodSpec("cpu-only", 0, 0),
@@ -207,36 +265,81 @@ def test_generic_empty_sections(tmp_path: Path) -> None:
 
 # -- generic YAML / JSON: malformed ----------------------------------------------------------------
 
-@pytest.mark.parametrize("text, line, where, expected", [
-    # unknown field, with the line of the offending key
-    ("pods:\n  - name: p\n    cpu: 1\n    gpu: 1\n", 4, "pods[0].gpu", ["unknown field; known fields:", "gpus"]),
-    ("nodes:\n  - name: n\n    cpu: 12x\n    memory: 1Gi\n", 3, "nodes[0].cpu",
-     ["'12x' is not a Kubernetes quantity", "cores, e.g. '64' or '500m'"]),
-    ("nodes:\n  - name: n\n    cpu: 1\n    memory: 12x\n", 4, "nodes[0].memory", ["'12x' is not a Kubernetes quantity"]),
-    ("nodes:\n  - name: n\n    memory: 1Gi\n", 2, "nodes[0].cpu", ["required field missing"]),
-    ("nodes:\n  - name: n\n    cpu: '-1'\n    memory: 1Gi\n", 3, "nodes[0].cpu", ["must not be negative"]),
-    ("nodes:\n  - name: n\n    cpu: 1\n    memory: 1Gi\n    gpus: 2\n", 2, "nodes[0].gpuModel",
-     ["node has 2 GPUs, so a GPU model name is expected"]),
-    ("nodes:\n  - name: n\n    cpu: 1\n    memory: 1Gi\n    gpus: 1.5\n    gpuModel: T4\n", 5, "nodes[0].gpus",
-     ["must be a whole number"]),
-    ("nodes:\n  - name: n\n    cpu: 1\n    memory: 1Gi\n    labels: [a]\n", 5, "nodes[0].labels",
-     ["expected a mapping"]),
-    ("nodes:\n  - cpu: 1\n    memory: 1Gi\n", 2, "nodes[0].name", ["expected a non-empty string"]),
-    ("nodes:\n  - name: ''\n    cpu: 1\n    memory: 1Gi\n", 2, "nodes[0].name", ["expected a non-empty string"]),
-    ("pods:\n  - name: p\n    count: 0\n", 3, "pods[0].count", ["expected a positive integer, got 0"]),
-    ("pods:\n  - name: p\n    count: '3'\n", 3, "pods[0].count", ["expected a positive integer, got '3'"]),
-    ("pods:\n  - name: p\n    gpus: 2\n    gpuMilli: 500\n", 4, "pods[0].gpuMilli", ["must take whole cards"]),
-    ("pods:\n  - name: p\n    gpuMilli: 500\n", 3, "pods[0].gpuMilli", ["gpu_milli is 500 but num_gpu is 0"]),
-    ("pods:\n  - name: p\n    gpus: 1\n    gpuMilli: 0.5\n", 4, "pods[0].gpuMilli", ["expected an integer 1..1000, got 0.5"]),
-    ("pods:\n  - name: p\n    gpus: 1\n    gpuModels: [T4, '']\n", 4, "pods[0].gpuModels", ["expected a list of GPU model names"]),
-    ("pods:\n  - name: p\n    creationTime: -1\n", 3, "pods[0].creationTime", ["expected non-negative seconds, got -1"]),
-    ("pods:\n  - name: p\n    creationTime: 10\n    deletionTime: 5\n", 4, "pods[0].deletionTime", ["is before creationTime"]),
-    ("pods:\n  - name: ok\n  - just-a-string\n", 1, "pods[1]", ["expected a mapping of fields"]),
-    ("pods: {name: p}\n", 1, "pods", ["expected a list of pods"]),
-    ("pods:\n  - name: p\nextra: 1\n", 3, "extra", ["unknown top-level key; expected 'nodes' and/or 'pods'"]),
-    ("- a\n- b\n", 1, None, ["expected a mapping with 'nodes:' and/or 'pods:' lists"]),
-    ("pods:\n  - name: p\n    cpu: [1\n", 4, None, ["not valid YAML/JSON"]),
-])
+
+@pytest.mark.parametrize(
+    "text, line, where, expected",
+    [
+        # unknown field, with the line of the offending key
+        ("pods:\n  - name: p\n    cpu: 1\n    gpu: 1\n", 4, "pods[0].gpu", ["unknown field; known fields:", "gpus"]),
+        (
+            "nodes:\n  - name: n\n    cpu: 12x\n    memory: 1Gi\n",
+            3,
+            "nodes[0].cpu",
+            ["'12x' is not a Kubernetes quantity", "cores, e.g. '64' or '500m'"],
+        ),
+        (
+            "nodes:\n  - name: n\n    cpu: 1\n    memory: 12x\n",
+            4,
+            "nodes[0].memory",
+            ["'12x' is not a Kubernetes quantity"],
+        ),
+        ("nodes:\n  - name: n\n    memory: 1Gi\n", 2, "nodes[0].cpu", ["required field missing"]),
+        ("nodes:\n  - name: n\n    cpu: '-1'\n    memory: 1Gi\n", 3, "nodes[0].cpu", ["must not be negative"]),
+        (
+            "nodes:\n  - name: n\n    cpu: 1\n    memory: 1Gi\n    gpus: 2\n",
+            2,
+            "nodes[0].gpuModel",
+            ["node has 2 GPUs, so a GPU model name is expected"],
+        ),
+        (
+            "nodes:\n  - name: n\n    cpu: 1\n    memory: 1Gi\n    gpus: 1.5\n    gpuModel: T4\n",
+            5,
+            "nodes[0].gpus",
+            ["must be a whole number"],
+        ),
+        (
+            "nodes:\n  - name: n\n    cpu: 1\n    memory: 1Gi\n    labels: [a]\n",
+            5,
+            "nodes[0].labels",
+            ["expected a mapping"],
+        ),
+        ("nodes:\n  - cpu: 1\n    memory: 1Gi\n", 2, "nodes[0].name", ["expected a non-empty string"]),
+        ("nodes:\n  - name: ''\n    cpu: 1\n    memory: 1Gi\n", 2, "nodes[0].name", ["expected a non-empty string"]),
+        ("pods:\n  - name: p\n    count: 0\n", 3, "pods[0].count", ["expected a positive integer, got 0"]),
+        ("pods:\n  - name: p\n    count: '3'\n", 3, "pods[0].count", ["expected a positive integer, got '3'"]),
+        ("pods:\n  - name: p\n    gpus: 2\n    gpuMilli: 500\n", 4, "pods[0].gpuMilli", ["must take whole cards"]),
+        ("pods:\n  - name: p\n    gpuMilli: 500\n", 3, "pods[0].gpuMilli", ["gpu_milli is 500 but num_gpu is 0"]),
+        (
+            "pods:\n  - name: p\n    gpus: 1\n    gpuMilli: 0.5\n",
+            4,
+            "pods[0].gpuMilli",
+            ["expected an integer 1..1000, got 0.5"],
+        ),
+        (
+            "pods:\n  - name: p\n    gpus: 1\n    gpuModels: [T4, '']\n",
+            4,
+            "pods[0].gpuModels",
+            ["expected a list of GPU model names"],
+        ),
+        (
+            "pods:\n  - name: p\n    creationTime: -1\n",
+            3,
+            "pods[0].creationTime",
+            ["expected non-negative seconds, got -1"],
+        ),
+        (
+            "pods:\n  - name: p\n    creationTime: 10\n    deletionTime: 5\n",
+            4,
+            "pods[0].deletionTime",
+            ["is before creationTime"],
+        ),
+        ("pods:\n  - name: ok\n  - just-a-string\n", 1, "pods[1]", ["expected a mapping of fields"]),
+        ("pods: {name: p}\n", 1, "pods", ["expected a list of pods"]),
+        ("pods:\n  - name: p\nextra: 1\n", 3, "extra", ["unknown top-level key; expected 'nodes' and/or 'pods'"]),
+        ("- a\n- b\n", 1, None, ["expected a mapping with 'nodes:' and/or 'pods:' lists"]),
+        ("pods:\n  - name: p\n    cpu: [1\n", 4, None, ["not valid YAML/JSON"]),
+    ],
+)
 def test_generic_malformed(tmp_path: Path, text, line, where, expected) -> None:
     path = write(tmp_path, "trace.yaml", text)
     trace_error(read_generic, path, line, where, *expected)
@@ -247,7 +350,9 @@ def test_generic_duplicate_names_name_the_line(tmp_path: Path) -> None:
     # "p" with count 2 makes p-0 and p-1, which collides with the explicit p-1 on line 5.
     path = write(tmp_path, "trace.yaml", "pods:\n  - name: p\n    count: 2\n  - name: q\n  - name: p-1\n")
     trace_error(read_generic, path, 5, "pods[2].name", "name 'p-1' is used twice", "pods[0]")
-    nodes = write(tmp_path, "nodes.yaml", "nodes:\n  - {name: a, cpu: 1, memory: 1}\n  - {name: a, cpu: 1, memory: 1}\n")
+    nodes = write(
+        tmp_path, "nodes.yaml", "nodes:\n  - {name: a, cpu: 1, memory: 1}\n  - {name: a, cpu: 1, memory: 1}\n"
+    )
     trace_error(read_generic, nodes, 3, "nodes[1].name", "name 'a' is used twice")
 
 

@@ -1,5 +1,6 @@
 """A tiny PPO run on a small synthetic cluster: the loop runs, losses are finite, the export loads,
 a resumed run ends exactly where an uninterrupted one does, and the offline seam fits records."""
+
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from ppo_fixtures import small_nodes, small_pods, small_typical, write_workload  # noqa: E402
+
 from rlsched.cli import main as cli_main  # noqa: E402
 from rlsched.policy.env import EnvConfig, SchedulingCore  # noqa: E402
 from rlsched.policy.features import NUM_FEATURES  # noqa: E402
@@ -21,10 +23,27 @@ from rlsched.policy.ppo.agent import Agent  # noqa: E402
 
 def tiny_args(tmp_path: Path, **kw) -> Args:
     nodes, pods = write_workload(tmp_path)
-    base = dict(exp_name="tiny", seed=3, nodes=nodes, traces=(pods,), num_envs=2, num_steps=32, total_timesteps=256,
-                num_minibatches=2, update_epochs=2, hidden=(16, 16), value_hidden=16, end_at=1.0, learn_from=0.3,
-                eval_every=2, checkpoint_every=100, val_seeds=(5,), out_dir=str(tmp_path / "runs"), progress=False,
-                rank_scale=20.0)
+    base = dict(
+        exp_name="tiny",
+        seed=3,
+        nodes=nodes,
+        traces=(pods,),
+        num_envs=2,
+        num_steps=32,
+        total_timesteps=256,
+        num_minibatches=2,
+        update_epochs=2,
+        hidden=(16, 16),
+        value_hidden=16,
+        end_at=1.0,
+        learn_from=0.3,
+        eval_every=2,
+        checkpoint_every=100,
+        val_seeds=(5,),
+        out_dir=str(tmp_path / "runs"),
+        progress=False,
+        rank_scale=20.0,
+    )
     base.update(kw)
     return Args(**base)
 
@@ -36,7 +55,7 @@ def params_of(agent_path: Path) -> dict[str, np.ndarray]:
 
 def test_tiny_run_resume_and_export(tmp_path: Path) -> None:
     full = train(tiny_args(tmp_path / "a"))
-    assert full.steps == 256 and len(full.history) == 5          # iteration 0: validation of the start
+    assert full.steps == 256 and len(full.history) == 5  # iteration 0: validation of the start
     for row in full.history[1:]:
         for key in ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac", "sps"):
             assert np.isfinite(row[key]), (key, row)
@@ -61,9 +80,24 @@ def test_tiny_run_resume_and_export(tmp_path: Path) -> None:
 def test_cli_train_with_config(tmp_path: Path, capsys) -> None:
     nodes, pods = write_workload(tmp_path)
     config = tmp_path / "train.yaml"
-    config.write_text(json.dumps({"exp-name": "cli", "nodes": nodes, "traces": [pods], "num_envs": 1, "num_steps": 16,
-                                  "total_timesteps": 32, "hidden": [8, 8], "value_hidden": 8, "eval_every": 0,
-                                  "val_seeds": [1], "out_dir": str(tmp_path / "runs"), "progress": False}))
+    config.write_text(
+        json.dumps(
+            {
+                "exp-name": "cli",
+                "nodes": nodes,
+                "traces": [pods],
+                "num_envs": 1,
+                "num_steps": 16,
+                "total_timesteps": 32,
+                "hidden": [8, 8],
+                "value_hidden": 8,
+                "eval_every": 0,
+                "val_seeds": [1],
+                "out_dir": str(tmp_path / "runs"),
+                "progress": False,
+            }
+        )
+    )
     out = tmp_path / "model.npz"
     assert cli_main(["train", "--config", str(config), "--seed", "2", "--export", str(out)]) == 0
     assert out.is_file() and out.with_suffix(".json").is_file()
@@ -84,8 +118,10 @@ def test_fit_from_records_learns_the_logged_choice() -> None:
     records = []
     while not core.done and len(records) < 60:
         cand = core.candidates
-        action = int(np.argmin(cand.features[:, 0] + cand.features[:, 15]))   # some fixed rule to imitate
-        records.append(DecisionRecord(features=cand.features, prior=cand.prior, action=action, count=cand.count.astype(float)))
+        action = int(np.argmin(cand.features[:, 0] + cand.features[:, 15]))  # some fixed rule to imitate
+        records.append(
+            DecisionRecord(features=cand.features, prior=cand.prior, action=action, count=cand.count.astype(float))
+        )
         core.step_node(int(cand.nodes[cand.rep[action]]))
     args = Args(hidden=(16, 16), value_hidden=16, prior_scale=0.0, seed=0)
     start = Agent(NUM_FEATURES, 6, (16, 16), 16, 0.0)
@@ -103,7 +139,19 @@ def mean_logprob(agent: Agent, records: list[DecisionRecord]) -> float:
     buf = RolloutBuffer(len(records), 1, NUM_FEATURES, 6)
     for t, r in enumerate(records):
         g = len(r.features)
-        buf.add(t, 0, r.features, r.prior, np.zeros(g), r.count, r.features[0, CLUSTER_SLICE], np.zeros(2, bool), r.action, 0, 0)
+        buf.add(
+            t,
+            0,
+            r.features,
+            r.prior,
+            np.zeros(g),
+            r.count,
+            r.features[0, CLUSTER_SLICE],
+            np.zeros(2, bool),
+            r.action,
+            0,
+            0,
+        )
     b, extra = buf.batch(np.arange(len(records)))
     with torch.no_grad():
         return float(agent.get_action_and_value(b, extra["actions"])[1].mean())

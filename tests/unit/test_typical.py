@@ -1,4 +1,5 @@
 """Typical pods (FGD protocol step 2): group, keep the largest groups up to the coverage, renormalize."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,11 +23,11 @@ def test_keeps_largest_groups_until_coverage() -> None:
     pods = pods_of([((1000, 1, 500, ()), 3), ((2000, 0, 0, ()), 6), ((4000, 2, 1000, ("T4",)), 1)])
     typical = typical_pods(pods, coverage=0.9)
     assert len(typical) == 2
-    assert typical.cpu_milli.tolist() == [2000, 1000]     # largest first
+    assert typical.cpu_milli.tolist() == [2000, 1000]  # largest first
     assert typical.num_gpu.tolist() == [0, 1]
     assert typical.gpu_milli.tolist() == [0, 500]
     assert typical.gpu_models == ((), ())
-    np.testing.assert_allclose(typical.weight, [6 / 9, 3 / 9])   # renormalized over the kept pods
+    np.testing.assert_allclose(typical.weight, [6 / 9, 3 / 9])  # renormalized over the kept pods
 
 
 def test_groups_by_request_not_memory_or_name() -> None:
@@ -43,7 +44,7 @@ def test_full_coverage_keeps_all_and_weights_sum_to_one() -> None:
     typical = typical_pods(pods, coverage=1.0)
     assert len(typical) == len({(p.cpu_milli, p.gpu_milli) for p in pods})
     assert typical.weight.sum() == pytest.approx(1.0)
-    assert (np.diff(typical.weight) <= 1e-12).all()           # sorted by size
+    assert (np.diff(typical.weight) <= 1e-12).all()  # sorted by size
 
 
 def test_order_of_input_does_not_matter() -> None:
@@ -74,23 +75,28 @@ def test_json_roundtrip_and_errors() -> None:
     with pytest.raises(ValueError, match=r"typical pods\[0\]: values must be non-negative and weight positive"):
         TypicalPods.from_json([{"cpuMilli": 1, "gpuMilli": 0, "numGpu": 0, "weight": 0}])
     # Weights are renormalized on the way in.
-    np.testing.assert_allclose(TypicalPods.from_json([
-        {"cpuMilli": 1, "gpuMilli": 0, "numGpu": 0, "weight": 3},
-        {"cpuMilli": 2, "gpuMilli": 0, "numGpu": 0, "weight": 1},
-    ]).weight, [0.75, 0.25])
+    np.testing.assert_allclose(
+        TypicalPods.from_json(
+            [
+                {"cpuMilli": 1, "gpuMilli": 0, "numGpu": 0, "weight": 3},
+                {"cpuMilli": 2, "gpuMilli": 0, "numGpu": 0, "weight": 1},
+            ]
+        ).weight,
+        [0.75, 0.25],
+    )
 
 
 def test_access_matrix() -> None:
     typical = typical_pods(pods_of([((1, 1, 500, ()), 4), ((1, 1, 500, ("V100",)), 3), ((1, 0, 0, ("V100",)), 2)]), 1.0)
     # Columns: T4, V100, CPU-only nodes (model id -1).
     assert typical.access(("T4", "V100")).tolist() == [
-        [True, True, True],      # unconstrained GPU pod (a CPU-only node has no free GPU milli anyway)
-        [False, True, False],    # V100 only
-        [True, True, True],      # a model list on a CPU-only pod constrains nothing
+        [True, True, True],  # unconstrained GPU pod (a CPU-only node has no free GPU milli anyway)
+        [False, True, False],  # V100 only
+        [True, True, True],  # a model list on a CPU-only pod constrains nothing
     ]
 
 
 def test_default_trace_keeps_35_specs(openb_dir: Path) -> None:
     typical = typical_pods(load_pods(openb_dir / "openb_pod_list_default.csv"))
-    assert len(typical) == 35   # the openb README: "On the default trace this keeps 35 specs"
+    assert len(typical) == 35  # the openb README: "On the default trace this keeps 35 specs"
     assert typical.weight.sum() == pytest.approx(1.0)

@@ -1,11 +1,12 @@
 """Cluster variants (policy/variants.py): each changes the cluster in the one way it says."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
 from ppo_fixtures import small_nodes
+
 from rlsched.policy.cluster import NodeSpec
 from rlsched.policy.trace import load_nodes
 from rlsched.policy.variants import VARIANTS, main, make_variant
@@ -14,7 +15,7 @@ from rlsched.policy.variants import VARIANTS, main, make_variant
 def test_eight_cards_keeps_cpu_and_memory_per_card() -> None:
     nodes = small_nodes()
     out = make_variant("eight-cards", nodes)
-    for a, b in zip(nodes, out):
+    for a, b in zip(nodes, out, strict=True):
         assert a.name == b.name and a.gpu_model == b.gpu_model
         if a.gpu_count == 0:
             assert b == a

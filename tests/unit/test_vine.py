@@ -1,4 +1,5 @@
 """Branch rollouts with common random numbers (policy/ppo/vine.py) and the vine training loop."""
+
 from __future__ import annotations
 
 import pickle
@@ -10,22 +11,35 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from ppo_fixtures import small_nodes, small_pods, small_typical, write_workload  # noqa: E402
+
 from rlsched.policy.env import EnvConfig, RewardConfig, SchedulingCore  # noqa: E402
 from rlsched.policy.features import CLUSTER_FEATURES, FEATURES, FeatureEncoder  # noqa: E402
 from rlsched.policy.learned import load_learned_scorer  # noqa: E402
 from rlsched.policy.network import PolicyNetwork  # noqa: E402
 from rlsched.policy.ppo import Args, train  # noqa: E402
 from rlsched.policy.ppo.agent import Agent  # noqa: E402
-from rlsched.policy.ppo.vine import (BranchBatch, BranchPoint, advantages, branch_points, collect_trunk,  # noqa: E402
-                                     play_out, vine_loss)
+from rlsched.policy.ppo.vine import (  # noqa: E402
+    BranchBatch,
+    BranchPoint,
+    advantages,
+    branch_points,
+    collect_trunk,
+    play_out,
+    vine_loss,
+)
 
 RANK = 20.0
 
 
 def core_and_net(seed: int = 0) -> tuple[SchedulingCore, PolicyNetwork]:
     typical = small_typical()
-    core = SchedulingCore(small_nodes(), small_pods(), typical, EnvConfig(end_at=1.0, reward=RewardConfig(1.0, 0.0)),
-                          FeatureEncoder(typical))
+    core = SchedulingCore(
+        small_nodes(),
+        small_pods(),
+        typical,
+        EnvConfig(end_at=1.0, reward=RewardConfig(1.0, 0.0)),
+        FeatureEncoder(typical),
+    )
     torch.manual_seed(seed)
     agent = Agent(len(FEATURES), len(CLUSTER_FEATURES), (8, 8), 8, 50.0)
     return core, PolicyNetwork(agent.to_arrays(), prior_scale=50.0)
@@ -50,7 +64,7 @@ def test_collect_trunk_tries_the_likeliest_groups_and_is_deterministic() -> None
     a, ua = collect_trunk(net, core, 11, points, 3, RANK, "sample")
     b, ub = collect_trunk(net, core, 11, points, 3, RANK, "sample")
     assert ua == ub and len(a) == len(b) > 0
-    for p, q in zip(a, b):
+    for p, q in zip(a, b, strict=True):
         np.testing.assert_array_equal(p.returns, q.returns)
         assert 2 <= len(p.actions) <= 3 and len(set(p.actions.tolist())) == len(p.actions)
         assert np.all(np.diff(p.logprobs) <= 1e-6), "the likeliest groups first"
@@ -61,11 +75,17 @@ def test_collect_trunk_tries_the_likeliest_groups_and_is_deterministic() -> None
 
 def point(returns: list[float], logprobs: list[float], groups: int = 3) -> BranchPoint:
     rng = np.random.default_rng(len(returns))
-    return BranchPoint(x=rng.random((groups, len(FEATURES)), dtype=np.float32), prior=np.zeros(groups, np.float32),
-                       offset=np.zeros(groups, np.float32), count=np.ones(groups, np.float32),
-                       cluster=np.zeros(len(CLUSTER_FEATURES), np.float32),
-                       actions=np.arange(len(returns), dtype=np.int64), logprobs=np.array(logprobs, np.float32),
-                       returns=np.array(returns, np.float64), arrived=0.9)
+    return BranchPoint(
+        x=rng.random((groups, len(FEATURES)), dtype=np.float32),
+        prior=np.zeros(groups, np.float32),
+        offset=np.zeros(groups, np.float32),
+        count=np.ones(groups, np.float32),
+        cluster=np.zeros(len(CLUSTER_FEATURES), np.float32),
+        actions=np.arange(len(returns), dtype=np.int64),
+        logprobs=np.array(logprobs, np.float32),
+        returns=np.array(returns, np.float64),
+        arrived=0.9,
+    )
 
 
 def test_advantages_are_centred_under_the_policy_weights() -> None:
@@ -97,17 +117,37 @@ def test_the_surrogate_raises_the_better_action() -> None:
 
 def vine_args(tmp_path: Path, **kw) -> Args:
     nodes, pods = write_workload(tmp_path)
-    base = dict(exp_name="vine", seed=3, nodes=nodes, traces=(pods,), advantage="vine", vine_trunks=2, vine_points=3,
-                vine_actions=2, vine_window=(0.3, 0.9), total_timesteps=18, num_minibatches=2, update_epochs=2,
-                hidden=(8, 8), value_hidden=8, end_at=1.0, eval_every=1, checkpoint_every=1, val_seeds=(5,),
-                out_dir=str(tmp_path / "runs"), progress=False, rank_scale=RANK, head_lr_scale=10.0)
+    base = dict(
+        exp_name="vine",
+        seed=3,
+        nodes=nodes,
+        traces=(pods,),
+        advantage="vine",
+        vine_trunks=2,
+        vine_points=3,
+        vine_actions=2,
+        vine_window=(0.3, 0.9),
+        total_timesteps=18,
+        num_minibatches=2,
+        update_epochs=2,
+        hidden=(8, 8),
+        value_hidden=8,
+        end_at=1.0,
+        eval_every=1,
+        checkpoint_every=1,
+        val_seeds=(5,),
+        out_dir=str(tmp_path / "runs"),
+        progress=False,
+        rank_scale=RANK,
+        head_lr_scale=10.0,
+    )
     base.update(kw)
     return Args(**base)
 
 
 def test_vine_run_exports_resumes_and_matches_across_worker_counts(tmp_path: Path) -> None:
     one = train(vine_args(tmp_path / "a"))
-    assert len(one.history) == 4                       # iteration 0 (validation of the start) + 3
+    assert len(one.history) == 4  # iteration 0 (validation of the start) + 3
     for row in one.history[1:]:
         for key in ("pg_loss", "v_loss", "approx_kl", "clipfrac", "head_l1", "grad_out.weight"):
             assert np.isfinite(row[key]), (key, row)

@@ -18,6 +18,7 @@ share the future (common random numbers, :mod:`rlsched.policy.ppo.vine`). It rep
 
     python benchmarks/ppo_diagnosis.py --seeds 5000-5003 --points 30 --json docs/ppo-diagnosis.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,7 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--points", type=int, default=30, help="branch states per seed (default: %(default)s)")
     p.add_argument("--actions", type=int, default=4, help="actions tried per state (default: %(default)s)")
     p.add_argument("--window", type=float, nargs=2, default=(0.85, 0.99), help="arrival window (default: %(default)s)")
-    p.add_argument("--mode", choices=("greedy", "sample"), default="greedy", help="how the model plays (default: %(default)s)")
+    p.add_argument(
+        "--mode", choices=("greedy", "sample"), default="greedy", help="how the model plays (default: %(default)s)"
+    )
     p.add_argument("--json", help="write the figures here")
     args = p.parse_args(argv)
 
@@ -54,17 +57,27 @@ def main(argv: list[str] | None = None) -> int:
     typical = typical_pods(pods)
     scorer = load_learned_scorer(args.model, typical)
     net, rank_scale = scorer.network, scorer.decision.rank_scale
-    core = SchedulingCore(load_nodes(args.nodes), pods, typical, EnvConfig(end_at=1.005, reward=RewardConfig(1.0, 0.0)),
-                          FeatureEncoder(typical, scorer.encoder.cpu_weight))
+    core = SchedulingCore(
+        load_nodes(args.nodes),
+        pods,
+        typical,
+        EnvConfig(end_at=1.005, reward=RewardConfig(1.0, 0.0)),
+        FeatureEncoder(typical, scorer.encoder.cpu_weight),
+    )
     t0 = time.time()
     points, unalloc = [], []
     for seed in parse_seeds(args.seeds):
         rng = np.random.default_rng(seed)
-        pts, u = collect_trunk(net, core, seed, branch_points(rng, tuple(args.window), args.points), args.actions,
-                               rank_scale, args.mode)
+        pts, u = collect_trunk(
+            net, core, seed, branch_points(rng, tuple(args.window), args.points), args.actions, rank_scale, args.mode
+        )
         points += pts
         unalloc.append(u)
-        print(f"seed {seed}: unallocated {u:.3f} %, {len(pts)} states, {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+        print(
+            f"seed {seed}: unallocated {u:.3f} %, {len(pts)} states, {time.time() - t0:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
 
     adv = np.concatenate([advantages(pt)[1] for pt in points])
     spread = np.array([np.ptp(pt.returns) for pt in points])
@@ -87,16 +100,23 @@ def main(argv: list[str] | None = None) -> int:
     w_out = np.abs(net.p["w_out"]).sum()
     episode_std = float(np.std(unalloc, ddof=1)) if len(unalloc) > 1 else float("nan")
     figures = {
-        "model": Path(args.model).name, "seeds": args.seeds, "mode": args.mode, "states": len(points),
-        "actions_per_state": args.actions, "window": list(args.window),
-        "episode_unallocated_mean": float(np.mean(unalloc)), "episode_return_std_across_seeds": episode_std,
+        "model": Path(args.model).name,
+        "seeds": args.seeds,
+        "mode": args.mode,
+        "states": len(points),
+        "actions_per_state": args.actions,
+        "window": list(args.window),
+        "episode_unallocated_mean": float(np.mean(unalloc)),
+        "episode_return_std_across_seeds": episode_std,
         "states_where_the_action_matters": float((spread > 0).mean()),
         "true_advantage_abs_median_nonzero": float(np.median(np.abs(adv[nz]))) if nz.any() else 0.0,
         "true_advantage_abs_p90_nonzero": float(np.percentile(np.abs(adv[nz]), 90)) if nz.any() else 0.0,
         "snr_one_decision_vs_episode_noise": (float(np.median(np.abs(adv[nz]))) / episode_std) if nz.any() else 0.0,
         "critic_td_advantage_abs_median": float(np.median(np.abs(td))),
         "corr_true_vs_critic_td": corr,
-        "critic_picks_the_best_action": float(np.mean(np.array(best_true) == np.array(best_td))) if best_true else float("nan"),
+        "critic_picks_the_best_action": float(np.mean(np.array(best_true) == np.array(best_td)))
+        if best_true
+        else float("nan"),
         "chance_of_picking_the_best": 1.0 / args.actions,
         "prior_logit_gap_median": float(np.median(prior_gap)),
         "network_logit_gap_median": float(np.median(net_gap)),

@@ -28,24 +28,25 @@ alone the undiscounted return is minus the headline figure. The fragmentation te
 potential-based shaping: it telescopes to the final fragmentation and gives the critic a dense
 signal. Pods that fail while no decision is pending (no feasible node) charge the previous decision.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
 from .cluster import ClusterState, NodeSpec, PodRequest, PodSpec
-from .features import NUM_FEATURES, Candidates, FeatureEncoder
 from .feasibility import feasible_nodes
+from .features import NUM_FEATURES, Candidates, FeatureEncoder
 from .scorers.base import TieBreak
 from .simulator import RequestCache
 from .typical import TypicalPods, typical_pods
 from .workload import DEFAULT_TARGET, inflate
-
 
 OBS_BOUND = 1000.0
 """Feature values are clipped to ±this in the gym observation (they are scaled to about 0..1; only a
@@ -120,8 +121,15 @@ class ActionLayout:
 class SchedulingCore:
     """One FGD-protocol episode at a time, paused at every pod that needs a decision."""
 
-    def __init__(self, nodes: Sequence[NodeSpec], pods: Sequence[PodSpec], typical: TypicalPods | None = None,
-                 config: EnvConfig | None = None, encoder: FeatureEncoder | None = None, name: str = ""):
+    def __init__(
+        self,
+        nodes: Sequence[NodeSpec],
+        pods: Sequence[PodSpec],
+        typical: TypicalPods | None = None,
+        config: EnvConfig | None = None,
+        encoder: FeatureEncoder | None = None,
+        name: str = "",
+    ):
         if not pods:
             raise ValueError("the workload has no pods")
         self.node_specs = tuple(nodes)
@@ -256,7 +264,11 @@ class SchedulingCore:
 
     def _end(self) -> None:
         # Pods still waiting after a delay count as failed.
-        waiting = [self.requests(p).gpu_total for p, seen in zip(self.queue[self.position:], self.queued_before[self.position:]) if seen]
+        waiting = [
+            self.requests(p).gpu_total
+            for p, seen in zip(self.queue[self.position :], self.queued_before[self.position :], strict=True)
+            if seen
+        ]
         for milli in waiting:
             self._pending -= self.config.reward.fail_weight * milli * 100.0 / self.capacity
         self.candidates = None
@@ -307,7 +319,7 @@ class VectorCore:
         self.next_seed = [seed0 + e for e in range(len(cores))]
         self.finished: list[dict[str, Any]] = []
         """Summaries of episodes that ended since the last :meth:`pop_finished`."""
-        for e, core in enumerate(self.cores):
+        for e in range(len(self.cores)):
             self._start(e)
 
     def _start(self, e: int) -> None:
@@ -321,9 +333,17 @@ class VectorCore:
 
     def _record(self, e: int) -> None:
         core = self.cores[e]
-        self.finished.append({"env": e, "trace": core.name, "seed": core.seed, "return": core.episode_return,
-                              "unallocated_100": core.unallocated_at_100(), "decisions": core.decisions,
-                              "failed_pods": core.failed_pods})
+        self.finished.append(
+            {
+                "env": e,
+                "trace": core.name,
+                "seed": core.seed,
+                "return": core.episode_return,
+                "unallocated_100": core.unallocated_at_100(),
+                "decisions": core.decisions,
+                "failed_pods": core.failed_pods,
+            }
+        )
 
     def after_step(self, e: int, done: bool) -> None:
         """Call after stepping core ``e``: restarts it when its episode ended."""
@@ -349,18 +369,25 @@ class SchedulingEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, nodes: Sequence[NodeSpec], pods: Sequence[PodSpec], typical: TypicalPods | None = None,
-                 config: EnvConfig | None = None):
+    def __init__(
+        self,
+        nodes: Sequence[NodeSpec],
+        pods: Sequence[PodSpec],
+        typical: TypicalPods | None = None,
+        config: EnvConfig | None = None,
+    ):
         super().__init__()
         self.core = SchedulingCore(nodes, pods, typical, config)
         n = self.core.num_nodes
         self.layout = self.core.layout
         self.action_space = spaces.Discrete(self.layout.size)
-        self.observation_space = spaces.Dict({
-            "nodes": spaces.Box(-OBS_BOUND, OBS_BOUND, shape=(n, NUM_FEATURES), dtype=np.float32),
-            "tiebreak_rank": spaces.Box(0.0, 1.0, shape=(n,), dtype=np.float32),
-            "action_mask": spaces.MultiBinary(self.layout.size),
-        })
+        self.observation_space = spaces.Dict(
+            {
+                "nodes": spaces.Box(-OBS_BOUND, OBS_BOUND, shape=(n, NUM_FEATURES), dtype=np.float32),
+                "tiebreak_rank": spaces.Box(0.0, 1.0, shape=(n,), dtype=np.float32),
+                "action_mask": spaces.MultiBinary(self.layout.size),
+            }
+        )
 
     def _obs(self) -> tuple[dict, dict]:
         core = self.core
@@ -372,10 +399,14 @@ class SchedulingEnv(gym.Env):
             if cand is not None:
                 rows[cand.nodes] = np.clip(cand.features[cand.group], -OBS_BOUND, OBS_BOUND)
                 mask[cand.nodes] = 1
-            mask[n:n + 2] = core.special_mask()
+            mask[n : n + 2] = core.special_mask()
         obs = {"nodes": rows, "tiebreak_rank": core.rank_frac.astype(np.float32), "action_mask": mask}
-        info = {"action_mask": mask.copy(), "arrived_pct": core.arrived * 100.0 / core.capacity,
-                "allocated_pct": core.allocated * 100.0 / core.capacity, "failed_gpu_milli": core.failed_milli}
+        info = {
+            "action_mask": mask.copy(),
+            "arrived_pct": core.arrived * 100.0 / core.capacity,
+            "allocated_pct": core.allocated * 100.0 / core.capacity,
+            "failed_gpu_milli": core.failed_milli,
+        }
         return obs, info
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):

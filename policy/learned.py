@@ -12,6 +12,7 @@ any other policy. ``values`` are the network's node scores (FGD-CPU prior + lear
 logit units); ``choose`` adds the tie-break term and samples (or, in greedy mode, takes the best) —
 see :mod:`rlsched.policy.network`. ``version`` and ``digest`` (sha256 of the file) identify the model.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,8 +27,14 @@ from .network import DecisionRule, PolicyNetwork, choose_node, node_logits, rank
 from .scorers.base import NodeScores, Scorer, TieBreak
 from .typical import TypicalPods
 
-__all__ = ["LearnedScorer", "ModelFileError", "load_learned_scorer", "learned_policy_path", "DEFAULT_MODEL",
-           "LEARNED_PREFIXES"]
+__all__ = [
+    "LearnedScorer",
+    "ModelFileError",
+    "load_learned_scorer",
+    "learned_policy_path",
+    "DEFAULT_MODEL",
+    "LEARNED_PREFIXES",
+]
 
 DEFAULT_MODEL = Path(__file__).resolve().parent / "models" / "ppo-openb-default.npz"
 """The bundled model (trained on the openb default trace; see docs/ppo.md)."""
@@ -44,7 +51,7 @@ def learned_policy_path(name: str) -> tuple[str, bool] | None:
     any other policy name."""
     for prefix, prior_only in LEARNED_PREFIXES.items():
         if name.startswith(prefix):
-            return name[len(prefix):], prior_only
+            return name[len(prefix) :], prior_only
     return None
 
 
@@ -53,8 +60,15 @@ class LearnedScorer(Scorer):
 
     name = "ppo"
 
-    def __init__(self, network: PolicyNetwork, encoder: FeatureEncoder, decision: DecisionRule,
-                 manifest: dict[str, Any] | None = None, digest: str = "", path: str = ""):
+    def __init__(
+        self,
+        network: PolicyNetwork,
+        encoder: FeatureEncoder,
+        decision: DecisionRule,
+        manifest: dict[str, Any] | None = None,
+        digest: str = "",
+        path: str = "",
+    ):
         self.network = network
         self.encoder = encoder
         self.decision = decision
@@ -75,14 +89,17 @@ class LearnedScorer(Scorer):
 
     def logits(self, scores: NodeScores, nodes: np.ndarray, tiebreak: TieBreak) -> np.ndarray:
         """Per node, the logit the decision rule samples from."""
-        return node_logits(scores.values, np.arange(len(nodes)), rank_fraction(tiebreak, nodes), self.decision.rank_scale)
+        return node_logits(
+            scores.values, np.arange(len(nodes)), rank_fraction(tiebreak, nodes), self.decision.rank_scale
+        )
 
     def choose(self, scores: NodeScores, nodes: np.ndarray, tiebreak: TieBreak) -> int:
         return choose_node(self.logits(scores, nodes, tiebreak), nodes, tiebreak, self.decision.mode)
 
 
-def load_learned_scorer(path: str | Path, typical: TypicalPods | None = None, mode: str | None = None,
-                        prior_only: bool = False) -> LearnedScorer:
+def load_learned_scorer(
+    path: str | Path, typical: TypicalPods | None = None, mode: str | None = None, prior_only: bool = False
+) -> LearnedScorer:
     """Load a model file (see :mod:`rlsched.policy.export`) as a scorer.
 
     ``typical`` is the workload model for the fragmentation features (the evaluated workload's typical

@@ -18,6 +18,7 @@ seed-fixed order that makes FGD's ties consolidate pods on a few nodes, here as 
 ``mode="sample"`` draws a node from the softmax of those logits with the tie-break's random stream
 (how the policy was trained, and the default); ``mode="greedy"`` takes the largest logit.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,17 +52,25 @@ class DecisionRule:
             raise ValueError(f"rank_scale must be non-negative, got {self.rank_scale}")
 
 
-def param_shapes(num_features: int, num_cluster: int, hidden: tuple[int, int], value_hidden: int) -> dict[str, tuple[int, ...]]:
+def param_shapes(
+    num_features: int, num_cluster: int, hidden: tuple[int, int], value_hidden: int
+) -> dict[str, tuple[int, ...]]:
     """The shape of every parameter array, by name."""
     h1, h2 = hidden
     pooled = 2 * h2 + num_cluster
     return {
-        "w1": (num_features, h1), "b1": (h1,),
-        "w2": (h1, h2), "b2": (h2,),
-        "w_out": (h2,), "b_out": (),
-        "v1": (pooled, value_hidden), "c1": (value_hidden,),
-        "v_out": (value_hidden,), "c_out": (),
-        "w_special": (pooled, len(SPECIAL_ACTIONS)), "b_special": (len(SPECIAL_ACTIONS),),
+        "w1": (num_features, h1),
+        "b1": (h1,),
+        "w2": (h1, h2),
+        "b2": (h2,),
+        "w_out": (h2,),
+        "b_out": (),
+        "v1": (pooled, value_hidden),
+        "c1": (value_hidden,),
+        "v_out": (value_hidden,),
+        "c_out": (),
+        "w_special": (pooled, len(SPECIAL_ACTIONS)),
+        "b_special": (len(SPECIAL_ACTIONS),),
     }
 
 
@@ -104,6 +113,7 @@ class PolicyNetwork:
 
 
 # -- the decision rule -------------------------------------------------------------------------------
+
 
 def rank_fraction(tiebreak: TieBreak, nodes: np.ndarray) -> np.ndarray:
     """float64[K]: each node's place in the tie-break order, scaled to [0, 1)."""

@@ -4,15 +4,23 @@ Only training imports torch; serving uses :mod:`rlsched.policy.network` and
 :mod:`rlsched.policy.learned`. :mod:`.config` (the ``Args``) is torch-free; the rest is imported on
 first use.
 """
+
 from __future__ import annotations
 
 import importlib
 
 from .config import Args
 
-_LAZY = {"Agent": "agent", "RaggedBatch": "agent", "RolloutBuffer": "buffer", "DecisionRecord": "trainer",
-         "train_vine": "vine_trainer",
-         "TrainResult": "trainer", "fit_from_records": "trainer", "train": "trainer"}
+_LAZY = {
+    "Agent": "agent",
+    "RaggedBatch": "agent",
+    "RolloutBuffer": "buffer",
+    "DecisionRecord": "trainer",
+    "train_vine": "vine_trainer",
+    "TrainResult": "trainer",
+    "fit_from_records": "trainer",
+    "train": "trainer",
+}
 
 __all__ = ["Args", *_LAZY]
 

@@ -6,6 +6,7 @@ and up to two special actions (delay, reject). A batch of ``B`` decisions stores
 operations. Actions are local: ``a ≥ 0`` is the group index within its decision, ``-1`` delay,
 ``-2`` reject.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,8 +57,14 @@ def layer_init(layer: nn.Linear, std: float = float(np.sqrt(2)), bias: float = 0
 class Agent(nn.Module):
     """Shared per-node scorer + pooled value head + special-action head."""
 
-    def __init__(self, num_features: int, num_cluster: int, hidden: tuple[int, int] = (64, 64), value_hidden: int = 64,
-                 prior_scale: float = 50.0):
+    def __init__(
+        self,
+        num_features: int,
+        num_cluster: int,
+        hidden: tuple[int, int] = (64, 64),
+        value_hidden: int = 64,
+        prior_scale: float = 50.0,
+    ):
         super().__init__()
         h1, h2 = hidden
         pooled = 2 * h2 + num_cluster
@@ -71,10 +78,20 @@ class Agent(nn.Module):
         self.special = layer_init(nn.Linear(pooled, len(SPECIAL_ACTIONS)), std=0.01)
 
     # -- numpy exchange ------------------------------------------------------------------------
-    _NAMES = {"w1": ("l1", "weight"), "b1": ("l1", "bias"), "w2": ("l2", "weight"), "b2": ("l2", "bias"),
-              "w_out": ("out", "weight"), "b_out": ("out", "bias"), "v1": ("v1", "weight"), "c1": ("v1", "bias"),
-              "v_out": ("v_out", "weight"), "c_out": ("v_out", "bias"), "w_special": ("special", "weight"),
-              "b_special": ("special", "bias")}
+    _NAMES = {
+        "w1": ("l1", "weight"),
+        "b1": ("l1", "bias"),
+        "w2": ("l2", "weight"),
+        "b2": ("l2", "bias"),
+        "w_out": ("out", "weight"),
+        "b_out": ("out", "bias"),
+        "v1": ("v1", "weight"),
+        "c1": ("v1", "bias"),
+        "v_out": ("v_out", "weight"),
+        "c_out": ("v_out", "bias"),
+        "w_special": ("special", "weight"),
+        "b_special": ("special", "bias"),
+    }
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """The parameters in :func:`rlsched.policy.network.param_shapes` layout (float32)."""
@@ -108,15 +125,17 @@ class Agent(nn.Module):
         w = (b.count / total[b.seg]).unsqueeze(-1)
         mean = torch.zeros(n, hs, dtype=h.dtype).index_add_(0, b.seg, w * h)
         top = torch.full((n, hs), float("-inf"), dtype=h.dtype).scatter_reduce(
-            0, b.seg.unsqueeze(-1).expand(-1, hs), h, reduce="amax", include_self=True)
+            0, b.seg.unsqueeze(-1).expand(-1, hs), h, reduce="amax", include_self=True
+        )
         top = torch.where(torch.isinf(top), torch.zeros_like(top), top)
         pooled = torch.cat([mean, top, b.cluster], dim=1)
         value = self.v_out(torch.tanh(self.v1(pooled))).squeeze(-1)
         special = self.special(pooled)
         return scores, value, special
 
-    def get_action_and_value(self, b: RaggedBatch, action: torch.Tensor | None = None,
-                             generator: torch.Generator | None = None):
+    def get_action_and_value(
+        self, b: RaggedBatch, action: torch.Tensor | None = None, generator: torch.Generator | None = None
+    ):
         """(action, log-prob, entropy, value) per decision; samples the action when none is given."""
         scores, value, special = self(b)
         z = scores + b.offset
@@ -145,7 +164,7 @@ class Agent(nn.Module):
         counts = torch.bincount(b.seg, minlength=b.size)
         for i in range(b.size):
             start, k = int(b.row_start[i]), int(counts[i])
-            logits = torch.cat([z[start:start + k], zs[i]]).detach()
+            logits = torch.cat([z[start : start + k], zs[i]]).detach()
             j = int(torch.multinomial(torch.softmax(logits, 0), 1, generator=generator))
             out[i] = j if j < k else -(j - k) - 1
         return out

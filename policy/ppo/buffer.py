@@ -4,6 +4,7 @@ Per-decision arrays are preallocated ``[num_steps, num_envs]`` (SB3's layout); c
 into one growing table with a start and length per decision. :meth:`RolloutBuffer.batch` gathers
 any set of decisions into a :class:`~rlsched.policy.ppo.agent.RaggedBatch`.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,16 +41,28 @@ class RolloutBuffer:
     def reset(self) -> None:
         self.rows = 0
 
-    def add(self, t: int, e: int, x: np.ndarray, prior: np.ndarray, offset: np.ndarray, count: np.ndarray,
-            cluster: np.ndarray, special_mask: np.ndarray, action: int, logprob: float, value: float) -> None:
+    def add(
+        self,
+        t: int,
+        e: int,
+        x: np.ndarray,
+        prior: np.ndarray,
+        offset: np.ndarray,
+        count: np.ndarray,
+        cluster: np.ndarray,
+        special_mask: np.ndarray,
+        action: int,
+        logprob: float,
+        value: float,
+    ) -> None:
         g = len(x)
         if self.rows + g > len(self.x):
             self._grow(self.rows + g)
         r = self.rows
-        self.x[r:r + g] = x
-        self.prior[r:r + g] = prior
-        self.offset[r:r + g] = offset
-        self.count[r:r + g] = count
+        self.x[r : r + g] = x
+        self.prior[r : r + g] = prior
+        self.offset[r : r + g] = offset
+        self.count[r : r + g] = count
         self.rows += g
         self.row_start[t, e] = r
         self.row_len[t, e] = g
@@ -99,6 +112,8 @@ class RolloutBuffer:
             cluster=torch.from_numpy(self.cluster.reshape(-1, self.C)[flat_idx]),
             special_mask=torch.from_numpy(self.special_mask.reshape(-1, 2)[flat_idx]),
         )
-        extra = {name: torch.from_numpy(getattr(self, name).reshape(-1)[flat_idx])
-                 for name in ("actions", "logprobs", "values", "advantages", "returns", "choice")}
+        extra = {
+            name: torch.from_numpy(getattr(self, name).reshape(-1)[flat_idx])
+            for name in ("actions", "logprobs", "values", "advantages", "returns", "choice")
+        }
         return b, extra

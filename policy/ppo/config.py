@@ -1,4 +1,5 @@
 """Training settings (torch-free, so ``rlsched train --help`` and config validation need no torch)."""
+
 from __future__ import annotations
 
 import ast
@@ -150,17 +151,16 @@ def parse_tuple_fields(args: Args) -> Args:
     return args
 
 
-
 ARGS_FIELDS: list[dataclasses.Field] = list(dataclasses.fields(Args))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _docs() -> dict[str, str]:
     """Field name → the docstring under it in :class:`Args`."""
     tree = ast.parse(inspect.getsource(Args))
     body = tree.body[0].body
     out = {}
-    for node, nxt in zip(body, body[1:]):
+    for node, nxt in zip(body, body[1:], strict=False):
         if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
             out[node.target.id] = " ".join(str(nxt.value.value).split())
     return out
@@ -178,6 +178,6 @@ def field_kind(f: dataclasses.Field):
         return bool, None
     if typing.get_origin(t) is tuple:
         return tuple, typing.get_args(t)[0]
-    if t == (float | None) or t == typing.Optional[float]:
+    if t == (float | None):
         return "optional-float", None
     return t, None

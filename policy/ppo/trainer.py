@@ -11,6 +11,7 @@ validation episodes on held-out seeds pick the model that is exported.
 reward) decisions (behaviour cloning, optionally advantage-weighted), for retraining from the
 operator's decision log.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,9 +22,10 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,8 +39,8 @@ from ..published import trace_name
 from ..trace import load_nodes, load_pods
 from ..typical import typical_pods
 from .agent import Agent
-from .config import Args, parse_tuple_fields
 from .buffer import RolloutBuffer
+from .config import Args, parse_tuple_fields
 
 
 @dataclass
@@ -54,10 +56,16 @@ class TrainResult:
 
 # -- pieces the loop calls ------------------------------------------------------------------------
 
+
 def make_cores(args: Args, end_at: float) -> list[SchedulingCore]:
     nodes = load_nodes(args.nodes)
-    config = EnvConfig(target=args.target, end_at=end_at, allow_delay=args.allow_delay, allow_reject=args.allow_reject,
-                       reward=RewardConfig(args.fail_weight, args.frag_weight, args.cost_weight, args.load_weight))
+    config = EnvConfig(
+        target=args.target,
+        end_at=end_at,
+        allow_delay=args.allow_delay,
+        allow_reject=args.allow_reject,
+        reward=RewardConfig(args.fail_weight, args.frag_weight, args.cost_weight, args.load_weight),
+    )
     workloads = []
     for path in args.traces:
         pods = load_pods(path)
@@ -104,8 +112,18 @@ def act(net: PolicyNetwork, core: SchedulingCore, rank_scale: float) -> dict[str
     z = np.concatenate([s + offsets, np.where(smask, special, -np.inf)])
     lp = log_softmax(z)
     logprob = float(lp[action] if action >= 0 else lp[len(s) + (-action - 1)])
-    return dict(node=node, action=action, logprob=logprob, value=value, x=x, prior=prior, offset=offsets,
-                count=count, cluster=cluster, special_mask=smask)
+    return dict(
+        node=node,
+        action=action,
+        logprob=logprob,
+        value=value,
+        x=x,
+        prior=prior,
+        offset=offsets,
+        count=count,
+        cluster=cluster,
+        special_mask=smask,
+    )
 
 
 def step_core(core: SchedulingCore, node: int, action: int) -> tuple[float, bool]:
@@ -141,24 +159,32 @@ def plot_curves(history: list[dict], episodes: list[dict], path: Path) -> None:
     if not history:
         return
     steps = [h["global_step"] for h in history]
-    panels = [("unallocated GPU % at 100 % (train episodes)", None), ("validation unallocated %", "val_unallocated"),
-              ("policy loss", "pg_loss"), ("value loss", "v_loss"), ("entropy", "entropy"), ("approx_kl", "approx_kl"),
-              ("clipfrac", "clipfrac"), ("explained variance", "explained_variance"), ("steps/s", "sps")]
+    panels = [
+        ("unallocated GPU % at 100 % (train episodes)", None),
+        ("validation unallocated %", "val_unallocated"),
+        ("policy loss", "pg_loss"),
+        ("value loss", "v_loss"),
+        ("entropy", "entropy"),
+        ("approx_kl", "approx_kl"),
+        ("clipfrac", "clipfrac"),
+        ("explained variance", "explained_variance"),
+        ("steps/s", "sps"),
+    ]
     fig, axes = plt.subplots(3, 3, figsize=(13, 9), dpi=100)
-    for ax, (title, key) in zip(axes.flat, panels):
+    for ax, (title, key) in zip(axes.flat, panels, strict=True):
         if key is None:
             xs = [e["global_step"] for e in episodes if e.get("unallocated_100") is not None]
             ys = [e["unallocated_100"] for e in episodes if e.get("unallocated_100") is not None]
             ax.plot(xs, ys, ".", alpha=0.5)
             if len(ys) >= 5:
                 k = 5
-                ax.plot(xs[k - 1:], np.convolve(ys, np.ones(k) / k, mode="valid"), "-")
+                ax.plot(xs[k - 1 :], np.convolve(ys, np.ones(k) / k, mode="valid"), "-")
         else:
-            pts = [(s, h[key]) for s, h in zip(steps, history) if h.get(key) is not None]
+            pts = [(s, h[key]) for s, h in zip(steps, history, strict=True) if h.get(key) is not None]
             if pts:
-                ax.plot(*zip(*pts), "-o" if key == "val_unallocated" else "-", markersize=3)
+                ax.plot(*zip(*pts, strict=True), "-o" if key == "val_unallocated" else "-", markersize=3)
         if key == "explained_variance":
-            ax.set_ylim(-1.05, 1.05)   # the first iterations' values (before the critic fits) would hide the rest
+            ax.set_ylim(-1.05, 1.05)  # the first iterations' values (before the critic fits) would hide the rest
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("decisions", fontsize=8)
         ax.grid(alpha=0.3)
@@ -169,17 +195,29 @@ def plot_curves(history: list[dict], episodes: list[dict], path: Path) -> None:
 
 def git_commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                              cwd=Path(__file__).resolve().parent).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).resolve().parent
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
 
 
-def export(agent: Agent, args: Args, path: Path, training: dict[str, Any], typical_json: list[dict], version: str) -> str:
-    manifest = build_manifest(version=version, hidden=args.hidden, value_hidden=args.value_hidden,
-                              prior_scale=args.prior_scale, rank_scale=args.rank_scale, mode=args.serve_mode,
-                              fgd_cpu_weight=args.fgd_cpu_weight, typical_json=typical_json, training=training,
-                              allow_delay=args.allow_delay, allow_reject=args.allow_reject)
+def export(
+    agent: Agent, args: Args, path: Path, training: dict[str, Any], typical_json: list[dict], version: str
+) -> str:
+    manifest = build_manifest(
+        version=version,
+        hidden=args.hidden,
+        value_hidden=args.value_hidden,
+        prior_scale=args.prior_scale,
+        rank_scale=args.rank_scale,
+        mode=args.serve_mode,
+        fgd_cpu_weight=args.fgd_cpu_weight,
+        typical_json=typical_json,
+        training=training,
+        allow_delay=args.allow_delay,
+        allow_reject=args.allow_reject,
+    )
     digest = save_model(path, agent.to_arrays(), manifest)
     path.with_suffix(".json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return digest
@@ -224,17 +262,30 @@ class RunOutput:
 
     def provenance(self, extra: dict[str, Any]) -> dict[str, Any]:
         a = self.args
-        return {"command": " ".join(shlex.quote(x) for x in sys.argv), "args": asdict(a), "gitCommit": git_commit(),
-                "torch": torch.__version__, "traces": [trace_name(t) or t for t in a.traces],
-                "trainSeeds": self.train_seeds, "valSeeds": list(a.val_seeds), **extra}
+        return {
+            "command": " ".join(shlex.quote(x) for x in sys.argv),
+            "args": asdict(a),
+            "gitCommit": git_commit(),
+            "torch": torch.__version__,
+            "traces": [trace_name(t) or t for t in a.traces],
+            "trainSeeds": self.train_seeds,
+            "valSeeds": list(a.val_seeds),
+            **extra,
+        }
 
     def offer(self, agent: Agent, val: float, extra: dict[str, Any]) -> bool:
         """Export ``agent`` as the best model if its validation figure ``val`` beats every earlier one."""
         if self.best_val is not None and val >= self.best_val:
             return False
         self.best_val = val
-        export(agent, self.args, self.best_path, self.provenance({**extra, "valUnallocated": val}), self.typical_json,
-               self.version)
+        export(
+            agent,
+            self.args,
+            self.best_path,
+            self.provenance({**extra, "valUnallocated": val}),
+            self.typical_json,
+            self.version,
+        )
         return True
 
     def finish(self, agent: Agent, final_val: float, extra: dict[str, Any]) -> None:
@@ -251,6 +302,7 @@ class RunOutput:
 
 
 # -- the loop -------------------------------------------------------------------------------------
+
 
 def train(args: Args) -> TrainResult:
     """Run PPO; returns where the exported model went and the validation figures."""
@@ -294,8 +346,9 @@ def train(args: Args) -> TrainResult:
         # the starting policy is a candidate too: PPO must beat it on validation to replace it
         start_val = float(np.mean(validate(numpy_net(agent, args), args, args.val_seeds, val_core)))
         out.offer(agent, start_val, {"globalStep": 0})
-        history.append({"iteration": 0, "global_step": 0, "val_unallocated": start_val,
-                        "elapsed_s": time.time() - start_time})
+        history.append(
+            {"iteration": 0, "global_step": 0, "val_unallocated": start_val, "elapsed_s": time.time() - start_time}
+        )
 
     bar = None
     if args.progress:
@@ -324,8 +377,19 @@ def train(args: Args) -> TrainResult:
                     envs.after_step(e, done)
                     warmup += 1
                 d = act(net, core, args.rank_scale)
-                buffer.add(step, e, d["x"], d["prior"], d["offset"], d["count"], d["cluster"], d["special_mask"],
-                           d["action"], d["logprob"], d["value"])
+                buffer.add(
+                    step,
+                    e,
+                    d["x"],
+                    d["prior"],
+                    d["offset"],
+                    d["count"],
+                    d["cluster"],
+                    d["special_mask"],
+                    d["action"],
+                    d["logprob"],
+                    d["value"],
+                )
                 reward, done = step_core(core, d["node"], d["action"])
                 buffer.rewards[step, e] = reward
                 buffer.ended[step, e] = float(done)
@@ -342,10 +406,10 @@ def train(args: Args) -> TrainResult:
         b_inds = np.arange(batch_size)
         clipfracs, approx_kl = [], torch.tensor(0.0)
         pg_loss = v_loss = entropy_loss = torch.tensor(0.0)
-        for epoch in range(args.update_epochs):
+        for epoch in range(args.update_epochs):  # noqa: B007 (read after the loop: the epochs that ran)
             shuffle_rng.shuffle(b_inds)
             for start in range(0, batch_size, minibatch_size):
-                mb, extra = buffer.batch(b_inds[start:start + minibatch_size])
+                mb, extra = buffer.batch(b_inds[start : start + minibatch_size])
                 _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb, extra["actions"])
                 choice = extra["choice"].float()
                 n_choice = choice.sum().clamp(min=1.0)
@@ -364,7 +428,9 @@ def train(args: Args) -> TrainResult:
                 pg_loss = (torch.max(pg_loss1, pg_loss2) * choice).sum() / n_choice
                 if args.clip_vloss:
                     v_unclipped = (newvalue - extra["returns"]) ** 2
-                    v_clipped = extra["values"] + torch.clamp(newvalue - extra["values"], -args.clip_coef, args.clip_coef)
+                    v_clipped = extra["values"] + torch.clamp(
+                        newvalue - extra["values"], -args.clip_coef, args.clip_coef
+                    )
                     v_loss = 0.5 * torch.max(v_unclipped, (v_clipped - extra["returns"]) ** 2).mean()
                 else:
                     v_loss = 0.5 * ((newvalue - extra["returns"]) ** 2).mean()
@@ -377,24 +443,40 @@ def train(args: Args) -> TrainResult:
             if args.target_kl is not None and approx_kl > args.target_kl:
                 break
         ev = explained_variance(buffer.values.reshape(-1), buffer.returns.reshape(-1))
-        grad_norms = {f"grad_{name}": float(p.grad.norm()) for name, p in agent.named_parameters()
-                      if p.grad is not None and name.endswith("weight")}
+        grad_norms = {
+            f"grad_{name}": float(p.grad.norm())
+            for name, p in agent.named_parameters()
+            if p.grad is not None and name.endswith("weight")
+        }
         raw_adv = buffer.advantages[buffer.choice]
 
         # diagnostics, validation, checkpoint
         it_s = time.time() - it_start
         recent = [e["unallocated_100"] for e in episodes[-8:] if e.get("unallocated_100") is not None]
-        row = {"iteration": iteration, "global_step": global_step, "lr": optimizer.param_groups[0]["lr"],
-               "pg_loss": pg_loss.item(), "v_loss": v_loss.item(), "entropy": entropy_loss.item(),
-               "approx_kl": float(approx_kl), "clipfrac": float(np.mean(clipfracs)) if clipfracs else 0.0,
-               "explained_variance": ev, "epochs": epoch + 1,
-               "mean_reward": float(buffer.rewards.mean()), "sps": (batch_size + warmup) / max(rollout_s, 1e-9),
-               "warmup_decisions": warmup, **grad_norms, "head_l1": agent.out.weight.detach().abs().sum().item(),
-               "adv_std": float(raw_adv.std()) if raw_adv.size else 0.0,
-               "iteration_s": it_s, "episodes": len(episodes),
-               "episode_unallocated": float(np.mean(recent)) if recent else None,
-               "episode_return": float(np.mean([e["return"] for e in episodes[-8:]])) if episodes else None,
-               "elapsed_s": elapsed_before + time.time() - start_time, "val_unallocated": None}
+        row = {
+            "iteration": iteration,
+            "global_step": global_step,
+            "lr": optimizer.param_groups[0]["lr"],
+            "pg_loss": pg_loss.item(),
+            "v_loss": v_loss.item(),
+            "entropy": entropy_loss.item(),
+            "approx_kl": float(approx_kl),
+            "clipfrac": float(np.mean(clipfracs)) if clipfracs else 0.0,
+            "explained_variance": ev,
+            "epochs": epoch + 1,
+            "mean_reward": float(buffer.rewards.mean()),
+            "sps": (batch_size + warmup) / max(rollout_s, 1e-9),
+            "warmup_decisions": warmup,
+            **grad_norms,
+            "head_l1": agent.out.weight.detach().abs().sum().item(),
+            "adv_std": float(raw_adv.std()) if raw_adv.size else 0.0,
+            "iteration_s": it_s,
+            "episodes": len(episodes),
+            "episode_unallocated": float(np.mean(recent)) if recent else None,
+            "episode_return": float(np.mean([e["return"] for e in episodes[-8:]])) if episodes else None,
+            "elapsed_s": elapsed_before + time.time() - start_time,
+            "val_unallocated": None,
+        }
         last_iteration = iteration == num_iterations
         if (args.eval_every and iteration % args.eval_every == 0) or last_iteration:
             val = validate(numpy_net(agent, args), args, args.val_seeds, val_core)
@@ -404,11 +486,27 @@ def train(args: Args) -> TrainResult:
         out.log(row)
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(unalloc=row["episode_unallocated"], val=out.best_val, kl=f"{row['approx_kl']:.4f}",
-                            ev=f"{ev:.2f}", sps=f"{row['sps']:.0f}")
+            bar.set_postfix(
+                unalloc=row["episode_unallocated"],
+                val=out.best_val,
+                kl=f"{row['approx_kl']:.4f}",
+                ev=f"{ev:.2f}",
+                sps=f"{row['sps']:.0f}",
+            )
         if iteration % args.checkpoint_every == 0 or last_iteration:
-            save_checkpoint(run_dir / "checkpoint.pt", agent, optimizer, envs, shuffle_rng, history, episodes, out.best_val,
-                            global_step, iteration, elapsed_before + time.time() - start_time)
+            save_checkpoint(
+                run_dir / "checkpoint.pt",
+                agent,
+                optimizer,
+                envs,
+                shuffle_rng,
+                history,
+                episodes,
+                out.best_val,
+                global_step,
+                iteration,
+                elapsed_before + time.time() - start_time,
+            )
             plot_curves(history, episodes, run_dir / "learning_curves.png")
         done_iterations = iteration
     if bar is not None:
@@ -418,8 +516,19 @@ def train(args: Args) -> TrainResult:
     final_val = float(np.mean(validate(numpy_net(agent, args), args, args.val_seeds, val_core)))
     seconds = elapsed_before + time.time() - start_time
     out.finish(agent, final_val, {"globalStep": global_step, "wallSeconds": seconds})
-    save_checkpoint(run_dir / "checkpoint.pt", agent, optimizer, envs, shuffle_rng, history, episodes, out.best_val,
-                    global_step, done_iterations, seconds)
+    save_checkpoint(
+        run_dir / "checkpoint.pt",
+        agent,
+        optimizer,
+        envs,
+        shuffle_rng,
+        history,
+        episodes,
+        out.best_val,
+        global_step,
+        done_iterations,
+        seconds,
+    )
     plot_curves(history, episodes, run_dir / "learning_curves.png")
     (run_dir / "episodes.json").write_text(json.dumps(episodes, indent=0))
     return TrainResult(str(out.best_path), out.best_val, final_val, global_step, seconds, str(run_dir), history)
@@ -429,8 +538,11 @@ def make_optimizer(agent: Agent, args: Args) -> optim.Adam:
     """Adam over every parameter, the score head at ``head_lr_scale`` times the base step size."""
     head = list(agent.out.parameters())
     rest = [p for n, p in agent.named_parameters() if not n.startswith("out.")]
-    return optim.Adam([{"params": rest, "lr_scale": 1.0}, {"params": head, "lr_scale": args.head_lr_scale}],
-                      lr=args.learning_rate, eps=1e-5)
+    return optim.Adam(
+        [{"params": rest, "lr_scale": 1.0}, {"params": head, "lr_scale": args.head_lr_scale}],
+        lr=args.learning_rate,
+        eps=1e-5,
+    )
 
 
 def set_lr(optimizer: optim.Optimizer, lr: float) -> None:
@@ -438,19 +550,42 @@ def set_lr(optimizer: optim.Optimizer, lr: float) -> None:
         group["lr"] = lr * group.get("lr_scale", 1.0)
 
 
-def save_checkpoint(path: Path, agent: Agent, optimizer: optim.Optimizer, envs: VectorCore, shuffle_rng: np.random.Generator,
-                    history: list[dict], episodes: list[dict], best_val: float | None, global_step: int, iteration: int,
-                    elapsed: float) -> None:
+def save_checkpoint(
+    path: Path,
+    agent: Agent,
+    optimizer: optim.Optimizer,
+    envs: VectorCore,
+    shuffle_rng: np.random.Generator,
+    history: list[dict],
+    episodes: list[dict],
+    best_val: float | None,
+    global_step: int,
+    iteration: int,
+    elapsed: float,
+) -> None:
     """Everything needed to continue the run exactly: weights, optimizer, simulations, random streams."""
     tmp = path.with_suffix(".tmp")
-    torch.save({"agent": agent.state_dict(), "optimizer": optimizer.state_dict(), "envs": pickle.dumps(envs),
-                "shuffle_rng": shuffle_rng, "torch_rng": torch.get_rng_state(), "history": history,
-                "episodes": episodes, "best_val": best_val, "global_step": global_step, "iteration": iteration,
-                "elapsed": elapsed}, tmp)
+    torch.save(
+        {
+            "agent": agent.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "envs": pickle.dumps(envs),
+            "shuffle_rng": shuffle_rng,
+            "torch_rng": torch.get_rng_state(),
+            "history": history,
+            "episodes": episodes,
+            "best_val": best_val,
+            "global_step": global_step,
+            "iteration": iteration,
+            "elapsed": elapsed,
+        },
+        tmp,
+    )
     os.replace(tmp, path)
 
 
 # -- offline seam ---------------------------------------------------------------------------------
+
 
 @dataclass
 class DecisionRecord:
@@ -470,9 +605,16 @@ class DecisionRecord:
     """Tie-break offsets per row (default 0)."""
 
 
-def fit_from_records(records: Sequence[DecisionRecord], args: Args | None = None, epochs: int = 10, batch: int = 256,
-                     learning_rate: float = 1e-3, advantage_weighted: bool = False, beta: float = 1.0,
-                     init: Agent | None = None) -> Agent:
+def fit_from_records(
+    records: Sequence[DecisionRecord],
+    args: Args | None = None,
+    epochs: int = 10,
+    batch: int = 256,
+    learning_rate: float = 1e-3,
+    advantage_weighted: bool = False,
+    beta: float = 1.0,
+    init: Agent | None = None,
+) -> Agent:
     """Fit the agent's policy to logged decisions by (optionally advantage-weighted) behaviour cloning.
 
     Loss per decision: ``−w · log π(action)`` with ``w = 1`` (cloning) or ``w = exp(β · (r − mean r) / std r)``
@@ -493,9 +635,19 @@ def fit_from_records(records: Sequence[DecisionRecord], args: Args | None = None
     rewards = np.array([r.reward for r in records], dtype=np.float64)
     for t, r in enumerate(records):
         g = len(r.features)
-        buf.add(t, 0, r.features, r.prior, r.offset if r.offset is not None else np.zeros(g),
-                r.count if r.count is not None else np.ones(g), r.features[0, CLUSTER_SLICE] if g else np.zeros(len(CLUSTER_FEATURES)),
-                np.array([r.action == -1, r.action == -2]), r.action, 0.0, 0.0)
+        buf.add(
+            t,
+            0,
+            r.features,
+            r.prior,
+            r.offset if r.offset is not None else np.zeros(g),
+            r.count if r.count is not None else np.ones(g),
+            r.features[0, CLUSTER_SLICE] if g else np.zeros(len(CLUSTER_FEATURES)),
+            np.array([r.action == -1, r.action == -2]),
+            r.action,
+            0.0,
+            0.0,
+        )
     if advantage_weighted:
         z = (rewards - rewards.mean()) / (rewards.std() + 1e-8)
         weights = np.minimum(np.exp(beta * z), 20.0).astype(np.float32)
@@ -507,7 +659,7 @@ def fit_from_records(records: Sequence[DecisionRecord], args: Args | None = None
     for _ in range(epochs):
         rng.shuffle(idx)
         for s in range(0, len(idx), batch):
-            mb = idx[s:s + batch]
+            mb = idx[s : s + batch]
             b, extra = buf.batch(mb)
             _, logprob, _, _ = agent.get_action_and_value(b, extra["actions"])
             loss = -(torch.from_numpy(weights[mb]) * logprob).mean()
@@ -516,4 +668,3 @@ def fit_from_records(records: Sequence[DecisionRecord], args: Args | None = None
             nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
     return agent
-

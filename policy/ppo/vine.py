@@ -20,11 +20,13 @@ make the same argument for scheduling: a baseline must condition on the input se
 - :class:`BranchBatch` turns branch points into a :class:`~rlsched.policy.ppo.agent.RaggedBatch`
   with one row-set per (state, action), for the clipped surrogate in :func:`vine_loss`.
 """
+
 from __future__ import annotations
 
 import pickle
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -33,7 +35,6 @@ from ..env import SchedulingCore
 from ..features import CLUSTER_SLICE
 from ..network import PolicyNetwork, choose_node, group_offsets, log_softmax
 from .agent import Agent, RaggedBatch
-
 
 RETURN_RESOLUTION = 1e-4
 """Returns (in % of GPU capacity) closer than this are equal: sums of float rewards in another order
@@ -106,8 +107,15 @@ def group_node(core: SchedulingCore, group: int) -> int:
     return int(cand.nodes[idx[np.argmin(core.rank_frac[cand.nodes[idx]])]])
 
 
-def collect_trunk(net: PolicyNetwork, core: SchedulingCore, seed: int, points: Sequence[float], actions: int,
-                  rank_scale: float, mode: str) -> tuple[list[BranchPoint], float]:
+def collect_trunk(
+    net: PolicyNetwork,
+    core: SchedulingCore,
+    seed: int,
+    points: Sequence[float],
+    actions: int,
+    rank_scale: float,
+    mode: str,
+) -> tuple[list[BranchPoint], float]:
     """Play workload ``seed`` with the policy (``mode``), branching at the first decision with more than
     one group after each arrival fraction in ``points`` (ascending). Returns the branch points and the
     trunk's unallocated GPU % at 100 % arrival."""
@@ -131,12 +139,22 @@ def collect_trunk(net: PolicyNetwork, core: SchedulingCore, seed: int, points: S
                 first.append(reward)
                 after.append(state_value(net, branch))
                 returns.append(reward + play_out(net, branch, rank_scale, mode))
-            out.append(BranchPoint(cand.features.copy(), cand.prior.astype(np.float32), offsets.astype(np.float32),
-                                   cand.count.astype(np.float32), cand.features[0, CLUSTER_SLICE].copy(),
-                                   tried.astype(np.int64), lp[tried].astype(np.float32),
-                                   quantize(np.asarray(returns, dtype=np.float64)), core.arrived / core.capacity,
-                                   state_value(net, core), np.asarray(after, dtype=np.float32),
-                                   np.asarray(first, dtype=np.float32)))
+            out.append(
+                BranchPoint(
+                    cand.features.copy(),
+                    cand.prior.astype(np.float32),
+                    offsets.astype(np.float32),
+                    cand.count.astype(np.float32),
+                    cand.features[0, CLUSTER_SLICE].copy(),
+                    tried.astype(np.int64),
+                    lp[tried].astype(np.float32),
+                    quantize(np.asarray(returns, dtype=np.float64)),
+                    core.arrived / core.capacity,
+                    state_value(net, core),
+                    np.asarray(after, dtype=np.float32),
+                    np.asarray(first, dtype=np.float32),
+                )
+            )
         node, _ = policy_step(net, core, rank_scale, mode)
         core.step_node(node)
     return out, float(core.unallocated_at_100())
@@ -197,14 +215,22 @@ class BranchBatch:
             prior=torch.from_numpy(np.concatenate([p.prior for p in pts])),
             offset=torch.from_numpy(np.concatenate([p.offset for p in pts])),
             count=torch.from_numpy(np.concatenate([p.count for p in pts])),
-            seg=torch.from_numpy(seg), row_start=torch.from_numpy(start),
+            seg=torch.from_numpy(seg),
+            row_start=torch.from_numpy(start),
             cluster=torch.from_numpy(np.stack([p.cluster for p in pts])),
             special_mask=torch.zeros((len(pts), 2), dtype=torch.bool),
         )
 
 
-def vine_loss(agent: Agent, batch: BranchBatch, pairs: np.ndarray, clip_coef: float, adv_scale: float,
-              ent_coef: float, vf_coef: float) -> tuple[torch.Tensor, dict[str, float]]:
+def vine_loss(
+    agent: Agent,
+    batch: BranchBatch,
+    pairs: np.ndarray,
+    clip_coef: float,
+    adv_scale: float,
+    ent_coef: float,
+    vf_coef: float,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """The clipped surrogate over tried actions, ``−Σ w_k · min(ρ_k A_k, clip(ρ_k) A_k)``, with A scaled
     by ``1 / adv_scale``, minus the entropy bonus, plus the critic's squared error on the point's
     weighted mean return; and the diagnostics (approx_kl, clipfrac)."""
@@ -224,15 +250,22 @@ def vine_loss(agent: Agent, batch: BranchBatch, pairs: np.ndarray, clip_coef: fl
     with torch.no_grad():
         approx_kl = float((w * ((ratio - 1) - logratio)).sum() / n_points)
         clipfrac = float((w * ((ratio - 1).abs() > clip_coef).float()).sum() / n_points)
-    return loss, {"pg_loss": pg_loss.item(), "v_loss": v_loss.item(), "entropy": ent.item(),
-                  "approx_kl": approx_kl, "clipfrac": clipfrac}
+    return loss, {
+        "pg_loss": pg_loss.item(),
+        "v_loss": v_loss.item(),
+        "entropy": ent.item(),
+        "approx_kl": approx_kl,
+        "clipfrac": clipfrac,
+    }
 
 
 def trunk_job(job: dict[str, Any]) -> tuple[list[BranchPoint], float]:
     """Worker entry point: ``job`` = params, prior scale, seed, points, actions, rank scale, mode; the
     worker's core comes from :func:`set_worker_core`."""
     net = PolicyNetwork(job["params"], prior_scale=job["prior_scale"])
-    return collect_trunk(net, _WORKER["core"], job["seed"], job["points"], job["actions"], job["rank_scale"], job["mode"])
+    return collect_trunk(
+        net, _WORKER["core"], job["seed"], job["points"], job["actions"], job["rank_scale"], job["mode"]
+    )
 
 
 _WORKER: dict[str, SchedulingCore] = {}

@@ -8,14 +8,15 @@ each played to the episode's end in a copy of the simulation with the same futur
 surrogate over (state, tried action) pairs. Seeds, validation, export and checkpoints follow the GAE
 loop (:func:`rlsched.policy.ppo.trainer.train`): the same ``Args``, the same run folder.
 """
+
 from __future__ import annotations
 
 import multiprocessing
 import pickle
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -24,8 +25,17 @@ from torch import nn
 from ..env import SchedulingCore
 from ..network import PolicyNetwork
 from .config import Args
-from .trainer import (RunOutput, TrainResult, explained_variance, make_cores, make_optimizer, new_agent, numpy_net,
-                      seed_everything, set_lr)
+from .trainer import (
+    RunOutput,
+    TrainResult,
+    explained_variance,
+    make_cores,
+    make_optimizer,
+    new_agent,
+    numpy_net,
+    seed_everything,
+    set_lr,
+)
 from .vine import BranchBatch, branch_points, play_out, set_worker_core, trunk_job, vine_loss
 
 
@@ -45,9 +55,17 @@ def trunk_jobs(args: Args, params: dict[str, np.ndarray], iteration: int, seed0:
     jobs = []
     for t in range(args.vine_trunks):
         rng = np.random.default_rng([args.seed, iteration, t])
-        jobs.append({"params": params, "prior_scale": args.prior_scale, "seed": seed0 + (iteration - 1) * args.vine_trunks + t,
-                     "points": branch_points(rng, args.vine_window, args.vine_points), "actions": args.vine_actions,
-                     "rank_scale": args.rank_scale, "mode": args.rollout_mode})
+        jobs.append(
+            {
+                "params": params,
+                "prior_scale": args.prior_scale,
+                "seed": seed0 + (iteration - 1) * args.vine_trunks + t,
+                "points": branch_points(rng, args.vine_window, args.vine_points),
+                "actions": args.vine_actions,
+                "rank_scale": args.rank_scale,
+                "mode": args.rollout_mode,
+            }
+        )
     return jobs
 
 
@@ -79,8 +97,9 @@ def train_vine(args: Args) -> TrainResult:
 
     pool = None
     if args.workers > 1:
-        pool = multiprocessing.get_context("fork").Pool(args.workers, initializer=set_worker_core,
-                                                        initargs=(pickle.dumps(core),))
+        pool = multiprocessing.get_context("fork").Pool(
+            args.workers, initializer=set_worker_core, initargs=(pickle.dumps(core),)
+        )
     else:
         set_worker_core(pickle.dumps(core))
     done_iterations = first_iteration - 1
@@ -91,7 +110,9 @@ def train_vine(args: Args) -> TrainResult:
             if args.max_iterations and iteration >= first_iteration + args.max_iterations:
                 break
             it_start = time.time()
-            set_lr(optimizer, (1.0 - (iteration - 1.0) / num_iterations if args.anneal_lr else 1.0) * args.learning_rate)
+            set_lr(
+                optimizer, (1.0 - (iteration - 1.0) / num_iterations if args.anneal_lr else 1.0) * args.learning_rate
+            )
 
             # rollouts: trunks and their branches, in the workers (the numpy policy, as served)
             jobs = trunk_jobs(args, agent.to_arrays(), iteration, seed0)
@@ -109,8 +130,15 @@ def train_vine(args: Args) -> TrainResult:
             for epoch in range(args.update_epochs):
                 np.random.default_rng([args.seed, iteration, 1000 + epoch]).shuffle(pairs)
                 for start in range(0, len(pairs), mb_size):
-                    loss, stats = vine_loss(agent, batch, pairs[start:start + mb_size], args.clip_coef, adv_scale,
-                                            args.ent_coef, args.vf_coef)
+                    loss, stats = vine_loss(
+                        agent,
+                        batch,
+                        pairs[start : start + mb_size],
+                        args.clip_coef,
+                        adv_scale,
+                        args.ent_coef,
+                        args.vf_coef,
+                    )
                     optimizer.zero_grad()
                     loss.backward()
                     nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
@@ -123,31 +151,59 @@ def train_vine(args: Args) -> TrainResult:
             with torch.no_grad():
                 values = agent(batch.ragged(firsts))[1].numpy()
             ev = explained_variance(values, batch.value_target)
-            grad_norms = {f"grad_{name}": float(p.grad.norm()) for name, p in agent.named_parameters()
-                          if p.grad is not None and name.endswith("weight")}
-            row = {"iteration": iteration, "lr": optimizer.param_groups[0]["lr"], **stats,
-                   "explained_variance": ev, "epochs": epoch + 1, "points": len(points), "pairs": len(batch),
-                   "points_moving": sum(int(np.ptp(p.returns) > 0) for p in points),
-                   "adv_scale": adv_scale, "head_l1": agent.out.weight.detach().abs().sum().item(), **grad_norms,
-                   "episode_unallocated": float(np.mean([u for _, u in results])), "rollout_s": rollout_s,
-                   "iteration_s": time.time() - it_start,
-                   "elapsed_s": elapsed_before + time.time() - start_time, "val_unallocated": None}
+            grad_norms = {
+                f"grad_{name}": float(p.grad.norm())
+                for name, p in agent.named_parameters()
+                if p.grad is not None and name.endswith("weight")
+            }
+            row = {
+                "iteration": iteration,
+                "lr": optimizer.param_groups[0]["lr"],
+                **stats,
+                "explained_variance": ev,
+                "epochs": epoch + 1,
+                "points": len(points),
+                "pairs": len(batch),
+                "points_moving": sum(int(np.ptp(p.returns) > 0) for p in points),
+                "adv_scale": adv_scale,
+                "head_l1": agent.out.weight.detach().abs().sum().item(),
+                **grad_norms,
+                "episode_unallocated": float(np.mean([u for _, u in results])),
+                "rollout_s": rollout_s,
+                "iteration_s": time.time() - it_start,
+                "elapsed_s": elapsed_before + time.time() - start_time,
+                "val_unallocated": None,
+            }
             last_iteration = iteration == num_iterations
             if (args.eval_every and iteration % args.eval_every == 0) or last_iteration:
-                row["val_unallocated"] = float(np.mean(validate_mode(numpy_net(agent, args), args, args.val_seeds, core)))
+                row["val_unallocated"] = float(
+                    np.mean(validate_mode(numpy_net(agent, args), args, args.val_seeds, core))
+                )
                 out.offer(agent, row["val_unallocated"], {"iteration": iteration})
             history.append(row)
             out.log(row)
             if args.progress:
-                print(f"[vine] it {iteration}/{num_iterations} trunk {row['episode_unallocated']:.3f} "
-                      f"val {row['val_unallocated']} kl {row.get('approx_kl', 0):.4f} clip {row.get('clipfrac', 0):.3f} "
-                      f"ev {ev:.2f} head {row['head_l1']:.2f} moving {row['points_moving']}/{len(points)} "
-                      f"{row['iteration_s']:.0f}s", file=sys.stderr, flush=True)
+                print(
+                    f"[vine] it {iteration}/{num_iterations} trunk {row['episode_unallocated']:.3f} "
+                    f"val {row['val_unallocated']} kl {row.get('approx_kl', 0):.4f} clip {row.get('clipfrac', 0):.3f} "
+                    f"ev {ev:.2f} head {row['head_l1']:.2f} moving {row['points_moving']}/{len(points)} "
+                    f"{row['iteration_s']:.0f}s",
+                    file=sys.stderr,
+                    flush=True,
+                )
             if iteration % args.checkpoint_every == 0 or last_iteration:
-                torch.save({"agent": agent.state_dict(), "optimizer": optimizer.state_dict(),
-                            "torch_rng": torch.get_rng_state(), "history": history, "best_val": out.best_val,
-                            "iteration": iteration, "elapsed": elapsed_before + time.time() - start_time},
-                           out.dir / "checkpoint.pt")
+                torch.save(
+                    {
+                        "agent": agent.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "torch_rng": torch.get_rng_state(),
+                        "history": history,
+                        "best_val": out.best_val,
+                        "iteration": iteration,
+                        "elapsed": elapsed_before + time.time() - start_time,
+                    },
+                    out.dir / "checkpoint.pt",
+                )
             done_iterations = iteration
     finally:
         if pool is not None:
@@ -157,5 +213,12 @@ def train_vine(args: Args) -> TrainResult:
     final_val = float(np.mean(validate_mode(numpy_net(agent, args), args, args.val_seeds, core)))
     seconds = elapsed_before + time.time() - start_time
     out.finish(agent, final_val, {"iteration": done_iterations, "wallSeconds": seconds})
-    return TrainResult(str(out.best_path), out.best_val, final_val, done_iterations * args.vine_trunks * args.vine_points,
-                       seconds, str(out.dir), history)
+    return TrainResult(
+        str(out.best_path),
+        out.best_val,
+        final_val,
+        done_iterations * args.vine_trunks * args.vine_points,
+        seconds,
+        str(out.dir),
+        history,
+    )

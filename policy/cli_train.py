@@ -13,7 +13,10 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .ppo.config import Args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,7 +70,7 @@ def load_config(path: str) -> dict[str, Any]:
     return out
 
 
-def build_args(ns: argparse.Namespace):
+def build_args(ns: argparse.Namespace) -> Args:
     """Args from config file defaults overridden by explicit flags."""
     from .ppo.config import ARGS_FIELDS, Args, parse_tuple_fields
 

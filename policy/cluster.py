@@ -11,7 +11,7 @@ milli each, all of one ``gpu_model``. ``card_free[n, c]`` is the free milli on c
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -208,9 +208,10 @@ class ClusterState:
         self.node_version = np.zeros(n, dtype=np.int64)
         """Bumped on every change of a node, so per-node caches (fragmentation, features) can tell
         which rows moved by comparing with the versions they were computed at."""
-        self.caches: dict[str, object] = {}
-        """Per-state derived data owned by scorers and encoders (see :func:`cached_per_node`);
-        a copy starts with none."""
+        self.caches: dict[Hashable, tuple[np.ndarray, ...]] = {}
+        """Per-state derived arrays owned by scorers and encoders, keyed by their owner (a name, or a
+        (name, instance) pair), typically per-node values with the ``node_version`` they were computed
+        at; a copy starts with none."""
 
     # -- size ---------------------------------------------------------------------------------
     @property

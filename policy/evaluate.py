@@ -342,7 +342,10 @@ def format_events_table(results: Sequence[EventRunResult]) -> str:
     rows = [("policy", "runs", "mean alloc GPU %", "peak alloc GPU %", "mean frag %", "failed pods", "mean wait s")]
     for policy in dict.fromkeys(r.policy for r in results):
         rs = [r for r in results if r.policy == policy]
-        med = lambda attr, rs=rs: float(np.median([getattr(r, attr) for r in rs]))  # noqa: E731
+
+        def med(attr: str, rs: list[EventRunResult] = rs) -> float:
+            return float(np.median([getattr(r, attr) for r in rs]))
+
         rows.append(
             (
                 policy,

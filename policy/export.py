@@ -65,7 +65,8 @@ def build_manifest(
     allow_reject: bool = False,
 ) -> dict[str, Any]:
     """The manifest for a model trained with the current feature schema and network layout."""
-    shapes = param_shapes(len(FEATURES), len(CLUSTER_FEATURES), tuple(hidden), value_hidden)
+    h1, h2 = hidden  # a list from JSON too
+    shapes = param_shapes(len(FEATURES), len(CLUSTER_FEATURES), (h1, h2), value_hidden)
     return {
         "format": MODEL_FORMAT,
         "formatVersion": FORMAT_VERSION,
@@ -97,7 +98,8 @@ def save_model(path: str | Path, params: dict[str, np.ndarray], manifest: dict[s
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
+            # numpy's stub types its allow_pickle keyword as bool, and a dict of arrays could name it; ours never does
+            np.savez(f, **arrays)  # type: ignore[arg-type]
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -303,7 +303,8 @@ class FeatureEncoder:
         if not req.is_share:
             return None
         want = cand.card_free[cand.group]
-        return (state.card_free[cand.nodes] == want[:, None]).argmax(axis=1)
+        cards: np.ndarray = (state.card_free[cand.nodes] == want[:, None]).argmax(axis=1)
+        return cards
 
     def cards_at(self, state: ClusterState, req: PodRequest, cand: Candidates, position: int) -> tuple[int, ...]:
         """The card(s) the pod gets on ``cand.nodes[position]``: FGD-CPU's card for a share pod, else

@@ -13,6 +13,8 @@ nodes whose ``node_version`` moved.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import numba
 import numpy as np
@@ -21,9 +23,30 @@ from .cluster import ClusterState, PodRequest
 from .resources import MILLI_PER_CARD
 from .typical import TypicalPods
 
+_Kernel = TypeVar("_Kernel", bound=Callable[..., Any])
 
-@numba.njit(cache=True, nogil=True)
-def _node_frag(row, ncards, cpu_free, model, t_cpu, t_milli, t_num, t_access, t_weight):
+
+def kernel(fn: _Kernel) -> _Kernel:
+    """``numba.njit(cache=True, nogil=True)`` with the kernel's own signature kept for the type checker.
+
+    numba's decorator is untyped (to mypy every kernel would become ``Any``, its callers unchecked).
+    numba ignores the annotations: it compiles one specialization per tuple of argument types it sees.
+    """
+    return cast(_Kernel, numba.njit(cache=True, nogil=True)(fn))
+
+
+@kernel
+def _node_frag(
+    row: np.ndarray,
+    ncards: int,
+    cpu_free: int,
+    model: int,
+    t_cpu: np.ndarray,
+    t_milli: np.ndarray,
+    t_num: np.ndarray,
+    t_access: np.ndarray,
+    t_weight: np.ndarray,
+) -> float:
     total = 0
     for c in range(ncards):
         total += row[c]
@@ -49,8 +72,20 @@ def _node_frag(row, ncards, cpu_free, model, t_cpu, t_milli, t_num, t_access, t_
     return frag
 
 
-@numba.njit(cache=True, nogil=True)
-def _frag_rows(card_free, gpu_count, cpu_free, model_id, nodes, t_cpu, t_milli, t_num, t_access, t_weight, out):
+@kernel
+def _frag_rows(
+    card_free: np.ndarray,
+    gpu_count: np.ndarray,
+    cpu_free: np.ndarray,
+    model_id: np.ndarray,
+    nodes: np.ndarray,
+    t_cpu: np.ndarray,
+    t_milli: np.ndarray,
+    t_num: np.ndarray,
+    t_access: np.ndarray,
+    t_weight: np.ndarray,
+    out: np.ndarray,
+) -> None:
     for k in range(nodes.shape[0]):
         n = nodes[k]
         out[n] = _node_frag(
@@ -58,34 +93,34 @@ def _frag_rows(card_free, gpu_count, cpu_free, model_id, nodes, t_cpu, t_milli, 
         )
 
 
-@numba.njit(cache=True, nogil=True)
-def _fgd_score(delta):
+@kernel
+def _fgd_score(delta: float) -> np.int64:
     # FGD's score: int64(sigmoid(ΔFrag / 1000) * MaxNodeScore), truncated like Go's conversion.
     return np.int64(100.0 / (1.0 + math.exp(-delta / 1000.0)))
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _placement_deltas(
-    card_free,
-    gpu_count,
-    cpu_free,
-    model_id,
-    frag,
-    nodes,
-    p_cpu,
-    p_milli,
-    p_num,
-    share,
-    t_cpu,
-    t_milli,
-    t_num,
-    t_access,
-    t_weight,
-    out_score,
-    out_card,
-    out_delta,
-    out_best_delta,
-):
+    card_free: np.ndarray,
+    gpu_count: np.ndarray,
+    cpu_free: np.ndarray,
+    model_id: np.ndarray,
+    frag: np.ndarray,
+    nodes: np.ndarray,
+    p_cpu: int,
+    p_milli: int,
+    p_num: int,
+    share: bool,
+    t_cpu: np.ndarray,
+    t_milli: np.ndarray,
+    t_num: np.ndarray,
+    t_access: np.ndarray,
+    t_weight: np.ndarray,
+    out_score: np.ndarray,
+    out_card: np.ndarray,
+    out_delta: np.ndarray,
+    out_best_delta: np.ndarray,
+) -> None:
     ncols = card_free.shape[1]
     tmp = np.empty(ncols, dtype=card_free.dtype)
     for k in range(nodes.shape[0]):

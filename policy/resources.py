@@ -106,9 +106,12 @@ class Quantity:
         if len(self.digits) + shift + self.exp2 * math.log10(2) < 0:
             return 1  # a positive value below 1n: rounded up to 1n
         num = int(self.digits) << self.exp2
+        # typeshed types int ** int as Any (a negative exponent gives a float); both exponents are ≥ 0 here
         if shift >= 0:
-            return num * 10**shift
-        return -(-num // 10**-shift)
+            scale: int = 10**shift
+            return num * scale
+        divisor: int = 10**-shift
+        return -(-num // divisor)
 
 
 def parse_quantity(value: str | int | float) -> Quantity:

@@ -39,7 +39,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import yaml
 
@@ -117,6 +117,16 @@ def _csv_rows(path: Path, required: Sequence[str], known: Sequence[str]) -> Iter
             if len(row) != len(header):
                 raise TraceError(path, line, None, f"has {len(row)} fields, the header has {len(header)}")
             yield line, {h: cell.strip() for h, cell in zip(header, row, strict=True)}
+
+
+@overload
+def _int_field(
+    path: Path, line: int, row: dict[str, str], column: str, what: str, optional: Literal[False] = False
+) -> int: ...
+
+
+@overload
+def _int_field(path: Path, line: int, row: dict[str, str], column: str, what: str, optional: bool) -> int | None: ...
 
 
 def _int_field(
@@ -302,7 +312,7 @@ def _expand(
                 f"unknown field; known fields: {', '.join(sorted(fields))}",
             )
 
-        def fail(key: str, message: str, item=item, where=where) -> TraceError:
+        def fail(key: str, message: str, item: dict[str, Any] = item, where: str = where) -> TraceError:
             return TraceError(doc.path, doc.line_of(item, key), f"{where}.{key}", message)
 
         n = item.get("count", 1)

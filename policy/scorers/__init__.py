@@ -104,6 +104,8 @@ def make_scorer(name: str, typical: TypicalPods | None = None) -> Scorer:
     if name.startswith(("ppo:", "ppo-prior:")):
         from ..learned import learned_policy_path, load_learned_scorer  # deferred: the learned policy is optional
 
-        path, prior_only = learned_policy_path(name)
+        learned = learned_policy_path(name)
+        assert learned is not None  # the name starts with one of its prefixes
+        path, prior_only = learned
         return load_learned_scorer(path, typical=typical, prior_only=prior_only)
     return SCORERS[canonical_name(name)](typical)

@@ -102,4 +102,5 @@ def normalize_min_max(values: np.ndarray) -> np.ndarray:
     lo, hi = values.min(), values.max()
     if hi == lo:
         return np.zeros_like(values)
-    return (values - lo) * MAX_NODE_SCORE // (hi - lo)
+    scores: np.ndarray = (values - lo) * MAX_NODE_SCORE // (hi - lo)
+    return scores

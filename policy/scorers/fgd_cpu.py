@@ -23,10 +23,10 @@ from __future__ import annotations
 import itertools
 import math
 
-import numba
 import numpy as np
 
 from ..cluster import ClusterState, PodRequest
+from ..fragmentation import kernel
 from ..typical import TypicalPods
 from .base import NodeScores, Scorer
 
@@ -40,8 +40,8 @@ DEFAULT_STEP = 40.0
 """Score bucket width in milli of fragmentation change."""
 
 
-@numba.njit(cache=True, nogil=True)
-def _sorted_desc(row, ncards, desc, prefix):
+@kernel
+def _sorted_desc(row: np.ndarray, ncards: int, desc: np.ndarray, prefix: np.ndarray) -> None:
     """Free milli of the node's cards, largest first, into ``desc``; ``prefix[i]`` = sum of the first i."""
     for c in range(ncards):
         f = row[c]
@@ -55,8 +55,20 @@ def _sorted_desc(row, ncards, desc, prefix):
         prefix[c + 1] = prefix[c] + desc[c]
 
 
-@numba.njit(cache=True, nogil=True)
-def _frag_of_sorted(desc, prefix, ncards, cpu_free, model, t_cpu, t_milli, t_num, t_access, t_weight, cpu_weight):
+@kernel
+def _frag_of_sorted(
+    desc: np.ndarray,
+    prefix: np.ndarray,
+    ncards: int,
+    cpu_free: int,
+    model: int,
+    t_cpu: np.ndarray,
+    t_milli: np.ndarray,
+    t_num: np.ndarray,
+    t_access: np.ndarray,
+    t_weight: np.ndarray,
+    cpu_weight: float,
+) -> float:
     """:func:`node_frag_cpu` on the cards already sorted (``_sorted_desc``): the cards that fit a
     typical pod are a prefix of ``desc``, and the least-free fitting cards are that prefix's tail, so
     every term is a difference of prefix sums — no allocation, no per-pod sort."""
@@ -85,8 +97,19 @@ def _frag_of_sorted(desc, prefix, ncards, cpu_free, model, t_cpu, t_milli, t_num
     return frag
 
 
-@numba.njit(cache=True, nogil=True)
-def node_frag_cpu(row, ncards, cpu_free, model, t_cpu, t_milli, t_num, t_access, t_weight, cpu_weight):
+@kernel
+def node_frag_cpu(
+    row: np.ndarray,
+    ncards: int,
+    cpu_free: int,
+    model: int,
+    t_cpu: np.ndarray,
+    t_milli: np.ndarray,
+    t_num: np.ndarray,
+    t_access: np.ndarray,
+    t_weight: np.ndarray,
+    cpu_weight: float,
+) -> float:
     """One node's FGD fragmentation with the CPU-per-free-card term (milli)."""
     desc = np.empty(max(ncards, 1), dtype=np.int64)
     prefix = np.empty(ncards + 1, dtype=np.int64)
@@ -94,10 +117,21 @@ def node_frag_cpu(row, ncards, cpu_free, model, t_cpu, t_milli, t_num, t_access,
     return _frag_of_sorted(desc, prefix, ncards, cpu_free, model, t_cpu, t_milli, t_num, t_access, t_weight, cpu_weight)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _frag_rows(
-    card_free, gpu_count, cpu_free, model_id, nodes, t_cpu, t_milli, t_num, t_access, t_weight, cpu_weight, out
-):
+    card_free: np.ndarray,
+    gpu_count: np.ndarray,
+    cpu_free: np.ndarray,
+    model_id: np.ndarray,
+    nodes: np.ndarray,
+    t_cpu: np.ndarray,
+    t_milli: np.ndarray,
+    t_num: np.ndarray,
+    t_access: np.ndarray,
+    t_weight: np.ndarray,
+    cpu_weight: float,
+    out: np.ndarray,
+) -> None:
     ncols = card_free.shape[1]
     desc = np.empty(max(ncols, 1), dtype=np.int64)
     prefix = np.empty(ncols + 1, dtype=np.int64)
@@ -109,29 +143,29 @@ def _frag_rows(
         )
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _placement(
-    card_free,
-    gpu_count,
-    cpu_free,
-    model_id,
-    frag,
-    nodes,
-    p_cpu,
-    p_milli,
-    p_num,
-    share,
-    t_cpu,
-    t_milli,
-    t_num,
-    t_access,
-    t_weight,
-    cpu_weight,
-    step,
-    out_score,
-    out_card,
-    out_delta,
-):
+    card_free: np.ndarray,
+    gpu_count: np.ndarray,
+    cpu_free: np.ndarray,
+    model_id: np.ndarray,
+    frag: np.ndarray,
+    nodes: np.ndarray,
+    p_cpu: int,
+    p_milli: int,
+    p_num: int,
+    share: bool,
+    t_cpu: np.ndarray,
+    t_milli: np.ndarray,
+    t_num: np.ndarray,
+    t_access: np.ndarray,
+    t_weight: np.ndarray,
+    cpu_weight: float,
+    step: float,
+    out_score: np.ndarray,
+    out_card: np.ndarray,
+    out_delta: np.ndarray,
+) -> None:
     ncols = card_free.shape[1]
     tmp = np.empty(max(ncols, 1), dtype=np.int64)
     desc = np.empty(max(ncols, 1), dtype=np.int64)

@@ -47,9 +47,15 @@ class ResourceWeights:
             raise ValueError(f"resource weight for {', '.join(too_big)} must be at most {MAX_NODE_SCORE}")
 
 
-def _columns(state: ClusterState, req: PodRequest, nodes: np.ndarray, nonzero: bool, weights: ResourceWeights):
+_Column = tuple[str, int, np.ndarray, np.ndarray, int]
+"""(name, weight, allocatable[K], allocated[K], pod request) of one resource."""
+
+
+def _columns(
+    state: ClusterState, req: PodRequest, nodes: np.ndarray, nonzero: bool, weights: ResourceWeights
+) -> list[_Column]:
     """Per configured resource: (name, weight, allocatable[K], allocated[K], pod request)."""
-    cols = []
+    cols: list[_Column] = []
     for name in RESOURCES:
         w = weights.weights.get(name, 0)
         if w == 0:

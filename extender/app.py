@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from .metrics import Metrics
 from .settings import ExtenderSettings
@@ -88,7 +89,7 @@ class _GcPause:
             gc.enable()
 
 
-def _error_middleware(metrics: Metrics, verb_of: Callable[[str], str | None]):
+def _error_middleware(metrics: Metrics, verb_of: Callable[[str], str | None]) -> Middleware:
     gc_pause = _GcPause()
 
     @web.middleware

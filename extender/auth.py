@@ -275,11 +275,12 @@ class Authenticator:
             )
             what = "TokenReview" if kind == "token" else "SubjectAccessReview"
             raise _Unavailable(f"{what}: {str(exc)[:300] or type(exc).__name__}{hint}") from None
-        if not isinstance(answer, dict) or not isinstance(answer.get("status"), dict):
+        status = answer.get("status") if isinstance(answer, dict) else None
+        if not isinstance(status, dict):
             self.reviews.labels(kind, "error").inc()
             raise _Unavailable(f"{kind} review: the API server's answer has no status")
         self.reviews.labels(kind, "ok").inc()
-        return answer["status"]
+        return status
 
     async def _token_review(self, token: str) -> User | str:
         status = await self._call(

@@ -32,7 +32,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlsched.policy.feasibility import feasible_mask, infeasibility_reason
 
@@ -44,6 +44,9 @@ from .objects import PodInfo, assignment_annotations, pod_info
 from .policy import PolicyEngine
 from .rejections import describe
 from .settings import GpuConventions, KubeSettings
+
+if TYPE_CHECKING:
+    from .verbs import Remembered
 
 log = logging.getLogger("rlsched.extender.bind")
 
@@ -71,14 +74,14 @@ class Binder:
         api: Any,
         gpu: GpuConventions,
         kube: KubeSettings,
-        remembered: Callable[[str], Any] | None = None,
+        remembered: Callable[[str], Remembered | None] | None = None,
     ):
         self.cache, self.engine, self.api, self.gpu, self.kube = cache, engine, api, gpu, kube
         self.remembered = remembered or (lambda uid: None)
         """uid → filter's remembered decision (``verbs.DecisionMemory.get``), or None: a hint for the
         cards only, trusted when its resourceVersion is the current pod's."""
         self.lock = asyncio.Lock()
-        self._inflight: dict[str, tuple[str, asyncio.Future[Any]]] = {}
+        self._inflight: dict[str, tuple[str, asyncio.Future[BindResult]]] = {}
 
     async def bind(self, uid: str, namespace: str, name: str, node: str) -> BindResult:
         try:
@@ -89,14 +92,14 @@ class Binder:
             return BindResult(f"refused: {exc}", node, result="refused")
         inflight = self._inflight.get(uid)
         if inflight is not None:
-            other, future = inflight
+            other, pending = inflight
             if other != node:
                 return BindResult(
                     f"pod {namespace}/{name} is already being bound to node {other}", node, result="error"
                 )
-            result = await asyncio.shield(future)
+            result = await asyncio.shield(pending)
             return BindResult(result.error, node, result.cards, result.milli, "duplicate")
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[BindResult] = asyncio.get_running_loop().create_future()
         self._inflight[uid] = (node, future)
         try:
             result = await self._bind(uid, namespace, name, node)
@@ -158,13 +161,12 @@ class Binder:
         # -- the critical section: choose, check and reserve cards without yielding ---------------
         async with self.lock:
             existing = self.cache.pods.get(uid)  # may have changed while the pod was read
-            reused = (
+            if (
                 existing is not None
                 and existing.node == node
                 and existing.status in (ASSUMED, UNCERTAIN)
                 and existing.spec == spec
-            )
-            if reused:
+            ):
                 entry = existing  # a retry after an unknown outcome: keep the reservation
                 entry.status, entry.since = ASSUMED, self.cache.clock()
             else:
@@ -184,14 +186,16 @@ class Binder:
                 if not feasible_mask(state, req)[idx]:
                     why = infeasibility_reason(state, req, idx)
                     return BindResult(f"pod {key} no longer fits node {node}: {why}", node, result="error")
-                entry = None
+                hinted = None
                 cards = self._hinted_cards(uid, info, node)
                 if cards is not None:  # filter's choice, if its cards are still free
-                    entry = self.cache.add(uid, key, node, spec, cards, ASSUMED, exact=True)
-                    if entry.placement is None:
+                    hinted = self.cache.add(uid, key, node, spec, cards, ASSUMED, exact=True)
+                    if hinted.placement is None:
                         self.cache.forget(uid)
-                        entry = None
-                if entry is None:
+                        hinted = None
+                if hinted is not None:
+                    entry = hinted
+                else:
                     cards = self.engine.cards_on(state, self.cache.tiebreak, req, idx)
                     if cards is None:  # pragma: no cover - feasible_mask said it fits
                         return BindResult(f"pod {key} no longer fits node {node}", node, result="error")

@@ -199,7 +199,8 @@ class KubeApi:
     async def get_pod(self, namespace: str, name: str, timeout: float) -> dict[str, Any]:
         """One pod; raises :class:`~rlsched.extender.names.InvalidName` before any request for a name
         no pod can have."""
-        return await self.request("GET", pod_path(namespace, name), timeout=timeout)
+        pod: dict[str, Any] = await self.request("GET", pod_path(namespace, name), timeout=timeout)
+        return pod
 
     async def create_binding(
         self,
@@ -255,7 +256,7 @@ def backoff_delay(base_s: float, failures: int, jitter: float) -> float:
     """Exponential backoff with jitter: ``base·2^(failures-1)`` capped at WATCH_BACKOFF_MAX_S, times
     0.5..1.0 (``jitter`` in [0, 1)) so that many extenders restarted together do not retry in step."""
     exp = min(max(failures - 1, 0), 16)
-    return min(base_s * (2**exp), WATCH_BACKOFF_MAX_S) * (0.5 + 0.5 * jitter)
+    return min(base_s * (2.0**exp), WATCH_BACKOFF_MAX_S) * (0.5 + 0.5 * jitter)
 
 
 class Informer:

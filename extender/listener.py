@@ -25,7 +25,7 @@ import logging
 import ssl
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 from prometheus_client import Counter, Gauge
@@ -138,12 +138,13 @@ class _GuardedProtocol(asyncio.Protocol):
 
     # -- asyncio.Protocol ---------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        # A stream server's protocol: the transport is a full Transport (asyncio types the callback with the base)
+        self.transport = cast(asyncio.Transport, transport)
         g = self.guard
         if len(g.connections) >= g.max_connections:
             g.dropped("over-limit", transport.get_extra_info("peername"))
-            transport.write(
-                _raw_response(  # type: ignore[attr-defined]
+            self.transport.write(
+                _raw_response(
                     503,
                     "Service Unavailable",
                     f"the {g.name} listener has {g.max_connections} connections open "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from typing import TextIO
 
 import orjson
 
@@ -28,7 +29,7 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(out, default=str, option=orjson.OPT_SERIALIZE_NUMPY).decode()
 
 
-def setup_logging(level: str = "INFO", fmt: str = "json", stream=None) -> None:
+def setup_logging(level: str = "INFO", fmt: str = "json", stream: TextIO | None = None) -> None:
     """Configure the root logger once (the CLI calls this)."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(

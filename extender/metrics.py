@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 
 LATENCY_BUCKETS = (
     0.00025,
@@ -111,7 +112,7 @@ class Metrics:
             registry=r,
         )
         self._model_labels: tuple[str, str, str] | None = None
-        self._collectors: list[Callable[[], list[Any]]] = []
+        self._collectors: list[Callable[[], list[Metric]]] = []
         r.register(_Callback(self._collectors))
 
     def set_model(self, info: Any, mode: str) -> None:
@@ -122,7 +123,7 @@ class Metrics:
         self.model_info.labels(*labels).set(1)
         self._model_labels = labels
 
-    def add_collector(self, fn: Callable[[], list[Any]]) -> None:
+    def add_collector(self, fn: Callable[[], list[Metric]]) -> None:
         """``fn()`` returns metric families built at scrape time (cache size and age, load coverage)."""
         self._collectors.append(fn)
 
@@ -131,14 +132,14 @@ class Metrics:
 
 
 class _Callback:
-    def __init__(self, fns: list[Callable[[], list[Any]]]):
+    def __init__(self, fns: list[Callable[[], list[Metric]]]):
         self.fns = fns
 
-    def collect(self):  # noqa: D401 - prometheus_client collector protocol
+    def collect(self) -> Iterator[Metric]:  # noqa: D401 - prometheus_client collector protocol
         for fn in self.fns:
             yield from fn()
 
-    def describe(self):
+    def describe(self) -> list[Metric]:
         return []
 
 

@@ -35,18 +35,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from rlsched.policy.cluster import ClusterState, PodRequest
 from rlsched.policy.decision import Decision, decide
-from rlsched.policy.scorers import Scorer, TieBreak, canonical_name, make_scorer
+from rlsched.policy.scorers import NodeScores, Scorer, TieBreak, canonical_name, make_scorer
 from rlsched.policy.typical import TypicalPods
 
 from .settings import ConfigError, PolicySettings, load_policy_file
 
 log = logging.getLogger("rlsched.extender.policy")
+_T = TypeVar("_T")
 
 FALLBACK_REASONS = ("no-model", "error", "deadline", "bad-output", "busy", "mode-shadow", "mode-off")
 """Why the fallback heuristic served (the ``reason`` label of ``rlsched_fallbacks_total``)."""
@@ -605,7 +606,7 @@ class DeadlineTimer:
     def usable() -> bool:
         return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
 
-    def run(self, fn: Callable[[], Any], deadline_s: float) -> Any:
+    def run(self, fn: Callable[[], _T], deadline_s: float) -> _T:
         """``fn()`` under the deadline. Whatever else owned SIGALRM and the real-time timer (a test
         runner's timeout, say) gets both back afterwards, its remaining time included."""
         start = time.monotonic()
@@ -639,7 +640,7 @@ class _Checked(Scorer):
         self.model = model
         self.name = model.name  # type: ignore[misc]
 
-    def score(self, state: ClusterState, req: PodRequest, nodes: np.ndarray):
+    def score(self, state: ClusterState, req: PodRequest, nodes: np.ndarray) -> NodeScores:
         scores = self.model.score(state, req, nodes)
         values = np.asarray(scores.values)
         if values.shape != (len(nodes),):
@@ -650,10 +651,18 @@ class _Checked(Scorer):
             raise BadOutput("policy returned a card array of the wrong length")
         return scores
 
-    def choose(self, scores, nodes, tiebreak):
+    def choose(self, scores: NodeScores, nodes: np.ndarray, tiebreak: TieBreak) -> int:
         return self.model.choose(scores, nodes, tiebreak)
 
-    def cards(self, state, req, node, position, scores, tiebreak):
+    def cards(
+        self,
+        state: ClusterState,
+        req: PodRequest,
+        node: int,
+        position: int,
+        scores: NodeScores | None,
+        tiebreak: TieBreak,
+    ) -> tuple[int, ...]:
         return self.model.cards(state, req, node, position, scores, tiebreak)
 
 

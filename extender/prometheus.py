@@ -22,6 +22,7 @@ import aiohttp
 import numpy as np
 import orjson
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 
 from rlsched.policy.cluster import LOAD_METRICS
 
@@ -135,7 +136,8 @@ class LoadPoller:
                     extra={"event": "load_query_failed", "column": column},
                 )
                 continue
-            matched, unmatched = 0, []
+            matched = 0
+            unmatched: list[str] = []
             values = self.values[column]
             for series in result:
                 labels = series.get("metric") or {}
@@ -207,7 +209,7 @@ class LoadPoller:
             }
         return out
 
-    def collect(self) -> list[Any]:
+    def collect(self) -> list[Metric]:
         """Scrape-time gauges: per column, nodes with a fresh value, without one, and the age of the
         last successful query."""
         fresh = GaugeMetricFamily(

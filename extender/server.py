@@ -34,6 +34,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiohttp import web
+from prometheus_client.metrics_core import Metric
 
 from .app import Health, make_app, make_status_app
 from .auth import Authenticator
@@ -142,7 +143,7 @@ class Service:
         else:
             self.cache.set_pod(obj)
 
-    def _collect(self) -> list[Any]:
+    def _collect(self) -> list[Metric]:
         c = self.cache
         return [
             gauge("rlsched_extender_cache_nodes", "Nodes in the cache", len(c.nodes)),
@@ -159,7 +160,7 @@ class Service:
             *self._gpu_gauges(),
         ]
 
-    def _gpu_gauges(self) -> list[Any]:
+    def _gpu_gauges(self) -> list[Metric]:
         state = self.cache.state
         if state is None:
             return []

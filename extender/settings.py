@@ -21,9 +21,14 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_D = TypeVar("_D", bound="DataclassInstance")
 
 MODES = ("active", "shadow", "off")
 """Policy modes: ``active`` the learned policy serves (heuristic on any failure); ``shadow`` the
@@ -305,7 +310,7 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
             return None
         inner = [a for a in args if a is not type(None)]
         return _coerce(value, inner[0], where)
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
         return build(hint, value, where)
@@ -355,7 +360,7 @@ def _yaml11(name: str, value: Any) -> Any:
     return value
 
 
-def build(cls: type, data: Mapping[str, Any], where: str = "") -> Any:
+def build(cls: type[_D], data: Mapping[str, Any], where: str = "") -> _D:
     """A ``cls`` instance from camelCase ``data``; unknown keys and wrong types raise ConfigError."""
     hints = _hints(cls)
     by_key = {camel(f.name): f for f in dataclasses.fields(cls)}
@@ -373,7 +378,7 @@ def build(cls: type, data: Mapping[str, Any], where: str = "") -> Any:
     return obj
 
 
-def merge(obj: Any, data: Mapping[str, Any], where: str = "") -> Any:
+def merge(obj: _D, data: Mapping[str, Any], where: str = "") -> _D:
     """A copy of dataclass ``obj`` with camelCase ``data`` applied on top (nested sections merged)."""
     hints = _hints(type(obj))
     by_key = {camel(f.name): f for f in dataclasses.fields(obj)}
@@ -386,7 +391,7 @@ def merge(obj: Any, data: Mapping[str, Any], where: str = "") -> Any:
                 f"unknown setting {path!r}; valid keys{' under ' + where if where else ''}: {', '.join(sorted(by_key))}"
             )
         current = getattr(obj, f.name)
-        if dataclasses.is_dataclass(current) and isinstance(value, Mapping):
+        if dataclasses.is_dataclass(current) and not isinstance(current, type) and isinstance(value, Mapping):
             changes[f.name] = merge(current, value, path)
         else:
             changes[f.name] = _coerce(_yaml11(f.name, value), hints[f.name], path)
@@ -535,7 +540,7 @@ def setting_paths(cls: type, prefix: str = "") -> list[str]:
     for f in dataclasses.fields(cls):
         key = prefix + camel(f.name)
         hint = hints[f.name]
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             out.extend(setting_paths(hint, key + "."))
         else:
             out.append(key)

@@ -12,10 +12,15 @@ import copy
 import uuid
 import zlib
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .kubeapi import ApiError
 from .settings import GpuConventions
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from .server import Service
 
 _GPU = GpuConventions()
 
@@ -306,14 +311,16 @@ class FakeKubeApi:
     of seconds to stall; ``delay_s`` makes every write await (so concurrent binds interleave).
     """
 
-    def __init__(self, nodes: list[dict] | None = None, pods: list[dict] | None = None, delay_s: float = 0.0):
+    def __init__(
+        self, nodes: list[dict[str, Any]] | None = None, pods: list[dict[str, Any]] | None = None, delay_s: float = 0.0
+    ):
         self.nodes = {n["metadata"]["name"]: copy.deepcopy(n) for n in nodes or []}
         self.pods = {(p["metadata"]["namespace"], p["metadata"]["name"]): copy.deepcopy(p) for p in pods or []}
         self.delay_s = delay_s
         self.fail: dict[str, Any] = {}
-        self.calls: list[tuple] = []
+        self.calls: list[tuple[Any, ...]] = []
         self.rv = 5000
-        self._watchers: list[tuple[bool, asyncio.Queue]] = []
+        self._watchers: list[tuple[bool, asyncio.Queue[dict[str, Any] | None]]] = []
 
     async def _maybe_fail(self, what: str) -> None:
         if self.delay_s:
@@ -325,7 +332,7 @@ class FakeKubeApi:
             await asyncio.sleep(f)
             raise ApiError(0, "Timeout", f"{what}: no answer within the timeout")
 
-    async def get_pod(self, namespace: str, name: str, timeout: float) -> dict:
+    async def get_pod(self, namespace: str, name: str, timeout: float) -> dict[str, Any]:
         self.calls.append(("get", namespace, name))
         await self._maybe_fail("get")
         pod = self.pods.get((namespace, name))
@@ -368,29 +375,31 @@ class FakeKubeApi:
         pod["status"]["phase"] = "Running"
         self._bump(pod)
 
-    def _bump(self, obj: dict) -> None:
+    def _bump(self, obj: dict[str, Any]) -> None:
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
         self.emit({"type": "MODIFIED", "object": obj})
 
-    def emit(self, event: dict | None) -> None:
+    def emit(self, event: dict[str, Any] | None) -> None:
         """Send a watch event (a copy) to every open watch of its kind; None ends the watches."""
         for nodes, queue in self._watchers:
             if event is None or (event["object"].get("kind") == "Node") == nodes:
                 queue.put_nowait(copy.deepcopy(event))
 
-    async def list(self, path: str, timeout: float = 60.0, limit: int = 500) -> tuple[list[dict], str]:
+    async def list(self, path: str, timeout: float = 60.0, limit: int = 500) -> tuple[list[dict[str, Any]], str]:
         self.calls.append(("list", path))
         await self._maybe_fail("list")
         items = self.nodes.values() if "nodes" in path else self.pods.values()
         return [copy.deepcopy(i) for i in items], str(self.rv)
 
-    async def watch(self, path: str, resource_version: str, timeout_s: int, on_open: Any = None) -> AsyncIterator[dict]:
+    async def watch(
+        self, path: str, resource_version: str, timeout_s: int, on_open: Any = None
+    ) -> AsyncIterator[dict[str, Any]]:
         self.calls.append(("watch", path, resource_version))
         await self._maybe_fail("watch")
         if on_open is not None:
             on_open()
-        queue: asyncio.Queue = asyncio.Queue()
+        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         watcher = ("nodes" in path, queue)
         self._watchers.append(watcher)
         try:
@@ -411,8 +420,8 @@ class Harness:
 
     def __init__(
         self,
-        nodes: list[dict],
-        pods: list[dict] | None = None,
+        nodes: list[dict[str, Any]],
+        pods: list[dict[str, Any]] | None = None,
         settings: Any = None,
         model_loader: Any = None,
         api: FakeKubeApi | None = None,
@@ -445,12 +454,12 @@ class Harness:
         self.binder = Binder(self.cache, self.engine, self.api, self.settings.gpu, self.settings.kubernetes)
         self.extender = Extender(self.cache, self.engine, self.binder, self.ring, self.settings, self.metrics)
 
-    def app(self):
+    def app(self) -> web.Application:
         from .app import make_app
 
         return make_app(self.extender, self.metrics, self.settings)
 
-    def status_app(self):
+    def status_app(self) -> web.Application:
         from .app import Health, make_status_app
 
         health = Health()
@@ -458,7 +467,7 @@ class Harness:
         health.checks["cache"] = lambda: None if self.cache.ready else "not listed"
         return make_status_app(self.extender, self.metrics, health)
 
-    def add_pod(self, pod: dict) -> dict:
+    def add_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
         """Store a pending pod in the fake API (as kube-scheduler would find it)."""
         self.api.pods[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = copy.deepcopy(pod)
         return pod
@@ -469,11 +478,11 @@ class ScriptedWatchApi:
     ``("list", exception)``, ``("watch", events)`` (an exception among the events is raised where it
     stands), ``("stop",)`` (the default once the script is used up) cancels the informer."""
 
-    def __init__(self, script: list[tuple]):
+    def __init__(self, script: list[tuple[Any, ...]]):
         self.script = list(script)
-        self.calls: list[tuple] = []
+        self.calls: list[tuple[Any, ...]] = []
 
-    async def list(self, path: str, timeout: float = 60.0, limit: int = 500) -> tuple[list, str]:
+    async def list(self, path: str, timeout: float = 60.0, limit: int = 500) -> tuple[list[Any], str]:
         self.calls.append(("list",))
         step = self.script.pop(0)
         assert step[0] == "list", step
@@ -495,16 +504,16 @@ class ScriptedWatchApi:
             yield event
 
 
-async def start_service(api: Any, settings: Any) -> tuple[Any, asyncio.Event, asyncio.Task]:
+async def start_service(api: Any, settings: Any) -> tuple[Service, asyncio.Event, asyncio.Task[int]]:
     """Run :func:`rlsched.extender.server.serve` with a fake API until it is ready; returns the
     service, the event that stops it and its task (start-up errors are raised here)."""
     from .server import serve
 
-    box: dict[str, Any] = {}
+    box: dict[str, Service] = {}
     stop = asyncio.Event()
     ready = asyncio.Event()
 
-    def on_ready(service: Any) -> None:
+    def on_ready(service: Service) -> None:
         box["service"] = service
         ready.set()
 

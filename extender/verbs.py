@@ -119,7 +119,8 @@ class ReasonMemo:
         for n in stale.tolist():
             texts[n] = infeasibility_reason(state, req, n, detail=False)
         versions[stale] = state.node_version[stale]
-        return texts[nodes]
+        reasons: np.ndarray = texts[nodes]
+        return reasons
 
 
 class Extender:
@@ -372,7 +373,12 @@ class Extender:
         if state is None or info.spec is None or not names:
             return [{"Host": n, "Score": 0} for n in names]
         remembered = self.memory.get(info.uid, info.resource_version)
-        if remembered is not None and remembered.epoch == self.cache.epoch and names == remembered.kept:
+        if (
+            remembered is not None
+            and remembered.epoch == self.cache.epoch
+            and names == remembered.kept
+            and remembered.kept_idx is not None  # set with kept
+        ):
             idx = remembered.kept_idx  # kube-scheduler sends back what filter kept: no lookups
         else:
             idx, cand = self._indices(state, names)
@@ -476,6 +482,7 @@ class Extender:
 
     async def _preemptor(self, sent: PodInfo) -> PodInfo | None:
         """The preemptor as it is now (cache, else a GET), if it is ours and pending; else None."""
+        info: PodInfo | None
         if self.binder is not None:
             current = await self.binder.current_pod(sent.uid, sent.namespace, sent.name)
             if isinstance(current, BindResult):

@@ -120,18 +120,18 @@ def extender_args(body: Any) -> ExtenderArgs:
                 raise BadRequest(f"Nodes.items[{i}].metadata.name", "expected a node name")
             names.append(name)
         return ExtenderArgs(pod, names, items)
-    names = f.get("nodenames")
-    if names is None:
+    node_names = f.get("nodenames")
+    if node_names is None:
         raise BadRequest(
             "NodeNames", "either NodeNames (nodeCacheCapable: true) or Nodes (nodeCacheCapable: false) is required"
         )
-    if not isinstance(names, list):
-        raise BadRequest("NodeNames", f"expected a list of node names, got {_type(names)}")
-    if set(map(type, names)) - {str} or "" in names:  # C-speed check; find the culprit only when needed
-        for i, name in enumerate(names):
+    if not isinstance(node_names, list):
+        raise BadRequest("NodeNames", f"expected a list of node names, got {_type(node_names)}")
+    if set(map(type, node_names)) - {str} or "" in node_names:  # C-speed check; find the culprit only when needed
+        for i, name in enumerate(node_names):
             if not isinstance(name, str) or not name:
                 raise BadRequest(f"NodeNames[{i}]", f"expected a node name, got {_type(name)}")
-    return ExtenderArgs(pod, names, None)
+    return ExtenderArgs(pod, node_names, None)
 
 
 @dataclass

@@ -279,6 +279,7 @@ def parse_time(value: Any) -> float | None:
 
 
 def _condition(pod: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    c: Mapping[str, Any]
     for c in (pod.get("status") or {}).get("conditions") or []:
         if c.get("type") == type_:
             return c
@@ -331,7 +332,7 @@ class OutcomeTracker:
 
     def __init__(
         self,
-        write: Callable[[list[dict[str, Any]]], Awaitable[None]],
+        write: Callable[[list[dict[str, Any]]], Awaitable[object]],
         probe: LoadProbe | None = None,
         load_delay_s: float = 60.0,
         recent_s: float = 600.0,
@@ -342,7 +343,7 @@ class OutcomeTracker:
         self.clock = clock
         self.memory = memory
         self._seen: OrderedDict[str, set[str]] = OrderedDict()
-        self._probes: set[asyncio.Task] = set()
+        self._probes: set[asyncio.Task[None]] = set()
 
     def _mark(self, uid: str, event: str) -> bool:
         """True the first time (uid, event) is seen."""

@@ -31,6 +31,7 @@ import kopf
 
 from .conditions import condition, get_condition, merge_conditions, now_iso
 from .extender_client import ExtenderUnavailable, ExtenderView
+from .kube import Kube
 from .requeue import PendingPod, pending_pod
 from .rollout import RolloutResult, SourceError, bundle_label, serves
 from .runtime import Runtime, start_runtime
@@ -72,22 +73,22 @@ def _counts(view: ExtenderView) -> dict[str, int]:
 
 
 def _set_conditions(
-    patch: kopf.Patch, status: Mapping[str, Any] | None, generation: int | None, *updates: dict
+    patch: kopf.Patch, status: Mapping[str, Any] | None, generation: int | None, *updates: dict[str, Any]
 ) -> None:
     patch.status["conditions"] = merge_conditions((status or {}).get("conditions"), updates)
     if generation is not None:
         patch.status["observedGeneration"] = generation
 
 
-def _ready(ok: bool, reason: str, message: str, generation: int | None) -> dict:
+def _ready(ok: bool, reason: str, message: str, generation: int | None) -> dict[str, Any]:
     return condition("Ready", ok, reason, message, generation)
 
 
-def _degraded(bad: bool, reason: str, message: str, generation: int | None) -> dict:
+def _degraded(bad: bool, reason: str, message: str, generation: int | None) -> dict[str, Any]:
     return condition("Degraded", bad, reason, message, generation)
 
 
-def _transition(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+def _transition(body: kopf.Body, type_: str, reason: str, message: str) -> None:
     """A Kubernetes event for the policy (kopf posts it in the handler's context)."""
     (kopf.warn if type_ == "Warning" else kopf.info)(body, reason=reason, message=message)
 
@@ -100,7 +101,7 @@ async def reconcile(
     spec: kopf.Spec,
     meta: kopf.Meta,
     status: kopf.Status,
-    namespace: str,
+    namespace: str | None,
     name: str,
     uid: str,
     patch: kopf.Patch,
@@ -109,6 +110,7 @@ async def reconcile(
     **_: Any,
 ) -> None:
     """Validate, roll out, verify, roll back (module docstring)."""
+    assert namespace is not None  # SchedulingPolicy is namespaced (kopf's protocol allows cluster-scoped ones)
     rt: Runtime = memo.runtime
     generation = meta.get("generation")
     cause = str(reason)  # kopf.Reason: create | update | resume
@@ -288,7 +290,7 @@ def report(
     raise kopf.PermanentError(message)
 
 
-async def retire(body: kopf.Body, namespace: str, name: str, uid: str, memo: kopf.Memo, **_: Any) -> None:
+async def retire(body: kopf.Body, namespace: str | None, name: str, uid: str, memo: kopf.Memo, **_: Any) -> None:
     """The served policy is deleted: the extender returns to its own settings."""
     rt: Runtime = memo.runtime
     async with rt.lock(uid):
@@ -314,6 +316,7 @@ async def refresh(
     generation = meta.get("generation")
     ready = get_condition(status, "Ready")
     degraded = get_condition(status, "Degraded")
+    observed = status.get("observedGeneration") if status else None
     watching = (ready or {}).get("status") == "True" or (degraded or {}).get("reason") in (
         "Drift",
         "ExtenderUnreachable",
@@ -321,11 +324,7 @@ async def refresh(
     try:
         view = await rt.extender.status()
     except ExtenderUnavailable as exc:
-        if (
-            watching
-            and (degraded or {}).get("reason") != "ExtenderUnreachable"
-            and (status or {}).get("observedGeneration") == generation
-        ):
+        if watching and (degraded or {}).get("reason") != "ExtenderUnreachable" and observed == generation:
             message = f"the extender does not answer: {exc}"
             _set_conditions(
                 patch,
@@ -337,7 +336,7 @@ async def refresh(
             _transition(body, "Warning", "ExtenderUnreachable", message)
         return
     patch.status["counts"] = _counts(view)
-    if not watching or (status or {}).get("observedGeneration") != generation:
+    if not watching or observed != generation:
         return
     expected = await rt.sink.read(CURRENT)
     if expected is None:
@@ -431,10 +430,13 @@ def probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
 
 
 def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
-    return memo.kube.connection_info()
+    kube: Kube = memo.kube
+    return kube.connection_info()
 
 
-async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, pending_pods: kopf.Index, **_: Any) -> None:
+async def startup(
+    settings: kopf.OperatorSettings, memo: kopf.Memo, pending_pods: kopf.Index[str, PendingPod | None], **_: Any
+) -> None:
     s: OperatorSettings = memo.settings
     configure_kopf(settings, s)
     if s.install_crds:
@@ -526,7 +528,8 @@ def build_registry(settings: OperatorSettings) -> kopf.OperatorRegistry:
         return spec.get("schedulerName") == scheduler and pending_pod(body, settings.requeue.annotation) is not None
 
     kopf.on.login(registry=registry)(login)
-    kopf.on.startup(registry=registry)(startup)
+    # kopf passes indexes by their id (pending_pods) through **kwargs, which its ActivityFn protocol cannot name
+    kopf.on.startup(registry=registry)(startup)  # type: ignore[arg-type]
     kopf.on.cleanup(registry=registry)(cleanup)
     kopf.on.probe(id="rlsched", registry=registry)(probe)
 

@@ -12,7 +12,10 @@ import asyncio
 import json
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import kopf
 
 log = logging.getLogger("rlsched.operator.kube")
 
@@ -66,7 +69,7 @@ class Kube:
         self.ext = kubernetes.client.ApiextensionsV1Api(self.api_client)
         self._exc = kubernetes.client.ApiException
 
-    def connection_info(self) -> Any:
+    def connection_info(self) -> kopf.ConnectionInfo:
         """The same credentials as kopf's :class:`kopf.ConnectionInfo` (for ``@kopf.on.login``)."""
         import kopf
 
@@ -93,10 +96,11 @@ class Kube:
             resp = await asyncio.to_thread(fn, *args, **kwargs)
         except self._exc as exc:
             message = exc.body or exc.reason or ""
-            try:
-                message = json.loads(exc.body).get("message", message)
-            except (TypeError, ValueError, AttributeError):
-                pass
+            if exc.body:
+                try:
+                    message = json.loads(exc.body).get("message", message)
+                except (TypeError, ValueError, AttributeError):
+                    pass
             raise KubeError(exc.status or 0, exc.reason or "Error", str(message)) from None
         except Exception as exc:  # noqa: BLE001 - urllib3 timeouts, refused connections, ...
             raise KubeError(0, type(exc).__name__, str(exc)) from None
@@ -104,9 +108,10 @@ class Kube:
         return json.loads(data) if data else None
 
     # -- ConfigMaps ---------------------------------------------------------------------------------
-    async def get_configmap(self, namespace: str, name: str) -> dict | None:
+    async def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return await self._call(self.core.read_namespaced_config_map, name, namespace)
+            cm: dict[str, Any] = await self._call(self.core.read_namespaced_config_map, name, namespace)
+            return cm
         except KubeError as exc:
             if exc.status == 404:
                 return None
@@ -152,14 +157,17 @@ class Kube:
                 raise
 
     # -- pods ---------------------------------------------------------------------------------------
-    async def patch_pod_annotations(self, namespace: str, name: str, uid: str, annotations: Mapping[str, str]) -> dict:
+    async def patch_pod_annotations(
+        self, namespace: str, name: str, uid: str, annotations: Mapping[str, str]
+    ) -> dict[str, Any]:
         """Merge-patch annotations; ``metadata.uid`` in the patch is a precondition (409 if recreated).
         The operator's only write to pods: RBAC grants pod patch and nothing on pods/status, and the
         chart's admission policy lets this identity change nothing but ``rlsched.io/`` annotations."""
         body = {"metadata": {"uid": uid, "annotations": dict(annotations)}}
-        return await self._call(
+        pod: dict[str, Any] = await self._call(
             self.core.patch_namespaced_pod, name, namespace, body, _content_type="application/merge-patch+json"
         )
+        return pod
 
     async def post_event(
         self, ref: Mapping[str, Any], type_: str, reason: str, message: str, component: str = "rlsched-operator"

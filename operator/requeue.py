@@ -27,7 +27,7 @@ import logging
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,7 +90,7 @@ def pending_pod(body: Mapping[str, Any], annotation: str) -> PendingPod | None:
 
 
 Patch = Callable[[str, str, str, Mapping[str, str]], Awaitable[Any]]
-Event = Callable[[Mapping[str, Any], str, str, str], Awaitable[None]]
+Event = Callable[[Mapping[str, Any], str, str, str], Coroutine[Any, Any, None]]
 
 
 class Requeuer:
@@ -120,7 +120,7 @@ class Requeuer:
     def backoff(self, done: int, retry_after_s: float | None = None) -> float:
         """Seconds before requeue number ``done + 1``."""
         s = self.settings
-        return max(retry_after_s or 0.0, min(s.initial_s * (2 ** min(done, 30)), s.max_s))
+        return max(retry_after_s or 0.0, min(s.initial_s * (2.0 ** min(done, 30)), s.max_s))
 
     # -- inputs -------------------------------------------------------------------------------------
     def on_verdict(self, record: Mapping[str, Any]) -> None:
@@ -271,7 +271,7 @@ class Rejections:
     def __init__(self, patch: Patch, event: Event, memory: int = 50_000):
         self.patch, self.event, self.memory = patch, event, memory
         self._done: OrderedDict[str, None] = OrderedDict()
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self.notified = 0
 
     def on_verdict(self, record: Mapping[str, Any]) -> None:

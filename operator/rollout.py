@@ -83,7 +83,8 @@ class ModelFetcher:
         if key in (cm.get("binaryData") or {}):
             return base64.b64decode(cm["binaryData"][key])
         if key in (cm.get("data") or {}):
-            return cm["data"][key].encode()
+            text: str = cm["data"][key]
+            return text.encode()
         keys = sorted([*(cm.get("binaryData") or {}), *(cm.get("data") or {})])
         raise SourceError(
             "ModelSourceNotFound",
@@ -183,7 +184,7 @@ def load_failed(view: ExtenderView, bundle: Bundle, since: float) -> bool:
     when its message names our content-addressed file (or another one), or — with neither — when
     the extender already runs our bundle's settings.
     """
-    path = bundle.settings.get("modelPath")
+    path: str | None = bundle.settings.get("modelPath")
     if not path or not view.error or view.error_at is None or view.error_at < since - CLOCK_SKEW_S:
         return False
     if view.model_path == path:
@@ -213,7 +214,7 @@ class Rollout:
         self.sink, self.extender, self.fetcher = sink, extender, fetcher
         self.timeout_s, self.poll_s, self.clock, self.sleep = timeout_s, poll_s, clock, sleep
 
-    async def build(self, namespace: str, name: str, generation: int, spec: PolicySpec) -> Bundle:
+    async def build(self, namespace: str, name: str, generation: int | None, spec: PolicySpec) -> Bundle:
         """The bundle for a spec; raises :class:`SourceError`."""
         meta: dict[str, Any] = {
             "policy": f"{namespace}/{name}",

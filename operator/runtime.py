@@ -41,9 +41,9 @@ class Runtime:
     tracker: OutcomeTracker | None = None
     reward_weights: dict[str, float] = field(default_factory=dict)
     """The served policy's ``spec.rewardWeights`` (written into new log segments' headers)."""
-    runs: Counter = field(default_factory=Counter)
+    runs: Counter[tuple[str, int | None, str]] = field(default_factory=Counter)
     """(policy uid, generation, cause) → handler runs: the "no handler twice for one change" check."""
-    tasks: dict[str, asyncio.Task] = field(default_factory=dict)
+    tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
 
     def lock(self, key: str) -> asyncio.Lock:

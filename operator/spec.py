@@ -206,12 +206,13 @@ def _parse_model(raw: Any, problems: list[str]) -> ModelSource | None:
 def crd_manifest() -> dict[str, Any]:
     """The SchedulingPolicy CRD shipped with the package (``crds/schedulingpolicy.yaml``)."""
     text = resources.files("rlsched.operator").joinpath("crds/schedulingpolicy.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    manifest: dict[str, Any] = yaml.safe_load(text)
+    return manifest
 
 
 def crd_manifests() -> list[dict[str, Any]]:
     """Every CRD the operator ships (SchedulingPolicy and kopf's peering resources)."""
-    out = []
+    out: list[dict[str, Any]] = []
     for name in ("schedulingpolicy.yaml", "kopfpeering.yaml"):
         text = resources.files("rlsched.operator").joinpath(f"crds/{name}").read_text(encoding="utf-8")
         out.extend(d for d in yaml.safe_load_all(text) if d)

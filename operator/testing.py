@@ -21,10 +21,13 @@ import hashlib
 import json
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .extender_client import ExtenderUnavailable, ExtenderView
 from .kube import KubeError
+
+if TYPE_CHECKING:
+    from rlsched.policy.scorers import Scorer
 
 MAGIC = "rlsched-test-model"
 
@@ -56,7 +59,7 @@ def fake_model(
 class FakeModelScorer:
     """A heuristic posing as a learned model, with the ``verdict`` hook."""
 
-    def __init__(self, inner: Any, conf: Mapping[str, Any], digest: str):
+    def __init__(self, inner: Scorer, conf: Mapping[str, Any], digest: str):
         self.inner, self.conf = inner, dict(conf)
         self.name = f"test:{conf['version']}"
         self.version = str(conf["version"])
@@ -140,10 +143,10 @@ class FakeKube:
     """The operator's own API calls against dicts."""
 
     def __init__(self) -> None:
-        self.configmaps: dict[tuple[str, str], dict] = {}
-        self.pods: dict[tuple[str, str], dict] = {}
-        self.events: list[dict] = []
-        self.calls: list[tuple] = []
+        self.configmaps: dict[tuple[str, str], dict[str, Any]] = {}
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.events: list[dict[str, Any]] = []
+        self.calls: list[tuple[Any, ...]] = []
         self.fail: dict[str, KubeError] = {}
         self.rv = 100
 
@@ -151,7 +154,7 @@ class FakeKube:
         if what in self.fail:
             raise self.fail[what]
 
-    async def get_configmap(self, namespace: str, name: str) -> dict | None:
+    async def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         self._maybe_fail("get_configmap")
         cm = self.configmaps.get((namespace, name))
         return copy.deepcopy(cm) if cm else None
@@ -188,7 +191,9 @@ class FakeKube:
             "status": {"conditions": []},
         }
 
-    async def patch_pod_annotations(self, namespace: str, name: str, uid: str, annotations: Mapping[str, str]) -> dict:
+    async def patch_pod_annotations(
+        self, namespace: str, name: str, uid: str, annotations: Mapping[str, str]
+    ) -> dict[str, Any]:
         self.calls.append(("patch_pod", namespace, name, dict(annotations)))
         self._maybe_fail("patch_pod")
         pod = self.pods.get((namespace, name))

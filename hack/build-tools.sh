@@ -2,6 +2,7 @@
 # Builds the local control-plane tools from Go modules pinned in hack/tools/:
 #   kube-apiserver kube-controller-manager kube-scheduler kubectl  (hack/tools/kubernetes)
 #   etcd (hack/tools/etcd)   kwok (hack/tools/kwok)   helm (hack/tools/helm)
+#   registry (hack/tools/distribution: the CNCF distribution OCI registry, for the release test)
 # into a cache folder outside the repo, keyed by the pinned versions and a hash of
 # the wrapper modules, and points the repo's git-ignored .tools/bin at it.
 #
@@ -26,7 +27,7 @@ RECIPE_REV=1
 log() { printf '[build-tools %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-ALL_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok helm)
+ALL_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok helm registry)
 KUBE_MAJOR="${KUBE_VERSION#v}"; KUBE_MAJOR="${KUBE_MAJOR%%.*}"
 KUBE_MINOR="${KUBE_VERSION#v*.}"; KUBE_MINOR="${KUBE_MINOR%%.*}"
 
@@ -38,9 +39,9 @@ esac
 
 cache_key() {
   local h
-  h="$(cd "${TOOLS_DIR}" && cat versions.env ./*/go.mod ./*/go.sum etcd/main.go | { cat; echo "recipe=${RECIPE_REV}"; } \
+  h="$(cd "${TOOLS_DIR}" && cat versions.env ./*/go.mod ./*/go.sum ./*/main.go | { cat; echo "recipe=${RECIPE_REV}"; } \
         | sha256sum | cut -c1-10)"
-  echo "k8s-${KUBE_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_linux-${ARCH}_${h}"
+  echo "k8s-${KUBE_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_registry-${DISTRIBUTION_VERSION}_linux-${ARCH}_${h}"
 }
 
 CACHE_ROOT="${RLSCHED_TOOLS_CACHE:-${HOME}/.cache/rlsched/tools}"
@@ -52,6 +53,7 @@ module_of() {
   case "$1" in
     kube-apiserver|kube-controller-manager|kube-scheduler|kubectl) echo kubernetes ;;
     etcd|kwok|helm) echo "$1" ;;
+    registry) echo distribution ;;
     *) return 1 ;;
   esac
 }
@@ -61,6 +63,7 @@ package_of() {
     etcd) echo "rlsched.local/hack/tools/etcd" ;;
     kwok) echo "sigs.k8s.io/kwok/cmd/kwok" ;;
     helm) echo "helm.sh/helm/v3/cmd/helm" ;;
+    registry) echo "rlsched.local/hack/tools/distribution" ;;
   esac
 }
 ldflags_of() {
@@ -72,6 +75,7 @@ ldflags_of() {
         printf -- '-X k8s.io/component-base/version.%s -X k8s.io/client-go/pkg/version.%s ' "${kv}" "${kv}"
       done ;;
     etcd) printf -- '-X go.etcd.io/etcd/api/v3/version.GitSHA=%s ' "${ETCD_VERSION}" ;;
+    registry) printf -- '-X github.com/distribution/distribution/v3/version.version=%s ' "${DISTRIBUTION_VERSION}" ;;
     kwok) printf -- '-X sigs.k8s.io/kwok/pkg/consts.Version=%s -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=%s ' \
             "${KWOK_VERSION#v}" "${KUBE_VERSION#v}" ;;
     helm)
@@ -87,7 +91,7 @@ ldflags_of() {
 version_output() {
   local bin="${BIN_DIR}/$1"
   case "$1" in
-    kube-apiserver|kube-controller-manager|kube-scheduler|etcd|kwok) "${bin}" --version 2>&1 ;;
+    kube-apiserver|kube-controller-manager|kube-scheduler|etcd|kwok|registry) "${bin}" --version 2>&1 ;;
     kubectl) "${bin}" version --client 2>&1 ;;
     helm) HELM_CONFIG_HOME="$(mktemp -d)" "${bin}" version --short 2>&1 ;;
   esac
@@ -99,6 +103,7 @@ expected_version() {
     etcd) echo "etcd Version: ${ETCD_VERSION#v}" ;;
     kwok) echo "${KWOK_VERSION}" ;;
     helm) echo "${HELM_VERSION}" ;;
+    registry) echo "github.com/distribution/distribution/v3 ${DISTRIBUTION_VERSION}" ;;
   esac
 }
 

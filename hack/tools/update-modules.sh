@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the wrapper Go modules under hack/tools/{kubernetes,etcd,kwok,helm}
+# Regenerates the wrapper Go modules under hack/tools/{kubernetes,etcd,kwok,helm,distribution}
 # from the versions pinned in hack/tools/versions.env.
 #
 # kubernetes: k8s.io/kubernetes requires its staging modules (k8s.io/api, client-go,
@@ -8,7 +8,7 @@
 # (downloaded from the module proxy), mapping every staging module to the
 # published v0.<minor>.<patch> release of the same Kubernetes version.
 #
-# Usage: hack/tools/update-modules.sh [kubernetes|etcd|kwok|helm ...]   (default: all)
+# Usage: hack/tools/update-modules.sh [kubernetes|etcd|kwok|helm|distribution ...]   (default: all)
 # Needs: go, network access to the Go module proxy. Commit the resulting go.mod/go.sum.
 set -euo pipefail
 
@@ -135,11 +135,24 @@ gen_kwok() {
 }
 gen_helm() { gen_simple_tool helm helm.sh/helm/v3 "${HELM_VERSION}" helm.sh/helm/v3/cmd/helm; }
 
+# The OCI registry of the release test (tests/e2e/test_release_e2e.py): a wrapper main
+# (distribution/main.go, kept) with the filesystem and inmemory storage drivers only; tidy then
+# requires just what those import (no S3/Azure/GCS SDKs).
+gen_distribution() {
+  local dir="${TOOLS_DIR}/distribution" module=github.com/distribution/distribution/v3
+  [[ -f "${dir}/main.go" ]] || die "${dir}/main.go missing (the wrapper main is committed, not generated)"
+  write_header "${dir}" "rlsched.local/hack/tools/distribution"
+  echo "require ${module} ${DISTRIBUTION_VERSION}" >>"${dir}/go.mod"
+  tidy "${dir}"
+  (cd "${dir}" && go list -m "${module}" | grep -q " ${DISTRIBUTION_VERSION}\$") \
+    || die "${module} is not at ${DISTRIBUTION_VERSION} after tidy"
+}
+
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(kubernetes etcd kwok helm)
+[[ ${#targets[@]} -gt 0 ]] || targets=(kubernetes etcd kwok helm distribution)
 for t in "${targets[@]}"; do
   case "${t}" in
-    kubernetes|etcd|kwok|helm) start=${SECONDS}; "gen_${t}"; log "${t}: done in $((SECONDS - start))s" ;;
-    *) die "unknown module '${t}' (want kubernetes, etcd, kwok or helm)" ;;
+    kubernetes|etcd|kwok|helm|distribution) start=${SECONDS}; "gen_${t}"; log "${t}: done in $((SECONDS - start))s" ;;
+    *) die "unknown module '${t}' (want kubernetes, etcd, kwok, helm or distribution)" ;;
   esac
 done

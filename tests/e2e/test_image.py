@@ -50,8 +50,9 @@ def podman(
     return done
 
 
-@pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def podman_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment podman builds and runs in here (CONTAINERS_CONF without default rlimits, which
+    runc cannot set on every host); skips the test, saying why, without podman or runc."""
     missing = [
         tool for tool in ("podman", "runc") if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists()
     ]
@@ -61,8 +62,13 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
             "and debootstrap (docs/install.md, 'The image')"
         )
     conf = tmp_path_factory.mktemp("podman") / "containers.conf"
-    conf.write_text("[containers]\ndefault_ulimits = []\n")  # runc here cannot set the default rlimits
-    env = dict(os.environ, CONTAINERS_CONF=str(conf))
+    conf.write_text("[containers]\ndefault_ulimits = []\n")
+    return dict(os.environ, CONTAINERS_CONF=str(conf))
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    env = podman_env(tmp_path_factory)
     if not os.environ.get("RLSCHED_E2E_IMAGE"):
         done = subprocess.run(
             [str(REPO_ROOT / "hack" / "build-image.sh"), "--tag", IMAGE],

@@ -612,14 +612,61 @@ def test_dockerfile_leaves_out_only_what_serving_never_imports() -> None:
     assert done.returncode == 0, done.stderr
 
 
-def test_build_script_is_shellcheck_clean() -> None:
+def test_hack_scripts_are_shellcheck_clean() -> None:
     shellcheck = shutil.which("shellcheck")
     if shellcheck is None:
         pytest.skip("shellcheck missing (hack/install-system-deps.sh)")
-    done = subprocess.run(
-        [shellcheck, str(REPO / "hack" / "build-image.sh")], capture_output=True, text=True, timeout=60
-    )
+    scripts = sorted(REPO.glob("hack/*.sh")) + sorted(REPO.glob("hack/tools/*.sh"))
+    assert {"build-image.sh", "release.sh", "build-tools.sh"} <= {p.name for p in scripts}
+    done = subprocess.run([shellcheck, *map(str, scripts)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout
+
+
+def release_dry_run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(REPO / "hack" / "release.sh"), *args, "--dry-run"], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_release_script_pushes_the_image_and_chart_and_prints_the_install_line() -> None:
+    """hack/release.sh --dry-run: the commands it would run and the line it prints (the e2e test runs it
+    for real against a local registry: tests/e2e/test_release_e2e.py)."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    app, version = chart["appVersion"], chart["version"]
+    done = release_dry_run("oci://registry.example.com/team/", "--plain-http")
+    assert done.returncode == 0, done.stderr
+    ran = [line for line in done.stderr.splitlines() if line.startswith("+ ")]
+    assert ran[0] == f"+ hack/build-image.sh --tag localhost/rl-scheduler:{app}"
+    assert ran[1].endswith(f" tag localhost/rl-scheduler:{app} registry.example.com/team/rl-scheduler:{app}")
+    assert " push --tls-verify=false " in ran[2] and ran[2].endswith(f" registry.example.com/team/rl-scheduler:{app}")
+    assert " package helm/rl-scheduler " in ran[3]
+    assert " push --plain-http " in ran[4] and ran[4].endswith(
+        f"/rl-scheduler-{version}.tgz oci://registry.example.com/team/charts"
+    )
+    assert done.stdout.splitlines()[-1].strip() == (
+        f"helm install rl-scheduler oci://registry.example.com/team/charts/rl-scheduler --version {version} "
+        "-n rlsched-system --wait --set image.repository=registry.example.com/team/rl-scheduler --plain-http"
+    )
+    prebuilt = release_dry_run("ghcr.io/org", "--image", "localhost/x:1", "--no-chart", "--base", "python:3.11-slim")
+    ran = [line for line in prebuilt.stderr.splitlines() if line.startswith("+ ")]
+    assert len(ran) == 2 and ran[0].endswith(f" tag localhost/x:1 ghcr.io/org/rl-scheduler:{app}")
+    assert "--tls-verify" not in ran[1] and "--plain-http" not in prebuilt.stdout
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert app == pyproject  # release.sh refuses otherwise
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (("ghcr.io/Org",), "lower case"),
+        ((), "REGISTRY missing"),
+        (("ghcr.io/org", "--expect-version", "v99.0.0"), "expected version 99.0.0"),
+        (("ghcr.io/org", "--frobnicate"), "unknown option"),
+    ],
+)
+def test_release_script_refuses(args: tuple[str, ...], error: str) -> None:
+    done = release_dry_run(*args)
+    assert done.returncode != 0 and error in done.stderr, done.stderr
 
 
 def test_dockerfile_is_hadolint_clean() -> None:

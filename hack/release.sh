@@ -22,9 +22,9 @@
 # builds the image (podman, hack/build-image.sh) unless --image; tags it REGISTRY/rl-scheduler:APPVERSION
 # (the tag the chart's image.tag defaults to) and pushes it; `helm package`s helm/rl-scheduler and
 # `helm push`es it to oci://REGISTRY/CHART_PATH; prints the `helm install` line that installs this
-# release. Tools: podman (and what hack/build-image.sh needs), helm >= 3.8 (.tools/bin/helm from
-# hack/build-tools.sh when present, else helm on PATH). tests/e2e/test_release_e2e.py runs it
-# against a local registry and installs the printed line onto a cluster.
+# release. Tools: podman (and what hack/build-image.sh needs), helm >= 3.8, 3.13 with --plain-http
+# (.tools/bin/helm from hack/build-tools.sh when present, else helm on PATH).
+# tests/e2e/test_release_e2e.py runs it against a local registry and installs the printed line.
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${REPO_ROOT}"
@@ -122,7 +122,7 @@ if ${push_image}; then
 fi
 
 if ${push_chart}; then
-  need "${HELM}" "hack/build-tools.sh helm, or any helm >= 3.8"
+  need "${HELM}" "hack/build-tools.sh helm, or any helm >= 3.8 (3.13 with --plain-http)"
   log "packaging ${CHART_DIR} (chart ${chart_version}, appVersion ${app_version})"
   run "${HELM}" package "${CHART_DIR}" --destination "${work}"
   log "pushing the chart to ${chart_ref}"

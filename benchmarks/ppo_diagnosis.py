@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Why GAE-PPO cannot move the policy, measured: the signal one decision leaves in a 10,000-decision episode.
+"""Why per-decision PPO cannot move the policy, measured: the signal one decision leaves in a 10,000-decision episode.
 
 For a model (default: the bundled one) on workload seeds that are neither evaluation (42–51) nor
 validation (100–109) seeds, this plays each seed with the model as served and, at states spread over
@@ -7,25 +7,30 @@ the arrival window, tries the model's ``--actions`` likeliest groups in copies o
 share the future (common random numbers, :mod:`rlsched.policy.ppo.vine`). It reports:
 
 - **the effect of one decision**: how often the tried actions lead to different returns, and by how much
-  (the true advantage, in % of GPU capacity);
-- **the noise it must be found in**: the spread of whole-episode returns across workload seeds (what a
-  Monte Carlo return adds to every decision's advantage), hence a per-decision signal-to-noise ratio;
+  (the true advantage, in % of GPU capacity), against the spread of whole episodes across seeds;
 - **what GAE sees**: the critic's one-step advantage ``r + V(s'_a) − V(s)`` of the same actions, and its
   correlation with the true advantage (GAE's advantage of a decision hundreds of steps before the
   first failure is this TD term plus discounted later ones, which do not depend on the action);
 - **the logit scale**: the prior's logit gap between the tried actions against the network's output
-  spread, and the most the output layer can move two nodes apart (2·Σ|w_out|, as ``h2`` ∈ [−1, 1]).
+  spread, and the most the output layer can move two nodes apart (2·Σ|w_out|, as ``h2`` ∈ [−1, 1]);
+- **whether the per-decision signal is learnable** (``--fit``, needs torch): the network is fitted to
+  the branch outcomes of 80 % of the seeds (the policy-improvement objective over the tried actions)
+  and judged on the other 20 %: how often it orders two actions as their outcomes do, against the
+  bundled model and its prior.
 
-    python benchmarks/ppo_diagnosis.py --seeds 5000-5003 --points 30 --json docs/ppo-diagnosis.json
+    python benchmarks/ppo_diagnosis.py --seeds 6000-6019 --points 16 --actions 3 --window 0.6 0.96 \\
+        --workers 2 --fit --json docs/ppo-diagnosis.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -33,9 +38,141 @@ from rlsched.policy.env import EnvConfig, RewardConfig, SchedulingCore
 from rlsched.policy.evaluate import parse_seeds
 from rlsched.policy.features import FeatureEncoder
 from rlsched.policy.learned import DEFAULT_MODEL, load_learned_scorer
-from rlsched.policy.ppo.vine import advantages, branch_points, collect_trunk
+from rlsched.policy.ppo.vine import BranchPoint, advantages, branch_points, collect_trunk
 from rlsched.policy.trace import load_nodes, load_pods
 from rlsched.policy.typical import typical_pods
+
+
+def collect_seed(job: dict[str, Any]) -> tuple[int, list[BranchPoint], float, float]:
+    """Play one workload seed and branch (a worker's job): (seed, points, unallocated %, seconds)."""
+    t0 = time.time()
+    pods = load_pods(job["pods"])
+    typical = typical_pods(pods)
+    scorer = load_learned_scorer(job["model"], typical)
+    core = SchedulingCore(
+        load_nodes(job["nodes"]),
+        pods,
+        typical,
+        EnvConfig(end_at=1.005, reward=RewardConfig(1.0, 0.0)),
+        FeatureEncoder(typical, scorer.encoder.cpu_weight),
+    )
+    seed = job["seed"]
+    points = branch_points(np.random.default_rng(seed), tuple(job["window"]), job["points"])
+    pts, u = collect_trunk(scorer.network, core, seed, points, job["actions"], scorer.decision.rank_scale, job["mode"])
+    return seed, pts, u, time.time() - t0
+
+
+def signal_figures(points: list[BranchPoint], unalloc: list[float], model: str) -> dict[str, float]:
+    """The effect of one decision, what the critic makes of it, and the logit scale."""
+    net = load_learned_scorer(model).network
+    adv = np.concatenate([advantages(pt)[1] for pt in points])
+    moving = np.array([np.ptp(pt.returns) > 0 for pt in points])
+    td = []
+    for pt in points:
+        d = pt.first_rewards + pt.next_values - pt.value
+        w, _ = advantages(pt)
+        td.append(d - float(w @ d))
+    td_all = np.concatenate(td)
+    nz = adv != 0
+    best_true = [int(np.argmax(pt.returns)) for pt, m in zip(points, moving, strict=True) if m]
+    best_td = [int(np.argmax(pt.first_rewards + pt.next_values)) for pt, m in zip(points, moving, strict=True) if m]
+    prior_gap = [float(np.ptp(net.prior_scale * pt.prior[pt.actions])) for pt in points]
+    net_gap = [float(np.ptp(net.scores(pt.x[pt.actions], np.zeros(len(pt.actions))))) for pt in points]
+    corr = float(np.corrcoef(adv, td_all)[0, 1]) if adv.std() > 0 and td_all.std() > 0 else float("nan")
+    return {
+        "states": len(points),
+        "episode_unallocated_mean": float(np.mean(unalloc)),
+        "episode_unallocated_std_across_seeds": float(np.std(unalloc, ddof=1)) if len(unalloc) > 1 else float("nan"),
+        "states_where_the_action_matters": float(moving.mean()),
+        "true_advantage_abs_median_nonzero": float(np.median(np.abs(adv[nz]))) if nz.any() else 0.0,
+        "true_advantage_abs_p90_nonzero": float(np.percentile(np.abs(adv[nz]), 90)) if nz.any() else 0.0,
+        "critic_td_advantage_abs_median": float(np.median(np.abs(td_all))),
+        "corr_true_vs_critic_td": corr,
+        "critic_picks_the_best_action": float(np.mean(np.array(best_true) == np.array(best_td))) if best_true else 0.0,
+        "prior_logit_gap_median": float(np.median(prior_gap)),
+        "network_logit_gap_median": float(np.median(net_gap)),
+        "network_max_logit_move": float(2 * np.abs(net.p["w_out"]).sum()),
+    }
+
+
+def learnability(by_seed: dict[int, list[BranchPoint]], model: str, epochs: int) -> dict[str, float]:
+    """Fit the network to the branch outcomes of 80 % of the seeds; pairwise ordering accuracy on the rest."""
+    import torch
+
+    from rlsched.policy.export import read_model
+    from rlsched.policy.features import CLUSTER_FEATURES, FEATURES
+    from rlsched.policy.ppo.agent import Agent
+    from rlsched.policy.ppo.vine import BranchBatch
+
+    seeds = sorted(by_seed)
+    held = set(seeds[::5])
+    train = [p for s in seeds if s not in held for p in by_seed[s]]
+    val = [p for s in held for p in by_seed[s]]
+    params, manifest, _ = read_model(model)
+
+    def agent(zero_head: bool = False) -> Agent:
+        net = manifest["network"]
+        a = Agent(
+            len(FEATURES),
+            len(CLUSTER_FEATURES),
+            tuple(net["hidden"]),
+            int(net["valueHidden"]),
+            float(net["priorScale"]),
+        )
+        a.load_arrays(params)
+        if zero_head:
+            with torch.no_grad():
+                a.out.weight.zero_()
+                a.out.bias.zero_()
+        return a
+
+    def tried_logits(a: Agent, pts: list[BranchPoint]) -> list[torch.Tensor]:
+        b = BranchBatch(pts)
+        rb = b.ragged(np.array([np.flatnonzero(b.point_of == i)[0] for i in range(len(pts))]))
+        scores, _, _ = a(rb)
+        z = scores + rb.offset
+        return [z[int(rb.row_start[i]) + torch.from_numpy(p.actions)] for i, p in enumerate(pts)]
+
+    def accuracy(a: Agent, pts: list[BranchPoint]) -> float:
+        with torch.no_grad():
+            logits = tried_logits(a, pts)
+        agree = pairs = 0
+        for z, p in zip(logits, pts, strict=True):
+            r = p.returns
+            for i in range(len(r)):
+                for j in range(i + 1, len(r)):
+                    if r[i] != r[j]:
+                        pairs += 1
+                        agree += int(bool(z[i] > z[j]) == bool(r[i] > r[j]))
+        return agree / max(pairs, 1)
+
+    fitted = agent()
+    moving = [p for p in train if np.ptp(p.returns) > 0]
+    scale = float(np.std(np.concatenate([p.returns - p.returns.mean() for p in moving]))) if moving else 1.0
+    head = list(fitted.out.parameters())
+    rest = [p for n, p in fitted.named_parameters() if n.startswith(("l1.", "l2."))]
+    opt = torch.optim.Adam([{"params": rest, "lr": 1e-3}, {"params": head, "lr": 1e-2}])
+    for epoch in range(epochs):
+        order = np.random.default_rng(epoch).permutation(len(moving))
+        for s in range(0, len(order), 64):
+            mb = [moving[i] for i in order[s : s + 64]]
+            loss = torch.zeros(())
+            for z, p in zip(tried_logits(fitted, mb), mb, strict=True):
+                a = torch.from_numpy(((p.returns - p.returns.mean()) / scale).astype(np.float32))
+                loss = loss - (torch.softmax(z, 0) * a).sum()
+            opt.zero_grad()
+            (loss / len(mb)).backward()
+            opt.step()
+    return {
+        "train_states": len(train),
+        "heldout_states": len(val),
+        "heldout_pairs_accuracy_bundled": accuracy(agent(), val),
+        "heldout_pairs_accuracy_prior_only": accuracy(agent(zero_head=True), val),
+        "heldout_pairs_accuracy_fitted": accuracy(fitted, val),
+        "train_pairs_accuracy_bundled": accuracy(agent(), train),
+        "train_pairs_accuracy_fitted": accuracy(fitted, train),
+        "fit_epochs": epochs,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,86 +180,52 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nodes", default="../shared/data/openb/openb_node_list_gpu_node.csv")
     p.add_argument("--pods", default="../shared/data/openb/openb_pod_list_default.csv")
     p.add_argument("--model", default=str(DEFAULT_MODEL))
-    p.add_argument("--seeds", default="5000-5003", help="workload seeds (default: %(default)s)")
-    p.add_argument("--points", type=int, default=30, help="branch states per seed (default: %(default)s)")
-    p.add_argument("--actions", type=int, default=4, help="actions tried per state (default: %(default)s)")
-    p.add_argument("--window", type=float, nargs=2, default=(0.85, 0.99), help="arrival window (default: %(default)s)")
+    p.add_argument("--seeds", default="6000-6019", help="workload seeds (default: %(default)s)")
+    p.add_argument("--points", type=int, default=16, help="branch states per seed (default: %(default)s)")
+    p.add_argument("--actions", type=int, default=3, help="actions tried per state (default: %(default)s)")
+    p.add_argument("--window", type=float, nargs=2, default=(0.6, 0.96), help="arrival window (default: %(default)s)")
     p.add_argument(
         "--mode", choices=("greedy", "sample"), default="greedy", help="how the model plays (default: %(default)s)"
     )
+    p.add_argument("--workers", type=int, default=1, help="processes (default: %(default)s)")
+    p.add_argument("--fit", action="store_true", help="also test whether the per-decision signal is learnable (torch)")
+    p.add_argument("--fit-epochs", type=int, default=30, help="epochs of the --fit check (default: %(default)s)")
     p.add_argument("--json", help="write the figures here")
     args = p.parse_args(argv)
 
-    pods = load_pods(args.pods)
-    typical = typical_pods(pods)
-    scorer = load_learned_scorer(args.model, typical)
-    net, rank_scale = scorer.network, scorer.decision.rank_scale
-    core = SchedulingCore(
-        load_nodes(args.nodes),
-        pods,
-        typical,
-        EnvConfig(end_at=1.005, reward=RewardConfig(1.0, 0.0)),
-        FeatureEncoder(typical, scorer.encoder.cpu_weight),
-    )
     t0 = time.time()
-    points, unalloc = [], []
-    for seed in parse_seeds(args.seeds):
-        rng = np.random.default_rng(seed)
-        pts, u = collect_trunk(
-            net, core, seed, branch_points(rng, tuple(args.window), args.points), args.actions, rank_scale, args.mode
-        )
-        points += pts
-        unalloc.append(u)
-        print(
-            f"seed {seed}: unallocated {u:.3f} %, {len(pts)} states, {time.time() - t0:.0f} s",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    adv = np.concatenate([advantages(pt)[1] for pt in points])
-    spread = np.array([np.ptp(pt.returns) for pt in points])
-    td = []
-    for pt in points:
-        d = pt.first_rewards + pt.next_values - pt.value
-        w, _ = advantages(pt)
-        td.append(d - float(w @ d))
-    td = np.concatenate(td)
-    nz = np.abs(adv) > 0
-    corr = float(np.corrcoef(adv, td)[0, 1]) if adv.std() > 0 and td.std() > 0 else float("nan")
-    best_true = [int(np.argmax(pt.returns)) for pt in points if np.ptp(pt.returns) > 0]
-    best_td = [int(np.argmax(pt.first_rewards + pt.next_values)) for pt in points if np.ptp(pt.returns) > 0]
-    prior_gap, net_gap = [], []
-    for pt in points:
-        rows = pt.actions
-        prior_gap.append(float(np.ptp(net.prior_scale * pt.prior[rows])))
-        out = net.scores(pt.x[rows], np.zeros(len(rows)))
-        net_gap.append(float(np.ptp(out)))
-    w_out = np.abs(net.p["w_out"]).sum()
-    episode_std = float(np.std(unalloc, ddof=1)) if len(unalloc) > 1 else float("nan")
-    figures = {
+    jobs = [
+        {
+            "seed": s,
+            "nodes": args.nodes,
+            "pods": args.pods,
+            "model": args.model,
+            "window": args.window,
+            "points": args.points,
+            "actions": args.actions,
+            "mode": args.mode,
+        }
+        for s in parse_seeds(args.seeds)
+    ]
+    by_seed: dict[int, list[BranchPoint]] = {}
+    unalloc = []
+    with multiprocessing.get_context("fork").Pool(max(1, args.workers)) as pool:
+        for seed, pts, u, secs in pool.imap_unordered(collect_seed, jobs):
+            by_seed[seed] = pts
+            unalloc.append(u)
+            print(f"seed {seed}: unallocated {u:.3f} %, {len(pts)} states, {secs:.0f} s", file=sys.stderr, flush=True)
+    points = [pt for s in sorted(by_seed) for pt in by_seed[s]]
+    figures: dict[str, Any] = {
         "model": Path(args.model).name,
         "seeds": args.seeds,
         "mode": args.mode,
-        "states": len(points),
         "actions_per_state": args.actions,
         "window": list(args.window),
-        "episode_unallocated_mean": float(np.mean(unalloc)),
-        "episode_return_std_across_seeds": episode_std,
-        "states_where_the_action_matters": float((spread > 0).mean()),
-        "true_advantage_abs_median_nonzero": float(np.median(np.abs(adv[nz]))) if nz.any() else 0.0,
-        "true_advantage_abs_p90_nonzero": float(np.percentile(np.abs(adv[nz]), 90)) if nz.any() else 0.0,
-        "snr_one_decision_vs_episode_noise": (float(np.median(np.abs(adv[nz]))) / episode_std) if nz.any() else 0.0,
-        "critic_td_advantage_abs_median": float(np.median(np.abs(td))),
-        "corr_true_vs_critic_td": corr,
-        "critic_picks_the_best_action": float(np.mean(np.array(best_true) == np.array(best_td)))
-        if best_true
-        else float("nan"),
-        "chance_of_picking_the_best": 1.0 / args.actions,
-        "prior_logit_gap_median": float(np.median(prior_gap)),
-        "network_logit_gap_median": float(np.median(net_gap)),
-        "network_max_logit_move": float(2 * w_out),
-        "seconds": time.time() - t0,
+        **signal_figures(points, unalloc, args.model),
     }
+    if args.fit:
+        figures.update(learnability(by_seed, args.model, args.fit_epochs))
+    figures["seconds"] = time.time() - t0
     for k, v in figures.items():
         print(f"{k:40s} {v:.4g}" if isinstance(v, float) else f"{k:40s} {v}")
     if args.json:

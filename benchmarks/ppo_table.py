@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -40,7 +41,7 @@ TRACES = [
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="../shared/data/openb")
-    parser.add_argument("--model", default=str(DEFAULT_MODEL))
+    parser.add_argument("--model", default=os.path.relpath(DEFAULT_MODEL))
     parser.add_argument("--extra", default="fgd-cpu", help="more comma-separated policies to add (default: fgd-cpu)")
     parser.add_argument("--seeds", default="42-51")
     parser.add_argument("--traces", default=",".join(TRACES))

@@ -155,7 +155,8 @@ def test_bundled_model_loads_and_serves_without_torch() -> None:
     assert manifest["version"] in out.stdout and digest[:12] in out.stdout
 
 
-def test_rlsched_evaluate_runs_a_model(tmp_path: Path, capsys) -> None:
+@pytest.mark.parametrize("policies", ["fgd,ppo:{model}", "ppo:{model},ppo-prior:{model}"])
+def test_rlsched_evaluate_runs_a_model(tmp_path: Path, capsys, policies: str) -> None:
     from ppo_fixtures import write_workload
 
     from rlsched.cli import main
@@ -170,7 +171,7 @@ def test_rlsched_evaluate_runs_a_model(tmp_path: Path, capsys) -> None:
             "--pods",
             pods,
             "--policy",
-            f"fgd,ppo:{model}",
+            policies.format(model=model),
             "--seeds",
             "1-2",
             "--jobs",
@@ -182,7 +183,8 @@ def test_rlsched_evaluate_runs_a_model(tmp_path: Path, capsys) -> None:
     )
     assert code == 0
     out = capsys.readouterr().out
-    assert f"ppo:{model}" in out and "fgd" in out
+    for policy in policies.format(model=model).split(","):
+        assert policy in out
 
 
 def test_prior_only_is_the_same_model_with_the_network_zeroed(tmp_path: Path) -> None:
@@ -215,33 +217,3 @@ def test_evaluate_help_lists_every_policy() -> None:
     from rlsched.policy.scorers import scorer_names
 
     assert set(POLICY_HELP) == set(scorer_names()) | {f"{p}PATH" for p in LEARNED_PREFIXES}
-
-
-def test_rlsched_evaluate_runs_the_ablation(tmp_path: Path, capsys) -> None:
-    from ppo_fixtures import write_workload
-
-    from rlsched.cli import main
-
-    model = write_model(tmp_path / "m.npz")
-    nodes, pods = write_workload(tmp_path / "w")
-    code = main(
-        [
-            "evaluate",
-            "--nodes",
-            nodes,
-            "--pods",
-            pods,
-            "--policy",
-            f"ppo:{model},ppo-prior:{model}",
-            "--seeds",
-            "1-2",
-            "--jobs",
-            "1",
-            "--out",
-            str(tmp_path / "out"),
-            "--no-progress",
-        ]
-    )
-    assert code == 0
-    out = capsys.readouterr().out
-    assert f"ppo-prior:{model}" in out

@@ -28,6 +28,14 @@ Also scraped from each kube-scheduler: ``scheduler_scheduling_attempt_duration_s
 scheduling cycle, extender filter call included) and ``scheduler_pod_scheduling_sli_duration_seconds``
 (queue entry to bound); from the extender, its ``filter`` and ``bind`` handling time.
 
+**Where the CPU goes**: per component (every process with a pid file in the cluster's ``run/``
+folder — etcd, kube-apiserver, kube-controller-manager, kwok, the phase's kube-scheduler, the
+extender, Prometheus when it runs — and this benchmark's own process), utime+stime of the process
+and its live descendants from ``/proc`` before and after each mode. At the end of each phase, with
+its scheduler (and extender) still up and no pods, an idle window (``--idle`` s) gives each
+component's background rate; rate × the mode's wall time is subtracted, and the rest is divided by
+the pods bound: CPU-ms per scheduled pod, per component and in total, rl / default per component.
+
     .venv/bin/python benchmarks/scheduler_throughput.py                  # a fresh cluster in /tmp, torn down after
     .venv/bin/python benchmarks/scheduler_throughput.py --json out.json --phases rl,default,rl-noext
 
@@ -164,6 +172,66 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))]
 
 
+# -- CPU per component ------------------------------------------------------------------------------
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+BENCH_CLIENT = "benchmark client"
+SETTLE_S = 3.0
+
+
+def proc_cpu_ms(pid: int, children: bool = True) -> float:
+    """utime+stime of ``pid`` (all its threads) and, with ``children``, of its live descendants; 0 if gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    total = (int(fields[11]) + int(fields[12])) * 1000.0 / CLK_TCK
+    if children:
+        for task in Path(f"/proc/{pid}/task").glob("*/children"):
+            try:
+                kids = task.read_text().split()
+            except OSError:
+                continue
+            total += sum(proc_cpu_ms(int(k)) for k in kids)
+    return total
+
+
+def component(pid_file: str) -> str:
+    if pid_file.startswith("bench-kube-scheduler-"):
+        return "scheduler (phase's)"
+    return {"bench-extender": "extender"}.get(pid_file, pid_file)
+
+
+def cpu_snapshot(cluster: Any) -> dict[str, float]:
+    """CPU ms so far of every stack process (``rlstack.Proc`` pid files in ``run/``) and of this one.
+    Not its children: this process starts kube-scheduler and the extender, whose CPU would come back
+    as reaped-children time."""
+    out = {BENCH_CLIENT: proc_cpu_ms(os.getpid(), children=False)}
+    for f in sorted(cluster.run_dir.glob("*.pid")):
+        proc = rlstack.Proc(cluster, f.stem)
+        if proc.alive() and proc.pid is not None:
+            out[component(f.stem)] = out.get(component(f.stem), 0.0) + proc_cpu_ms(proc.pid)
+    return out
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Per component; one started in between counts from 0, one gone by ``after`` is left out."""
+    return {k: after[k] - before.get(k, 0.0) for k in after}
+
+
+def cpu_per_pod(used: dict[str, float], seconds: float, idle_rate: dict[str, float], pods: int) -> dict[str, Any]:
+    """CPU-ms per pod of each component, its idle background (ms/s × ``seconds``) removed."""
+    net = {k: v - idle_rate.get(k, 0.0) * seconds for k, v in used.items()}
+    per = {k: round(v / max(pods, 1), 3) for k, v in sorted(net.items())}
+    per["total"] = round(sum(net.values()) / max(pods, 1), 3)
+    return {
+        "seconds": round(seconds, 2),
+        "pods": pods,
+        "rawMs": {k: round(v, 1) for k, v in sorted(used.items())},
+        "msPerPod": per,
+    }
+
+
 # -- the run ----------------------------------------------------------------------------------------
 
 
@@ -292,6 +360,7 @@ class Bench:
         watcher = asyncio.create_task(self.watch_bound(api, rv, expected, bound, done))
         if phase == "rl":  # the extender must have seen the pods (pending) before its first filter
             await asyncio.sleep(1.0)
+        cpu0 = cpu_snapshot(self.cluster)
         t_start = time.monotonic()
         await asyncio.to_thread(sched.start_with, self.scheduler_config(phase), None, 1)
         metrics_before = await asyncio.to_thread(sched.metrics)
@@ -300,6 +369,7 @@ class Bench:
         except TimeoutError:
             log(f"{phase}: only {len(bound)}/{len(expected)} bound after {a.timeout}s")
         watcher.cancel()
+        cpu_used = {"backlog": (cpu_delta(cpu0, cpu_snapshot(self.cluster)), time.monotonic() - t_start, len(bound))}
         times = sorted(bound.values())
         if len(times) >= 2:
             result["backlog"] = {
@@ -325,6 +395,7 @@ class Bench:
         # backlog's leftovers are deleted (it would keep retrying them) and started again.
         await asyncio.to_thread(sched.stop)
         await self.wait_empty(api)
+        await asyncio.sleep(SETTLE_S)  # the deletions' tail (kwok, controllers) out of the CPU window
         await asyncio.to_thread(sched.start_with, self.scheduler_config(phase), None, 1)
         prefix = f"{phase.replace('-', '')}{round_}s"
         bodies = [pod_body(s, profile, prefix) for s in shapes[: a.stream_pods]]
@@ -334,6 +405,7 @@ class Bench:
         done = asyncio.Event()
         watcher = asyncio.create_task(self.watch_bound(api, rv, expected, bound, done))
         m0 = await asyncio.to_thread(sched.metrics)
+        cpu0 = cpu_snapshot(self.cluster)
         t0 = time.monotonic()
         sem = asyncio.Semaphore(a.parallel)
 
@@ -350,6 +422,7 @@ class Bench:
         except TimeoutError:
             log(f"{phase}: stream: only {len(bound)}/{len(expected)} bound after {a.timeout}s")
         watcher.cancel()
+        cpu_used["stream"] = (cpu_delta(cpu0, cpu_snapshot(self.cluster)), time.monotonic() - t0, len(bound))
         lat = [max(0.0, bound[n] - created[n]) * 1000 for n in bound if n in created]
         m1 = await asyncio.to_thread(sched.metrics)
         result["stream"] = {
@@ -396,8 +469,20 @@ class Bench:
             if ln.startswith("E") and "retrying" in ln
         )
         result["watchRestarts"] = self.watch_restarts
-        await asyncio.to_thread(sched.stop)
+        # -- idle: the same stack (this phase's scheduler and extender up), no pods
         await self.wait_empty(api)
+        await asyncio.sleep(SETTLE_S)
+        cpu0, t0 = cpu_snapshot(self.cluster), time.monotonic()
+        await asyncio.sleep(a.idle)
+        idle_s = time.monotonic() - t0
+        rate = {k: v / idle_s for k, v in cpu_delta(cpu0, cpu_snapshot(self.cluster)).items()}
+        result["cpu"] = {
+            "idleSeconds": round(idle_s, 2),
+            "idleMsPerSecond": {k: round(v, 2) for k, v in sorted(rate.items())},
+            **{mode: cpu_per_pod(used, secs, rate, n) for mode, (used, secs, n) in cpu_used.items()},
+        }
+        log(f"{phase} CPU-ms per pod: { {m: result['cpu'][m]['msPerPod']['total'] for m in cpu_used} }")
+        await asyncio.to_thread(sched.stop)
         if phase == "rl":  # the other phases run without it (and it need not follow their pods)
             await asyncio.to_thread(self.extender.stop)
         return result
@@ -441,6 +526,38 @@ def summarize(results: list[dict[str, Any]]) -> str:
     if "rl" in by and "default" in by:
         rl, df = sum(by["rl"]) / len(by["rl"]), sum(by["default"]) / len(by["default"])
         lines.append(f"\nrl / default backlog throughput: {rl:.1f} / {df:.1f} = **{rl / df:.2f}**")
+    return "\n".join(lines + ["", cpu_table(results)])
+
+
+def cpu_table(results: list[dict[str, Any]]) -> str:
+    """CPU-ms per scheduled pod, per component: each phase's backlog and stream (the first round of
+    each phase), and rl / default where both ran."""
+    first: dict[str, dict[str, Any]] = {}
+    for r in results:
+        if "cpu" in r:
+            first.setdefault(r["phase"], r["cpu"])
+    phases = list(first)
+    if not phases:
+        return ""
+    ratio = "rl" in first and "default" in first
+    comps = sorted({c for cpu in first.values() for m in ("backlog", "stream") for c in cpu[m]["msPerPod"]} - {"total"})
+    head = ["component"]
+    for mode in ("backlog", "stream"):
+        head += [f"{p} {mode}" for p in phases] + ([f"rl/default {mode}"] if ratio else [])
+    lines = [
+        "CPU-ms per scheduled pod (idle background subtracted):",
+        "| " + " | ".join(head) + " |",
+        "|---" + "|---:" * (len(head) - 1) + "|",
+    ]
+    for c in [*comps, "total"]:
+        row = [f"**{c}**" if c == "total" else c]
+        for mode in ("backlog", "stream"):
+            vals = {p: first[p][mode]["msPerPod"].get(c) for p in phases}
+            row += ["–" if v is None else f"{v:.2f}" for v in vals.values()]
+            if ratio:
+                rl, df = vals.get("rl"), vals.get("default")
+                row.append(f"{rl / df:.2f}" if rl is not None and df is not None and min(rl, df) > 0.05 else "–")
+        lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
@@ -464,6 +581,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--burst", type=int, default=5000, help="clientConnection.burst of every kube-scheduler")
     ap.add_argument("--parallel", type=int, default=32, help="concurrent pod creations")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per run before giving up")
+    ap.add_argument("--idle", type=float, default=10.0, help="seconds of the idle window per phase (CPU background)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--cluster-dir", help="use this running hack/local-cluster.sh state folder (else a fresh one)")
     ap.add_argument("--keep", action="store_true", help="leave the fresh cluster up")

@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sigma", type=float, default=0.5, help="perturbation scale of each weight")
     p.add_argument("--lr", type=float, default=0.1, help="Adam step size")
     p.add_argument("--train-seed0", type=int, default=20000)
+    p.add_argument("--seeds-per-pair", type=int, default=1, help="fresh training seeds each perturbation plays")
     p.add_argument("--val-seeds", type=int, nargs="+", default=[100, 101, 102])
     p.add_argument("--eval-every", type=int, default=5)
     p.add_argument("--workers", type=int, default=2)
@@ -88,9 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(history[-1]), flush=True)
         for it in range(1, args.iterations + 1):
             u = np.random.default_rng([7, it]).standard_normal((args.pairs, theta.size))
-            seed = args.train_seed0 + it
-            jobs = [(theta + args.sigma * d, seed) for d in u] + [(theta - args.sigma * d, seed) for d in u]
-            fit = -np.array(pool.map(episode, jobs))
+            k = args.seeds_per_pair
+            seeds = [args.train_seed0 + (it - 1) * k + j + 1 for j in range(k)]
+            jobs = [(theta + sign * args.sigma * d, seed) for sign in (1, -1) for d in u for seed in seeds]
+            fit = -np.array(pool.map(episode, jobs)).reshape(2 * args.pairs, k).mean(axis=1)
             diff = fit[: args.pairs] - fit[args.pairs :]
             g = (diff[:, None] * u).sum(0) / (2 * args.pairs * args.sigma)
             m = 0.9 * m + 0.1 * g

@@ -35,32 +35,24 @@ def _shown(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "…"
 
 
-def subdomain_problem(name: object) -> str | None:
-    """Why ``name`` is not a DNS-1123 subdomain (pod and node names), or None."""
+def _dns_problem(name: object, max_len: int, pattern: re.Pattern[str], what: str) -> str | None:
     if not isinstance(name, str) or not name:
         return "must be a non-empty string"
-    if len(name) > DNS1123_SUBDOMAIN_MAX:
-        return f"must be at most {DNS1123_SUBDOMAIN_MAX} characters (got {len(name)})"
-    if not name.isascii() or _SUBDOMAIN_RE.fullmatch(name) is None:
-        return (
-            f"{_shown(name)} is not a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', "
-            "starting and ending with a letter or digit)"
-        )
+    if len(name) > max_len:
+        return f"must be at most {max_len} characters (got {len(name)})"
+    if not name.isascii() or pattern.fullmatch(name) is None:
+        return f"{_shown(name)} is not a DNS-1123 {what}, starting and ending with a letter or digit)"
     return None
+
+
+def subdomain_problem(name: object) -> str | None:
+    """Why ``name`` is not a DNS-1123 subdomain (pod and node names), or None."""
+    return _dns_problem(name, DNS1123_SUBDOMAIN_MAX, _SUBDOMAIN_RE, "subdomain (lowercase letters, digits, '-' and '.'")
 
 
 def label_problem(name: object) -> str | None:
     """Why ``name`` is not a DNS-1123 label (namespaces), or None."""
-    if not isinstance(name, str) or not name:
-        return "must be a non-empty string"
-    if len(name) > DNS1123_LABEL_MAX:
-        return f"must be at most {DNS1123_LABEL_MAX} characters (got {len(name)})"
-    if not name.isascii() or _LABEL_RE.fullmatch(name) is None:
-        return (
-            f"{_shown(name)} is not a DNS-1123 label (lowercase letters, digits and '-', starting and "
-            "ending with a letter or digit)"
-        )
-    return None
+    return _dns_problem(name, DNS1123_LABEL_MAX, _LABEL_RE, "label (lowercase letters, digits and '-'")
 
 
 def check_pod_ref(

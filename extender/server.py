@@ -47,7 +47,7 @@ from .metrics import Metrics, gauge
 from .policy import PolicyEngine, load_model
 from .prometheus import LoadPoller
 from .rejections import Rejections, describe, identity
-from .settings import ConfigError, ExtenderSettings, TlsSettings, check_complete
+from .settings import ConfigError, ExtenderSettings, ServerSettings, TlsSettings, check_complete
 from .verbs import Extender
 
 log = logging.getLogger("rlsched.extender")
@@ -268,6 +268,19 @@ class Service:
         return out
 
 
+def _runner(app: web.Application, srv: ServerSettings) -> web.AppRunner:
+    """A listener's runner. lingering_time: after an early answer (408, 413, 401) aiohttp reads and drops
+    the rest of the body for this long before closing; its default of 10 s would let a stalled client
+    keep the connection."""
+    return web.AppRunner(
+        app,
+        access_log=None,
+        shutdown_timeout=srv.shutdown_timeout_s,
+        keepalive_timeout=srv.idle_timeout_s,
+        lingering_time=LINGER_S,
+    )
+
+
 def verb_ssl_context(tls: TlsSettings) -> ssl.SSLContext | None:
     """Mutual TLS for the verb listener: our certificate, and callers must present one signed by
     ``clientCaFile`` (None without ``server.tls``). ConfigError names the file that cannot be used."""
@@ -349,15 +362,7 @@ async def serve(
         protect_metrics=settings.auth.protect_metrics,
         connections=status_guard,
     )
-    # lingering_time: after an early answer (408, 413, 401) aiohttp reads and drops the rest of the body
-    # for this long before closing; its default of 10 s would let a stalled client keep the connection.
-    status_runner = web.AppRunner(
-        status_app,
-        access_log=None,
-        shutdown_timeout=srv.shutdown_timeout_s,
-        keepalive_timeout=srv.idle_timeout_s,
-        lingering_time=LINGER_S,
-    )
+    status_runner = _runner(status_app, srv)
     await status_runner.setup()
     verb_runner: web.AppRunner | None = None
     try:
@@ -374,13 +379,7 @@ async def serve(
         gc.freeze()
         verb_app = make_app(service.extender, service.metrics, settings, connections=verb_guard)
         verb_app.cleanup_ctx.append(service.background)
-        verb_runner = web.AppRunner(
-            verb_app,
-            access_log=None,
-            shutdown_timeout=srv.shutdown_timeout_s,
-            keepalive_timeout=srv.idle_timeout_s,
-            lingering_time=LINGER_S,
-        )
+        verb_runner = _runner(verb_app, srv)
         await verb_runner.setup()
         try:
             await GuardedSite(verb_runner, srv.host, srv.port, verb_guard, ssl_context=verb_ssl, backlog=1024).start()

@@ -247,6 +247,14 @@ def new_agent(args: Args) -> Agent:
     return agent
 
 
+def out_of_budget(args: Args, iteration: int, first_iteration: int, elapsed_s: float) -> bool:
+    """Whether the run stops before ``iteration``: ``max_minutes`` of wall time (over all invocations) or
+    ``max_iterations`` in this invocation."""
+    if args.max_minutes and elapsed_s > args.max_minutes * 60:
+        return True
+    return bool(args.max_iterations and iteration >= first_iteration + args.max_iterations)
+
+
 class RunOutput:
     """A run's folder (``<out_dir>/<exp_name>-s<seed>``): its arguments, metrics, and the exported
     models — ``best.npz`` (the best validated policy, the starting one included) and ``final.npz``."""
@@ -357,9 +365,7 @@ def train(args: Args) -> TrainResult:
         bar = tqdm(total=num_iterations, initial=first_iteration - 1, desc="ppo", unit="it", dynamic_ncols=True)
     done_iterations = first_iteration - 1
     for iteration in range(first_iteration, num_iterations + 1):
-        if args.max_minutes and elapsed_before + time.time() - start_time > args.max_minutes * 60:
-            break
-        if args.max_iterations and iteration >= first_iteration + args.max_iterations:
+        if out_of_budget(args, iteration, first_iteration, elapsed_before + time.time() - start_time):
             break
         it_start = time.time()
         if args.anneal_lr:

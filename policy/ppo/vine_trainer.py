@@ -33,6 +33,7 @@ from .trainer import (
     make_optimizer,
     new_agent,
     numpy_net,
+    out_of_budget,
     seed_everything,
     set_lr,
 )
@@ -105,9 +106,7 @@ def train_vine(args: Args) -> TrainResult:
     done_iterations = first_iteration - 1
     try:
         for iteration in range(first_iteration, num_iterations + 1):
-            if args.max_minutes and elapsed_before + time.time() - start_time > args.max_minutes * 60:
-                break
-            if args.max_iterations and iteration >= first_iteration + args.max_iterations:
+            if out_of_budget(args, iteration, first_iteration, elapsed_before + time.time() - start_time):
                 break
             it_start = time.time()
             set_lr(

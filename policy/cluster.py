@@ -79,6 +79,10 @@ class PodSpec:
     gpu_models: tuple[str, ...] = ()
     creation_time: float | None = None
     deletion_time: float | None = None
+    qos: str = ""
+    """The trace's QoS class (openb: ``LS`` latency-sensitive, ``BE`` best-effort, ``Burstable``,
+    ``Guaranteed``); empty when unknown. Placement ignores it; the living-cluster mode uses it for
+    usage and SLA."""
 
     def __post_init__(self) -> None:
         problem = pod_request_problem(self.cpu_milli, self.memory_mib, self.num_gpu, self.gpu_milli)
@@ -201,6 +205,9 @@ class ClusterState:
         self.load = np.full((n, len(LOAD_METRICS)), np.nan, dtype=np.float64)
         """Measured utilization per node and :data:`LOAD_METRICS` entry, 0..1; NaN where unknown
         (the extender fills it from Prometheus; simulators may model it)."""
+        self.load_std = np.full((n, len(LOAD_METRICS)), np.nan, dtype=np.float64)
+        """Standard deviation of :attr:`load` over the measurement window, same shape and units; NaN
+        where unknown (LoadVariationRiskBalancing reads it)."""
         # Kubernetes' "non-zero requested": a pod without a cpu/memory request counts as 100m / 200 MB
         # when scoring (pkg/scheduler/util/pod_resources.go). Memory in bytes to keep Go's arithmetic.
         self.nonzero_cpu_used = np.zeros(n, dtype=np.int64)
@@ -326,4 +333,5 @@ MUTABLE_ARRAYS = (  # the per-node arrays that change as pods come and go (copy(
     "gpu_pods",
     "node_version",
     "load",
+    "load_std",
 )

@@ -51,6 +51,7 @@ POD_COLUMNS_SHORT = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 POD_COLUMNS_OPTIONAL = ("gpu_spec", "qos", "pod_phase", "creation_time", "deletion_time", "scheduled_time")
 MAX_COUNT = 1_000_000
 """``count:`` of one generic entry at most this (a typo of a few digits must not fill the memory)."""
+_QOS = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,31}", re.ASCII)
 _INT = re.compile(r"-?[0-9]{1,40}", re.ASCII)
 """openb integer cells: ASCII digits only (``int()`` would take "１０" and "1_0"), short enough to convert cheaply."""
 
@@ -212,7 +213,10 @@ def read_openb_pods(path: str | Path) -> list[PodSpec]:
             raise TraceError(
                 path, line, "column 'deletion_time'", f"deletion_time {deleted} is before creation_time {created}"
             )
-        pods.append(PodSpec(name, cpu, mem, num_gpu, gpu_milli, models, created, deleted))
+        qos = row.get("qos", "").strip()
+        if qos and not _QOS.fullmatch(qos):
+            raise TraceError(path, line, "column 'qos'", f"expected a QoS class such as LS or BE, got {clip(qos)}")
+        pods.append(PodSpec(name, cpu, mem, num_gpu, gpu_milli, models, created, deleted, qos))
     if not pods:
         raise TraceError(path, None, None, "no pods: the file has a header but no rows")
     return pods

@@ -68,10 +68,17 @@ def test_openb_pods_full_layout(tmp_path: Path) -> None:
         "p3,1000,1024,0,0,,LS,Running,,,\n",
     )
     assert read_openb_pods(path) == [
-        PodSpec("p1", 8000, 30720, 1, 460, (), 10, 20),
-        PodSpec("p2", 4000, 0, 2, 1000, ("V100M16", "V100M32"), 0, None),
-        PodSpec("p3", 1000, 1024, 0, 0, (), None, None),
+        PodSpec("p1", 8000, 30720, 1, 460, (), 10, 20, "LS"),
+        PodSpec("p2", 4000, 0, 2, 1000, ("V100M16", "V100M32"), 0, None, "BE"),
+        PodSpec("p3", 1000, 1024, 0, 0, (), None, None, "LS"),
     ]
+
+
+@pytest.mark.parametrize("qos", ["L S", "LS;rm", "ＬＳ", "x" * 40, "-LS"])
+def test_openb_pods_refuse_a_malformed_qos(tmp_path: Path, qos: str) -> None:
+    path = write(tmp_path, "pods.csv", POD_HEADER + f"\np1,8000,30720,1,460,,{qos},Running,10,20,11\n")
+    with pytest.raises(TraceError, match="qos"):
+        read_openb_pods(path)
 
 
 def test_openb_pods_short_layout(tmp_path: Path) -> None:

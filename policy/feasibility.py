@@ -26,6 +26,20 @@ def feasible_mask(state: ClusterState, req: PodRequest) -> np.ndarray:
     return ok
 
 
+def fits_on(state: ClusterState, req: PodRequest, node: int) -> bool:
+    """Whether ``req`` fits on ``node`` now: :func:`feasible_mask` for one node, without the arrays
+    (the living-cluster mode asks it for each waiting pod after every departure)."""
+    if state.cpu_free[node] < req.cpu_milli or state.mem_free[node] < req.memory_mib:
+        return False
+    if not req.is_gpu:
+        return True
+    if not req.model_ok[state.model_id[node]]:
+        return False
+    if req.is_share:
+        return bool(state.max_card_free[node] >= req.gpu_milli)
+    return bool(state.full_free[node] >= req.num_gpu)
+
+
 def feasible_nodes(state: ClusterState, req: PodRequest) -> np.ndarray:
     """Indices of the feasible nodes, ascending."""
     return np.flatnonzero(feasible_mask(state, req))

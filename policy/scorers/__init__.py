@@ -18,6 +18,7 @@ from .gpuclustering import GpuClusteringScorer
 from .gpupacking import GpuPackingScorer
 from .kubernetes import BalancedAllocationScorer, LeastAllocatedScorer, MostAllocatedScorer, ResourceWeights
 from .random import RandomScorer
+from .trimaran import LoadVariationRiskBalancingScorer, TargetLoadPackingScorer
 
 __all__ = [
     "MAX_NODE_SCORE",
@@ -36,6 +37,8 @@ __all__ = [
     "BalancedAllocationScorer",
     "ResourceWeights",
     "RandomScorer",
+    "TargetLoadPackingScorer",
+    "LoadVariationRiskBalancingScorer",
     "SCORERS",
     "scorer_names",
     "make_scorer",
@@ -67,6 +70,8 @@ SCORERS: dict[str, Callable[[TypicalPods | None], Scorer]] = {
     BestFitScorer.name: lambda typical: BestFitScorer(),
     FgdScorer.name: _needs_typical(FgdScorer),
     FgdCpuScorer.name: _needs_typical(FgdCpuScorer),
+    TargetLoadPackingScorer.name: lambda typical: TargetLoadPackingScorer(),
+    LoadVariationRiskBalancingScorer.name: lambda typical: LoadVariationRiskBalancingScorer(),
 }
 """Baseline scorers by canonical name."""
 
@@ -80,6 +85,8 @@ _ALIASES = {
     "gpu-clustering": "gpuclustering",
     "fgdcpu": "fgd-cpu",
     "fgd_cpu": "fgd-cpu",
+    "targetloadpacking": "target-load-packing",
+    "loadvariationriskbalancing": "load-variation-risk-balancing",
 }
 
 

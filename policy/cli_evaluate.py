@@ -19,6 +19,8 @@ POLICY_HELP: dict[str, str] = {
     "bestfit": "BestFit: least cpu and GPU left after placing",
     "fgd": "FGD (Weng et al., ATC'23): least GPU fragmentation increase",
     "fgd-cpu": "FGD plus the cards stranded by too little cpu per free card",
+    "target-load-packing": "Trimaran TargetLoadPacking: pack measured cpu load up to 40 %, then spread",
+    "load-variation-risk-balancing": "Trimaran LoadVariationRiskBalancing: lowest mean + std of cpu/memory load",
     "ppo:PATH": "a trained model file (.npz), as trained",
     "ppo-prior:PATH": "the same model with its network zeroed: its prior and decision rule alone (the ablation)",
 }
@@ -63,14 +65,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=0, help="worker processes (default: one per core)")
     parser.add_argument(
         "--mode",
-        choices=("fgd", "events"),
+        choices=("fgd", "events", "dynamic"),
         default="fgd",
-        help="fgd: the FGD protocol (arrivals only, inflated); events: replay creation/deletion times",
+        help="fgd: the FGD protocol (arrivals only, inflated); events: replay creation/deletion times; "
+        "dynamic: the living cluster (arrivals and departures at an offered load, usage, load, SLA, cost)",
     )
     parser.add_argument(
         "--retry-failed", action="store_true", help="events mode: queue pods that do not fit and retry after departures"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    dyn = parser.add_argument_group("dynamic mode (docs/dynamic.md)")
+    dyn.add_argument(
+        "--load", type=float, default=0.9, help="offered GPU load, fraction of capacity (default: %(default)s)"
+    )
+    dyn.add_argument(
+        "--window",
+        type=float,
+        default=3600.0,
+        help="measured seconds after the steady-state start (default: %(default)s)",
+    )
+    dyn.add_argument(
+        "--sla-threshold",
+        type=float,
+        default=0.9,
+        help="CPU and GPU utilization above which a node violates its SLA (default: %(default)s)",
+    )
+    dyn.add_argument(
+        "--scrape-interval", type=float, default=30.0, help="seconds between load scrapes (default: %(default)s)"
+    )
+    dyn.add_argument(
+        "--scrape-miss", type=float, default=0.0, help="chance a node's scrape fails (default: %(default)s)"
+    )
+    dyn.add_argument(
+        "--beta", type=float, default=0.5, help="objective: weight of latency against cost (default: %(default)s)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError(f"{flag}: no such file: {path}")
         if args.mode == "events":
             return _run_events(args, policies, seeds)
+        if args.mode == "dynamic":
+            return _run_dynamic(args, policies, seeds)
         evaluation = evaluate(
             args.nodes,
             args.pods,
@@ -117,5 +147,43 @@ def _run_events(args: argparse.Namespace, policies: list[str], seeds: list[int])
     path = Path(args.json) if args.json else Path(args.out) / f"{args.name}-events.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps([r.summary() for r in results], indent=1))
+    print(f"\nwrote {path}")
+    return 0
+
+
+def _run_dynamic(args: argparse.Namespace, policies: list[str], seeds: list[int]) -> int:
+    import json
+
+    from .dynamic.arrivals import ArrivalSettings
+    from .dynamic.evaluation import evaluate_dynamic, format_dynamic_table
+    from .dynamic.objective import ObjectiveWeights, SlaSettings
+    from .dynamic.scrape import ScrapeSettings
+    from .dynamic.simulator import DynamicSettings
+    from .evaluate import default_jobs
+
+    settings = DynamicSettings(
+        arrivals=ArrivalSettings(load=args.load, window_s=args.window),
+        scrape=ScrapeSettings(interval_s=args.scrape_interval, miss_probability=args.scrape_miss),
+        sla=SlaSettings(cpu_threshold=args.sla_threshold, gpu_threshold=args.sla_threshold),
+    )
+    weights = ObjectiveWeights(beta=args.beta)
+    results = evaluate_dynamic(
+        args.nodes, args.pods, policies, seeds, settings, args.jobs or default_jobs(), args.typical_from
+    )
+    print(format_dynamic_table(results, weights))
+    path = Path(args.json) if args.json else Path(args.out) / f"{args.name}-dynamic.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "settings": {
+            "load": args.load,
+            "window_s": args.window,
+            "sla_threshold": args.sla_threshold,
+            "scrape_interval_s": args.scrape_interval,
+            "scrape_miss": args.scrape_miss,
+            "beta": args.beta,
+        },
+        "runs": [dict(r.summary(), objective=round(r.objective(weights), 5)) for r in results],
+    }
+    path.write_text(json.dumps(payload, indent=1))
     print(f"\nwrote {path}")
     return 0

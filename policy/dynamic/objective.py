@@ -88,6 +88,8 @@ class DynamicResult:
     sla_ls_pod_seconds: float = 0.0
     cost_pct: float = 0.0
     rejected: int = 0
+    holds: int = 0
+    """Times a pod was held back by the policy (the delay action)."""
     stale_node_scrapes: int = 0
     scrape_misses: int = 0
     seconds: float = 0.0

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..cluster import ClusterState, NodeSpec, Placement, PodSpec
+from ..cluster import ClusterState, NodeSpec, Placement, PodRequest, PodSpec
 from ..decision import decide
 from ..feasibility import fits_on, unresolvable_mask
 from ..fragmentation import Fragmentation
@@ -46,8 +46,8 @@ from .objective import DynamicResult, SlaSettings
 from .scrape import LoadScraper, ScrapeSettings
 from .usage import UsageModel, UsageSettings
 
-DEPART, SCRAPE, ARRIVE = 0, 1, 2
-"""Event kinds, in the order they apply at equal times."""
+DEPART, SCRAPE, ARRIVE, RETURN = 0, 1, 2, 3
+"""Event kinds, in the order they apply at equal times (RETURN: a held pod comes back)."""
 LATENCY_SENSITIVE = frozenset({"LS", "Guaranteed"})
 """QoS classes counted as latency-sensitive for SLA purposes (openb's LS; Kubernetes' Guaranteed)."""
 
@@ -62,21 +62,22 @@ class DynamicSettings:
     usage: UsageSettings = field(default_factory=UsageSettings)
 
 
-class _Run:
-    """The mutable state of one run (kept in one place so the event handlers stay small)."""
+class LivingCluster:
+    """One run's cluster, pods and clock. :meth:`decisions` yields each pod that needs a decision;
+    the caller answers with :meth:`place`, :meth:`hold`, or nothing (the pod waits for room)."""
 
     def __init__(
         self,
         nodes: Sequence[NodeSpec],
         pods: Sequence[PodSpec],
-        scorer: Scorer,
         seed: int,
         typical: TypicalPods,
         settings: DynamicSettings,
+        policy_name: str = "",
     ):
         self.state = ClusterState(nodes)
-        self.scorer = scorer
         self.settings = settings
+        self.seed = seed
         self.requests = RequestCache(self.state)
         self.tiebreak = TieBreak.seeded(self.state.num_nodes, seed)
         self.measure = Fragmentation(typical, self.state.model_names)
@@ -99,61 +100,151 @@ class _Run:
         self.node_of = np.full(a, -1, dtype=np.int64)
         self.placements: dict[int, Placement] = {}
         self.placed_at = np.full(a, np.nan)
+        self.held_until = np.full(a, -np.inf)
+        self.holds = np.zeros(a, dtype=np.int64)
         self.waiting: list[int] = []
         self.rejected: list[int] = []
         self.scraper = LoadScraper(self.state.num_nodes, settings.scrape)
         self.events: list[tuple[float, int, int]] = []
+        self.now = 0.0
         self.cpu_cap = self.state.cpu_cap.astype(np.float64)
         self.mem_cap = self.state.mem_cap.astype(np.float64)
         self.gpu_cap = np.maximum(self.state.gpu_count * MILLI_PER_CARD, 1).astype(np.float64)
+        self.pod_now = (np.zeros(a), np.zeros(a), np.zeros(a))
+        """Each pod's (cpu, memory, GPU) usage fractions at the latest scrape."""
+        self.true_cpu = np.zeros(self.state.num_nodes)
+        self.true_gpu = np.zeros(self.state.num_nodes)
+        """True per-node utilization at the latest scrape, kept up to date as pods come and go."""
+        self.result = DynamicResult.start(policy_name, seed, self.state, self.rate)
 
-    # -- placing -------------------------------------------------------------------------------
-    def try_place(self, i: int, now: float) -> bool:
-        req = self.requests(self.specs[i])
-        decision = decide(self.scorer, self.state, req, self.tiebreak)
-        if decision is None:
-            return False
-        self.placements[i] = self.state.place(req, decision.node, decision.cards)
-        self.node_of[i] = decision.node
-        self.placed_at[i] = now
-        heapq.heappush(self.events, (now + self.arrivals[i].lifetime, DEPART, i))
-        return True
+    def request(self, i: int) -> PodRequest:
+        return self.requests(self.specs[i])
 
-    def arrive(self, i: int, now: float) -> None:
-        req = self.requests(self.specs[i])
-        if unresolvable_mask(self.state, req).all():
+    # -- the caller's answers ------------------------------------------------------------------
+    def place(self, i: int, node: int, cards: Sequence[int]) -> None:
+        """Put pod ``i`` on ``node`` now; it leaves after its lifetime."""
+        self.placements[i] = self.state.place(self.request(i), node, cards)
+        self.node_of[i] = node
+        self.placed_at[i] = self.now
+        heapq.heappush(self.events, (self.now + self.arrivals[i].lifetime, DEPART, i))
+        self._usage_moved(i, node, +1.0)
+
+    def hold(self, i: int, seconds: float) -> None:
+        """Keep pod ``i`` back for ``seconds`` although it may fit (the delay action); it comes back then."""
+        if seconds <= 0:
+            raise ValueError("a hold needs a positive duration")
+        self.held_until[i] = self.now + seconds
+        self.holds[i] += 1
+        heapq.heappush(self.events, (self.now + seconds, RETURN, i))
+
+    def hot_after(self, node: int) -> bool:
+        """Whether ``node``'s true utilization is now above the SLA threshold (CPU or GPU)."""
+        sla = self.settings.sla
+        return bool(self.true_cpu[node] > sla.cpu_threshold or self.true_gpu[node] > sla.gpu_threshold)
+
+    # -- the clock -----------------------------------------------------------------------------
+    def decisions(self) -> Iterator[int]:
+        """Run the clock; yield every pod that needs a decision (see the module docstring)."""
+        state, window = self.state, self.settings.arrivals.window_s
+        interval = self.settings.scrape.interval_s
+        initial = [i for i, a in enumerate(self.arrivals) if a.time < 0]
+        step = max(1, len(initial) // 100)
+        for k, i in enumerate(initial):
+            yield from self._offer(i)
+            if k % step == step - 1:
+                self._scrape(-1 - k, record=False)
+        self.placed_at[initial] = np.nan  # the start's population is not part of the measured delays
+        self.result.initial_pods = len(initial)
+        self.result.initial_waiting = len(self.waiting)
+        self.result.rejected_initial = len(self.rejected)
+        self._rejected_before = len(self.rejected)
+        self.events.extend((a.time, ARRIVE, i) for i, a in enumerate(self.arrivals) if a.time >= 0)
+        self.events.extend((k * interval, SCRAPE, k) for k in range(int(window // interval)))
+        heapq.heapify(self.events)
+        while self.events:
+            now, kind, i = heapq.heappop(self.events)
+            if now >= window:
+                break
+            self.now = now
+            if kind == DEPART:
+                node = self._depart(i)
+                for j in list(self.waiting):
+                    if fits_on(state, self.request(j), node):
+                        self.waiting.remove(j)
+                        yield from self._offer(j, queued=True)
+            elif kind in (ARRIVE, RETURN):
+                yield from self._offer(i)
+            else:
+                self._scrape(i, record=True)
+
+    def _offer(self, i: int, queued: bool = False) -> Iterator[int]:
+        if not queued and unresolvable_mask(self.state, self.request(i)).all():
             self.rejected.append(i)  # could not fit even on an empty node: waiting would be forever
             return
-        if not self.try_place(i, now):
+        before = self.held_until[i]
+        yield i
+        if self.node_of[i] < 0 and self.held_until[i] == before:
             self.waiting.append(i)
 
-    def depart(self, i: int, now: float) -> None:
+    def _depart(self, i: int) -> int:
         placement = self.placements.pop(i)
         self.state.release(placement)
         self.node_of[i] = -1
-        node = placement.node
-        still: list[int] = []
-        for j in self.waiting:
-            if fits_on(self.state, self.requests(self.specs[j]), node) and self.try_place(j, now):
-                continue
-            still.append(j)
-        self.waiting = still
+        self._usage_moved(i, placement.node, -1.0)
+        return placement.node
 
-    # -- measuring -----------------------------------------------------------------------------
-    def node_usage(self, tick: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """True per-node (cpu, memory, GPU) utilization fractions at scrape ``tick``."""
-        running = np.flatnonzero(self.node_of >= 0)
-        # Every pod's sample is drawn, running or not, so a pod's usage at a tick is the same
-        # whichever policy placed it (common random numbers across policies).
+    def _usage_moved(self, i: int, node: int, sign: float) -> None:
+        cpu_f, _, gpu_f = self.pod_now
+        self.true_cpu[node] += sign * cpu_f[i] * self.cpu_req[i] / self.cpu_cap[node]
+        self.true_gpu[node] += sign * gpu_f[i] * self.gpu_req[i] / self.gpu_cap[node]
+
+    def _scrape(self, tick: int, record: bool) -> None:
+        """True usage now (every pod drawn, running or not, so a pod's usage at a tick is the same
+        whichever policy placed it: common random numbers), SLA accounting, and what Prometheus sees."""
+        state, sla = self.state, self.settings.sla
         rng = np.random.default_rng([self.tick_base, tick + 1_000_000])
-        everyone = np.arange(len(self.arrivals))
-        cpu_f, mem_f, gpu_f = (x[running] for x in self.usage_model.instant(self.usage, everyone, rng))
+        self.pod_now = self.usage_model.instant(self.usage, np.arange(len(self.arrivals)), rng)
+        running = np.flatnonzero(self.node_of >= 0)
         where = self.node_of[running]
-        n = self.state.num_nodes
-        cpu = np.bincount(where, cpu_f * self.cpu_req[running], minlength=n) / self.cpu_cap
+        n = state.num_nodes
+        cpu_f, mem_f, gpu_f = (x[running] for x in self.pod_now)
+        self.true_cpu = np.bincount(where, cpu_f * self.cpu_req[running], minlength=n) / self.cpu_cap
         mem = np.bincount(where, mem_f * self.mem_req[running], minlength=n) / self.mem_cap
-        gpu = np.bincount(where, gpu_f * self.gpu_req[running], minlength=n) / self.gpu_cap
-        return cpu, mem, gpu
+        self.true_gpu = np.bincount(where, gpu_f * self.gpu_req[running], minlength=n) / self.gpu_cap
+        if record:
+            interval, window = self.settings.scrape.interval_s, self.settings.arrivals.window_s
+            self.result.add_interval(
+                seconds=min(interval, window - self.now),
+                allocated_gpu_milli=state.gpu_milli_allocated,
+                frag_milli=self.measure.cluster_frag(state),
+                hot=(self.true_cpu > sla.cpu_threshold) | (self.true_gpu > sla.gpu_threshold),
+                ls_pods_per_node=np.bincount(self.node_of[self.latency_sensitive & (self.node_of >= 0)], minlength=n),
+                busy=state.cpu_free < state.cpu_cap,
+                waiting=len(self.waiting),
+                price=state.price,
+            )
+        self.scraper.scrape(self.now, self.true_cpu, mem, self.noise_rng)
+        stale = self.scraper.publish(state, self.now)
+        if record:
+            self.result.stale_node_scrapes += stale
+
+    def finish(self, seconds: float) -> DynamicResult:
+        """The run's measures (call once :meth:`decisions` is exhausted)."""
+        window = self.settings.arrivals.window_s
+        rejected = set(self.rejected[getattr(self, "_rejected_before", 0) :])
+        measured = [i for i, a in enumerate(self.arrivals) if 0 <= a.time < window and i not in rejected]
+        arrived = np.array([self.arrivals[i].time for i in measured])
+        placed = self.placed_at[measured]
+        waits = np.where(np.isnan(placed), window - arrived, placed - arrived)
+        self.result.holds = int(self.holds.sum())
+        self.result.finish(
+            waits=waits,
+            still_waiting=int(np.isnan(placed).sum()),
+            rejected=len(rejected),
+            scrape_misses=self.scraper.misses,
+            seconds=seconds,
+        )
+        return self.result
 
 
 def run_dynamic(
@@ -166,70 +257,15 @@ def run_dynamic(
     policy_name: str | None = None,
 ) -> DynamicResult:
     """One living-cluster run of ``scorer`` on ``seed`` (see the module docstring)."""
-    settings = settings or DynamicSettings()
     start = time.perf_counter()
-    run = _Run(nodes, pods, scorer, seed, typical, settings)
-    state, sla = run.state, settings.sla
-    interval = settings.scrape.interval_s
-    window = settings.arrivals.window_s
-    initial = [i for i, a in enumerate(run.arrivals) if a.time < 0]
-    step = max(1, len(initial) // 100)
-    for k, i in enumerate(initial):
-        run.arrive(i, 0.0)
-        if k % step == step - 1:
-            cpu, mem, _ = run.node_usage(-1 - k)
-            run.scraper.scrape(0.0, cpu, mem, run.noise_rng)
-            run.scraper.publish(state, 0.0)
-    run.placed_at[initial] = np.nan  # the start's population is not part of the measured delays
-    for i, a in enumerate(run.arrivals):
-        if a.time >= 0:
-            run.events.append((a.time, ARRIVE, i))
-    ticks = int(window // interval)
-    run.events.extend((k * interval, SCRAPE, k) for k in range(ticks))
-    heapq.heapify(run.events)
-    result = DynamicResult.start(scorer.name if policy_name is None else policy_name, seed, state, run.rate)
-    result.initial_pods = len(initial)
-    result.initial_waiting = len(run.waiting)
-    result.rejected_initial = len(run.rejected)
-    rejected_before = set(run.rejected)
-    while run.events:
-        now, kind, i = heapq.heappop(run.events)
-        if now >= window:
-            break
-        if kind == DEPART:
-            run.depart(i, now)
-        elif kind == ARRIVE:
-            run.arrive(i, now)
-        else:
-            cpu, mem, gpu = run.node_usage(i)
-            busy = state.cpu_free < state.cpu_cap
-            result.add_interval(
-                seconds=min(interval, window - now),
-                allocated_gpu_milli=state.gpu_milli_allocated,
-                frag_milli=run.measure.cluster_frag(state),
-                hot=(cpu > sla.cpu_threshold) | (gpu > sla.gpu_threshold),
-                ls_pods_per_node=np.bincount(
-                    run.node_of[run.latency_sensitive & (run.node_of >= 0)], minlength=state.num_nodes
-                ),
-                busy=busy,
-                waiting=len(run.waiting),
-                price=state.price,
-            )
-            run.scraper.scrape(now, cpu, mem, run.noise_rng)
-            result.stale_node_scrapes += run.scraper.publish(state, now)
-    rejected = set(run.rejected) - rejected_before
-    measured = [i for i, a in enumerate(run.arrivals) if 0 <= a.time < window and i not in rejected]
-    arrived = np.array([run.arrivals[i].time for i in measured])
-    placed = run.placed_at[measured]
-    waits = np.where(np.isnan(placed), window - arrived, placed - arrived)
-    result.finish(
-        waits=waits,
-        still_waiting=int(np.isnan(placed).sum()),
-        rejected=len(rejected),
-        scrape_misses=run.scraper.misses,
-        seconds=time.perf_counter() - start,
+    cluster = LivingCluster(
+        nodes, pods, seed, typical, settings or DynamicSettings(), scorer.name if policy_name is None else policy_name
     )
-    return result
+    for i in cluster.decisions():
+        decision = decide(scorer, cluster.state, cluster.request(i), cluster.tiebreak)
+        if decision is not None:
+            cluster.place(i, decision.node, decision.cards)
+    return cluster.finish(time.perf_counter() - start)
 
 
 def describe(settings: DynamicSettings) -> dict[str, Any]:

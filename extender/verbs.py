@@ -227,6 +227,35 @@ class Extender:
         self.memory.put(info.uid, remembered)
         if outcome.verdict is not None:
             return self._verdict(args, info, outcome, outcome.verdict, failed, unresolvable)
+        decision = outcome.decision
+        kept: list[str] = []
+        if decision is not None:
+            kept_idx = self._top(state, outcome)
+            kept = self._names(state)[kept_idx].tolist()
+            remembered.kept, remembered.kept_idx = kept, kept_idx
+        else:
+            # Reasons only for an unschedulable pod: kube-scheduler reads FailedNodes only when no node
+            # is left (the FailedScheduling event, preemption's candidates); with a node kept they were
+            # ~165 entries, ~22 KB that it decoded and threw away for every pod (docs/benchmarks.md).
+            self._reasons(state, epoch, req, cand, failed, unresolvable)
+        self._count("unschedulable" if decision is None else outcome.served_by)
+        record = self._record_filter(info, state, req, outcome, len(cand), kept)
+        if decision is not None and self.engine.settings.mode == "shadow" and self.engine.model is not None:
+            self._shadow(record, state, req, cand, outcome)
+        else:
+            self.ring.append(record)
+        return self._filter_result(args, kept, failed, unresolvable)
+
+    def _reasons(
+        self,
+        state: ClusterState,
+        epoch: int,
+        req: PodRequest,
+        cand: np.ndarray,
+        failed: dict[str, str],
+        unresolvable: dict[str, str],
+    ) -> None:
+        """Why each candidate that does not fit fails: resolvable (preemption may help) or not."""
         ok = feasible_mask(state, req)
         bad = cand[~ok[cand]]
         if len(bad):
@@ -235,19 +264,6 @@ class Extender:
             bad_names = self._names(state)[bad]
             unresolvable.update(zip(bad_names[unres].tolist(), texts[unres].tolist(), strict=True))
             failed.update(zip(bad_names[~unres].tolist(), texts[~unres].tolist(), strict=True))
-        decision = outcome.decision
-        kept: list[str] = []
-        if decision is not None:
-            kept_idx = self._top(state, outcome)
-            kept = self._names(state)[kept_idx].tolist()
-            remembered.kept, remembered.kept_idx = kept, kept_idx
-        self._count("unschedulable" if decision is None else outcome.served_by)
-        record = self._record_filter(info, state, req, outcome, len(cand), kept)
-        if decision is not None and self.engine.settings.mode == "shadow" and self.engine.model is not None:
-            self._shadow(record, state, req, cand, outcome)
-        else:
-            self.ring.append(record)
-        return self._filter_result(args, kept, failed, unresolvable)
 
     def _top(self, state: ClusterState, outcome: Outcome) -> np.ndarray:
         """Node indices filter keeps: the chosen node first, then the next best up to ``topK``."""

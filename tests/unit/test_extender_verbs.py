@@ -83,7 +83,9 @@ def served(h: Harness) -> dict:
 # -- filter ----------------------------------------------------------------------------------------
 
 
-async def test_filter_cache_capable_reasons_and_top_choice() -> None:
+async def test_filter_cache_capable_top_choice_without_reasons() -> None:
+    """With a node kept, kube-scheduler never reads FailedNodes: none are sent (it decoded ~22 KB of
+    them per pod at 1,000 nodes)."""
     full = make_pod("full", gpus=4, node="v100-5", uid="full")
     h = harness([full])
     pod = make_pod("p", gpu_milli=500, gpu_models="V100M16")
@@ -92,13 +94,24 @@ async def test_filter_cache_capable_reasons_and_top_choice() -> None:
     assert status == 200 and body["Error"] == "" and body["Nodes"] is None
     assert len(body["NodeNames"]) == 1 and body["NodeNames"][0].startswith("v100-")
     assert body["NodeNames"][0] == served(h)["node"]
-    assert body["FailedNodes"] == {"v100-5": "no GPU card with 500 milli free"}
+    assert body["FailedNodes"] == {} and body["FailedAndUnresolvableNodes"] == {}
+    assert served(h)["servedBy"] == "fallback" and served(h)["fallbackReason"] == "no-model"
+
+
+async def test_filter_reasons_when_nothing_fits() -> None:
+    """An unschedulable pod gets a reason per node: resolvable (preemption may help) or not."""
+    h = harness([make_pod(f"full-{i}", gpus=4, node=f"v100-{i}", uid=f"full-{i}") for i in range(6)])
+    pod = make_pod("p", gpu_milli=500, gpu_models="V100M16")
+    async with TestClient(TestServer(h.app())) as c:
+        status, body = await call(c, "filter", {"Pod": pod, "NodeNames": NAMES, "Nodes": None})
+    assert status == 200 and body["Error"] == "" and body["NodeNames"] == []
+    assert body["FailedNodes"] == {f"v100-{i}": "no GPU card with 500 milli free" for i in range(6)}
     assert body["FailedAndUnresolvableNodes"] == {
         "t4-0": "GPU model T4 not allowed (pod allows V100M16)",
         "cpu-0": "node has no GPU",
         "cpu-1": "insufficient cpu (pod requests 4000m); insufficient memory (pod requests 16384Mi); node has no GPU",
     }
-    assert served(h)["servedBy"] == "fallback" and served(h)["fallbackReason"] == "no-model"
+    assert served(h)["node"] is None and h.extender.counts == {"unschedulable": 1}
 
 
 async def test_filter_full_node_mode_echoes_the_kept_nodes() -> None:
@@ -111,7 +124,7 @@ async def test_filter_full_node_mode_echoes_the_kept_nodes() -> None:
     assert status == 200 and body["NodeNames"] is None
     kept = body["Nodes"]["items"]
     assert len(kept) == 1 and kept[0] == NODES[NAMES.index(kept[0]["metadata"]["name"])]
-    assert set(body["FailedAndUnresolvableNodes"]) == {"cpu-0", "cpu-1"}
+    assert body["FailedAndUnresolvableNodes"] == {} and body["FailedNodes"] == {}
 
 
 @pytest.mark.parametrize("top_k, expected", [(0, 7), (3, 3), (1, 1)])

@@ -13,17 +13,24 @@ watch. Besides the ClusterState the cache keeps what bind's placement rules need
 (:mod:`rlsched.extender.node_rules`): every node's labels and NoSchedule/NoExecute taints, and the
 tolerations, nodeSelector and required node affinity of our scheduler's pending pods — small frozen
 values, not the raw objects.
+
+Most watch events change nothing the cache reads: kwok's (and kubelet's) status updates of a running
+pod, node heartbeats. Each object's last applied version leaves a 16-byte digest of the parts that
+are read (:func:`pod_digest`, :func:`node_digest`); an event with the same digest only refreshes the
+pod's resourceVersion, skipping the object's parsing.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import orjson
 
 from rlsched.policy.cards import default_cards
 from rlsched.policy.cluster import (
@@ -120,6 +127,10 @@ class ClusterCache:
         self._tiebreak: TieBreak | None = None
         self._dirty = True
         self._load: dict[str, np.ndarray] = {}
+        self._pod_digests: dict[str, bytes] = {}
+        """UID → digest of the pod version last applied (pending or holding resources)."""
+        self._node_digests: dict[str, bytes] = {}
+        """Node name → digest of the node version last applied."""
 
     # -- reading ----------------------------------------------------------------------------------
     @property
@@ -147,6 +158,10 @@ class ClusterCache:
     # -- nodes ------------------------------------------------------------------------------------
     def set_node(self, node: Mapping[str, Any]) -> None:
         """A node was added or changed. An unreadable version is ignored (the last good one stays)."""
+        digest = node_digest(node)
+        if digest is not None and self._node_digests.get(digest[0]) == digest[1]:
+            self._touch()  # a heartbeat: nothing read has changed
+            return
         try:
             spec = node_spec(node, self.gpu)
         except Exception as exc:  # noqa: BLE001 - any failure on one object: log once, count, ignore
@@ -163,9 +178,14 @@ class ClusterCache:
         if self.nodes.get(spec.name) != spec:
             self.nodes[spec.name] = spec
             self._dirty = True
+        if digest is not None and digest[0] == spec.name and facts is not None:
+            self._node_digests[spec.name] = digest[1]
+        else:
+            self._node_digests.pop(spec.name, None)
         self._touch()
 
     def delete_node(self, name: str) -> None:
+        self._node_digests.pop(name, None)
         self.node_facts.pop(name, None)
         if self.nodes.pop(name, None) is not None:
             self.addresses.pop(name, None)
@@ -191,7 +211,16 @@ class ClusterCache:
 
         A version that cannot be read is logged once, counted and ignored: a pending pod leaves
         ``pending`` (bind then reads it afresh and refuses it with the reason; filter answers it
-        unschedulable), a pod holding resources keeps its last readable entry."""
+        unschedulable), a pod holding resources keeps its last readable entry. A version whose read
+        parts are those of the last one applied (a status update) only refreshes the resourceVersion."""
+        digest = pod_digest(pod)
+        if digest is not None and self._pod_digests.get(digest[0]) == digest[3]:
+            self._touch()
+            uid, rv, phase = digest[0], digest[1], digest[2] or ""
+            info = self.pending.get(uid)
+            if info is not None and (info.resource_version != rv or info.phase != phase):
+                self.pending[uid] = replace(info, resource_version=rv, phase=phase)
+            return
         try:
             info = pod_info(pod, self.gpu, "pod")
         except Exception as exc:  # noqa: BLE001 - any failure on one object: log once, count, ignore
@@ -199,16 +228,26 @@ class ClusterCache:
             self.rejections.reject("Pod", pod, exc)
             uid = identity(pod)[2]
             if uid:
+                self._pod_digests.pop(uid, None)
                 self.pending.pop(uid, None)
                 self.pod_rules.pop(uid, None)
             return
         self.observe(info)
+        clean = True
         if not info.node_name and not info.terminal and self._wants_rules(info):
             try:
                 self.pod_rules[info.uid] = pod_rules(pod)
             except Exception as exc:  # noqa: BLE001 - bind reads the pod afresh and refuses it
+                clean = False
                 self.pod_rules.pop(info.uid, None)
                 self.rejections.reject("Pod", pod, exc, "kept without placement rules (bind refuses it)")
+        if (
+            clean
+            and digest is not None
+            and digest[0] == info.uid
+            and (info.uid in self.pending or info.uid in self.pods)  # not forgotten (terminal, unreadable)
+        ):
+            self._pod_digests[info.uid] = digest[3]
 
     def _wants_rules(self, info: PodInfo) -> bool:
         return self.scheduler_name is None or info.scheduler_name == self.scheduler_name
@@ -216,6 +255,7 @@ class ClusterCache:
     def observe(self, info: PodInfo) -> None:
         """Apply what the API server says about a pod."""
         self._touch()
+        self._pod_digests.pop(info.uid, None)  # set_pod records the version it applies
         if info.terminal:
             self.forget(info.uid)
             return
@@ -272,6 +312,7 @@ class ClusterCache:
         for uid in [u for u in self.pending if u not in seen]:
             del self.pending[uid]
             self.pod_rules.pop(uid, None)
+            self._pod_digests.pop(uid, None)
         self.synced["pods"] = True
 
     # -- placing ----------------------------------------------------------------------------------
@@ -295,6 +336,7 @@ class ClusterCache:
 
     def forget(self, uid: str) -> Entry | None:
         """Release a pod's resources and drop it."""
+        self._pod_digests.pop(uid, None)
         self.pending.pop(uid, None)
         self.pod_rules.pop(uid, None)
         entry = self.pods.pop(uid, None)
@@ -455,6 +497,60 @@ class ClusterCache:
 
     def _touch(self) -> None:
         self.last_update = self.clock()
+
+
+def _digest(parts: tuple[Any, ...]) -> bytes | None:
+    try:
+        return hashlib.blake2b(orjson.dumps(parts), digest_size=16).digest()
+    except (TypeError, orjson.JSONEncodeError):  # not plain JSON data: no shortcut
+        return None
+
+
+def pod_digest(pod: Any) -> tuple[str, str, Any, bytes] | None:
+    """(UID, resourceVersion, phase, digest of what :func:`~.objects.pod_info` and
+    :func:`~.node_rules.pod_rules` read: namespace, name, annotations, spec, whether the phase is
+    terminal — kwok's Pending → Running is not a change); None when the object is not plain enough
+    to tell (it then takes the full path, errors included)."""
+    if type(pod) is not dict:
+        return None
+    meta, status = pod.get("metadata"), pod.get("status")
+    if type(meta) is not dict or (status is not None and type(status) is not dict):
+        return None
+    uid, rv = meta.get("uid"), meta.get("resourceVersion")
+    if type(uid) is not str or not uid or type(rv) is not str:
+        return None
+    phase = status.get("phase") if status is not None else None
+    if phase is not None and type(phase) is not str:
+        return None
+    terminal = phase in ("Succeeded", "Failed")
+    digest = _digest((meta.get("namespace"), meta.get("name"), meta.get("annotations"), pod.get("spec"), terminal))
+    return None if digest is None else (uid, rv, phase, digest)
+
+
+def node_digest(node: Any) -> tuple[str, bytes] | None:
+    """(name, digest of what :func:`~.objects.node_spec`, :func:`~.node_rules.node_facts` and
+    :func:`~.objects.node_addresses` read: labels, annotations, spec, allocatable, capacity,
+    addresses) — not the conditions and heartbeats; None when the object is not plain enough."""
+    if type(node) is not dict:
+        return None
+    meta, status = node.get("metadata"), node.get("status")
+    if type(meta) is not dict or (status is not None and type(status) is not dict):
+        return None
+    name = meta.get("name")
+    if type(name) is not str or not name:
+        return None
+    st = status or {}
+    digest = _digest(
+        (
+            meta.get("labels"),
+            meta.get("annotations"),
+            node.get("spec"),
+            st.get("allocatable"),
+            st.get("capacity"),
+            st.get("addresses"),
+        )
+    )
+    return None if digest is None else (name, digest)
 
 
 def _carry_over(old: ClusterState | None, new: ClusterState) -> set[str]:

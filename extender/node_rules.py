@@ -111,6 +111,8 @@ NO_RULES = PodRules()
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     if value is None:
         return {}
+    if type(value) is dict:  # JSON from orjson: skip the ABC check
+        return value
     if not isinstance(value, Mapping):
         raise RuleError(where, f"expected an object, got {type(value).__name__}")
     return value

@@ -67,6 +67,8 @@ def _mapping(value: Any, where: str, required: bool = False) -> Mapping[str, Any
         if required:
             raise ObjectError(where, "is required")
         return {}
+    if type(value) is dict:  # JSON from orjson: skip the ABC check (~120,000 calls per 5,000 pods)
+        return value
     if not isinstance(value, Mapping):
         raise ObjectError(where, f"expected an object, got {type(value).__name__}")
     return value

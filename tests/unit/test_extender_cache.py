@@ -208,3 +208,49 @@ def test_rebuild_carries_unchanged_nodes_over_exactly() -> None:
     assert {u: e.placement is None for u, e in c.pods.items()} == {
         u: e.placement is None for u, e in fresh.pods.items()
     }
+
+
+def test_status_only_pod_updates_skip_parsing_but_keep_the_version(monkeypatch) -> None:
+    import rlsched.extender.cache as cache_module
+
+    c = cache_with([make_node("g", gpus=2)])
+    pending = make_pod("p", gpus=1, uid="p", rv="10")
+    running = make_pod("r", gpus=1, uid="r", node="g", rv="11")
+    c.set_pod(pending)
+    c.set_pod(running)
+    calls = []
+    real = cache_module.pod_info
+    monkeypatch.setattr(cache_module, "pod_info", lambda *a, **k: calls.append(1) or real(*a, **k))
+    pending2 = {**pending, "metadata": {**pending["metadata"], "resourceVersion": "12"}}
+    pending2["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]}
+    c.set_pod(pending2)  # kube-scheduler's condition: nothing the cache reads
+    running2 = {**running, "metadata": {**running["metadata"], "resourceVersion": "13"}}
+    running2["status"] = {"phase": "Running", "podIP": "10.0.0.1"}  # kwok's Pending → Running
+    c.set_pod(running2)
+    assert calls == [] and c.pending["p"].resource_version == "12" and c.state.full_free[0] == 1
+    resized = {**pending2, "metadata": {**pending2["metadata"], "resourceVersion": "14"}}
+    resized["spec"] = {**pending["spec"], "schedulerName": "other"}
+    c.set_pod(resized)  # a change of what is read: parsed again
+    assert calls == [1] and c.pending["p"].scheduler_name == "other"
+    done = {**running2, "status": {"phase": "Succeeded"}}
+    c.set_pod(done)  # terminal: released
+    assert calls == [1, 1] and "r" not in c.pods and c.state.full_free[0] == 2
+
+
+def test_node_heartbeats_skip_parsing_label_changes_do_not(monkeypatch) -> None:
+    import rlsched.extender.cache as cache_module
+
+    node = make_node("g", gpus=2, model="T4")
+    c = cache_with([node])
+    calls = []
+    real = cache_module.node_spec
+    monkeypatch.setattr(cache_module, "node_spec", lambda *a, **k: calls.append(1) or real(*a, **k))
+    beat = {**node, "status": {**node["status"], "conditions": [{"type": "Ready", "lastHeartbeatTime": "now"}]}}
+    c.set_node(beat)
+    assert calls == []
+    relabelled = {**beat, "metadata": {**beat["metadata"], "labels": {**beat["metadata"]["labels"], "zone": "b"}}}
+    c.set_node(relabelled)
+    assert calls == [1] and c.node_facts["g"].labels["zone"] == "b"
+    c.delete_node("g")
+    c.set_node(beat)  # back after a delete: read in full
+    assert calls == [1, 1] and "g" in c.nodes

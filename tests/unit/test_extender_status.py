@@ -59,3 +59,15 @@ async def test_readyz_is_503_until_listed() -> None:
     async with TestClient(TestServer(h.status_app())) as status:
         r = await status.get("/readyz")
         assert r.status == 503 and (await r.json())["problems"] == {"cache": "not listed"}
+
+
+def test_lazy_records_take_their_cursor_and_time_at_once_and_are_built_once() -> None:
+    t = [5.0]
+    ring = DecisionRing(3, clock=lambda: t[0])
+    built = []
+    ring.append({"i": 0})
+    assert ring.append_lazy(lambda: built.append(1) or {"i": 1}) == 2
+    t[0] = 9.0
+    out = ring.read(0)["records"]
+    assert out == [{"i": 0, "seq": 1, "time": 5.0}, {"i": 1, "seq": 2, "time": 5.0}] and built == [1]
+    assert ring.read(1)["records"][0] is out[1] and built == [1]

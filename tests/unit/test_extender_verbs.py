@@ -127,6 +127,33 @@ async def test_filter_full_node_mode_echoes_the_kept_nodes() -> None:
     assert body["FailedAndUnresolvableNodes"] == {} and body["FailedNodes"] == {}
 
 
+async def test_filter_reads_the_watched_version_of_the_pod_once() -> None:
+    """Same UID and resourceVersion as the watch's copy: the watch's reading serves (a version's
+    content never changes); another version is read from the request."""
+    watched = make_pod("p", gpus=1, uid="p", rv="7")
+    h = harness([watched])
+    sent = copy.deepcopy(watched)
+    sent["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "4"  # not what version 7 says
+    async with TestClient(TestServer(h.app())) as c:
+        _, body = await call(c, "filter", {"Pod": sent, "NodeNames": NAMES})
+        assert served(h)["features"]["pod"]["numGpu"] == 1 and h.extender.memory.get("p").info is h.cache.pending["p"]
+        sent["metadata"]["resourceVersion"] = "8"  # newer than the watch: read from the request
+        _, body = await call(c, "filter", {"Pod": sent, "NodeNames": NAMES})
+        assert served(h)["features"]["pod"]["numGpu"] == 4
+
+
+async def test_filter_record_is_built_when_read_with_what_the_decision_saw() -> None:
+    pod = make_pod("p", gpus=4, uid="p")
+    h = harness([pod])
+    async with TestClient(TestServer(h.app())) as c:
+        _, body = await call(c, "filter", {"Pod": pod, "NodeNames": NAMES})
+        node = body["NodeNames"][0]
+        h.cache.add("other", "default/other", node, h.cache.pending["p"].spec, (0, 1, 2, 3), BOUND)  # fills it
+        record = served(h)
+    assert record["node"] == node and record["features"]["node"]["fullFreeCards"] == 4
+    assert record["seq"] == 1 and served(h) is record  # built once
+
+
 @pytest.mark.parametrize("top_k, expected", [(0, 7), (3, 3), (1, 1)])
 async def test_top_k(top_k, expected) -> None:
     h = harness(top_k=top_k)

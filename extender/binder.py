@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rlsched.policy.feasibility import feasible_mask, infeasibility_reason
+from rlsched.policy.feasibility import fits_on, infeasibility_reason
 
 from .cache import ASSUMED, BOUND, UNCERTAIN, ClusterCache
 from .kubeapi import ApiError
@@ -183,7 +183,7 @@ class Binder:
                     )
                 idx = state.index[node]
                 req = state.request(spec)
-                if not feasible_mask(state, req)[idx]:
+                if not fits_on(state, req, idx):  # one node: no mask over all of them
                     why = infeasibility_reason(state, req, idx)
                     return BindResult(f"pod {key} no longer fits node {node}: {why}", node, result="error")
                 hinted = None
@@ -197,7 +197,7 @@ class Binder:
                     entry = hinted
                 else:
                     cards = self.engine.cards_on(state, self.cache.tiebreak, req, idx)
-                    if cards is None:  # pragma: no cover - feasible_mask said it fits
+                    if cards is None:  # pragma: no cover - fits_on said it fits
                         return BindResult(f"pod {key} no longer fits node {node}", node, result="error")
                     entry = self.cache.add(uid, key, node, spec, cards, ASSUMED, exact=True)
                     if entry.placement is None:

@@ -22,6 +22,7 @@ from urllib.parse import quote, urlencode
 
 import aiohttp
 import orjson
+import yarl
 
 from .names import check_pod_ref
 from .rejections import Rejections, describe
@@ -46,6 +47,7 @@ class KubeApi:
         self.ssl_context = ssl_context
         self.auth = auth
         self._session: aiohttp.ClientSession | None = None
+        self._header_cache: dict[tuple[str | None, str | None], dict[str, str]] = {}
 
     @classmethod
     def from_settings(cls, settings: KubeSettings) -> KubeApi:
@@ -112,13 +114,26 @@ class KubeApi:
             self._session = None
 
     def _headers(self, content_type: str | None = None) -> dict[str, str]:
-        headers = {"Accept": "application/json", "User-Agent": "rlsched-extender"}
+        """The request's headers: built once per (token, content type), reused while they stay the
+        same (aiohttp copies them; the token is asked for every time, so a refreshed one is used)."""
         token = self.auth()
-        if token:
-            headers["Authorization"] = token
-        if content_type:
-            headers["Content-Type"] = content_type
-        return headers
+        key = (token, content_type)
+        cached = self._header_cache.get(key)
+        if cached is None:
+            cached = {"Accept": "application/json", "User-Agent": "rlsched-extender"}
+            if token:
+                cached["Authorization"] = token
+            if content_type:
+                cached["Content-Type"] = content_type
+            if len(self._header_cache) > 8:  # tokens rotate: keep the few current ones
+                self._header_cache.clear()
+            self._header_cache[key] = cached
+        return cached
+
+    def _url(self, path: str) -> yarl.URL:
+        """``host + path`` as a URL without re-quoting: every path here is built quoted already
+        (:func:`pod_path`, ``urlencode``)."""
+        return yarl.URL(self.host + path, encoded=True)
 
     async def request(
         self, method: str, path: str, body: Any = None, content_type: str = "application/json", timeout: float = 10.0
@@ -128,7 +143,7 @@ class KubeApi:
         try:
             async with self.session().request(
                 method,
-                self.host + path,
+                self._url(path),
                 data=data,
                 headers=self._headers(content_type if data is not None else None),
                 timeout=aiohttp.ClientTimeout(total=timeout),
@@ -182,12 +197,14 @@ class KubeApi:
                     on_open()
                 buf = b""
                 async for chunk in resp.content.iter_any():
-                    buf += chunk
-                    while True:
-                        nl = buf.find(b"\n")
-                        if nl < 0:
-                            break
-                        line, buf = buf[:nl], buf[nl + 1 :]
+                    if b"\n" not in chunk:
+                        buf += chunk  # part of a line: wait for its end
+                        continue
+                    # One split per chunk (a chunk often holds many events; cutting one line at a time
+                    # copied the rest of the buffer for every line).
+                    lines = (buf + chunk).split(b"\n")
+                    buf = lines.pop()
+                    for line in lines:
                         if line.strip():
                             yield orjson.loads(line)
         except TimeoutError:
@@ -376,12 +393,12 @@ class Informer:
                 )
 
     def _handle(self, event: Any) -> None:
-        if not isinstance(event, Mapping):
+        if type(event) is not dict and not isinstance(event, Mapping):
             self.rejections.reject(self.kind, None, TypeError(f"watch event is {type(event).__name__}, not an object"))
             return
         kind = event.get("type")
         obj = event.get("object")
-        if not isinstance(obj, Mapping):
+        if type(obj) is not dict and not isinstance(obj, Mapping):
             self.rejections.reject(self.kind, None, TypeError(f"{kind} event without an object"))
             return
         if kind == "ERROR":
@@ -394,7 +411,7 @@ class Informer:
                 str(obj.get("message", "watch error"))[:500],
             )
         meta = obj.get("metadata")
-        rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+        rv = meta.get("resourceVersion") if type(meta) is dict or isinstance(meta, Mapping) else None
         rv = rv if isinstance(rv, str) else None
         if kind == "BOOKMARK":
             if rv:

@@ -292,6 +292,10 @@ class SchedulingCore:
         pct = max(self._counts)
         return 100.0 - self._sums[pct] / self._counts[pct]
 
+    def episode_metric(self) -> float | None:
+        """What validation compares (lower is better): :meth:`unallocated_at_100`."""
+        return self.unallocated_at_100()
+
     def __getstate__(self) -> dict:
         # Per-state caches are keyed by object ids, which do not survive pickling: drop them.
         d = dict(self.__dict__)
@@ -339,7 +343,9 @@ class VectorCore:
                 "trace": core.name,
                 "seed": core.seed,
                 "return": core.episode_return,
-                "unallocated_100": core.unallocated_at_100(),
+                # the core's episode_metric: unallocated GPU % at 100 % for the FGD protocol,
+                # −100 × the objective for the living cluster (rlsched.policy.dynamic.env)
+                "unallocated_100": core.episode_metric(),
                 "decisions": core.decisions,
                 "failed_pods": core.failed_pods,
             }

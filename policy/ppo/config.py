@@ -100,7 +100,7 @@ class Args:
     initialization is tiny (0.01), so at the base step size it cannot grow to the logit scale of the
     prior (tens of logits) within a run."""
     learn_from: float = 0.85
-    """Decisions made before arrivals reach this fraction of GPU capacity are played by the current
+    """FGD mode: decisions made before arrivals reach this fraction of GPU capacity are played by the current
     policy but not stored for updates (pods only start failing at ~96 %, so earlier decisions carry
     no reward within the discount horizon; 0 stores every decision)."""
     end_at: float = 1.005
@@ -120,6 +120,22 @@ class Args:
     """Offer the delay action in training."""
     allow_reject: bool = False
     """Offer the reject action in training."""
+    mode: str = "fgd"
+    """Training simulation: ``fgd`` (the FGD protocol: arrivals only, inflated) or ``dynamic`` (the
+    living cluster of docs/dynamic.md: arrivals and departures at ``dynamic_load``, usage, live
+    Prometheus-like load features, SLA; validation then reports −100 × the objective, lower better)."""
+    dynamic_load: float = 0.9
+    """dynamic: offered GPU load."""
+    dynamic_window_s: float = 1800.0
+    """dynamic: measured seconds per training episode."""
+    sla_threshold: float = 0.9
+    """dynamic: CPU or GPU utilization above which a node violates its SLA."""
+    sla_weight: float = 1.0
+    """dynamic: reward per decision that leaves its node above the SLA threshold."""
+    dynamic_frag_weight: float = 10.0
+    """dynamic: reward per percent of GPU capacity of FGD fragmentation removed on the chosen node."""
+    hold_s: float = 60.0
+    """dynamic: how long the delay action holds a pod back (with allow_delay)."""
     init_model: str = ""
     """Start from this exported model (.npz) instead of a fresh network."""
     eval_every: int = 10
@@ -142,6 +158,8 @@ def parse_tuple_fields(args: Args) -> Args:
     args.val_seeds = tuple(int(s) for s in args.val_seeds)
     args.hidden = tuple(int(h) for h in args.hidden)
     args.vine_window = tuple(float(w) for w in args.vine_window)
+    if args.mode not in ("fgd", "dynamic"):
+        raise ValueError(f"mode must be fgd or dynamic, got {args.mode!r}")
     if args.advantage not in ("gae", "vine"):
         raise ValueError(f"advantage must be gae or vine, got {args.advantage!r}")
     if args.rollout_mode not in ("greedy", "sample"):

@@ -57,7 +57,10 @@ class TrainResult:
 # -- pieces the loop calls ------------------------------------------------------------------------
 
 
-def make_cores(args: Args, end_at: float) -> list[SchedulingCore]:
+def make_cores(args: Args, end_at: float) -> list[Any]:
+    """The simulations to train in: FGD-protocol cores, or living-cluster cores with ``mode=dynamic``."""
+    if args.mode == "dynamic":
+        return make_living_cores(args)
     nodes = load_nodes(args.nodes)
     config = EnvConfig(
         target=args.target,
@@ -75,6 +78,34 @@ def make_cores(args: Args, end_at: float) -> list[SchedulingCore]:
     for e in range(args.num_envs):
         pods, typical, name = workloads[e % len(workloads)]
         cores.append(SchedulingCore(nodes, pods, typical, config, FeatureEncoder(typical, args.fgd_cpu_weight), name))
+    return cores
+
+
+def make_living_cores(args: Args) -> list[Any]:
+    from ..dynamic.arrivals import ArrivalSettings
+    from ..dynamic.env import LivingConfig, LivingCore, LivingReward
+    from ..dynamic.evaluation import priced_nodes
+    from ..dynamic.objective import SlaSettings
+    from ..dynamic.simulator import DynamicSettings
+
+    nodes = priced_nodes(load_nodes(args.nodes))
+    config = LivingConfig(
+        settings=DynamicSettings(
+            arrivals=ArrivalSettings(load=args.dynamic_load, window_s=args.dynamic_window_s),
+            sla=SlaSettings(cpu_threshold=args.sla_threshold, gpu_threshold=args.sla_threshold),
+        ),
+        reward=LivingReward(sla=args.sla_weight, frag=args.dynamic_frag_weight),
+        allow_delay=args.allow_delay,
+        hold_s=args.hold_s,
+    )
+    workloads = []
+    for path in args.traces:
+        pods = load_pods(path)
+        workloads.append((pods, typical_pods(pods), trace_name(path) or Path(path).stem))
+    cores: list[Any] = []
+    for e in range(args.num_envs):
+        pods, typical, name = workloads[e % len(workloads)]
+        cores.append(LivingCore(nodes, pods, typical, config, FeatureEncoder(typical, args.fgd_cpu_weight), name))
     return cores
 
 
@@ -133,14 +164,15 @@ def step_core(core: SchedulingCore, node: int, action: int) -> tuple[float, bool
 
 
 def validate(net: PolicyNetwork, args: Args, seeds: Sequence[int], core: SchedulingCore) -> list[float]:
-    """Unallocated GPU % at 100 % arrival of the sampled policy on held-out seeds (first trace)."""
+    """The episode metric of the sampled policy on held-out seeds (first trace): unallocated GPU % at
+    100 % arrival (FGD protocol) or −100 × the objective (living cluster); lower is better."""
     out = []
     for seed in seeds:
         core.reset(seed)
         while not core.done:
             d = act(net, core, args.rank_scale)
             step_core(core, d["node"], d["action"])
-        out.append(core.unallocated_at_100())
+        out.append(core.episode_metric())
     return out
 
 
@@ -377,7 +409,7 @@ def train(args: Args) -> TrainResult:
         warmup = 0
         for step in range(args.num_steps):
             for e, core in enumerate(envs.cores):
-                while args.learn_from and core.arrived < args.learn_from * core.capacity:
+                while args.mode == "fgd" and args.learn_from and core.arrived < args.learn_from * core.capacity:
                     d = act(net, core, args.rank_scale)
                     _, done = step_core(core, d["node"], d["action"])
                     envs.after_step(e, done)

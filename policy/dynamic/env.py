@@ -1,0 +1,203 @@
+"""The living cluster as a training environment: one decision per pod, with live load and delay.
+
+:class:`LivingCore` is to :class:`~rlsched.policy.dynamic.simulator.LivingCluster` what
+:class:`~rlsched.policy.env.SchedulingCore` is to the FGD protocol: the trainer steps it through
+the same interface (``candidates``, ``special_mask``, ``step_node``, ``step_delay``), observations
+come from the one :class:`~rlsched.policy.features.FeatureEncoder` — now with ``load_cpu``,
+``load_mem`` and ``load_known`` live, from the simulated Prometheus — and the learned scorer that
+serves is the same network.
+
+**What the agent decides.** The pods of the measured window that have two or more feasible nodes.
+The steady-state start is filled by FGD-CPU (fast, and the same for every policy being trained);
+a pod with one feasible node goes there (kube-scheduler does not score a single node); a pod with
+none waits. With ``allow_delay`` the agent may also hold a pod back for ``hold_s`` seconds (at most
+``max_holds`` times); it then comes back as a new decision.
+
+**Reward** (:class:`LivingReward`), per decision, local to what the decision touched, so one
+decision's credit is not drowned by thousands of others (the lesson of ``docs/ppo.md``)::
+
+    r = − sla · [the chosen node is above the SLA threshold right after the pod lands, true usage]
+        + frag · (FGD fragmentation of that node before − after) / GPU capacity · 100
+        − delay · hold_s / latency_scale_s        (for a hold)
+
+The fragmentation term is potential-based shaping (it telescopes to the final fragmentation); the
+SLA term charges the decision for the state it created on its node, which the simulator knows and
+the agent only sees through scraped, noisy, possibly stale load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..cluster import ClusterState, NodeSpec, PodRequest, PodSpec
+from ..decision import decide
+from ..feasibility import feasible_nodes
+from ..features import Candidates, FeatureEncoder
+from ..scorers import make_scorer
+from ..scorers.base import TieBreak
+from ..typical import TypicalPods
+from .objective import DynamicResult, ObjectiveWeights
+from .simulator import DynamicSettings, LivingCluster
+
+
+@dataclass(frozen=True)
+class LivingReward:
+    """Weights of the living-cluster reward terms (see the module docstring)."""
+
+    sla: float = 1.0
+    """Per decision that leaves its node above the SLA threshold."""
+    frag: float = 10.0
+    """Per percent of GPU capacity of FGD fragmentation removed on the chosen node (shaping)."""
+    delay: float = 1.0
+    """Per hold, times ``hold_s / latency_scale_s``."""
+
+
+@dataclass(frozen=True)
+class LivingConfig:
+    """How a training episode in the living cluster runs."""
+
+    settings: DynamicSettings
+    reward: LivingReward = LivingReward()
+    weights: ObjectiveWeights = ObjectiveWeights()
+    """The objective that validation reports (and that chooses the exported model)."""
+    allow_delay: bool = False
+    hold_s: float = 60.0
+    """How long the delay action holds a pod back."""
+    max_holds: int = 3
+    fill_policy: str = "fgd-cpu"
+    """Who places the steady-state start."""
+
+
+class LivingCore:
+    """One living-cluster episode at a time, paused at every pod the agent decides."""
+
+    def __init__(
+        self,
+        nodes: Sequence[NodeSpec],
+        pods: Sequence[PodSpec],
+        typical: TypicalPods,
+        config: LivingConfig,
+        encoder: FeatureEncoder | None = None,
+        name: str = "",
+    ):
+        self.node_specs = tuple(nodes)
+        self.pods = tuple(pods)
+        self.typical = typical
+        self.config = config
+        self.encoder = encoder or FeatureEncoder(typical)
+        self.name = name
+        self.fill = make_scorer(config.fill_policy, typical)
+        self.capacity = ClusterState(self.node_specs).gpu_milli_capacity
+        self.arrived = 0
+        self.done = True
+        self.result: DynamicResult | None = None
+
+    # -- episode ---------------------------------------------------------------------------------
+    def reset(self, seed: int) -> None:
+        self.seed = int(seed)
+        self.cluster = LivingCluster(self.node_specs, self.pods, self.seed, self.typical, self.config.settings)
+        self.state: ClusterState = self.cluster.state
+        self.tiebreak: TieBreak = self.cluster.tiebreak
+        self.rank_frac = self.tiebreak.rank / (float(self.tiebreak.rank.max()) + 1.0)
+        self._gen: Iterator[int] | None = self.cluster.decisions()
+        self.episode_return = 0.0
+        self.decisions = 0
+        self.sla_hits = 0
+        self.failed_pods = 0
+        self.result = None
+        self.done = False
+        self.candidates: Candidates | None = None
+        self._advance()
+
+    def special_mask(self) -> np.ndarray:
+        """bool[2]: whether delay and reject are offered (reject never is: only what can never fit is
+        rejected, and the simulator does that itself)."""
+        cfg = self.config
+        return np.array([cfg.allow_delay and int(self.cluster.holds[self.pod_index]) < cfg.max_holds, False])
+
+    def step_node(self, node: int) -> tuple[float, bool]:
+        cand = self.candidates
+        assert cand is not None
+        position = int(np.searchsorted(cand.nodes, node))
+        if position >= len(cand.nodes) or cand.nodes[position] != node:
+            raise ValueError(f"node {node} is not a feasible candidate")
+        cards = self.encoder.cards_at(self.state, self.req, cand, position)
+        frag = self.cluster.measure.node_frag(self.state)
+        before = float(frag[node])
+        self.cluster.place(self.pod_index, node, cards)
+        after = float(self.cluster.measure.node_frag(self.state)[node])
+        w = self.config.reward
+        hot = self.cluster.hot_after(node)
+        self.sla_hits += int(hot)
+        reward = -w.sla * float(hot) + w.frag * (before - after) * 100.0 / max(self.capacity, 1)
+        return self._finish(reward)
+
+    def step_delay(self) -> tuple[float, bool]:
+        if not self.special_mask()[0]:
+            raise ValueError("delay is not offered for this pod")
+        cfg = self.config
+        self.cluster.hold(self.pod_index, cfg.hold_s)
+        return self._finish(-cfg.reward.delay * cfg.hold_s / cfg.weights.latency_scale_s)
+
+    def step_reject(self) -> tuple[float, bool]:
+        raise ValueError("the living cluster offers no reject action to the agent")
+
+    def episode_metric(self) -> float | None:
+        """Minus the run's objective × 100 (lower is better, like the FGD protocol's headline)."""
+        if self.result is None:
+            return None
+        return -100.0 * self.result.objective(self.config.weights)
+
+    def _finish(self, reward: float) -> tuple[float, bool]:
+        self.decisions += 1
+        self._advance()
+        self.episode_return += reward
+        return reward, self.done
+
+    def _advance(self) -> None:
+        """Run the clock to the next pod with a choice to make; place the others as described."""
+        gen = self._gen
+        assert gen is not None
+        cluster = self.cluster
+        for i in gen:
+            req = cluster.request(i)
+            if cluster.arrivals[i].time < 0:
+                self._place_with(self.fill, i, req)
+                continue
+            nodes = feasible_nodes(self.state, req)
+            if len(nodes) == 0:
+                continue  # it waits for a departure
+            if len(nodes) == 1 and not self.config.allow_delay:
+                self._place_with(self.fill, i, req)
+                continue
+            self.pod_index, self.req = i, req
+            self.candidates = self.encoder.encode(self.state, req, nodes)
+            return
+        self.candidates = None
+        self._gen = None
+        self.result = cluster.finish(0.0)
+        self.failed_pods = self.result.still_waiting
+        self.done = True
+
+    def _place_with(self, scorer: Any, i: int, req: PodRequest) -> None:
+        decision = decide(scorer, self.state, req, self.tiebreak)
+        if decision is not None:
+            self.cluster.place(i, decision.node, decision.cards)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A running episode is a generator, which cannot be pickled: a checkpoint keeps the seed and
+        # a resumed run replays the episode from its start.
+        d = {k: v for k, v in self.__dict__.items() if k not in ("_gen", "cluster", "state", "candidates", "req")}
+        d["_resume_seed"] = getattr(self, "seed", None)
+        return d
+
+    def __setstate__(self, d: dict[str, Any]) -> None:
+        seed = d.pop("_resume_seed")
+        self.__dict__.update(d)
+        self.encoder = FeatureEncoder(self.encoder.typical, self.encoder.cpu_weight)
+        if seed is not None and not self.done:
+            self.reset(seed)

@@ -1,0 +1,139 @@
+"""The living cluster as a training environment (LivingCore) and ``rlsched train --mode dynamic``."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlsched.policy import NodeSpec, PodSpec, typical_pods
+from rlsched.policy.dynamic.arrivals import ArrivalSettings
+from rlsched.policy.dynamic.env import LivingConfig, LivingCore, LivingReward
+from rlsched.policy.dynamic.objective import SlaSettings
+from rlsched.policy.dynamic.simulator import DynamicSettings
+
+NODES = [NodeSpec(f"n{i}", 32000, 131072, 4, "V100M16") for i in range(24)]
+PODS = [
+    PodSpec("w1", 8000, 16384, 1, 1000, (), 0, 900, "LS"),
+    PodSpec("s1", 4000, 8192, 1, 500, (), 0, 600, "LS"),
+    PodSpec("s2", 2000, 4096, 1, 250, (), 0, 300, "BE"),
+    PodSpec("c1", 4000, 8192, 0, 0, (), 0, 1200, "BE"),
+]
+TYPICAL = typical_pods(PODS)
+
+
+def core(**kw: object) -> LivingCore:
+    settings = DynamicSettings(
+        arrivals=ArrivalSettings(load=0.5, window_s=1800.0), sla=SlaSettings(cpu_threshold=0.3, gpu_threshold=0.3)
+    )
+    return LivingCore(NODES, PODS, TYPICAL, LivingConfig(settings, **kw))  # type: ignore[arg-type]
+
+
+def play(c: LivingCore, pick: str = "first", delay_every: int = 0) -> list[float]:
+    rewards: list[float] = []
+    k = 0
+    while not c.done:
+        k += 1
+        if delay_every and k % delay_every == 0 and c.special_mask()[0]:
+            rewards.append(c.step_delay()[0])
+            continue
+        cand = c.candidates
+        assert cand is not None and len(cand.nodes) >= 2
+        node = int(cand.nodes[0] if pick == "first" else cand.nodes[-1])
+        rewards.append(c.step_node(node)[0])
+    return rewards
+
+
+def test_an_episode_runs_to_its_end_with_a_metric() -> None:
+    c = core()
+    c.reset(3)
+    rewards = play(c)
+    assert c.decisions == len(rewards) > 10
+    assert c.result is not None and c.episode_metric() == pytest.approx(-100 * c.result.objective(c.config.weights))
+    assert c.episode_return == pytest.approx(sum(rewards))
+
+
+def test_the_sla_reward_charges_decisions_that_leave_a_hot_node() -> None:
+    c = core(reward=LivingReward(sla=1.0, frag=0.0))
+    c.reset(3)
+    rewards = play(c)
+    assert set(np.round(rewards, 9)) <= {0.0, -1.0}
+    assert -sum(rewards) == c.sla_hits > 0  # a low threshold (30 %): some decisions land on hot nodes
+
+
+def test_the_same_seed_replays_the_same_episode() -> None:
+    a, b = core(), core()
+    a.reset(5)
+    b.reset(5)
+    assert play(a) == play(b)
+
+
+def test_delay_holds_the_pod_and_costs_latency() -> None:
+    c = core(allow_delay=True, hold_s=60.0, max_holds=1)
+    c.reset(3)
+    rewards = play(c, delay_every=3)
+    assert c.result is not None and c.result.holds > 0
+    # a hold costs hold_s / latency_scale_s = 60 / 300
+    assert any(r == pytest.approx(-0.2) for r in rewards)
+    assert c.result.wait_mean_s > 0
+
+
+def test_no_reject_and_a_foreign_node_is_refused() -> None:
+    c = core()
+    c.reset(3)
+    assert not c.special_mask()[1]
+    with pytest.raises(ValueError):
+        c.step_reject()
+    cand = c.candidates
+    assert cand is not None
+    missing = next(n for n in range(len(NODES) + 1) if n not in set(cand.nodes.tolist()))
+    with pytest.raises(ValueError):
+        c.step_node(missing)
+
+
+def test_a_pickled_core_restarts_its_episode() -> None:
+    c = core()
+    c.reset(4)
+    first = c.candidates
+    assert first is not None
+    c.step_node(int(first.nodes[0]))
+    restored = pickle.loads(pickle.dumps(c))
+    assert restored.seed == 4 and restored.decisions == 0 and not restored.done
+    assert restored.candidates is not None and restored.candidates.nodes.tolist() == first.nodes.tolist()
+
+
+def test_train_in_the_living_cluster_and_serve_the_model(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from rlsched.policy import make_scorer
+    from rlsched.policy.dynamic.simulator import run_dynamic
+    from rlsched.policy.ppo import Args, train
+
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\n"
+        + "".join(f"{n.name},{n.cpu_milli},{n.memory_mib},{n.gpu_count},{n.gpu_model}\n" for n in NODES)
+    )
+    pods = tmp_path / "pods.csv"
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+        + "".join(
+            f"{p.name},{p.cpu_milli},{p.memory_mib},{p.num_gpu},{p.gpu_milli},,{p.qos},Running,"
+            f"{p.creation_time:.0f},{p.deletion_time:.0f},\n"
+            for p in PODS
+        )
+    )
+    args = Args(
+        exp_name="living", mode="dynamic", nodes=str(nodes), traces=(str(pods),), num_envs=2, num_steps=16,
+        total_timesteps=64, num_minibatches=2, update_epochs=2, hidden=(8, 8), value_hidden=8, eval_every=2,
+        checkpoint_every=100, val_seeds=(5,), out_dir=str(tmp_path / "runs"), progress=False, dynamic_window_s=900.0,
+        dynamic_load=0.5, allow_delay=True,
+    )  # fmt: skip
+    result = train(args)
+    assert result.steps == 64 and result.best_val is not None and np.isfinite(result.best_val)
+    scorer = make_scorer(f"ppo:{result.model_path}", TYPICAL)
+    served = run_dynamic(
+        NODES, PODS, scorer, 7, TYPICAL, DynamicSettings(arrivals=ArrivalSettings(load=0.5, window_s=900.0))
+    )
+    assert served.window_pods > 0

@@ -90,6 +90,10 @@ class DynamicResult:
     rejected: int = 0
     holds: int = 0
     """Times a pod was held back by the policy (the delay action)."""
+    evictions: int = 0
+    """Pods moved by a rebalancer (evicted and placed again)."""
+    pod_hours: float = 0.0
+    """Running pod-hours over the window (for migrations per 100 pod-hours)."""
     stale_node_scrapes: int = 0
     scrape_misses: int = 0
     seconds: float = 0.0
@@ -117,6 +121,7 @@ class DynamicResult:
         busy: np.ndarray,
         waiting: int,
         price: np.ndarray,
+        running_pods: int = 0,
     ) -> None:
         """Account ``seconds`` of the window with the cluster as it is now."""
         s = self._sums
@@ -126,6 +131,7 @@ class DynamicResult:
         s["ls_hot"] = s.get("ls_hot", 0.0) + seconds * float(ls_pods_per_node[hot].sum())
         s["busy_price"] = s.get("busy_price", 0.0) + seconds * float(price[busy].sum()) / 3600.0
         s["waiting"] = s.get("waiting", 0.0) + seconds * waiting
+        s["pod_seconds"] = s.get("pod_seconds", 0.0) + seconds * running_pods
         self._t += seconds
 
     def finish(self, waits: np.ndarray, still_waiting: int, rejected: int, scrape_misses: int, seconds: float) -> None:
@@ -140,6 +146,7 @@ class DynamicResult:
         whole = self.price_total_per_s
         self.cost_pct = s.get("busy_price", 0.0) / t * 100 / whole if whole else 0.0
         self.mean_waiting = s.get("waiting", 0.0) / t
+        self.pod_hours = s.get("pod_seconds", 0.0) / 3600.0
         if len(waits):
             self.wait_mean_s = float(waits.mean())
             self.wait_p50_s = float(np.percentile(waits, 50))
@@ -148,6 +155,10 @@ class DynamicResult:
         self.rejected = rejected
         self.scrape_misses = scrape_misses
         self.seconds = seconds
+
+    @property
+    def migrations_per_100_pod_hours(self) -> float:
+        return 100.0 * self.evictions / self.pod_hours if self.pod_hours else 0.0
 
     def objective(self, weights: ObjectiveWeights) -> float:
         """−(β·latency + (1−β)·cost + w_sla·SLA + w_stranded·stranded); higher is better."""

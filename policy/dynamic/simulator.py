@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +101,12 @@ class LivingCluster:
         self.placements: dict[int, Placement] = {}
         self.placed_at = np.full(a, np.nan)
         self.held_until = np.full(a, -np.inf)
+        self.remaining = np.array([arr.lifetime for arr in self.arrivals], dtype=np.float64)
+        """Seconds each pod still has to run once placed (less after an eviction)."""
+        self.ends_at = np.full(a, np.inf)
+        self.evictions = 0
+        self.tick_hooks: list[Callable[[LivingCluster], None]] = []
+        """Called after every measured scrape with the cluster (a rebalancer evicts pods here)."""
         self.holds = np.zeros(a, dtype=np.int64)
         self.waiting: list[int] = []
         self.rejected: list[int] = []
@@ -125,9 +131,27 @@ class LivingCluster:
         """Put pod ``i`` on ``node`` now; it leaves after its lifetime."""
         self.placements[i] = self.state.place(self.request(i), node, cards)
         self.node_of[i] = node
-        self.placed_at[i] = self.now
-        heapq.heappush(self.events, (self.now + self.arrivals[i].lifetime, DEPART, i))
+        if np.isnan(self.placed_at[i]):
+            self.placed_at[i] = self.now  # the first placement: a pod moved later keeps its queueing delay
+        self.ends_at[i] = self.now + self.remaining[i]
+        heapq.heappush(self.events, (self.ends_at[i], DEPART, i))
         self._usage_moved(i, node, +1.0)
+
+    def evict(self, i: int) -> int:
+        """Take running pod ``i`` off its node now (a migration): it comes back at once as a pending
+        pod with the rest of its lifetime, and goes through a placement decision like any other.
+        Returns the node it left."""
+        if self.node_of[i] < 0:
+            raise ValueError(f"pod {i} is not running")
+        self.remaining[i] = max(self.ends_at[i] - self.now, self.settings.arrivals.min_lifetime_s)
+        node = self._depart(i)
+        self.evictions += 1
+        heapq.heappush(self.events, (self.now, RETURN, i))
+        return node
+
+    def running(self) -> np.ndarray:
+        """Indices of the pods running now."""
+        return np.flatnonzero(self.node_of >= 0)
 
     def hold(self, i: int, seconds: float) -> None:
         """Keep pod ``i`` back for ``seconds`` although it may fit (the delay action); it comes back then."""
@@ -167,6 +191,8 @@ class LivingCluster:
                 break
             self.now = now
             if kind == DEPART:
+                if self.node_of[i] < 0 or self.ends_at[i] != now:
+                    continue  # evicted since: this departure belongs to a placement that no longer exists
                 node = self._depart(i)
                 for j in list(self.waiting):
                     if fits_on(state, self.request(j), node):
@@ -176,6 +202,8 @@ class LivingCluster:
                 yield from self._offer(i)
             else:
                 self._scrape(i, record=True)
+                for hook in self.tick_hooks:
+                    hook(self)
 
     def _offer(self, i: int, queued: bool = False) -> Iterator[int]:
         if not queued and unresolvable_mask(self.state, self.request(i)).all():
@@ -222,6 +250,7 @@ class LivingCluster:
                 busy=state.cpu_free < state.cpu_cap,
                 waiting=len(self.waiting),
                 price=state.price,
+                running_pods=len(running),
             )
         self.scraper.scrape(self.now, self.true_cpu, mem, self.noise_rng)
         stale = self.scraper.publish(state, self.now)
@@ -237,6 +266,7 @@ class LivingCluster:
         placed = self.placed_at[measured]
         waits = np.where(np.isnan(placed), window - arrived, placed - arrived)
         self.result.holds = int(self.holds.sum())
+        self.result.evictions = self.evictions
         self.result.finish(
             waits=waits,
             still_waiting=int(np.isnan(placed).sum()),

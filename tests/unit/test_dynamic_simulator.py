@@ -120,3 +120,33 @@ def test_cli_dynamic_mode_refuses_a_bad_load(trace: tuple[Path, Path], capsys: p
         ["evaluate", "--mode", "dynamic", "--nodes", str(nodes), "--pods", str(pods), "--policy", "fgd", "--load", "0"]
     )
     assert code == 2 and "load" in capsys.readouterr().err
+
+
+def test_an_evicted_pod_comes_back_with_the_rest_of_its_lifetime() -> None:
+    from rlsched.policy import decide
+    from rlsched.policy.dynamic.simulator import LivingCluster
+
+    settings = DynamicSettings(arrivals=ArrivalSettings(load=0.5, window_s=3600.0))
+    cluster = LivingCluster(NODES, PODS, 1, TYPICAL, settings)
+    scorer = make_scorer("fgd", TYPICAL)
+    moved: dict[str, float] = {}
+
+    def evict_once(c: LivingCluster) -> None:
+        if moved or c.now < 600:
+            return
+        i = int(c.running()[0])
+        moved.update(pod=i, ends=float(c.ends_at[i]), first=float(c.placed_at[i]), at=c.now)
+        c.evict(i)
+
+    cluster.tick_hooks.append(evict_once)
+    for i in cluster.decisions():
+        d = decide(scorer, cluster.state, cluster.request(i), cluster.tiebreak)
+        if d is not None:
+            cluster.place(i, d.node, d.cards)
+        if moved and i == moved["pod"] and cluster.node_of[i] >= 0:
+            # placed again right away: it ends when it would have, and keeps its first placement time
+            assert cluster.now == moved["at"] and cluster.ends_at[i] == pytest.approx(moved["ends"])
+            assert np.isnan(moved["first"]) or cluster.placed_at[i] == moved["first"]
+    result = cluster.finish(0.0)
+    assert result.evictions == 1 and result.pod_hours > 0
+    assert result.migrations_per_100_pod_hours == pytest.approx(100 / result.pod_hours)

@@ -385,6 +385,33 @@ async def not_served(
     _set_conditions(patch, status, generation, _ready(False, "NotServed", message, generation))
 
 
+async def rebalance(spec: kopf.Spec, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    """A rebalancing cycle when ``spec.rebalance`` asks for one and it is due (:mod:`.rebalancer`).
+
+    Skipped while a rollout runs, with an invalid spec (``reconcile`` reports it) and while the
+    extender does not answer: evicted pods must find the scheduler serving."""
+    rt: Runtime | None = memo.get("runtime")
+    if rt is None or rt.rebalancer is None:
+        return
+    try:
+        rs = parse_spec(spec).rebalance
+    except SpecError:
+        return
+    if not rs.enabled or not rt.rebalancer.due(rs):
+        return
+    previous: Mapping[str, Any] = (status.get("rebalance") if status else None) or {}
+    if any(rt.lock(key).locked() for key in list(rt.locks)):
+        return
+    try:
+        await rt.extender.status()
+    except ExtenderUnavailable as exc:
+        rt.rebalancer.last_cycle = time.time()
+        patch.status["rebalance"] = {"outcome": "skipped", "message": f"the extender does not answer: {exc}"[:500]}
+        return
+    report = await rt.rebalancer.cycle(rs, previous)
+    patch.status["rebalance"] = rt.rebalancer.as_status(report)
+
+
 # -- pods ------------------------------------------------------------------------------------------
 
 
@@ -545,6 +572,15 @@ def build_registry(settings: OperatorSettings) -> kopf.OperatorRegistry:
         when=is_served,
         registry=registry,
     )(refresh)
+    if settings.rebalancer.enabled:
+        kopf.timer(
+            *POLICY,
+            id="rebalance",
+            interval=settings.rebalancer.tick_s,
+            initial_delay=settings.rebalancer.tick_s,
+            when=is_served,
+            registry=registry,
+        )(rebalance)
     for decorator in (kopf.on.create, kopf.on.resume):
         decorator(*POLICY, id="not-served", when=kopf.not_(is_served), registry=registry)(not_served)
 

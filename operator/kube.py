@@ -198,6 +198,41 @@ class Kube:
         except KubeError as exc:
             log.warning("could not post event %s on %s/%s: %s", reason, namespace, ref.get("name"), exc)
 
+    # -- the rebalancer's reads and evictions -------------------------------------------------------
+    async def list_all(self, kind: str, limit: int = 2000, max_items: int = 200_000, **params: Any) -> list[Any]:
+        """Every node, namespace or pod (``kind``), in pages of ``limit``; more than ``max_items`` is
+        refused with a KubeError (413) instead of growing without bound."""
+        fn = {
+            "nodes": self.core.list_node,
+            "namespaces": self.core.list_namespace,
+            "pods": self.core.list_pod_for_all_namespaces,
+        }[kind]
+        items: list[Any] = []
+        token: str | None = None
+        while True:
+            page = await self._call(fn, limit=limit, _continue=token, **params)
+            if not isinstance(page, dict):
+                raise KubeError(0, "BadList", f"list {kind}: not a list object")
+            batch = page.get("items")
+            items.extend(batch if isinstance(batch, list) else [])
+            if len(items) > max_items:
+                raise KubeError(413, "TooMany", f"more than {max_items} {kind}")
+            token = (page.get("metadata") or {}).get("continue") or None
+            if not token:
+                return items
+
+    async def evict_pod(self, namespace: str, name: str, uid: str, dry_run: bool = False) -> None:
+        """POST the policy/v1 Eviction subresource (the API server checks PodDisruptionBudgets: 429
+        when one forbids it). ``uid`` is a precondition (a recreated pod of the same name is not
+        touched); ``dry_run`` asks with ``dryRun: [All]``: every check runs, nothing changes."""
+        body: dict[str, Any] = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": {"preconditions": {"uid": uid}, **({"dryRun": ["All"]} if dry_run else {})},
+        }
+        await self._call(self.core.create_namespaced_pod_eviction, name, namespace, body)
+
     # -- CRDs ---------------------------------------------------------------------------------------
     async def apply_crd(self, manifest: Mapping[str, Any]) -> None:
         """Create the CRD, or replace it when it exists (keeping its resourceVersion)."""

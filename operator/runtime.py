@@ -17,6 +17,7 @@ from typing import Any
 
 from .decisionlog import DecisionLog, Drainer, LoadProbe, OutcomeTracker
 from .extender_client import ExtenderClient
+from .rebalancer import Rebalancer
 from .requeue import PendingPod, Rejections, Requeuer
 from .rollout import ModelFetcher, Rollout
 from .settings import OperatorSettings
@@ -39,6 +40,8 @@ class Runtime:
     drainer: Drainer
     decision_log: DecisionLog | None = None
     tracker: OutcomeTracker | None = None
+    rebalancer: Rebalancer | None = None
+    """The rebalancer (``rebalancer.enabled``); its cycles run from a timer on the served policy."""
     reward_weights: dict[str, float] = field(default_factory=dict)
     """The served policy's ``spec.rewardWeights`` (written into new log segments' headers)."""
     runs: Counter[tuple[str, int | None, str]] = field(default_factory=Counter)
@@ -130,6 +133,14 @@ def start_runtime(
         tracker=tracker,
     )
     holder["rt"] = rt
+    if settings.rebalancer.enabled:
+        rt.rebalancer = Rebalancer(
+            settings.rebalancer,
+            settings.scope.scheduler_name,
+            kube,
+            write_log=decision_log.awrite if decision_log is not None else None,
+            policy_ref=f"{settings.policy.namespace}/{settings.policy.name}",
+        )
     if decision_log is not None:
         decision_log.open()
     rt.start()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlsched.extender.settings import ConfigError, camel, merge, read_yaml
+from rlsched.extender.settings import ConfigError, GpuConventions, camel, merge, read_yaml
 
 __all__ = ["OperatorSettings", "SettingsError", "camel", "load_settings"]
 
@@ -171,6 +171,27 @@ class DecisionLogSettings:
 
 
 @dataclass
+class RebalancerSettings:
+    """The rebalancer's operator-side settings; what it does is the served policy's ``spec.rebalance``."""
+
+    enabled: bool = True
+    """Allow the rebalancer at all. Off: ``spec.rebalance`` is ignored (the chart sets this from
+    ``operator.rebalancer.enabled``, which also grants ``pods/eviction``)."""
+    tick_s: float = 5.0
+    """Seconds between checks whether a cycle is due (``spec.rebalance.intervalSeconds`` sets the
+    cycle; this only bounds how late one starts)."""
+    typical_pods_path: str | None = None
+    """Typical pods for the fragmentation measure (a JSON file as the extender's ``typicalPodsPath``);
+    unset: the built-in ones the extender ships. Use the extender's file when it has one."""
+    latency_sensitive_label: str = "rlsched.io/latency-sensitive"
+    """Pod label whose value ``"true"`` marks a latency-sensitive pod for the planner."""
+    max_pods: int = 200_000
+    """A cycle lists at most this many pods (pages of 2,000); a larger cluster is skipped with an error."""
+    gpu: GpuConventions = field(default_factory=GpuConventions)
+    """How GPUs appear in objects: must match the extender's ``gpu`` settings."""
+
+
+@dataclass
 class OperatorSettings:
     """Everything ``rlsched operator`` needs."""
 
@@ -188,6 +209,8 @@ class OperatorSettings:
     """Requeue of delayed pods."""
     decision_log: DecisionLogSettings = field(default_factory=DecisionLogSettings)
     """The decision dataset."""
+    rebalancer: RebalancerSettings = field(default_factory=RebalancerSettings)
+    """The rebalancer (evictions that undo fragmentation; ``spec.rebalance`` of the served policy)."""
     install_crds: bool = False
     """Apply ``operator/crds/*.yaml`` at start (local runs; in a cluster the chart installs them)."""
     liveness_endpoint: str | None = None
@@ -232,6 +255,11 @@ def validate(s: OperatorSettings) -> OperatorSettings:
     d = s.decision_log
     if d.segment_bytes < 4096 or d.max_bytes < 2 * d.segment_bytes:
         raise SettingsError("decisionLog: segmentBytes must be at least 4096 and maxBytes at least twice segmentBytes")
+    rb = s.rebalancer
+    if not 0.1 <= rb.tick_s <= 3600 or rb.max_pods < 1:
+        raise SettingsError("rebalancer: tickS must be from 0.1 to 3600 seconds and maxPods at least 1")
+    if not rb.latency_sensitive_label:
+        raise SettingsError("rebalancer.latencySensitiveLabel: must not be empty")
     e = s.extender
     if not (e.timeout_s > 0 and e.rollout_timeout_s > 0 and e.poll_interval_s > 0 and e.status_interval_s > 0):
         raise SettingsError("extender: timeoutS, rolloutTimeoutS, pollIntervalS and statusIntervalS must be positive")

@@ -19,6 +19,8 @@ import yaml
 
 from rlsched.policy.decisions import REWARD_DEFAULTS
 
+from .rebalance_spec import RebalanceSpec, parse_rebalance
+
 GROUP = "rlsched.io"
 VERSION = "v1alpha1"
 PLURAL = "schedulingpolicies"
@@ -71,6 +73,8 @@ class PolicySpec:
     top_k: int = 1
     extender_weight: int | None = None
     reward_weights: dict[str, float] = field(default_factory=lambda: dict(REWARD_DEFAULTS))
+    rebalance: RebalanceSpec = field(default_factory=lambda: RebalanceSpec())
+    """``spec.rebalance``: the operator's rebalancer (:mod:`rlsched.operator.rebalance_spec`)."""
 
     def extender_settings(self, model_path: str | None) -> dict[str, Any]:
         """The extender's policy file (keys of ``rlsched.extender.settings.PolicySettings``)."""
@@ -98,7 +102,7 @@ def parse_spec(spec: Mapping[str, Any] | None) -> PolicySpec:
     """A :class:`PolicySpec` from ``.spec``; raises :class:`SpecError` listing every problem."""
     problems: list[str] = []
     spec = dict(spec or {})
-    known = {"mode", "model", "fallback", "deadlineMs", "topK", "extenderWeight", "rewardWeights"}
+    known = {"mode", "model", "fallback", "deadlineMs", "topK", "extenderWeight", "rewardWeights", "rebalance"}
     for key in sorted(set(spec) - known):
         problems.append(f"spec.{key}: unknown field; valid fields: {', '.join(sorted(known))}")
 
@@ -145,6 +149,8 @@ def parse_spec(spec: Mapping[str, Any] | None) -> PolicySpec:
     if raw_model is not None:
         model = _parse_model(raw_model, problems)
 
+    rebalance = parse_rebalance(spec.get("rebalance"), problems)
+
     if problems:
         raise SpecError(problems)
     return PolicySpec(
@@ -155,6 +161,7 @@ def parse_spec(spec: Mapping[str, Any] | None) -> PolicySpec:
         top_k=int(top_k),
         extender_weight=weight,
         reward_weights=rewards,
+        rebalance=rebalance,
     )
 
 

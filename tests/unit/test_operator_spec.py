@@ -97,7 +97,16 @@ def test_crd_defaults_match_the_operator() -> None:
     assert props["deadlineMs"]["default"] == ps.deadline_ms and props["topK"]["default"] == ps.top_k
     rewards = props["rewardWeights"]["properties"]
     assert {k: v["default"] for k, v in rewards.items()} == REWARD_DEFAULTS
-    assert set(props) == {"mode", "model", "fallback", "deadlineMs", "topK", "extenderWeight", "rewardWeights"}
+    assert set(props) == {
+        "mode",
+        "model",
+        "fallback",
+        "deadlineMs",
+        "topK",
+        "extenderWeight",
+        "rewardWeights",
+        "rebalance",
+    }
     assert set(props["model"]["properties"]) == {"configMapKeyRef", "path", "url", "sha256"}
 
 

@@ -1,0 +1,95 @@
+"""The rebalancer's migration budget: per cycle, per sliding hour, per controller per window.
+
+Per pod the budget is one by construction: an evicted pod is gone, its controller makes a new one
+(a new UID) — so "a pod's lifetime" is counted per *controller* (``namespace/Kind/name``): at most
+``maxMovesPerOwner`` evictions of its pods per ``ownerWindowSeconds``. A replacement pod is also
+younger than ``minPodAgeSeconds`` for a while, which keeps the same workload from bouncing.
+
+Where it lives: in memory, and mirrored into the SchedulingPolicy's ``status.rebalance.recent`` (the
+evictions still inside either window, at most :data:`MAX_RECENT`) after every cycle that evicted;
+:meth:`Ledger.restore` reads it back on the first cycle after a restart, so neither the hourly nor the
+per-owner budget resets when the operator restarts. Dry-run moves are never recorded: they move nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+HOUR_S = 3600.0
+MAX_RECENT = 1000
+"""Evictions kept (in memory and in the status); the hourly budget is at most 1000."""
+
+
+@dataclass(frozen=True)
+class Record:
+    at: float
+    owner: str
+
+
+class Ledger:
+    """Evictions made, for the budget (module docstring)."""
+
+    def __init__(self) -> None:
+        self.records: list[Record] = []
+        self.restored = False
+
+    def restore(self, recent: Any) -> int:
+        """Records from ``status.rebalance.recent`` (``[{at, owner}]``); bad entries are skipped.
+        Only the first call does anything; returns how many were taken."""
+        if self.restored:
+            return 0
+        self.restored = True
+        taken = 0
+        if isinstance(recent, list):
+            for item in recent[:MAX_RECENT]:
+                if not isinstance(item, Mapping):
+                    continue
+                at, owner = item.get("at"), item.get("owner")
+                if isinstance(at, (int, float)) and not isinstance(at, bool) and at == at and isinstance(owner, str):
+                    self.records.append(Record(float(at), owner[:400]))
+                    taken += 1
+        self.records.sort(key=lambda r: r.at)
+        return taken
+
+    def prune(self, now: float, owner_window_s: float) -> None:
+        keep = max(HOUR_S, owner_window_s)
+        self.records = [r for r in self.records if now - r.at < keep][-MAX_RECENT:]
+
+    def in_last_hour(self, now: float) -> int:
+        return sum(1 for r in self.records if now - r.at < HOUR_S)
+
+    def owner_moves(self, owner: str, now: float, owner_window_s: float) -> int:
+        return sum(1 for r in self.records if r.owner == owner and now - r.at < owner_window_s)
+
+    def add(self, owner: str, now: float) -> None:
+        self.records.append(Record(now, owner))
+        del self.records[:-MAX_RECENT]
+
+    def dump(self) -> list[dict[str, Any]]:
+        return [{"at": round(r.at, 3), "owner": r.owner} for r in self.records]
+
+
+@dataclass
+class Allowance:
+    """What one cycle may still do."""
+
+    cycle: int
+    hour: int
+
+    @property
+    def left(self) -> int:
+        return max(0, min(self.cycle, self.hour))
+
+    def spend(self) -> None:
+        self.cycle -= 1
+        self.hour -= 1
+
+
+def allowance(ledger: Ledger, now: float, per_cycle: int, per_hour: int) -> Allowance:
+    return Allowance(cycle=per_cycle, hour=per_hour - ledger.in_last_hour(now))
+
+
+def owners_over_budget(ledger: Ledger, owners: Iterable[str], now: float, per_owner: int, window_s: float) -> set[str]:
+    return {o for o in set(owners) if o and ledger.owner_moves(o, now, window_s) >= per_owner}

@@ -1,0 +1,410 @@
+"""The rebalancer: a few evictions per cycle, chosen by the policy, that undo fragmentation and relieve
+hot nodes; the evicted pods come back through kube-scheduler and the extender.
+
+One cycle (:meth:`Rebalancer.cycle`, driven by a kopf timer on the served SchedulingPolicy when its
+``spec.rebalance.enabled`` is true and ``intervalSeconds`` have passed):
+
+1. list nodes and the pods bound to them (every scheduler's: they all hold resources), and the
+   namespaces when ``namespaceSelector`` is set;
+2. build the cluster state with the extender's own adapters (:class:`rlsched.extender.cache.ClusterCache`:
+   the same NodeSpec/PodSpec reading, the same card annotations, the same rejection of unreadable
+   objects — logged once per version, counted, skipped). Node load is not known to the operator: the
+   state's load stays NaN, so the planner's hot-node term has nothing to act on (docs/operator.md);
+3. the candidates: pods the safety rules allow (:mod:`.rebalance_select`) whose controller is still
+   within its budget (:mod:`.rebalance_budget`);
+4. the moves: :func:`rlsched.policy.rebalance.plan_moves` (the policy decides; never more than the
+   budget left this cycle and this hour), run off the event loop;
+5. each move: a policy/v1 Eviction (dry-run: with ``dryRun: [All]``, which checks everything and
+   changes nothing). A PodDisruptionBudget that refuses (429) is counted ``blocked_by_pdb`` and the
+   next move is tried. Every move gets an Event on the pod, a count in
+   ``rlsched_operator_rebalance_evictions_total{result}`` and a ``rebalance`` line in the decision log,
+   each with the planner's reason and gain.
+
+The cycle's summary goes to ``status.rebalance`` (the handler patches it), with the evictions inside
+the budget windows so a restarted operator keeps honouring them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import math
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client import Counter as PromCounter
+
+from rlsched.extender.cache import BOUND, ClusterCache
+from rlsched.extender.policy import default_typical, load_typical
+from rlsched.policy.typical import TypicalPods
+
+from .conditions import now_iso
+from .kube import KubeError
+from .rebalance_budget import Ledger, allowance, owners_over_budget
+from .rebalance_select import REASONS, namespace_filter, namespace_labels, owner_key, why_not
+from .rebalance_spec import RebalanceSpec
+from .settings import RebalancerSettings
+
+log = logging.getLogger("rlsched.operator.rebalancer")
+
+RESULTS = ("evicted", "dry_run", "blocked_by_pdb", "throttled", "gone", "forbidden", "error", "invalid_move")
+"""``result`` label values of the evictions counter: a small fixed set.
+
+evicted: the Eviction was accepted; dry_run: it would have been (dry-run mode); blocked_by_pdb: a
+PodDisruptionBudget refused it (429); throttled: a 429 that is not a PDB (API priority and fairness);
+gone: the pod was deleted or replaced meanwhile (404, or 409 on the UID precondition); forbidden: the
+operator may not evict (403: RBAC or the chart's admission policy — operator.rebalancer.enabled);
+error: any other failure; invalid_move: the planner named a pod or node that is not a candidate."""
+MAX_STATUS_MOVES = 50
+"""Moves listed in ``status.rebalance.moves`` (the cycle's, at most)."""
+
+
+class Metrics:
+    """The rebalancer's Prometheus counters, in a registry the caller serves (or not)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.evictions = PromCounter(
+            "rlsched_operator_rebalance_evictions",
+            "Moves the rebalancer tried, by result (evicted, dry_run, blocked_by_pdb, ...)",
+            ["result"],
+            registry=self.registry,
+        )
+        self.cycles = PromCounter(
+            "rlsched_operator_rebalance_cycles",
+            "Rebalancing cycles, by outcome (planned, no_candidates, budget_exhausted, error)",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.skipped = PromCounter(
+            "rlsched_operator_rebalance_pods_skipped",
+            "Pods the safety rules kept from being candidates, by rule (counted per cycle)",
+            ["rule"],
+            registry=self.registry,
+        )
+        for r in RESULTS:
+            self.evictions.labels(result=r)
+
+
+def load_planner() -> Any:
+    """``rlsched.policy.rebalance`` (``plan_moves``, ``Candidate``, ``RebalanceSettings``), imported when
+    first needed; None (logged) when the installed policy package has none."""
+    try:
+        return importlib.import_module("rlsched.policy.rebalance")
+    except ImportError as exc:
+        log.error("the rebalancer's planner rlsched.policy.rebalance cannot be imported: %s", exc)
+        return None
+
+
+@dataclass
+class CycleReport:
+    """One cycle, as ``status.rebalance`` shows it (``as_status``)."""
+
+    at: float
+    dry_run: bool
+    outcome: str
+    message: str = ""
+    candidates: int = 0
+    planned: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+    moves: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Rebalancer:
+    """State kept between cycles: the cluster cache, the budget ledger, the counters."""
+
+    def __init__(
+        self,
+        settings: RebalancerSettings,
+        scheduler_name: str,
+        kube: Any,
+        write_log: Callable[[list[dict[str, Any]]], Awaitable[object]] | None = None,
+        planner: Any = None,
+        metrics: Metrics | None = None,
+        policy_ref: str = "",
+        clock: Callable[[], float] = time.time,
+    ):
+        self.settings, self.scheduler_name, self.kube = settings, scheduler_name, kube
+        self.write_log, self.policy_ref, self.clock = write_log, policy_ref, clock
+        self._planner = planner
+        self.metrics = metrics or Metrics()
+        self.cache = ClusterCache(settings.gpu, scheduler_name=scheduler_name)
+        self.ledger = Ledger()
+        self.totals: Counter[str] = Counter()
+        self.last_cycle: float | None = None
+        self._typical: TypicalPods | None = None
+        self._reported: set[str] = set()
+
+    # -- parts ------------------------------------------------------------------------------------
+    @property
+    def planner(self) -> Any:
+        if self._planner is None:
+            self._planner = load_planner()
+        return self._planner
+
+    @property
+    def typical(self) -> TypicalPods:
+        if self._typical is None:
+            path = self.settings.typical_pods_path
+            self._typical = load_typical(path) if path else default_typical()
+        return self._typical
+
+    def due(self, spec: RebalanceSpec) -> bool:
+        return self.last_cycle is None or self.clock() - self.last_cycle >= spec.interval_s
+
+    def _once(self, key: str, message: str, *args: Any) -> None:
+        """Log a recurring problem once (until it changes)."""
+        if key not in self._reported:
+            self._reported.add(key)
+            log.warning(message, *args)
+
+    # -- the cycle --------------------------------------------------------------------------------
+    async def cycle(self, spec: RebalanceSpec, status: Mapping[str, Any] | None = None) -> CycleReport:
+        """One cycle (module docstring). Never raises for the cluster's contents; API failures end the
+        cycle with outcome ``error`` and a message (the next cycle tries again)."""
+        now = self.clock()
+        self.last_cycle = now
+        self.ledger.restore((status or {}).get("recent"))
+        self.ledger.prune(now, spec.owner_window_s)
+        report = CycleReport(at=now, dry_run=spec.dry_run, outcome="planned")
+        try:
+            await self._cycle(spec, now, report)
+        except KubeError as exc:
+            report.outcome, report.message = "error", f"cannot read the cluster: {exc}"
+            self._once(f"kube:{exc.status}", "rebalancer: %s", report.message)
+        except Exception as exc:  # noqa: BLE001 - one bad cycle must not stop the next
+            report.outcome, report.message = "error", f"{type(exc).__name__}: {exc}"[:500]
+            log.exception("rebalancer cycle failed")
+        self.metrics.cycles.labels(outcome=report.outcome).inc()
+        for rule, n in report.skipped.items():
+            self.metrics.skipped.labels(rule=rule).inc(n)
+        return report
+
+    async def _cycle(self, spec: RebalanceSpec, now: float, report: CycleReport) -> None:
+        planner = self.planner
+        if planner is None:
+            report.outcome, report.message = "error", "the planner rlsched.policy.rebalance is not installed"
+            return
+        budget = allowance(self.ledger, now, spec.max_moves_per_cycle, spec.max_moves_per_hour)
+        if budget.left <= 0:
+            report.outcome = "budget_exhausted"
+            report.message = (
+                f"{self.ledger.in_last_hour(now)} evictions in the last hour "
+                f"(maxMovesPerHour {spec.max_moves_per_hour})"
+            )
+            return
+        s = self.settings
+        nodes = await self.kube.list_all("nodes", max_items=100_000)
+        pods = await self.kube.list_all(
+            "pods", max_items=s.max_pods, field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+        )
+        ns_labels = (
+            namespace_labels(await self.kube.list_all("namespaces", max_items=100_000))
+            if spec.namespace_selector is not None
+            else {}
+        )
+        self.cache.replace_nodes(nodes)
+        self.cache.replace_pods(pods)
+        state = self.cache.state
+        if state is None:
+            report.outcome, report.message = "no_candidates", "no readable nodes"
+            return
+
+        by_uid: dict[str, Mapping[str, Any]] = {}
+        for pod in pods:
+            uid = ((pod.get("metadata") or {}) if isinstance(pod, Mapping) else {}).get("uid")
+            if isinstance(uid, str):
+                by_uid[uid] = pod
+        opted_in = namespace_filter(spec.namespace_selector, ns_labels)
+        eligible: dict[str, tuple[Any, Mapping[str, Any], str]] = {}  # uid -> (entry, pod, owner)
+        for uid, entry in self.cache.pods.items():
+            pod = by_uid.get(uid)
+            if pod is None or entry.placement is None or entry.status != BOUND:
+                continue
+            rule = why_not(pod, self.scheduler_name, opted_in, spec.min_pod_age_s, now)
+            if rule is not None:
+                report.skipped[rule] += 1
+                continue
+            eligible[uid] = (entry, pod, owner_key(pod))
+        full = owners_over_budget(
+            self.ledger, (o for _, _, o in eligible.values()), now, spec.max_moves_per_owner, spec.owner_window_s
+        )
+        candidates = []
+        by_key: dict[str, tuple[Any, Mapping[str, Any], str]] = {}
+        for entry, pod, owner in eligible.values():
+            if owner in full:
+                report.skipped["owner-budget"] += 1
+                continue
+            labels = (pod.get("metadata") or {}).get("labels") or {}
+            candidates.append(
+                planner.Candidate(
+                    key=entry.key,
+                    node=entry.placement.node,
+                    request=state.request(entry.spec),
+                    placement=entry.placement,
+                    latency_sensitive=isinstance(labels, Mapping) and labels.get(s.latency_sensitive_label) == "true",
+                )
+            )
+            by_key[entry.key] = (entry, pod, owner)
+        report.candidates = len(candidates)
+        if not candidates:
+            report.outcome, report.message = "no_candidates", "no pod may be moved (status.rebalance.skipped says why)"
+            return
+        settings = planner.RebalanceSettings(
+            max_moves_per_cycle=budget.left,
+            min_gain=spec.min_gain,
+            hot_threshold=spec.hot_threshold,
+            fragmentation_weight=spec.fragmentation_weight,
+            hot_weight=spec.hot_weight,
+            migration_cost=spec.migration_cost,
+        )
+        moves = await asyncio.to_thread(planner.plan_moves, state, candidates, self.typical, settings)
+        report.planned = len(moves)
+        seen: set[str] = set()
+        for move in list(moves)[: max(0, budget.left) + 10]:
+            if budget.left <= 0:
+                break
+            move_key = getattr(move, "key", None)
+            target = by_key.get(move_key) if isinstance(move_key, str) else None
+            to_node = getattr(move, "to_node", -1)
+            if (
+                target is None
+                or move.key in seen
+                or not isinstance(to_node, int)
+                or not 0 <= to_node < state.num_nodes
+                or to_node == target[0].placement.node
+            ):
+                await self._record(report, spec, None, move, "invalid_move", "", state)
+                continue
+            seen.add(move.key)
+            entry, pod, owner = target
+            result, detail = await self._evict(pod, spec.dry_run)
+            if result == "evicted":
+                self.ledger.add(owner, now)
+                budget.spend()
+            elif result == "dry_run":
+                budget.spend()  # what it would do stays within what it may do
+            await self._record(report, spec, (entry, pod, owner), move, result, detail, state)
+        if not report.moves:
+            report.outcome = "no_moves"
+            report.message = report.message or "the planner found no move worth its cost"
+
+    async def _evict(self, pod: Mapping[str, Any], dry_run: bool) -> tuple[str, str]:
+        meta = pod.get("metadata") or {}
+        try:
+            await self.kube.evict_pod(meta["namespace"], meta["name"], meta["uid"], dry_run=dry_run)
+        except KubeError as exc:
+            text = str(exc)
+            if exc.status == 429:
+                return ("blocked_by_pdb" if "disruption budget" in text.lower() else "throttled"), text
+            if exc.status in (404, 409):
+                return "gone", text
+            if exc.status == 403:
+                self._once(
+                    "forbidden",
+                    "rebalancer: evictions are forbidden (%s); grant pods/eviction "
+                    "(chart: operator.rebalancer.enabled)",
+                    text,
+                )
+                return "forbidden", text
+            return "error", text
+        return ("dry_run" if dry_run else "evicted"), ""
+
+    async def _record(
+        self,
+        report: CycleReport,
+        spec: RebalanceSpec,
+        target: tuple[Any, Mapping[str, Any], str] | None,
+        move: Any,
+        result: str,
+        detail: str,
+        state: Any,
+    ) -> None:
+        """The counter, the status entry, the Event on the pod and the decision-log line of one move."""
+        self.metrics.evictions.labels(result=result).inc()
+        self.totals[result] += 1
+        key = str(getattr(move, "key", ""))[:300]
+        reason = str(getattr(move, "reason", ""))[:300]
+        gain = getattr(move, "gain", float("nan"))
+        gain = float(gain) if isinstance(gain, (int, float)) and math.isfinite(gain) else None
+
+        def node_name(i: Any) -> str | None:
+            return state.names[i] if isinstance(i, int) and 0 <= i < state.num_nodes else None
+
+        entry = {
+            "pod": key,
+            "from": node_name(getattr(move, "from_node", None)),
+            "to": node_name(getattr(move, "to_node", None)),
+            "reason": reason,
+            "gain": None if gain is None else round(gain, 6),
+            "result": result,
+        }
+        if len(report.moves) < MAX_STATUS_MOVES:
+            report.moves.append(entry)
+        if target is None:
+            self._once(f"invalid:{key}", "rebalancer: the planner proposed an invalid move %s", entry)
+            return
+        _, pod, owner = target
+        meta = pod.get("metadata") or {}
+        gain_text = "n/a" if gain is None else f"{gain:.4f}"
+        where = f"from {entry['from']} (intended: {entry['to']})"
+        reason_event, type_, text = {
+            "evicted": ("Rebalanced", "Normal", f"evicted by the rl-scheduler rebalancer to move it {where}"),
+            "dry_run": ("RebalanceDryRun", "Normal", f"the rl-scheduler rebalancer would move it {where} (dry run)"),
+            "blocked_by_pdb": (
+                "RebalanceBlocked",
+                "Normal",
+                f"a PodDisruptionBudget kept the rebalancer from moving it {where}",
+            ),
+        }.get(result, ("RebalanceFailed", "Warning", f"the rebalancer could not move it {where}: {result} {detail}"))
+        ref = {"apiVersion": "v1", "kind": "Pod", **{k: meta.get(k) for k in ("namespace", "name", "uid")}}
+        await self.kube.post_event(ref, type_, reason_event, f"{text}; reason: {reason}; gain {gain_text}")
+        log.info(
+            "rebalance %s: %s %s → %s (%s, gain %s)%s",
+            result,
+            key,
+            entry["from"],
+            entry["to"],
+            reason,
+            gain_text,
+            " [dry run]" if spec.dry_run else "",
+            extra={"event": "rebalance", "pod": key, "result": result},
+        )
+        if self.write_log is not None:
+            line = {
+                "type": "rebalance",
+                "policy": self.policy_ref,
+                "pod": {k: meta.get(k) for k in ("uid", "namespace", "name")},
+                "owner": owner,
+                "from": entry["from"],
+                "to": entry["to"],
+                "reason": reason,
+                "gain": entry["gain"],
+                "result": result,
+                "dryRun": spec.dry_run,
+                "time": round(self.clock(), 3),
+            }
+            try:
+                await self.write_log([line])
+            except OSError as exc:
+                log.error("cannot write a rebalance line to the decision log: %s", exc)
+
+    # -- status -----------------------------------------------------------------------------------
+    def as_status(self, report: CycleReport) -> dict[str, Any]:
+        return {
+            "lastCycle": now_iso(report.at),
+            "dryRun": report.dry_run,
+            "outcome": report.outcome,
+            "message": report.message,
+            "candidates": report.candidates,
+            "planned": report.planned,
+            "skipped": {rule: report.skipped.get(rule, 0) for rule in REASONS},
+            "moves": report.moves,
+            "totals": dict(self.totals),
+            "recent": self.ledger.dump(),
+        }

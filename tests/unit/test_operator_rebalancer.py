@@ -1,0 +1,417 @@
+"""The rebalancer without an API server: its cycle over a fake cluster, the safety rules, the budget,
+dry-run, PodDisruptionBudget refusals, and what each move leaves behind (event, counter, log line)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from rlsched.operator.kube import KubeError
+from rlsched.operator.rebalance_spec import RebalanceSpec, parse_rebalance
+from rlsched.operator.rebalancer import Rebalancer
+from rlsched.operator.settings import RebalancerSettings
+from rlsched.policy import rebalance as planner
+
+NOW = 1_800_000_000.0
+PDB_MESSAGE = "Cannot evict pod as it would violate the pod's disruption budget."
+
+
+def iso(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def node(name: str, gpus: int = 2) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"rlsched.io/gpu-model": "V100"}},
+        "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "nvidia.com/gpu": str(gpus), "pods": "110"}},
+    }
+
+
+def pod(
+    name: str,
+    node_name: str,
+    milli: int = 0,
+    gpus: int = 0,
+    cards: list[int] | None = None,
+    ns: str = "team",
+    labels: dict[str, str] | None = None,
+    owner: str | None = "ReplicaSet",
+    owner_name: str | None = None,
+    age: float = 3600.0,
+    scheduler: str = "rl-scheduler",
+    phase: str = "Running",
+) -> dict[str, Any]:
+    annotations: dict[str, str] = {}
+    if milli:
+        annotations["rlsched.io/gpu-milli"] = str(milli)
+    if cards is not None:
+        annotations["rlsched.io/gpu-cards"] = ",".join(map(str, cards))
+        annotations["rlsched.io/gpu-node"] = node_name
+    req = {"cpu": "1", "memory": "1Gi", **({"nvidia.com/gpu": str(gpus)} if gpus else {})}
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": ns,
+        "uid": f"uid-{name}",
+        "labels": {"rlsched.io/rebalance": "true"} if labels is None else labels,
+        "annotations": annotations,
+        "creationTimestamp": iso(NOW - age),
+    }
+    if owner:
+        meta["ownerReferences"] = [
+            {"apiVersion": "apps/v1", "kind": owner, "name": owner_name or f"{name}-rs", "uid": "o", "controller": True}
+        ]
+    return {
+        "metadata": meta,
+        "spec": {
+            "schedulerName": scheduler,
+            "nodeName": node_name,
+            "containers": [{"name": "c", "resources": {"requests": req}}],
+        },
+        "status": {"phase": phase, "startTime": iso(NOW - age)},
+    }
+
+
+class FakeKube:
+    """Lists from memory; evictions recorded (a real one removes the pod), PDB refusals by pod name."""
+
+    def __init__(self, nodes: list[dict], pods: list[dict], namespaces: list[dict] | None = None):
+        self.nodes, self.pods, self.namespaces = nodes, pods, namespaces or []
+        self.pdb: set[str] = set()
+        self.evictions: list[tuple[str, str, bool]] = []
+        self.events: list[tuple[str, str, str, str]] = []
+        self.lists: list[str] = []
+
+    async def list_all(self, kind: str, **_: Any) -> list[dict]:
+        self.lists.append(kind)
+        return list({"nodes": self.nodes, "pods": self.pods, "namespaces": self.namespaces}[kind])
+
+    async def evict_pod(self, namespace: str, name: str, uid: str, dry_run: bool = False) -> None:
+        self.evictions.append((f"{namespace}/{name}", uid, dry_run))
+        if name in self.pdb:
+            raise KubeError(429, "TooManyRequests", PDB_MESSAGE)
+        if not dry_run:
+            self.pods = [p for p in self.pods if not isinstance(p, dict) or (p.get("metadata") or {}).get("uid") != uid]
+
+    async def post_event(self, ref: dict, type_: str, reason: str, message: str) -> None:
+        self.events.append((ref["name"], type_, reason, message))
+
+
+def fake_planner(*keys: str) -> Any:
+    """The real planner's types with a plan that proposes moving ``keys`` (in order) to node 2."""
+
+    def plan_moves(state, candidates, typical, settings, scorer=None):  # noqa: ANN001, ANN202
+        present = {c.key: c for c in candidates}
+        out = [
+            planner.Move(key=k, from_node=present[k].node, to_node=2, reason="fragmentation", gain=500.0)
+            for k in keys
+            if k in present
+        ]
+        return out[: settings.max_moves_per_cycle]
+
+    return SimpleNamespace(
+        Candidate=planner.Candidate, RebalanceSettings=planner.RebalanceSettings, plan_moves=plan_moves
+    )
+
+
+class Clock:
+    def __init__(self, t: float = NOW):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make(kube: FakeKube, plan: Any = None, clock: Clock | None = None) -> tuple[Rebalancer, list[dict]]:
+    lines: list[dict] = []
+
+    async def write(batch: list[dict]) -> int:
+        lines.extend(batch)
+        return len(batch)
+
+    rb = Rebalancer(
+        RebalancerSettings(),
+        "rl-scheduler",
+        kube,
+        write_log=write,
+        planner=plan,
+        policy_ref="sched/default",
+        clock=clock or Clock(),
+    )
+    return rb, lines
+
+
+def spec(**kw: Any) -> RebalanceSpec:
+    base = {"enabled": True, "dryRun": False, "minPodAgeSeconds": 600}
+    problems: list[str] = []
+    s = parse_rebalance({**base, **kw}, problems)
+    assert problems == []
+    return s
+
+
+def fragmented() -> FakeKube:
+    """Two half-used cards on two nodes, a full node: moving one share consolidates the cards."""
+    return FakeKube(
+        [node("n0"), node("n1"), node("n2")],
+        [
+            pod("a", "n0", milli=500, cards=[0]),
+            pod("b", "n1", milli=500, cards=[0]),
+            pod("w", "n2", gpus=2, cards=[0, 1]),
+        ],
+    )
+
+
+def counter(rb: Rebalancer, result: str) -> float:
+    value = rb.metrics.registry.get_sample_value("rlsched_operator_rebalance_evictions_total", {"result": result})
+    return value or 0.0
+
+
+# -- the cycle with the policy's planner -------------------------------------------------------------
+
+
+async def test_a_cycle_evicts_the_planners_move_and_records_it() -> None:
+    kube = fragmented()
+    rb, lines = make(kube)
+    report = await rb.cycle(spec(), None)
+    assert report.outcome == "planned" and report.candidates == 3
+    assert [e[0] for e in kube.evictions] == ["team/a"] and kube.evictions[0][2] is False
+    (move,) = report.moves
+    assert move["from"] == "n0" and move["to"] == "n1" and move["result"] == "evicted"
+    assert move["reason"] == "fragmentation" and move["gain"] > 0
+    assert [(e[0], e[2]) for e in kube.events] == [("a", "Rebalanced")]
+    assert "reason: fragmentation" in kube.events[0][3] and "intended: n1" in kube.events[0][3]
+    assert counter(rb, "evicted") == 1
+    (line,) = lines
+    assert line["type"] == "rebalance" and line["result"] == "evicted" and line["owner"] == "team/ReplicaSet/a-rs"
+    assert line["pod"] == {"uid": "uid-a", "namespace": "team", "name": "a"} and line["dryRun"] is False
+    status = rb.as_status(report)
+    assert status["totals"] == {"evicted": 1} and status["recent"] == [{"at": NOW, "owner": "team/ReplicaSet/a-rs"}]
+    assert status["skipped"]["not-opted-in"] == 0
+
+
+async def test_dry_run_changes_nothing_and_reports_what_it_would_do() -> None:
+    kube = fragmented()
+    rb, lines = make(kube)
+    report = await rb.cycle(spec(dryRun=True), None)
+    assert kube.evictions == [("team/a", "uid-a", True)]  # sent with dryRun: [All]
+    assert report.moves[0]["result"] == "dry_run" and report.dry_run
+    assert [(e[0], e[2]) for e in kube.events] == [("a", "RebalanceDryRun")]
+    assert counter(rb, "dry_run") == 1 and counter(rb, "evicted") == 0
+    assert rb.ledger.records == [] and rb.as_status(report)["recent"] == []
+    assert lines[0]["dryRun"] is True and lines[0]["result"] == "dry_run"
+
+
+async def test_a_pdb_refusal_is_counted_and_the_next_move_is_tried() -> None:
+    kube = FakeKube([node("n0"), node("n1"), node("n2")], [pod("a", "n0", gpus=1), pod("b", "n1", gpus=1)])
+    kube.pdb.add("a")
+    rb, _ = make(kube, fake_planner("team/a", "team/b"))
+    report = await rb.cycle(spec(budget={"maxMovesPerCycle": 2}), None)
+    assert [m["result"] for m in report.moves] == ["blocked_by_pdb", "evicted"]
+    assert counter(rb, "blocked_by_pdb") == 1 and counter(rb, "evicted") == 1
+    assert [(e[0], e[2]) for e in kube.events] == [("a", "RebalanceBlocked"), ("b", "Rebalanced")]
+    assert [r.owner for r in rb.ledger.records] == ["team/ReplicaSet/b-rs"]  # a refusal spends no budget
+
+
+async def test_a_throttling_429_is_not_a_pdb() -> None:
+    kube = FakeKube([node("n0"), node("n1"), node("n2")], [pod("a", "n0", gpus=1)])
+    rb, _ = make(kube, fake_planner("team/a"))
+
+    async def throttled(*_: Any, **__: Any) -> None:
+        raise KubeError(429, "TooManyRequests", "too many requests, please try again later")
+
+    kube.evict_pod = throttled  # type: ignore[method-assign]
+    report = await rb.cycle(spec(), None)
+    assert report.moves[0]["result"] == "throttled" and counter(rb, "blocked_by_pdb") == 0
+
+
+# -- the budget ------------------------------------------------------------------------------------
+
+
+async def test_the_budget_holds_under_a_burst() -> None:
+    pods = [pod(f"p{i}", f"n{i % 2}", gpus=1) for i in range(4)]
+    kube = FakeKube([node("n0", 4), node("n1", 4), node("n2", 8)], pods)
+    clock = Clock()
+    rb, _ = make(kube, fake_planner(*(f"team/p{i}" for i in range(4))), clock)
+    s = spec(intervalSeconds=10, budget={"maxMovesPerCycle": 3, "maxMovesPerHour": 2})
+    evicted = 0
+    for _ in range(20):  # 20 cycles in 200 s: at most 2 evictions in the hour
+        report = await rb.cycle(s, None)
+        evicted += sum(1 for m in report.moves if m["result"] == "evicted")
+        clock.t += 10
+    assert evicted == 2 and report.outcome == "budget_exhausted"
+    clock.t = NOW + 3601  # the hour has passed
+    report = await rb.cycle(s, None)
+    assert sum(1 for m in report.moves if m["result"] == "evicted") == 2
+
+
+async def test_one_move_per_cycle_and_per_owner() -> None:
+    pods = [pod(f"p{i}", "n0", gpus=1, owner_name="web-rs") for i in range(2)] + [pod("q", "n1", gpus=1)]
+    kube = FakeKube([node("n0", 4), node("n1", 4), node("n2", 8)], pods)
+    clock = Clock()
+    rb, _ = make(kube, fake_planner("team/p0", "team/p1", "team/q"), clock)
+    s = spec(budget={"maxMovesPerCycle": 1, "maxMovesPerOwner": 1})
+    first = await rb.cycle(s, None)
+    assert [m["pod"] for m in first.moves] == ["team/p0"]
+    clock.t += 400
+    second = await rb.cycle(s, None)  # p1 shares p0's controller: over its budget, not a candidate
+    assert [m["pod"] for m in second.moves] == ["team/q"] and second.skipped["owner-budget"] == 1
+
+
+async def test_the_budget_survives_a_restart_through_the_status() -> None:
+    pods = [pod(f"p{i}", "n0", gpus=1) for i in range(3)]
+    kube = FakeKube([node("n0", 4), node("n1", 4), node("n2", 8)], pods)
+    rb, _ = make(kube, fake_planner("team/p0"))
+    s = spec(budget={"maxMovesPerHour": 1})
+    status = rb.as_status(await rb.cycle(s, None))
+    assert len(kube.evictions) == 1
+    restarted, _ = make(kube, fake_planner("team/p1", "team/p2"), Clock(NOW + 60))
+    report = await restarted.cycle(s, status)
+    assert report.outcome == "budget_exhausted" and len(kube.evictions) == 1
+
+
+async def test_the_hour_budget_zero_moves_nothing() -> None:
+    kube = fragmented()
+    rb, _ = make(kube)
+    report = await rb.cycle(spec(budget={"maxMovesPerHour": 0}), None)
+    assert report.outcome == "budget_exhausted" and kube.evictions == [] and kube.lists == []
+
+
+# -- opting in -------------------------------------------------------------------------------------
+
+
+async def test_pods_that_did_not_opt_in_are_never_candidates() -> None:
+    kube = FakeKube(
+        [node("n0"), node("n1"), node("n2")],
+        [pod("a", "n0", gpus=1, labels={}), pod("b", "n1", gpus=1, labels={"rlsched.io/rebalance": "false"})],
+    )
+    rb, _ = make(kube, fake_planner("team/a", "team/b"))
+    report = await rb.cycle(spec(), None)
+    assert report.outcome == "no_candidates" and kube.evictions == []
+    assert report.skipped == {"not-opted-in": 1, "opted-out": 1}
+
+
+async def test_a_namespace_selector_opts_a_namespace_in_but_not_an_opted_out_pod() -> None:
+    kube = FakeKube(
+        [node("n0"), node("n1"), node("n2")],
+        [
+            pod("a", "n0", gpus=1, labels={}, ns="batch"),
+            pod("b", "n1", gpus=1, labels={"rlsched.io/rebalance": "false"}, ns="batch"),
+            pod("c", "n1", gpus=1, labels={}, ns="web"),
+        ],
+        namespaces=[
+            {"metadata": {"name": "batch", "labels": {"rebalance": "yes"}}},
+            {"metadata": {"name": "web", "labels": {}}},
+        ],
+    )
+    rb, _ = make(kube, fake_planner("batch/a", "batch/b", "web/c"))
+    report = await rb.cycle(spec(namespaceSelector={"matchLabels": {"rebalance": "yes"}}), None)
+    assert [e[0] for e in kube.evictions] == ["batch/a"] and report.candidates == 1
+    assert "namespaces" in kube.lists
+
+
+@pytest.mark.parametrize(
+    ("variant", "rule"),
+    [
+        ({"scheduler": "default-scheduler"}, "other-scheduler"),
+        ({"age": 60.0}, "too-young"),
+        ({"owner": None}, "no-controller"),
+        ({"owner": "DaemonSet"}, "daemonset"),
+        ({"phase": "Pending"}, "not-running"),
+    ],
+)
+async def test_the_safety_rules(variant: dict, rule: str) -> None:
+    kube = FakeKube([node("n0"), node("n1"), node("n2")], [pod("a", "n0", gpus=1, **variant)])
+    rb, _ = make(kube, fake_planner("team/a"))
+    report = await rb.cycle(spec(), None)
+    assert kube.evictions == [] and report.skipped[rule] == 1
+
+
+async def test_mirror_and_terminating_pods_are_never_moved() -> None:
+    mirror = pod("m", "n0", gpus=1)
+    mirror["metadata"]["annotations"]["kubernetes.io/config.mirror"] = "x"
+    leaving = pod("t", "n1", gpus=1)
+    leaving["metadata"]["deletionTimestamp"] = iso(NOW)
+    kube = FakeKube([node("n0"), node("n1"), node("n2")], [mirror, leaving])
+    rb, _ = make(kube, fake_planner("team/m", "team/t"))
+    report = await rb.cycle(spec(), None)
+    assert kube.evictions == [] and report.skipped["mirror"] == 1 and report.skipped["not-running"] == 1
+
+
+# -- hostile input and failures -------------------------------------------------------------------
+
+
+async def test_unreadable_objects_are_skipped_and_the_cycle_goes_on() -> None:
+    bad = pod("bad", "n0", gpus=1)
+    bad["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1e999999"
+    junk: Any = ["not", "a", "pod"]
+    kube = fragmented()
+    kube.pods = [*kube.pods, bad, junk, {"metadata": None}]
+    kube.nodes = [*kube.nodes, {"metadata": {"name": "weird"}, "status": {"allocatable": {"cpu": "-1"}}}]
+    rb, _ = make(kube)
+    report = await rb.cycle(spec(), None)
+    assert report.outcome == "planned" and [e[0] for e in kube.evictions] == ["team/a"]
+
+
+async def test_a_move_the_planner_should_not_have_made_is_refused() -> None:
+    kube = FakeKube([node("n0"), node("n1"), node("n2")], [pod("a", "n0", gpus=1)])
+
+    def plan_moves(state, candidates, typical, settings, scorer=None):  # noqa: ANN001, ANN202
+        return [
+            planner.Move("team/ghost", 0, 1, "fragmentation", 1.0),
+            planner.Move("team/a", 0, 0, "fragmentation", 1.0),  # to its own node
+            planner.Move("team/a", 0, 99, "fragmentation", 1.0),  # no such node
+        ]
+
+    plan = SimpleNamespace(
+        Candidate=planner.Candidate, RebalanceSettings=planner.RebalanceSettings, plan_moves=plan_moves
+    )
+    rb, _ = make(kube, plan)
+    report = await rb.cycle(spec(budget={"maxMovesPerCycle": 5}), None)
+    assert kube.evictions == [] and [m["result"] for m in report.moves] == ["invalid_move"] * 3
+
+
+async def test_a_failing_planner_or_api_ends_the_cycle_with_an_error() -> None:
+    kube = fragmented()
+
+    def broken(*_: Any, **__: Any) -> list:
+        raise ValueError("boom")
+
+    rb, _ = make(
+        kube,
+        SimpleNamespace(Candidate=planner.Candidate, RebalanceSettings=planner.RebalanceSettings, plan_moves=broken),
+    )
+    report = await rb.cycle(spec(), None)
+    assert report.outcome == "error" and "boom" in report.message and kube.evictions == []
+
+    async def down(*_: Any, **__: Any) -> list:
+        raise KubeError(0, "ConnectionError", "refused")
+
+    kube.list_all = down  # type: ignore[method-assign]
+    report = await rb.cycle(spec(), None)
+    assert report.outcome == "error" and "cannot read the cluster" in report.message
+
+
+async def test_forbidden_evictions_say_what_to_grant() -> None:
+    kube = FakeKube([node("n0"), node("n1"), node("n2")], [pod("a", "n0", gpus=1)])
+
+    async def forbidden(*_: Any, **__: Any) -> None:
+        raise KubeError(403, "Forbidden", 'pods "a" is forbidden: cannot create resource "pods/eviction"')
+
+    kube.evict_pod = forbidden  # type: ignore[method-assign]
+    rb, _ = make(kube, fake_planner("team/a"))
+    report = await rb.cycle(spec(), None)
+    assert report.moves[0]["result"] == "forbidden" and kube.events[0][2] == "RebalanceFailed"
+
+
+def test_due_follows_the_interval() -> None:
+    clock = Clock()
+    rb, _ = make(FakeKube([], []), clock=clock)
+    s = spec(intervalSeconds=60)
+    assert rb.due(s)
+    rb.last_cycle = clock.t
+    clock.t += 59
+    assert not rb.due(s)
+    clock.t += 1
+    assert rb.due(s)

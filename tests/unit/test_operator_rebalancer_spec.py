@@ -1,0 +1,140 @@
+"""``spec.rebalance``: parsing, bounds, the label selector, agreement with the CRD, the settings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rlsched.operator.rebalance_budget import Ledger
+from rlsched.operator.rebalance_spec import LabelSelector, RebalanceSpec, Requirement, schema_defaults
+from rlsched.operator.settings import SettingsError, load_settings
+from rlsched.operator.spec import SpecError, crd_manifest, parse_spec
+
+
+def rebalance_schema() -> dict:
+    return crd_manifest()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][
+        "rebalance"
+    ]
+
+
+def crd_defaults(node: dict) -> Any:
+    if "default" in node:
+        return node["default"]
+    props = node.get("properties") or {}
+    out = {k: crd_defaults(v) for k, v in props.items()}
+    return {k: v for k, v in out.items() if v is not None} or None
+
+
+def test_off_and_cautious_by_default() -> None:
+    r = parse_spec({}).rebalance
+    assert r == RebalanceSpec() and not r.enabled and r.dry_run
+    assert (r.max_moves_per_cycle, r.max_moves_per_hour, r.max_moves_per_owner) == (1, 6, 1)
+    assert r.namespace_selector is None
+
+
+def test_the_crd_states_the_same_defaults() -> None:
+    assert crd_defaults(rebalance_schema()) == schema_defaults()
+
+
+def test_a_full_spec() -> None:
+    r = parse_spec(
+        {
+            "rebalance": {
+                "enabled": True,
+                "dryRun": False,
+                "intervalSeconds": 30,
+                "minPodAgeSeconds": 0,
+                "namespaceSelector": {
+                    "matchLabels": {"team": "ml"},
+                    "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["prod"]}],
+                },
+                "budget": {
+                    "maxMovesPerCycle": 3,
+                    "maxMovesPerHour": 0,
+                    "maxMovesPerOwner": 2,
+                    "ownerWindowSeconds": 60,
+                },
+                "weights": {"fragmentation": 2, "hot": 0, "migrationCost": 50.5, "minGain": 1, "hotThreshold": 0.75},
+            }
+        }
+    ).rebalance
+    assert r.enabled and not r.dry_run and r.interval_s == 30 and r.min_pod_age_s == 0
+    assert r.max_moves_per_hour == 0 and r.owner_window_s == 60 and r.migration_cost == 50.5
+    assert r.namespace_selector == LabelSelector(
+        (("team", "ml"),), (Requirement("tier", "NotIn", frozenset({"prod"})),)
+    )
+    sel = r.namespace_selector
+    assert sel.matches({"team": "ml"}) and sel.matches({"team": "ml", "tier": "dev"})
+    assert not sel.matches({"team": "ml", "tier": "prod"}) and not sel.matches({})
+
+
+@pytest.mark.parametrize(
+    ("rebalance", "fragment"),
+    [
+        ("yes", "spec.rebalance: expected an object"),
+        ({"enabled": "true"}, "spec.rebalance.enabled"),
+        ({"intervalSeconds": 1}, "spec.rebalance.intervalSeconds"),
+        ({"intervalSeconds": 10**30}, "spec.rebalance.intervalSeconds"),
+        ({"minPodAgeSeconds": 1.5}, "spec.rebalance.minPodAgeSeconds"),
+        ({"budget": {"maxMovesPerCycle": 0}}, "spec.rebalance.budget.maxMovesPerCycle"),
+        ({"budget": {"maxMovesPerHour": True}}, "spec.rebalance.budget.maxMovesPerHour"),
+        ({"budget": {"perDay": 1}}, "spec.rebalance.budget.perDay: unknown field"),
+        ({"weights": {"hotThreshold": 2}}, "spec.rebalance.weights.hotThreshold"),
+        ({"weights": {"minGain": float("nan")}}, "spec.rebalance.weights.minGain"),
+        ({"weights": []}, "spec.rebalance.weights: expected an object"),
+        ({"dryrun": False}, "spec.rebalance.dryrun: unknown field"),
+        ({"namespaceSelector": {"matchLabels": {"bad key!": "x"}}}, "is not a label key"),
+        ({"namespaceSelector": {"matchLabels": {"k": "x" * 64}}}, "is not a label value"),
+        ({"namespaceSelector": {"matchExpressions": [{"key": "k", "operator": "Near"}]}}, "operator"),
+        ({"namespaceSelector": {"matchExpressions": [{"key": "k", "operator": "In"}]}}, "needs at least one value"),
+        (
+            {"namespaceSelector": {"matchExpressions": [{"key": "k", "operator": "Exists", "values": ["a"]}]}},
+            "no values",
+        ),
+        ({"namespaceSelector": {"matchLabels": {f"k{i}": "v" for i in range(40)}}}, "at most 32"),
+        (
+            {"namespaceSelector": {"matchExpressions": [{"key": "k", "operator": "In", "values": ["v"] * 65}]}},
+            "at most 64",
+        ),
+    ],
+)
+def test_invalid_names_the_field(rebalance: Any, fragment: str) -> None:
+    with pytest.raises(SpecError) as err:
+        parse_spec({"rebalance": rebalance})
+    assert any(fragment in p for p in err.value.problems), err.value.problems
+
+
+def test_every_problem_at_once_and_bounded() -> None:
+    with pytest.raises(SpecError) as err:
+        parse_spec(
+            {"rebalance": {"enabled": 1, "budget": {"maxMovesPerCycle": -1}, **{f"x{i}": 1 for i in range(1000)}}}
+        )
+    assert len(err.value.problems) <= 12 and any("enabled" in p for p in err.value.problems)
+
+
+def test_an_empty_selector_matches_every_namespace() -> None:
+    r = parse_spec({"rebalance": {"namespaceSelector": {}}}).rebalance
+    assert r.namespace_selector == LabelSelector() and r.namespace_selector.matches({"any": "thing"})
+
+
+def test_settings() -> None:
+    s = load_settings(None, {"rebalancer.tickS": 1, "rebalancer.enabled": False})
+    assert s.rebalancer.tick_s == 1 and not s.rebalancer.enabled
+    with pytest.raises(SettingsError, match="tickS"):
+        load_settings(None, {"rebalancer.tickS": 0})
+    with pytest.raises(SettingsError, match="unknown setting"):
+        load_settings(None, {"rebalancer.tick": 1})
+
+
+def test_the_ledger_reads_back_only_what_makes_sense() -> None:
+    ledger = Ledger()
+    taken = ledger.restore(
+        [{"at": 100.0, "owner": "a"}, {"at": "x", "owner": "b"}, "junk", {"at": float("nan"), "owner": "c"}, {"at": 50}]
+    )
+    assert taken == 1 and ledger.restore([{"at": 1.0, "owner": "z"}]) == 0  # only once
+    ledger.add("a", 200.0)
+    assert ledger.owner_moves("a", 300.0, 150.0) == 1 and ledger.in_last_hour(300.0) == 2
+    ledger.prune(100.0 + 3600.0, 60.0)
+    assert ledger.dump() == [{"at": 200.0, "owner": "a"}]
+    assert Ledger().restore({"not": "a list"}) == 0

@@ -226,6 +226,7 @@ The operator's settings file (operator/settings.py keys). operator.config is dee
   "extender" (dict "statusUrl" (printf "http://%s.%s.svc:%d" (include "rl-scheduler.serviceName" .) .Release.Namespace (int .Values.extender.statusPort)) "rolloutTimeoutS" $o.rolloutTimeoutS)
   "livenessEndpoint" (printf "http://0.0.0.0:%d/healthz" (int $o.healthPort))
   "logLevel" $o.logLevel
+  "rebalancer" (dict "enabled" $o.rebalancer.enabled "tickS" $o.rebalancer.tickS)
 -}}
 {{- if $o.peering.enabled -}}
 {{- $_ := set $cfg.scope "peering" (include "rl-scheduler.peeringName" .) -}}

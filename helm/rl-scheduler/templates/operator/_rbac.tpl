@@ -14,7 +14,16 @@ watchNamespaces the operator can patch no pod outside those namespaces (docs/sec
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch, patch]
-# events: RejectedByPolicy and RequeueGaveUp on pods; rollout events on SchedulingPolicies (kopf).
+{{- if .Values.operator.rebalancer.enabled }}
+# pods/eviction: the rebalancer (operator.rebalancer.enabled) moves a pod by evicting it through the
+# Eviction API, which enforces PodDisruptionBudgets (a refusal is a 429 the rebalancer counts); its
+# controller recreates the pod for this scheduler to place. No delete on pods: eviction is the only way.
+- apiGroups: [""]
+  resources: [pods/eviction]
+  verbs: [create]
+{{- end }}
+# events: RejectedByPolicy and RequeueGaveUp on pods (and the rebalancer's Rebalanced, RebalanceDryRun,
+# RebalanceBlocked, RebalanceFailed); rollout events on SchedulingPolicies (kopf).
 - apiGroups: [""]
   resources: [events]
   verbs: [create]

@@ -62,6 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--prometheus-url", help="Prometheus for the node load in outcomes (default: none)")
     g = parser.add_argument_group("output")
     g.add_argument("--liveness", metavar="URL", help="kopf liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    g.add_argument("--metrics", metavar="HOST:PORT", help="Prometheus /metrics listener, e.g. 0.0.0.0:9102")
     g.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
     g.add_argument("--print-settings", action="store_true", help="print the effective settings as YAML and exit")
 
@@ -100,6 +101,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
         "decisionLog.drainIntervalS": args.drain_interval,
         "decisionLog.prometheusUrl": args.prometheus_url,
         "livenessEndpoint": args.liveness,
+        "metricsEndpoint": args.metrics,
         "logLevel": args.log_level,
     }
 

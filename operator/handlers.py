@@ -453,6 +453,7 @@ def probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
         "requeueScheduled": rt.requeuer.scheduled,
         "decisionsDrained": rt.drainer.drained,
         "drainError": rt.drainer.last_error,
+        "rebalanced": dict(rt.rebalancer.totals) if rt.rebalancer is not None else None,
     }
 
 

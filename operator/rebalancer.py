@@ -8,8 +8,9 @@ One cycle (:meth:`Rebalancer.cycle`, driven by a kopf timer on the served Schedu
    namespaces when ``namespaceSelector`` is set;
 2. build the cluster state with the extender's own adapters (:class:`rlsched.extender.cache.ClusterCache`:
    the same NodeSpec/PodSpec reading, the same card annotations, the same rejection of unreadable
-   objects — logged once per version, counted, skipped). Node load is not known to the operator: the
-   state's load stays NaN, so the planner's hot-node term has nothing to act on (docs/operator.md);
+   objects — logged once per version, counted, skipped). Node load comes from Prometheus through the
+   extender's own poller when ``rebalancer.prometheus.url`` is set (one round per cycle); without it
+   the load stays NaN and the planner's hot-node term has nothing to act on (docs/operator.md);
 3. the candidates: pods the safety rules allow (:mod:`.rebalance_select`) whose controller is still
    within its budget (:mod:`.rebalance_budget`);
 4. the moves: :func:`rlsched.policy.rebalance.plan_moves` (the policy decides; never more than the
@@ -41,6 +42,7 @@ from prometheus_client import Counter as PromCounter
 
 from rlsched.extender.cache import BOUND, ClusterCache
 from rlsched.extender.policy import default_typical, load_typical
+from rlsched.extender.prometheus import LoadPoller
 from rlsched.policy.typical import TypicalPods
 
 from .conditions import now_iso
@@ -128,12 +130,18 @@ class Rebalancer:
         metrics: Metrics | None = None,
         policy_ref: str = "",
         clock: Callable[[], float] = time.time,
+        load_query: Callable[[str], Awaitable[Any]] | None = None,
     ):
         self.settings, self.scheduler_name, self.kube = settings, scheduler_name, kube
         self.write_log, self.policy_ref, self.clock = write_log, policy_ref, clock
         self._planner = planner
         self.metrics = metrics or Metrics()
         self.cache = ClusterCache(settings.gpu, scheduler_name=scheduler_name)
+        self.load: LoadPoller | None = None
+        if settings.prometheus.url or load_query is not None:
+            self.load = LoadPoller(
+                settings.prometheus, lambda: self.cache.addresses, self.cache.set_load, query=load_query
+            )
         self.ledger = Ledger()
         self.totals: Counter[str] = Counter()
         self.last_cycle: float | None = None
@@ -214,6 +222,8 @@ class Rebalancer:
         if state is None:
             report.outcome, report.message = "no_candidates", "no readable nodes"
             return
+        if self.load is not None:
+            await self.load.refresh()  # a failed query only leaves that column NaN (logged by the poller)
 
         by_uid: dict[str, Mapping[str, Any]] = {}
         for pod in pods:
@@ -393,6 +403,10 @@ class Rebalancer:
                 await self.write_log([line])
             except OSError as exc:
                 log.error("cannot write a rebalance line to the decision log: %s", exc)
+
+    async def close(self) -> None:
+        if self.load is not None:
+            await self.load.close()
 
     # -- status -----------------------------------------------------------------------------------
     def as_status(self, report: CycleReport) -> dict[str, Any]:

@@ -15,9 +15,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
+from . import metrics as metrics_listener
 from .decisionlog import DecisionLog, Drainer, LoadProbe, OutcomeTracker
 from .extender_client import ExtenderClient
-from .rebalancer import Rebalancer
+from .rebalancer import Metrics, Rebalancer
 from .requeue import PendingPod, Rejections, Requeuer
 from .rollout import ModelFetcher, Rollout
 from .settings import OperatorSettings
@@ -46,6 +49,8 @@ class Runtime:
     """The served policy's ``spec.rewardWeights`` (written into new log segments' headers)."""
     runs: Counter[tuple[str, int | None, str]] = field(default_factory=Counter)
     """(policy uid, generation, cause) → handler runs: the "no handler twice for one change" check."""
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    """The operator's Prometheus metrics (served at ``metricsEndpoint``)."""
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
 
@@ -57,6 +62,10 @@ class Runtime:
         if self.settings.requeue.enabled:
             self.tasks["requeue"] = asyncio.create_task(self.requeuer.run(), name="rlsched-requeue")
         self.tasks["drain"] = asyncio.create_task(self.drainer.run(), name="rlsched-drain-decisions")
+        if self.settings.metrics_endpoint:
+            self.tasks["metrics"] = asyncio.create_task(
+                metrics_listener.serve(self.registry, self.settings.metrics_endpoint), name="rlsched-metrics"
+            )
 
     async def stop(self) -> None:
         for task in self.tasks.values():
@@ -72,6 +81,8 @@ class Runtime:
         if self.tracker is not None:
             await self.tracker.close()
         await self.rejections.close()
+        if self.rebalancer is not None:
+            await self.rebalancer.close()
         await self.extender.close()
         if self.decision_log is not None:
             self.decision_log.close()
@@ -139,6 +150,7 @@ def start_runtime(
             settings.scope.scheduler_name,
             kube,
             write_log=decision_log.awrite if decision_log is not None else None,
+            metrics=Metrics(rt.registry),
             policy_ref=f"{settings.policy.namespace}/{settings.policy.name}",
         )
     if decision_log is not None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlsched.extender.settings import ConfigError, GpuConventions, camel, merge, read_yaml
+from rlsched.extender.settings import ConfigError, GpuConventions, PrometheusSettings, camel, merge, read_yaml
 
 __all__ = ["OperatorSettings", "SettingsError", "camel", "load_settings"]
 
@@ -189,6 +189,10 @@ class RebalancerSettings:
     """A cycle lists at most this many pods (pages of 2,000); a larger cluster is skipped with an error."""
     gpu: GpuConventions = field(default_factory=GpuConventions)
     """How GPUs appear in objects: must match the extender's ``gpu`` settings."""
+    prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
+    """Node load for the planner's hot-node term, read once per cycle with the extender's poller (same
+    keys as the extender's ``prometheus`` section: use the same URL and queries). ``url`` unset: the
+    load is unknown (NaN) and only fragmentation drives the moves."""
 
 
 @dataclass
@@ -215,6 +219,9 @@ class OperatorSettings:
     """Apply ``operator/crds/*.yaml`` at start (local runs; in a cluster the chart installs them)."""
     liveness_endpoint: str | None = None
     """kopf's liveness probe endpoint (``http://0.0.0.0:8080/healthz``); unset: none."""
+    metrics_endpoint: str | None = None
+    """``host:port`` of the operator's Prometheus ``/metrics`` listener (the rebalancer's counters);
+    unset: none."""
     log_level: str = "INFO"
     """Python log level name."""
 
@@ -255,6 +262,13 @@ def validate(s: OperatorSettings) -> OperatorSettings:
     d = s.decision_log
     if d.segment_bytes < 4096 or d.max_bytes < 2 * d.segment_bytes:
         raise SettingsError("decisionLog: segmentBytes must be at least 4096 and maxBytes at least twice segmentBytes")
+    if s.metrics_endpoint:
+        from .metrics import parse_endpoint
+
+        try:
+            parse_endpoint(s.metrics_endpoint)
+        except ValueError as exc:
+            raise SettingsError(f"metricsEndpoint: {exc}") from None
     rb = s.rebalancer
     if not 0.1 <= rb.tick_s <= 3600 or rb.max_pods < 1:
         raise SettingsError("rebalancer: tickS must be from 0.1 to 3600 seconds and maxPods at least 1")

@@ -111,7 +111,9 @@ class Stack:
         path.write_text(yaml.safe_dump(conf))
         self.cluster.scheduler(path)
         settings = self.tmp / "operator.yaml"
-        settings.write_text(yaml.safe_dump({"rebalancer": {"tickS": 1}}))
+        self.metrics_url = f"http://127.0.0.1:{free_port()}/metrics"
+        endpoint = self.metrics_url.removeprefix("http://").removesuffix("/metrics")
+        settings.write_text(yaml.safe_dump({"rebalancer": {"tickS": 1}, "metricsEndpoint": endpoint}))
         log = open(self.operator_log, "ab")
         self.procs.append(
             subprocess.Popen(
@@ -167,6 +169,13 @@ class Stack:
         )
         with urllib.request.urlopen(request, timeout=3) as resp:
             return json.loads(resp.read())["policy"]
+
+    def counter(self, result: str) -> float:
+        """``rlsched_operator_rebalance_evictions_total{result}`` from the operator's /metrics."""
+        with urllib.request.urlopen(self.metrics_url, timeout=3) as resp:
+            text = resp.read().decode()
+        key = f'rlsched_operator_rebalance_evictions_total{{result="{result}"}} '
+        return sum(float(line[len(key) :]) for line in text.splitlines() if line.startswith(key))
 
     def status(self) -> dict:
         policy = self.custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "default")
@@ -325,6 +334,8 @@ def test_a_pdb_blocks_one_eviction_and_the_next_move_is_made(stack: Stack) -> No
     assert results.get(first) == "blocked_by_pdb", st
     assert "evicted" in results.values(), st
     assert st["totals"].get("blocked_by_pdb", 0) >= 1 and st["totals"].get("evicted", 0) >= 1, st
+    assert stack.counter("blocked_by_pdb") >= 1 and stack.counter("evicted") >= 1
+    assert stack.counter("dry_run") >= 2
     assert stack.running(first).metadata.uid == stack.uids[first]
     assert "RebalanceBlocked" in stack.events(stack.running(first).metadata.name)
     stack.moved = st["moves"]

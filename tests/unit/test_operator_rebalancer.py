@@ -4,6 +4,7 @@ dry-run, PodDisruptionBudget refusals, and what each move leaves behind (event, 
 from __future__ import annotations
 
 import datetime as dt
+import math
 from types import SimpleNamespace
 from typing import Any
 
@@ -415,3 +416,34 @@ def test_due_follows_the_interval() -> None:
     assert not rb.due(s)
     clock.t += 1
     assert rb.due(s)
+
+
+async def test_node_load_from_prometheus_reaches_the_planner() -> None:
+    """With ``rebalancer.prometheus.url`` the extender's poller fills the state's load once per cycle
+    (the planner's hot-node term reads it); without it the load stays NaN."""
+    load = {"n0": 0.99, "n1": 0.1}
+    queries: list[str] = []
+    seen: list[Any] = []
+
+    async def query(promql: str) -> dict:
+        queries.append(promql)
+        result = [{"metric": {"node": n}, "value": [NOW, str(v)]} for n, v in load.items()]
+        return {"status": "success", "data": {"resultType": "vector", "result": result if "cpu" in promql else []}}
+
+    def plan_moves(state, candidates, typical, settings, scorer=None):  # noqa: ANN001, ANN202
+        seen.append(state.load.copy())
+        return []
+
+    plan = SimpleNamespace(
+        Candidate=planner.Candidate, RebalanceSettings=planner.RebalanceSettings, plan_moves=plan_moves
+    )
+    kube = FakeKube([node("n0"), node("n1"), node("n2")], [pod("a", "n0", gpus=1)])
+    rb = Rebalancer(RebalancerSettings(), "rl-scheduler", kube, planner=plan, clock=Clock(), load_query=query)
+    report = await rb.cycle(spec(), None)
+    assert report.outcome == "no_moves" and len(queries) == 4  # one round: cpu, memory, network, disk
+    (cpu_column,) = [list(seen[0][:, 0])]
+    assert cpu_column[:2] == [0.99, 0.1] and math.isnan(cpu_column[2])  # n2 has no series: unknown
+    await rb.close()
+    rb2, _ = make(kube, plan)
+    await rb2.cycle(spec(), None)
+    assert all(math.isnan(v) for v in seen[1].ravel())

@@ -58,3 +58,12 @@ def test_on_grants_eviction_where_pods_are_watched_and_lists_cluster_wide(tmp_pa
     assert not grants(cluster, "pods", "delete") and not grants(cluster, "poddisruptionbudgets", "get")
     assert operator_config(objs)["rebalancer"]["enabled"] is True
     assert 'request.subResource == "eviction"' in eviction_variable(objs)
+
+
+def test_metrics_port(tmp_path: Path) -> None:
+    assert "metricsEndpoint" not in operator_config(render(tmp_path))
+    objs = render(tmp_path, {"operator": {"metricsPort": 9102}})
+    assert operator_config(objs)["metricsEndpoint"] == "0.0.0.0:9102"
+    deployment = find(objs, "Deployment", "-operator")
+    ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert {"name": "http-metrics", "containerPort": 9102, "protocol": "TCP"} in ports

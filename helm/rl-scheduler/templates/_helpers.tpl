@@ -231,6 +231,9 @@ The operator's settings file (operator/settings.py keys). operator.config is dee
 {{- if $o.peering.enabled -}}
 {{- $_ := set $cfg.scope "peering" (include "rl-scheduler.peeringName" .) -}}
 {{- end -}}
+{{- if $o.metricsPort -}}
+{{- $_ := set $cfg "metricsEndpoint" (printf "0.0.0.0:%d" (int $o.metricsPort)) -}}
+{{- end -}}
 {{- if $o.decisionLog.enabled -}}
 {{- $dl := dict "path" "/data/decisions" "maxBytes" (int64 $o.decisionLog.maxBytes) -}}
 {{- if $o.prometheusUrl -}}

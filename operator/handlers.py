@@ -397,15 +397,19 @@ async def rebalance(spec: kopf.Spec, status: kopf.Status, patch: kopf.Patch, mem
         rs = parse_spec(spec).rebalance
     except SpecError:
         return
-    if not rs.enabled or not rt.rebalancer.due(rs):
-        return
     previous: Mapping[str, Any] = (status.get("rebalance") if status else None) or {}
+    if not rs.enabled:
+        if previous.get("outcome") not in (None, "disabled"):
+            patch.status["rebalance"] = {"outcome": "disabled", "message": "spec.rebalance.enabled is false"}
+        return
+    if not rt.rebalancer.due(rs):
+        return
     if any(rt.lock(key).locked() for key in list(rt.locks)):
         return
     try:
         await rt.extender.status()
     except ExtenderUnavailable as exc:
-        rt.rebalancer.last_cycle = time.time()
+        rt.rebalancer.last_cycle = rt.rebalancer.clock()
         patch.status["rebalance"] = {"outcome": "skipped", "message": f"the extender does not answer: {exc}"[:500]}
         return
     report = await rt.rebalancer.cycle(rs, previous)

@@ -83,6 +83,14 @@ async def test_no_cycle_while_the_extender_is_down_or_a_rollout_runs() -> None:
     assert kube2.lists == []
 
 
+async def test_switching_it_off_says_so_once() -> None:
+    rt, _, _ = runtime()
+    off = {"rebalance": {"enabled": False}}
+    patch = await call(rt, off, {"rebalance": {"outcome": "planned"}})
+    assert patch.status["rebalance"]["outcome"] == "disabled"
+    assert "rebalance" not in (await call(rt, off, {"rebalance": {"outcome": "disabled"}})).status
+
+
 async def test_without_a_rebalancer_nothing_happens() -> None:
     rt = SimpleNamespace(rebalancer=None)
     assert "rebalance" not in (await call(rt, ON)).status

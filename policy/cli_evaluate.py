@@ -99,6 +99,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     dyn.add_argument(
         "--beta", type=float, default=0.5, help="objective: weight of latency against cost (default: %(default)s)"
     )
+    dyn.add_argument(
+        "--rebalancer",
+        default="none",
+        help="comma-separated: none, heuristic (fragmentation gradient and hot-node relief), "
+        "high-node-utilization (the descheduler's strategy); each runs every policy (docs/rebalancer.md; "
+        "default: %(default)s)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -167,8 +174,9 @@ def _run_dynamic(args: argparse.Namespace, policies: list[str], seeds: list[int]
         sla=SlaSettings(cpu_threshold=args.sla_threshold, gpu_threshold=args.sla_threshold),
     )
     weights = ObjectiveWeights(beta=args.beta)
+    rebalancers = [r.strip() for r in args.rebalancer.split(",") if r.strip()] or ["none"]
     results = evaluate_dynamic(
-        args.nodes, args.pods, policies, seeds, settings, args.jobs or default_jobs(), args.typical_from
+        args.nodes, args.pods, policies, seeds, settings, args.jobs or default_jobs(), args.typical_from, rebalancers
     )
     print(format_dynamic_table(results, weights))
     path = Path(args.json) if args.json else Path(args.out) / f"{args.name}-dynamic.json"
@@ -181,6 +189,7 @@ def _run_dynamic(args: argparse.Namespace, policies: list[str], seeds: list[int]
             "scrape_interval_s": args.scrape_interval,
             "scrape_miss": args.scrape_miss,
             "beta": args.beta,
+            "rebalancers": rebalancers,
         },
         "runs": [dict(r.summary(), objective=round(r.objective(weights), 5)) for r in results],
     }

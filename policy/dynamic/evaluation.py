@@ -14,6 +14,7 @@ from ..trace import load_nodes, load_pods
 from ..typical import TypicalPods, typical_pods
 from .objective import DynamicResult, ObjectiveWeights
 from .prices import PriceTable, with_prices
+from .rebalancing import REBALANCERS, run_rebalanced
 from .simulator import DynamicSettings, run_dynamic
 
 _worker: tuple[Sequence[NodeSpec], Sequence[PodSpec], TypicalPods, DynamicSettings] | None = None
@@ -24,10 +25,13 @@ def _init(nodes: Sequence[NodeSpec], pods: Sequence[PodSpec], typical: TypicalPo
     _worker = (nodes, pods, typical, settings)
 
 
-def _one(task: tuple[str, int]) -> DynamicResult:
+def _one(task: tuple[str, int, str]) -> DynamicResult:
     assert _worker is not None
     nodes, pods, typical, settings = _worker
-    policy, seed = task
+    policy, seed, rebalancer = task
+    if rebalancer != "none":
+        scorer, name = make_scorer(policy, typical), f"{policy}+{rebalancer}"
+        return run_rebalanced(nodes, pods, scorer, seed, typical, rebalancer, settings, policy_name=name)[0]
     return run_dynamic(nodes, pods, make_scorer(policy, typical), seed, typical, settings, policy)
 
 
@@ -46,15 +50,20 @@ def evaluate_dynamic(
     settings: DynamicSettings | None = None,
     jobs: int = 1,
     typical_from: str | Path | None = None,
+    rebalancers: Sequence[str] = ("none",),
 ) -> list[DynamicResult]:
-    """Run every policy on every seed; results in (policy, seed) order."""
+    """Run every policy on every seed, under each rebalancer (:mod:`.rebalancing`; ``none`` runs the
+    plain simulator); results in (policy, rebalancer, seed) order, a rebalanced row named ``policy+rebalancer``."""
     settings = settings or DynamicSettings()
     nodes = priced_nodes(load_nodes(nodes_path))
     pods = load_pods(pods_path)
     typical = typical_pods(load_pods(typical_from) if typical_from else pods)
     for policy in policies:
         make_scorer(policy, typical)  # refuse a bad name before any run starts
-    tasks = [(policy, seed) for policy in policies for seed in seeds]
+    for rebalancer in rebalancers:
+        if rebalancer not in REBALANCERS:
+            raise ValueError(f"unknown rebalancer {rebalancer!r}; choose from {', '.join(REBALANCERS)}")
+    tasks = [(policy, seed, reb) for policy in policies for reb in rebalancers for seed in seeds]
     if jobs <= 1:
         _init(nodes, pods, typical, settings)
         return [_one(task) for task in tasks]
@@ -71,6 +80,7 @@ COLUMNS = (
     ("LS pod-h hot", "sla_ls_pod_seconds", ".1f"),
     ("cost %", "cost_pct", ".2f"),
     ("rejected", "rejected", ".0f"),
+    ("migr/100 pod-h", "migrations_per_100_pod_hours", ".2f"),
 )
 
 

@@ -1,0 +1,188 @@
+"""The rebalancer in the living cluster (policy/dynamic/rebalancing.py) and ``--rebalancer`` on the CLI."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import cast
+
+import numpy as np
+import pytest
+
+from rlsched.cli import main as rlsched_main
+from rlsched.policy import ClusterState, NodeSpec, PodSpec, make_scorer, typical_pods
+from rlsched.policy.dynamic.arrivals import ArrivalSettings
+from rlsched.policy.dynamic.objective import DynamicResult
+from rlsched.policy.dynamic.rebalancing import (
+    HighNodeUtilizationSettings,
+    RebalancerSettings,
+    RebalanceStats,
+    high_node_utilization,
+    run_rebalanced,
+)
+from rlsched.policy.dynamic.simulator import DynamicSettings, LivingCluster, run_dynamic
+
+NODES = [NodeSpec(f"n{i}", 32000, 131072, 4, "V100M16") for i in range(6)] + [
+    NodeSpec(f"t{i}", 16000, 65536, 2, "T4") for i in range(4)
+]
+PODS = [
+    PodSpec("w1", 8000, 16384, 1, 1000, (), 0, 3000, "LS"),
+    PodSpec("w2", 16000, 32768, 2, 1000, (), 0, 5000, "BE"),
+    PodSpec("s1", 4000, 8192, 1, 500, (), 0, 2600, "LS"),
+    PodSpec("s2", 2000, 4096, 1, 250, (), 0, 3300, "BE"),
+    PodSpec("c1", 4000, 8192, 0, 0, (), 0, 4200, "BE"),
+]
+TYPICAL = typical_pods(PODS)
+SETTINGS = DynamicSettings(arrivals=ArrivalSettings(load=0.9, window_s=3600.0))
+
+
+def rebalanced(rebalancer: str, seed: int = 3, **kw: object) -> tuple[DynamicResult, RebalanceStats]:
+    rebalancing = RebalancerSettings(**kw)  # type: ignore[arg-type]
+    scorer = make_scorer("fgd", TYPICAL)
+    return run_rebalanced(NODES, PODS, scorer, seed, TYPICAL, rebalancer, SETTINGS, rebalancing, "fgd")
+
+
+def test_no_rebalancer_is_the_plain_simulator() -> None:
+    plain = run_dynamic(NODES, PODS, make_scorer("fgd", TYPICAL), 3, TYPICAL, SETTINGS, "fgd")
+    result, stats = rebalanced("none")
+    assert result.summary() | {"seconds": 0} == plain.summary() | {"seconds": 0}
+    assert stats.evicted == 0
+
+
+def test_the_heuristic_moves_pods_within_its_budgets() -> None:
+    result, stats = rebalanced("heuristic", min_age_s=0.0, max_moves_per_hour=6, max_moves_per_cycle=2)
+    r, s = result, stats
+    assert 0 < s.evicted <= 6
+    assert r.evictions == s.evicted
+    assert r.migrations_per_100_pod_hours == pytest.approx(100 * s.evicted / r.pod_hours)
+    settled = s.landed_as_planned + s.landed_elsewhere + s.back_on_same_node + s.not_placed
+    assert settled == s.evicted
+    assert set(s.reasons) <= {"fragmentation", "hot-node"}
+
+
+def test_young_pods_are_not_moved() -> None:
+    _, stats = rebalanced("heuristic", min_age_s=10**6)
+    assert stats.evicted == 0
+
+
+def test_a_lifetime_cap_of_zero_moves_nothing() -> None:
+    _, stats = rebalanced("heuristic", min_age_s=0.0, max_moves_per_pod=0, max_moves_per_hour=1000)
+    assert stats.evicted == 0
+
+
+def test_unknown_rebalancer_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown rebalancer"):
+        rebalanced("defrag")
+
+
+@dataclass
+class FakeCluster:
+    """What high_node_utilization reads: the state, where each pod runs, and its spec."""
+
+    state: ClusterState
+    specs: list[PodSpec] = field(default_factory=list)
+    nodes: list[int] = field(default_factory=list)
+
+    @property
+    def node_of(self) -> np.ndarray:
+        return np.array(self.nodes, dtype=np.int64)
+
+    def add(self, spec: PodSpec, node: int) -> int:
+        self.state.place(self.state.request(spec), node, ())
+        self.specs.append(spec)
+        self.nodes.append(node)
+        return len(self.specs) - 1
+
+
+def hnu_cluster(d_cpu: int, d_mem: int = 6000) -> FakeCluster:
+    # X: a (1 core, 1000 MiB) → cpu 10 %, memory 10 %: underutilized.
+    # Y: c (LS, 0.5 core, 500 MiB) and b (BE, 1.5 cores, 500 MiB) → cpu 20 % (≤ 20 counts), memory 10 %.
+    # Z: d (d_cpu, d_mem) → above: the only node that receives.
+    nodes = [NodeSpec(n, 10000, 10000, 1, "V100") for n in ("X", "Y", "Z")]
+    fake = FakeCluster(ClusterState(nodes))
+    fake.add(PodSpec("a", 1000, 1000, qos="BE"), 0)
+    fake.add(PodSpec("c", 500, 500, qos="LS"), 1)
+    fake.add(PodSpec("b", 1500, 500, qos="BE"), 1)
+    fake.add(PodSpec("d", d_cpu, d_mem, qos="LS"), 2)
+    return fake
+
+
+@pytest.mark.parametrize(
+    ("d_cpu", "allowed", "expected"),
+    [
+        # Room on Z: cpu 10000 − 7500 = 2500, memory 4000, GPU 1000, pods 109. X first (same memory as Y,
+        # 1000 MiB, less cpu). a: cpu room 1500. Then Y, BestEffort before Burstable: b: cpu room 0 → stop.
+        (7500, 10, ["a", "b"]),
+        # cpu room 4000: a → 3000, b → 1500, c → 1000: all three.
+        (6000, 10, ["a", "b", "c"]),
+        (6000, 1, ["a"]),  # the per-cycle budget
+        # d at 1000 milli cpu and 1000 MiB: Z is underutilized too; every node is, nothing to do.
+        (1000, 10, []),
+    ],
+)
+def test_high_node_utilization_golden(d_cpu: int, allowed: int, expected: list[str]) -> None:
+    fake = hnu_cluster(d_cpu, 1000 if d_cpu == 1000 else 6000)
+    cluster = cast(LivingCluster, fake)
+    chosen = high_node_utilization(cluster, [0, 1, 2, 3], allowed, HighNodeUtilizationSettings())
+    assert [fake.specs[i].name for i, _, _ in chosen] == expected
+
+
+def test_high_node_utilization_moves_only_eligible_pods() -> None:
+    fake = hnu_cluster(6000)
+    chosen = high_node_utilization(cast(LivingCluster, fake), [2], 10, HighNodeUtilizationSettings())
+    assert [fake.specs[i].name for i, _, _ in chosen] == ["b"]
+
+
+def test_high_node_utilization_runs_in_the_simulator() -> None:
+    settings = replace(RebalancerSettings(min_age_s=0.0), high_node_utilization=HighNodeUtilizationSettings(50, 50, 50))
+    scorer = make_scorer("fgd", TYPICAL)
+    result, stats = run_rebalanced(NODES, PODS, scorer, 3, TYPICAL, "high-node-utilization", SETTINGS, settings)
+    assert result.evictions == stats.evicted
+    assert set(stats.reasons) <= {"high-node-utilization"}
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> tuple[Path, Path]:
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\n"
+        + "".join(f"{n.name},{n.cpu_milli},{n.memory_mib},{n.gpu_count},{n.gpu_model}\n" for n in NODES)
+    )
+    pods = tmp_path / "pods.csv"
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+        + "".join(
+            f"{p.name},{p.cpu_milli},{p.memory_mib},{p.num_gpu},{p.gpu_milli},,{p.qos},Running,"
+            f"{p.creation_time:.0f},{p.deletion_time:.0f},\n"
+            for p in PODS
+        )
+    )
+    return nodes, pods
+
+
+def test_cli_rebalancer_rows_and_column(
+    trace: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes, pods = trace
+    out = tmp_path / "dyn.json"
+    code = rlsched_main(
+        ["evaluate", "--mode", "dynamic", "--nodes", str(nodes), "--pods", str(pods), "--policy", "fgd",
+         "--rebalancer", "none,heuristic,high-node-utilization", "--seeds", "1-2", "--jobs", "1",
+         "--json", str(out), "--window", "1800"]
+    )  # fmt: skip
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "migr/100 pod-h" in text and "fgd+heuristic" in text and "fgd+high-node-utilization" in text
+    data = json.loads(out.read_text())
+    assert data["settings"]["rebalancers"] == ["none", "heuristic", "high-node-utilization"]
+    assert [r["policy"] for r in data["runs"]][::2] == ["fgd", "fgd+heuristic", "fgd+high-node-utilization"]
+
+
+def test_cli_refuses_an_unknown_rebalancer(trace: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    nodes, pods = trace
+    code = rlsched_main(
+        ["evaluate", "--mode", "dynamic", "--nodes", str(nodes), "--pods", str(pods), "--policy", "fgd",
+         "--rebalancer", "defrag"]
+    )  # fmt: skip
+    assert code == 2 and "defrag" in capsys.readouterr().err

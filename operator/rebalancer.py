@@ -227,7 +227,8 @@ class Rebalancer:
 
         by_uid: dict[str, Mapping[str, Any]] = {}
         for pod in pods:
-            uid = ((pod.get("metadata") or {}) if isinstance(pod, Mapping) else {}).get("uid")
+            meta = pod.get("metadata") if isinstance(pod, Mapping) else None
+            uid = meta.get("uid") if isinstance(meta, Mapping) else None
             if isinstance(uid, str):
                 by_uid[uid] = pod
         opted_in = namespace_filter(spec.namespace_selector, ns_labels)

@@ -94,7 +94,14 @@ class FakeKube:
         if name in self.pdb:
             raise KubeError(429, "TooManyRequests", PDB_MESSAGE)
         if not dry_run:
-            self.pods = [p for p in self.pods if not isinstance(p, dict) or (p.get("metadata") or {}).get("uid") != uid]
+            gone = self.meta(uid)
+            self.pods = [p for p in self.pods if not (isinstance(p, dict) and p.get("metadata") is gone is not None)]
+
+    def meta(self, uid: str) -> Any:
+        for p in self.pods:
+            if isinstance(p, dict) and isinstance(p.get("metadata"), dict) and p["metadata"].get("uid") == uid:
+                return p["metadata"]
+        return None
 
     async def post_event(self, ref: dict, type_: str, reason: str, message: str) -> None:
         self.events.append((ref["name"], type_, reason, message))
@@ -348,7 +355,7 @@ async def test_unreadable_objects_are_skipped_and_the_cycle_goes_on() -> None:
     bad["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1e999999"
     junk: Any = ["not", "a", "pod"]
     kube = fragmented()
-    kube.pods = [*kube.pods, bad, junk, {"metadata": None}]
+    kube.pods = [*kube.pods, bad, junk, {"metadata": None}, {"metadata": ["x"]}, {"metadata": {"uid": 5}}, None]
     kube.nodes = [*kube.nodes, {"metadata": {"name": "weird"}, "status": {"allocatable": {"cpu": "-1"}}}]
     rb, _ = make(kube)
     report = await rb.cycle(spec(), None)

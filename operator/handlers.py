@@ -394,9 +394,10 @@ async def rebalance(spec: kopf.Spec, status: kopf.Status, patch: kopf.Patch, mem
     if rt is None or rt.rebalancer is None:
         return
     try:
-        rs = parse_spec(spec).rebalance
+        ps = parse_spec(spec)
     except SpecError:
         return
+    rs = ps.rebalance
     previous: Mapping[str, Any] = (status.get("rebalance") if status else None) or {}
     if not rs.enabled:
         if previous.get("outcome") not in (None, "disabled"):
@@ -412,7 +413,7 @@ async def rebalance(spec: kopf.Spec, status: kopf.Status, patch: kopf.Patch, mem
         rt.rebalancer.last_cycle = rt.rebalancer.clock()
         patch.status["rebalance"] = {"outcome": "skipped", "message": f"the extender does not answer: {exc}"[:500]}
         return
-    report = await rt.rebalancer.cycle(rs, previous)
+    report = await rt.rebalancer.cycle(rs, previous, ps.fallback)
     patch.status["rebalance"] = rt.rebalancer.as_status(report)
 
 

@@ -14,7 +14,8 @@ One cycle (:meth:`Rebalancer.cycle`, driven by a kopf timer on the served Schedu
 3. the candidates: pods the safety rules allow (:mod:`.rebalance_select`) whose controller is still
    within its budget (:mod:`.rebalance_budget`);
 4. the moves: :func:`rlsched.policy.rebalance.plan_moves` (the policy decides; never more than the
-   budget left this cycle and this hour), run off the event loop;
+   budget left this cycle and this hour; the target is where the served policy's fallback heuristic
+   would place the pod now), run off the event loop;
 5. each move: a policy/v1 Eviction (dry-run: with ``dryRun: [All]``, which checks everything and
    changes nothing). A PodDisruptionBudget that refuses (429) is counted ``blocked_by_pdb`` and the
    next move is tried. Every move gets an Event on the pod, a count in
@@ -43,6 +44,7 @@ from prometheus_client import Counter as PromCounter
 from rlsched.extender.cache import BOUND, ClusterCache
 from rlsched.extender.policy import default_typical, load_typical
 from rlsched.extender.prometheus import LoadPoller
+from rlsched.policy.scorers import make_scorer
 from rlsched.policy.typical import TypicalPods
 
 from .conditions import now_iso
@@ -147,6 +149,7 @@ class Rebalancer:
         self.last_cycle: float | None = None
         self._typical: TypicalPods | None = None
         self._reported: set[str] = set()
+        self._scorers: dict[str, Any] = {}
 
     # -- parts ------------------------------------------------------------------------------------
     @property
@@ -172,16 +175,29 @@ class Rebalancer:
             log.warning(message, *args)
 
     # -- the cycle --------------------------------------------------------------------------------
-    async def cycle(self, spec: RebalanceSpec, status: Mapping[str, Any] | None = None) -> CycleReport:
+    def scorer(self, fallback: str | None) -> Any:
+        """The placement policy the planner asks where a pod would go: the served policy's fallback
+        heuristic (what the extender places with when no model serves); None: the planner's default, FGD."""
+        if not fallback:
+            return None
+        if fallback not in self._scorers:
+            self._scorers.clear()
+            self._scorers[fallback] = make_scorer(fallback, self.typical)
+        return self._scorers[fallback]
+
+    async def cycle(
+        self, spec: RebalanceSpec, status: Mapping[str, Any] | None = None, fallback: str | None = None
+    ) -> CycleReport:
         """One cycle (module docstring). Never raises for the cluster's contents; API failures end the
-        cycle with outcome ``error`` and a message (the next cycle tries again)."""
+        cycle with outcome ``error`` and a message (the next cycle tries again). ``fallback``: the served
+        policy's ``spec.fallback`` (:meth:`scorer`)."""
         now = self.clock()
         self.last_cycle = now
         self.ledger.restore((status or {}).get("recent"))
         self.ledger.prune(now, spec.owner_window_s)
         report = CycleReport(at=now, dry_run=spec.dry_run, outcome="planned")
         try:
-            await self._cycle(spec, now, report)
+            await self._cycle(spec, now, report, fallback)
         except KubeError as exc:
             report.outcome, report.message = "error", f"cannot read the cluster: {exc}"
             self._once(f"kube:{exc.status}", "rebalancer: %s", report.message)
@@ -193,7 +209,7 @@ class Rebalancer:
             self.metrics.skipped.labels(rule=rule).inc(n)
         return report
 
-    async def _cycle(self, spec: RebalanceSpec, now: float, report: CycleReport) -> None:
+    async def _cycle(self, spec: RebalanceSpec, now: float, report: CycleReport, fallback: str | None) -> None:
         planner = self.planner
         if planner is None:
             report.outcome, report.message = "error", "the planner rlsched.policy.rebalance is not installed"
@@ -274,7 +290,8 @@ class Rebalancer:
             hot_weight=spec.hot_weight,
             migration_cost=spec.migration_cost,
         )
-        moves = await asyncio.to_thread(planner.plan_moves, state, candidates, self.typical, settings)
+        scorer = self.scorer(fallback)
+        moves = await asyncio.to_thread(planner.plan_moves, state, candidates, self.typical, settings, scorer)
         report.planned = len(moves)
         seen: set[str] = set()
         for move in list(moves)[: max(0, budget.left) + 10]:

@@ -413,6 +413,22 @@ async def test_forbidden_evictions_say_what_to_grant() -> None:
     assert report.moves[0]["result"] == "forbidden" and kube.events[0][2] == "RebalanceFailed"
 
 
+async def test_the_planner_asks_the_served_fallback_where_a_pod_goes() -> None:
+    got: list[Any] = []
+
+    def plan_moves(state, candidates, typical, settings, scorer=None):  # noqa: ANN001, ANN202
+        got.append(scorer)
+        return []
+
+    plan = SimpleNamespace(
+        Candidate=planner.Candidate, RebalanceSettings=planner.RebalanceSettings, plan_moves=plan_moves
+    )
+    rb, _ = make(fragmented(), plan)
+    await rb.cycle(spec(), None, "least-allocated")
+    await rb.cycle(spec(), None, None)
+    assert type(got[0]).__name__ == "LeastAllocatedScorer" and got[1] is None
+
+
 def test_due_follows_the_interval() -> None:
     clock = Clock()
     rb, _ = make(FakeKube([], []), clock=clock)

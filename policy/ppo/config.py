@@ -131,9 +131,11 @@ class Args:
     sla_threshold: float = 0.9
     """dynamic: CPU or GPU utilization above which a node violates its SLA."""
     sla_weight: float = 1.0
-    """dynamic: reward per decision that leaves its node above the SLA threshold."""
+    """dynamic: reward per decision that pushes its node over the SLA threshold."""
     dynamic_frag_weight: float = 10.0
     """dynamic: reward per percent of GPU capacity of FGD fragmentation removed on the chosen node."""
+    dynamic_cost_weight: float = 0.0
+    """dynamic: reward penalty per decision that starts an idle node, × its price / mean price."""
     hold_s: float = 60.0
     """dynamic: how long the delay action holds a pod back (with allow_delay)."""
     init_model: str = ""

@@ -94,7 +94,7 @@ def make_living_cores(args: Args) -> list[Any]:
             arrivals=ArrivalSettings(load=args.dynamic_load, window_s=args.dynamic_window_s),
             sla=SlaSettings(cpu_threshold=args.sla_threshold, gpu_threshold=args.sla_threshold),
         ),
-        reward=LivingReward(sla=args.sla_weight, frag=args.dynamic_frag_weight),
+        reward=LivingReward(sla=args.sla_weight, frag=args.dynamic_frag_weight, cost=args.dynamic_cost_weight),
         allow_delay=args.allow_delay,
         hold_s=args.hold_s,
     )

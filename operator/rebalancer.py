@@ -291,7 +291,9 @@ class Rebalancer:
             migration_cost=spec.migration_cost,
         )
         scorer = self.scorer(fallback)
-        moves = await asyncio.to_thread(planner.plan_moves, state, candidates, self.typical, settings, scorer)
+        # The planner runs off the event loop on a snapshot: nothing may change its arrays meanwhile.
+        snapshot = state.copy()
+        moves = await asyncio.to_thread(planner.plan_moves, snapshot, candidates, self.typical, settings, scorer)
         report.planned = len(moves)
         seen: set[str] = set()
         for move in list(moves)[: max(0, budget.left) + 10]:

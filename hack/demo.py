@@ -4,17 +4,24 @@
 On the local cluster (``$RLSCHED_CLUSTER_DIR``, default ``.cache/cluster``) with the stack of
 ``hack/rlstack.py`` running: creates 8 kwok GPU nodes of three card models, applies the
 SchedulingPolicy the operator serves (the bundled model when installed, else the FGD heuristic),
-submits ~20 pods — whole cards, shares of a card (by resource and by annotation), a model-constrained
-pod, CPU-only pods, two that cannot fit, one for the default scheduler — waits, and prints where each
-pod went with its cards, why the others did not, and the GPU allocation per node and cluster-wide.
+waits (at most ``$RLSCHED_DEMO_LOAD_WAIT_S``, default 90 s) until the extender has fresh node load
+from Prometheus for the demo nodes (the load exporter's series need a scrape or two; past the limit
+it says plainly that the pods are placed without load), submits ~20 pods — whole cards, shares of a
+card (by resource and by annotation), a model-constrained pod, CPU-only pods, two that cannot fit,
+one for the default scheduler — waits, and prints where each pod went with its cards, why the others
+did not, the GPU allocation per node and cluster-wide, and the node load the extender had when it
+placed them (per load column, and for one pod the load it saw on the node it chose).
 Idempotent: a second run replaces the demo's pods.
 """
 
 from __future__ import annotations
 
+import calendar
 import importlib.util
 import json
+import os
 import sys
+import textwrap
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -59,6 +66,8 @@ PODS: list[tuple[str, int, int, int, int, tuple[str, ...], str, bool]] = [
     ("web-default-sched", 1000, 2048, 0, 0, (), "default-scheduler", False),
 ]
 UNFIT = {"too-big-16gpu", "h100-only"}
+LOAD_WAIT_S = float(os.environ.get("RLSCHED_DEMO_LOAD_WAIT_S", "90"))
+"""How long to wait for the extender's first fresh node load before submitting the pods."""
 
 
 def log(msg: str) -> None:
@@ -128,7 +137,7 @@ def main() -> int:
             log(f"the operator did not report a rollout: {exc}")
 
     # Idempotent: replace the demo's pods.
-    cluster.kubectl(
+    gone = cluster.kubectl(
         "delete",
         "pods",
         "-n",
@@ -140,6 +149,10 @@ def main() -> int:
         "--timeout=60s",
         check=False,
     )
+    if gone.stdout.strip():
+        time.sleep(2.5)  # the load exporter's next refresh (every 2 s) no longer counts them
+
+    load_wait = wait_for_load(stack, LOAD_WAIT_S)
     log(f"submitting {len(PODS)} pods")
     for name, cpu, mem, cards, milli, models, scheduler, annot in PODS:
         body = rlstack.pod_manifest(
@@ -175,8 +188,78 @@ def main() -> int:
 
     pods = rlstack.wait_for(settled, 120, "every pod to be placed (or found unschedulable)", interval=1)
     time.sleep(1)
-    report(cluster, stack, pods)
+    report(cluster, stack, pods, load_wait)
     return 0
+
+
+class LoadWait:
+    """What the extender knew of node load when the pods were submitted."""
+
+    def __init__(self, columns: dict[str, dict] | None, waited_s: float, known: bool, why: str = ""):
+        self.columns = columns  # /status load.columns; None: the extender reads no Prometheus
+        self.waited_s = waited_s
+        self.known = known  # every configured column fresh for every demo node
+        self.why = why
+        self.published: dict[str, dict[str, float]] = {}  # the load exporter's values at that moment
+
+
+def fresh_counts(columns: dict[str, dict]) -> str:
+    """``cpu 8/8, memory 8/8, …``: per configured load column, demo-node count with a fresh value."""
+    return ", ".join(
+        f"{k} {min(v['freshNodes'], len(NODES))}/{len(NODES)}" for k, v in columns.items() if v["configured"]
+    )
+
+
+def wait_for_load(stack: Any, timeout: float) -> LoadWait:
+    """:func:`await_load`, with what the load exporter publishes at the end (the truth the extender's
+    values can be compared with)."""
+    out = await_load(stack, timeout)
+    try:
+        out.published = stack.exporter.loads() if stack.exporter.alive() else {}
+    except Exception:  # noqa: BLE001 - an optional detail of the report
+        out.published = {}
+    return out
+
+
+def await_load(stack: Any, timeout: float) -> LoadWait:
+    """Wait until the extender's /status reports fresh load for every demo node in every configured
+    column (the exporter's series must be scraped by Prometheus, rates need two scrapes, and the
+    extender polls Prometheus every few seconds). Progress on stderr; never silent when it gives up."""
+    start = time.monotonic()
+    columns = (stack.extender.status().get("load") or {}).get("columns")
+    if columns is None:
+        why = "none: the extender reads no Prometheus (no prometheus.url)"
+        log(f"node load {why}; the pods are placed WITHOUT node load")
+        return LoadWait(None, 0.0, False, why)
+    exporter = "" if stack.exporter.alive() else " (no load exporter runs: hack/rlstack.py up --load-exporter)"
+    log(f"waiting up to {timeout:.0f} s for the extender to see node load from Prometheus{exporter}")
+    last_line, last_log = "", start
+    while True:
+        try:
+            columns = stack.extender.status()["load"]["columns"]
+        except Exception as exc:  # noqa: BLE001 - keep waiting; the extender may be busy
+            log(f"  extender /status: {exc}")
+        configured = [c for c in columns.values() if c["configured"]]
+        waited = time.monotonic() - start
+        if configured and all(c["freshNodes"] >= len(NODES) for c in configured):
+            log(f"node load known after {waited:.0f} s: {fresh_counts(columns)} demo nodes fresh")
+            return LoadWait(columns, waited, True)
+        line = fresh_counts(columns)
+        if waited >= timeout:
+            if any(c["freshNodes"] for c in configured):
+                why = f"known only in part after {waited:.0f} s ({line} demo nodes fresh)"
+                log(f"node load {why}: the pods are placed with what is known")
+            else:
+                errors = "; ".join(f"{k}: {v['lastError']}" for k, v in columns.items() if v.get("lastError"))
+                why = f"not known yet: no fresh value from Prometheus after {waited:.0f} s" + (
+                    f" (last errors: {cut(errors, 200)})" if errors else ""
+                )
+                log(f"node load {why}; the pods are placed WITHOUT node load")
+            return LoadWait(columns, waited, False, why)
+        if line != last_line or time.monotonic() - last_log >= 10:
+            log(f"  {waited:3.0f} s: {line} demo nodes with fresh load")
+            last_line, last_log = line, time.monotonic()
+        time.sleep(1)
 
 
 def cut(text: str, limit: int) -> str:
@@ -205,7 +288,7 @@ def bar(milli: int) -> str:
     return "█" * full + "·" * (10 - full)
 
 
-def report(cluster: Any, stack: Any, pods: dict[str, dict]) -> None:
+def report(cluster: Any, stack: Any, pods: dict[str, dict], load_wait: LoadWait) -> None:
     status = stack.extender.status()
     nodes = {n: (cards, model) for n, _, _, cards, model in NODES}
     print()
@@ -267,12 +350,106 @@ def report(cluster: Any, stack: Any, pods: dict[str, dict]) -> None:
         f"{free_cards} cards entirely free; the extender's own count over all nodes: "
         f"{cache['gpuMilliAllocated']}/{cache['gpuMilliCapacity']} milli"
     )
-    load = status.get("load", {}).get("columns", {})
-    if load:
+    print()
+    report_load(cluster, stack, status, pods, load_wait)
+
+
+def decisions_by_pod(stack: Any, pods: dict[str, dict]) -> dict[str, dict]:
+    """Per demo pod placed by our scheduler, the extender's last filter record that chose its node."""
+    uids = {p["metadata"]["uid"]: name for name, p in pods.items()}
+    out: dict[str, dict] = {}
+    after = 0
+    while True:
+        page = stack.extender.decisions(after=after)
+        for r in page["records"]:
+            name = uids.get((r.get("pod") or {}).get("uid"))
+            node = r.get("node")
+            if name and node and r.get("kind") == "filter" and node == pods[name]["spec"].get("nodeName"):
+                out[name] = r
+        if not page["records"] or page["next"] <= after:
+            return out
+        after = page["next"]
+
+
+def prose(text: str, first: str = "", rest: str = "") -> str:
+    """``text`` wrapped to 110 columns, the first line indented by ``first``, the others by ``rest``."""
+    return textwrap.fill(text, 110, initial_indent=first, subsequent_indent=rest, break_on_hyphens=False)
+
+
+def fmt_load(load: dict[str, float | None]) -> str:
+    return ", ".join(f"{k} {'unknown' if v is None else f'{100 * v:.0f} %'}" for k, v in load.items())
+
+
+def node_ages(cluster: Any, at: float) -> dict[str, float]:
+    """Seconds each demo node had existed at wall time ``at`` (its series are about that old)."""
+    out = cluster.kubectl("get", "nodes", "-l", LABEL, "-o", "json", check=False)
+    if out.returncode != 0:
+        return {}
+    ages = {}
+    for n in json.loads(out.stdout)["items"]:
+        created = time.strptime(n["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ")
+        ages[n["metadata"]["name"]] = at - calendar.timegm(created)
+    return ages
+
+
+def report_load(cluster: Any, stack: Any, status: dict, pods: dict[str, dict], load_wait: LoadWait) -> None:
+    """Node load as the extender had it when it placed the pods, and what the policy makes of it."""
+    if load_wait.columns is None:
+        print(f"Node load when the pods were submitted: {load_wait.why}; the pods were placed WITHOUT it")
+        return
+    if load_wait.known:
         print(
-            "Node load from Prometheus (extender /status): "
-            + ", ".join(f"{k} {v['freshNodes']} fresh node(s)" for k, v in load.items())
+            f"Node load when the pods were submitted (extender /status): {fresh_counts(load_wait.columns)} "
+            + (
+                f"demo nodes fresh — waited {load_wait.waited_s:.0f} s for Prometheus' first scrapes"
+                if load_wait.waited_s >= 1
+                else "demo nodes fresh, no wait needed"
+            )
         )
+    else:
+        placed = "with what was known" if "in part" in load_wait.why else "WITHOUT it"
+        print(f"Node load when the pods were submitted: {load_wait.why}; the pods were placed {placed}")
+        then, now = fresh_counts(load_wait.columns), fresh_counts(status["load"]["columns"])
+        print(f"  ({then} demo nodes fresh then; now {now})")
+    try:
+        records = decisions_by_pod(stack, pods)
+    except Exception as exc:  # noqa: BLE001 - the report goes on without the decision log
+        print(f"  (extender /decisions: {exc})")
+        records = {}
+    seen = [(name, r, ((r.get("features") or {}).get("node") or {}).get("load") or {}) for name, r in records.items()]
+    if seen:
+        cols = list(seen[0][2])
+        counts = ", ".join(f"{k} {sum(1 for *_, ld in seen if ld.get(k) is not None)}/{len(seen)}" for k in cols)
+        print(f"Placements that saw the chosen node's load (extender /decisions): {counts}")
+        # The first pod submitted: nothing was placed yet, so the exporter's values then are the truth.
+        name, rec, ld = next(((n, r, ld) for n, r, ld in seen if any(v is not None for v in ld.values())), seen[0])
+        node = rec["node"]
+        text = f"e.g. {name} -> {node}: the extender saw {fmt_load(ld)} on that node"
+        truth = load_wait.published.get(node)
+        if truth:
+            text += f"; the load exporter published {fmt_load(truth)} for it before the pods."
+        age = node_ages(cluster, float(rec["time"])).get(node)
+        rates = [k for k in ("cpu", "network", "disk") if ld.get(k) is not None]
+        if age is not None and age < 130 and rates:
+            text += (
+                f" Memory, a gauge, is right from the first scrape; {', '.join(rates)} are rates over 2 minutes, "
+                f"and this node's series were {age:.0f} s old: until 2 minutes are scraped, Prometheus reads cpu "
+                "too high and network and disk too low (docs/e2e.md)."
+            )
+        print(prose(text, "  ", "       "))
+    pol = status.get("policy") or {}
+    if (pol.get("model") or {}).get("loaded") and pol.get("mode") == "active":
+        why = (
+            "the served policy is not load-aware: the bundled model was trained with node load unknown "
+            "(its load inputs were always 0), so it reads live load with untrained weights"
+        )
+    elif pol.get("fallback") in ("fgd", "fgd-cpu"):
+        why = f"the {pol.get('fallback')} heuristic that serves scores no load"
+    else:
+        why = f"whether {pol.get('fallback')} uses it is its own matter"
+    reached = any(v is not None for *_, ld in seen for v in ld.values())
+    lead = "Load reached the scheduler, but" if reached else "No load reached these placements; and even with it,"
+    print(prose(f"{lead} {why}. Policies trained with load: docs/dynamic.md."))
 
 
 if __name__ == "__main__":

@@ -13,10 +13,12 @@
 # Prometheus, `rlsched extender` serving the bundled model (the FGD heuristic when none is installed),
 # `rlsched operator` publishing the SchedulingPolicy rlsched-demo/default, and a second kube-scheduler
 # with our configuration (profile rl-scheduler, the extender on loopback, lease kube-system/rl-scheduler).
-# Then hack/demo.py creates 8 kwok GPU nodes and ~20 pods and prints where each went.
+# Then hack/demo.py creates 8 kwok GPU nodes, waits (<= 90 s, RLSCHED_DEMO_LOAD_WAIT_S) until the extender
+# sees their load through Prometheus (or says plainly that it does not), submits ~20 pods and prints
+# where each went and the node load the extender had when it placed them.
 # The cluster stays up; every process has a pid file under $RLSCHED_CLUSTER_DIR/run.
 #
-# Env: RLSCHED_CLUSTER_DIR (default .cache/cluster), PYTHON (default python3).
+# Env: RLSCHED_CLUSTER_DIR (default .cache/cluster), PYTHON (default python3), RLSCHED_DEMO_LOAD_WAIT_S.
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # The repository root holds a folder named `operator/` (mapped to rlsched.operator). `python -m X` and
@@ -85,6 +87,6 @@ case "${1:-up}" in
   up) up ;;
   down) down ;;
   status) status ;;
-  -h|--help|help) sed -n '2,22p' "${BASH_SOURCE[0]}" ;;
+  -h|--help|help) sed -n '2,21p' "${BASH_SOURCE[0]}" ;;
   *) echo "usage: $0 [up|status|down]" >&2; exit 2 ;;
 esac

@@ -1,0 +1,85 @@
+"""hack/demo.py waits for the extender's first fresh node load, and says so plainly when it gives up."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_demo() -> Any:
+    spec = importlib.util.spec_from_file_location("rlsched_demo", REPO_ROOT / "hack" / "demo.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("rlsched_demo", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def columns(fresh: int, configured: bool = True, error: str | None = None) -> dict[str, dict]:
+    return {
+        k: {"configured": configured, "freshNodes": fresh, "missingNodes": 8 - fresh, "lastError": error}
+        for k in ("cpu", "memory", "network", "disk")
+    }
+
+
+class FakeProc:
+    def __init__(self, answers: list[dict | None], published: dict | None = None):
+        self.answers = answers
+        self.published = published or {}
+
+    def alive(self) -> bool:
+        return True
+
+    def status(self) -> dict:
+        cols = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        return {} if cols is None else {"load": {"columns": cols}}
+
+    def loads(self) -> dict:
+        return self.published
+
+
+class FakeStack:
+    def __init__(self, answers: list[dict | None], published: dict | None = None):
+        self.extender = FakeProc(answers)
+        self.exporter = FakeProc([None], published)
+
+
+@pytest.fixture
+def demo(monkeypatch: pytest.MonkeyPatch) -> Any:
+    module = load_demo()
+    monkeypatch.setattr(module.time, "sleep", lambda _s: None)
+    return module
+
+
+def test_waits_until_every_demo_node_is_fresh(demo: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    stack = FakeStack([columns(0), columns(0), columns(3), columns(8)], {"demo-t4-0": {"cpu": 0.1}})
+    out = demo.wait_for_load(stack, 90)
+    assert out.known and out.columns["cpu"]["freshNodes"] == 8
+    assert out.published == {"demo-t4-0": {"cpu": 0.1}}
+    err = capsys.readouterr().err
+    assert "cpu 3/8" in err and "node load known after" in err
+
+
+def test_says_plainly_when_load_is_not_known(demo: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    out = demo.wait_for_load(FakeStack([columns(0, error="connection refused")]), 0)
+    assert not out.known and out.why.startswith("not known yet")
+    err = capsys.readouterr().err
+    assert "WITHOUT node load" in err and "connection refused" in err
+
+
+def test_partial_load_is_reported_as_partial(demo: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    out = demo.wait_for_load(FakeStack([columns(5)]), 0)
+    assert not out.known and "in part" in out.why and "cpu 5/8" in out.why
+    assert "placed with what is known" in capsys.readouterr().err
+
+
+def test_no_prometheus_is_said_too(demo: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    out = demo.wait_for_load(FakeStack([None]), 90)
+    assert out.columns is None and not out.known
+    assert "reads no Prometheus" in capsys.readouterr().err

@@ -181,8 +181,16 @@ def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
     return float("nan") if var == 0 else float(1 - np.var(y_true - y_pred) / var)
 
 
-def plot_curves(history: list[dict], episodes: list[dict], path: Path) -> None:
-    """PNG learning curves: episode metric, validation, losses, KL, clip fraction, explained variance, steps/s."""
+def metric_label(args: Args) -> str:
+    """What the episode metric is in this run's mode (lower is better in both)."""
+    return "−100 × objective" if args.mode == "dynamic" else "unallocated GPU % at 100 %"
+
+
+def plot_curves(
+    history: list[dict], episodes: list[dict], path: Path, metric: str = "unallocated GPU % at 100 %"
+) -> None:
+    """PNG learning curves: episode metric, validation, losses, KL, clip fraction, explained variance, steps/s.
+    ``metric`` names the episode metric (the living cluster's is −100 × its objective)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -192,8 +200,8 @@ def plot_curves(history: list[dict], episodes: list[dict], path: Path) -> None:
         return
     steps = [h["global_step"] for h in history]
     panels = [
-        ("unallocated GPU % at 100 % (train episodes)", None),
-        ("validation unallocated %", "val_unallocated"),
+        (f"{metric} (train episodes)", None),
+        (f"validation: {metric}", "val_unallocated"),
         ("policy loss", "pg_loss"),
         ("value loss", "v_loss"),
         ("entropy", "entropy"),
@@ -545,7 +553,7 @@ def train(args: Args) -> TrainResult:
                 iteration,
                 elapsed_before + time.time() - start_time,
             )
-            plot_curves(history, episodes, run_dir / "learning_curves.png")
+            plot_curves(history, episodes, run_dir / "learning_curves.png", metric_label(args))
         done_iterations = iteration
     if bar is not None:
         bar.close()
@@ -567,7 +575,7 @@ def train(args: Args) -> TrainResult:
         done_iterations,
         seconds,
     )
-    plot_curves(history, episodes, run_dir / "learning_curves.png")
+    plot_curves(history, episodes, run_dir / "learning_curves.png", metric_label(args))
     (run_dir / "episodes.json").write_text(json.dumps(episodes, indent=0))
     return TrainResult(str(out.best_path), out.best_val, final_val, global_step, seconds, str(run_dir), history)
 

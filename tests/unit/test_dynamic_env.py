@@ -137,3 +137,13 @@ def test_train_in_the_living_cluster_and_serve_the_model(tmp_path: Path) -> None
         NODES, PODS, scorer, 7, TYPICAL, DynamicSettings(arrivals=ArrivalSettings(load=0.5, window_s=900.0))
     )
     assert served.window_pods > 0
+
+
+def test_the_bundled_living_cluster_model_loads_and_its_network_is_not_zero() -> None:
+    from rlsched.policy.learned import load_learned_scorer
+
+    path = Path(__file__).parents[2] / "policy" / "models" / "ppo-openb-dynamic.npz"
+    scorer = load_learned_scorer(path)
+    assert scorer.manifest["training"]["args"]["mode"] == "dynamic"
+    prior = load_learned_scorer(path, prior_only=True)
+    assert np.abs(scorer.network.p["w_out"]).sum() > 0 and prior.name == "ppo-prior"

@@ -172,7 +172,7 @@ def env(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Env:
         # of its own, so that an early success changes nothing the tests look at).
         wait_for(
             lambda: POLICY in e.patch_pod(WATCHED, "probe", {"metadata": {"labels": {"probe": "1"}}})[1],
-            60,
+            150,  # seconds: the API server's policy informer is slow on a loaded 2-core machine
             "the admission policy to be enforced",
         )
         yield e

@@ -22,7 +22,7 @@ import numpy as np
 
 from .cluster import ClusterState, PodRequest
 from .export import ModelFileError, read_model
-from .features import Candidates, FeatureEncoder
+from .features import CLUSTER_SLICE, Candidates, FeatureEncoder
 from .network import DecisionRule, PolicyNetwork, choose_node, node_logits, rank_fraction
 from .scorers.base import NodeScores, Scorer, TieBreak
 from .typical import TypicalPods
@@ -80,10 +80,18 @@ class LearnedScorer(Scorer):
         self.path = path
         self.last: Candidates | None = None
         """The candidates of the last :meth:`score` call (for diagnostics and the decision log)."""
+        self._best_logit: float | None = None
+        actions = self.manifest.get("actions") or {}
+        args = (self.manifest.get("training") or {}).get("args") or {}
+        self.delays = bool(actions.get("delay")) and not prior_only_version(self.version)
+        """Whether the model was trained with the delay action (and is not the prior-only ablation)."""
+        self.hold_s = float(args.get("hold_s", 60.0))
+        """How long a delay holds the pod back: the hold it was trained with."""
 
     def score(self, state: ClusterState, req: PodRequest, nodes: np.ndarray) -> NodeScores:
         cand = self.encoder.encode(state, req, nodes)
         self.last = cand
+        self._best_logit = None
         group_scores = self.network.scores(cand.features, cand.prior)
         return NodeScores(group_scores[cand.group], self.encoder.node_cards(state, req, cand))
 
@@ -94,7 +102,31 @@ class LearnedScorer(Scorer):
         )
 
     def choose(self, scores: NodeScores, nodes: np.ndarray, tiebreak: TieBreak) -> int:
-        return choose_node(self.logits(scores, nodes, tiebreak), nodes, tiebreak, self.decision.mode)
+        logits = self.logits(scores, nodes, tiebreak)
+        self._best_logit = float(logits.max())
+        return choose_node(logits, nodes, tiebreak, self.decision.mode)
+
+    def verdict(
+        self, state: ClusterState, req: PodRequest, nodes: np.ndarray, scores: NodeScores | None
+    ) -> tuple[str, str, float] | None:
+        """``("delay", reason, hold_s)`` when a model trained with the delay action rates holding the
+        pod back above its best node (greedy, as it serves), else None. Called after :meth:`score` for
+        the same pod (the extender's and the living cluster's order). ``scores`` None (no node, or one
+        node, which kube-scheduler does not score): no verdict."""
+        if not self.delays or scores is None or self.last is None:
+            return None
+        cand = self.last
+        h2 = self.network.hidden(cand.features)
+        pooled = self.network.pooled(h2, cand.count, cand.features[0, CLUSTER_SLICE])
+        delay = float(self.network.special_logits(pooled)[0])
+        best = self._best_logit if self._best_logit is not None else float(np.max(scores.values))
+        if delay <= best:
+            return None
+        return ("delay", f"the model rates waiting {self.hold_s:.0f}s above its best node", self.hold_s)
+
+
+def prior_only_version(version: str) -> bool:
+    return version.endswith("+prior-only")
 
 
 def load_learned_scorer(

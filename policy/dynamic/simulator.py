@@ -48,6 +48,8 @@ from .usage import UsageModel, UsageSettings
 
 DEPART, SCRAPE, ARRIVE, RETURN = 0, 1, 2, 3
 """Event kinds, in the order they apply at equal times (RETURN: a held pod comes back)."""
+MAX_HOLDS = 3
+"""A policy may hold one pod back at most this often (as in training, rlsched.policy.dynamic.env)."""
 LATENCY_SENSITIVE = frozenset({"LS", "Guaranteed"})
 """QoS classes counted as latency-sensitive for SLA purposes (openb's LS; Kubernetes' Guaranteed)."""
 
@@ -291,10 +293,18 @@ def run_dynamic(
     cluster = LivingCluster(
         nodes, pods, seed, typical, settings or DynamicSettings(), scorer.name if policy_name is None else policy_name
     )
+    hook = getattr(scorer, "verdict", None)
     for i in cluster.decisions():
-        decision = decide(scorer, cluster.state, cluster.request(i), cluster.tiebreak)
-        if decision is not None:
-            cluster.place(i, decision.node, decision.cards)
+        req = cluster.request(i)
+        decision = decide(scorer, cluster.state, req, cluster.tiebreak)
+        if decision is None:
+            continue
+        if callable(hook) and cluster.arrivals[i].time >= 0 and cluster.holds[i] < MAX_HOLDS:
+            verdict = hook(cluster.state, req, decision.feasible, decision.scores)
+            if verdict is not None and verdict[0] == "delay":
+                cluster.hold(i, float(verdict[2]))
+                continue
+        cluster.place(i, decision.node, decision.cards)
     return cluster.finish(time.perf_counter() - start)
 
 

@@ -137,6 +137,16 @@ def test_train_in_the_living_cluster_and_serve_the_model(tmp_path: Path) -> None
         NODES, PODS, scorer, 7, TYPICAL, DynamicSettings(arrivals=ArrivalSettings(load=0.5, window_s=900.0))
     )
     assert served.window_pods > 0
+    # The model was trained with the delay action: a delay head that always wins holds pods back
+    # (at most MAX_HOLDS times each), one that never wins holds none, and the ablation never delays.
+    settings = DynamicSettings(arrivals=ArrivalSettings(load=0.5, window_s=900.0))
+    assert scorer.delays and scorer.hold_s == args.hold_s
+    scorer.network.p["b_special"][0] = 1e9
+    eager = run_dynamic(NODES, PODS, scorer, 7, TYPICAL, settings)
+    assert eager.holds > 0 and eager.wait_p99_s >= args.hold_s
+    scorer.network.p["b_special"][0] = -1e9
+    assert run_dynamic(NODES, PODS, scorer, 7, TYPICAL, settings).holds == 0
+    assert not make_scorer(f"ppo-prior:{result.model_path}", TYPICAL).delays  # type: ignore[attr-defined]
 
 
 def test_the_bundled_living_cluster_model_loads_and_its_network_is_not_zero() -> None:

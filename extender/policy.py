@@ -15,8 +15,8 @@ Models and the policy file are hot-reloaded (:meth:`PolicyEngine.poll`): a new f
 event loop and swapped in atomically; if it fails the old one keeps serving and the error is shown
 in /status and counted.
 
-The learned policy may also answer *delay* or *reject* instead of a node (not yet produced by the
-trainer — the seam): a scorer with a ``verdict(state, req, nodes, scores)`` method returning a
+The learned policy may also answer *delay* instead of a node (models trained with the delay action
+in the living cluster do; *reject* no trainer produces): a scorer with a ``verdict(state, req, nodes, scores)`` method returning a
 :class:`Verdict` (or ``(action, reason, retry_after_s)``) makes filter hold the pod back.
 """
 

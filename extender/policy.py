@@ -16,8 +16,9 @@ event loop and swapped in atomically; if it fails the old one keeps serving and 
 in /status and counted.
 
 The learned policy may also answer *delay* instead of a node (models trained with the delay action
-in the living cluster do; *reject* no trainer produces): a scorer with a ``verdict(state, req, nodes, scores)`` method returning a
-:class:`Verdict` (or ``(action, reason, retry_after_s)``) makes filter hold the pod back.
+in the living cluster do; *reject* no trainer produces): a scorer with a
+``verdict(state, req, nodes, scores)`` method returning a :class:`Verdict` (or
+``(action, reason, retry_after_s)``) makes filter hold the pod back.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from openb_files import write_openb
 
 from rlsched.policy import NodeSpec, PodSpec, typical_pods
 from rlsched.policy.dynamic.arrivals import ArrivalSettings
@@ -110,20 +111,7 @@ def test_train_in_the_living_cluster_and_serve_the_model(tmp_path: Path) -> None
     from rlsched.policy.dynamic.simulator import run_dynamic
     from rlsched.policy.ppo import Args, train
 
-    nodes = tmp_path / "nodes.csv"
-    nodes.write_text(
-        "sn,cpu_milli,memory_mib,gpu,model\n"
-        + "".join(f"{n.name},{n.cpu_milli},{n.memory_mib},{n.gpu_count},{n.gpu_model}\n" for n in NODES)
-    )
-    pods = tmp_path / "pods.csv"
-    pods.write_text(
-        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
-        + "".join(
-            f"{p.name},{p.cpu_milli},{p.memory_mib},{p.num_gpu},{p.gpu_milli},,{p.qos},Running,"
-            f"{p.creation_time:.0f},{p.deletion_time:.0f},\n"
-            for p in PODS
-        )
-    )
+    nodes, pods = write_openb(tmp_path, NODES, PODS)
     args = Args(
         exp_name="living", mode="dynamic", nodes=str(nodes), traces=(str(pods),), num_envs=2, num_steps=16,
         total_timesteps=64, num_minibatches=2, update_epochs=2, hidden=(8, 8), value_hidden=8, eval_every=2,

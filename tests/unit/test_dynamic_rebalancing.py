@@ -9,6 +9,7 @@ from typing import cast
 
 import numpy as np
 import pytest
+from openb_files import write_openb
 
 from rlsched.cli import main as rlsched_main
 from rlsched.policy import ClusterState, NodeSpec, PodSpec, make_scorer, typical_pods
@@ -144,21 +145,7 @@ def test_high_node_utilization_runs_in_the_simulator() -> None:
 
 @pytest.fixture
 def trace(tmp_path: Path) -> tuple[Path, Path]:
-    nodes = tmp_path / "nodes.csv"
-    nodes.write_text(
-        "sn,cpu_milli,memory_mib,gpu,model\n"
-        + "".join(f"{n.name},{n.cpu_milli},{n.memory_mib},{n.gpu_count},{n.gpu_model}\n" for n in NODES)
-    )
-    pods = tmp_path / "pods.csv"
-    pods.write_text(
-        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
-        + "".join(
-            f"{p.name},{p.cpu_milli},{p.memory_mib},{p.num_gpu},{p.gpu_milli},,{p.qos},Running,"
-            f"{p.creation_time:.0f},{p.deletion_time:.0f},\n"
-            for p in PODS
-        )
-    )
-    return nodes, pods
+    return write_openb(tmp_path, NODES, PODS)
 
 
 def test_cli_rebalancer_rows_and_column(

@@ -26,7 +26,8 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +39,51 @@ TOOLS_BIN = Path(os.environ.get("RLSCHED_TOOLS_BIN", REPO_ROOT / ".tools" / "bin
 CHART = REPO_ROOT / "helm" / "rl-scheduler"
 Cluster = Any  # tests/e2e/conftest.py's Cluster
 
-NS = "rlsched-adm-e2e"
-WATCHED = "rlsched-adm-watched"
-UNWATCHED = "rlsched-adm-unwatched"
-RELEASE = "rl-adm"
-SA = f"{RELEASE}-rl-scheduler-operator"
-USER = f"system:serviceaccount:{NS}:{SA}"
-POLICY = f"{NS}-{RELEASE}-rl-scheduler-operator-pods"
-WIDENED = "rlsched-adm-e2e-widened"
-"""A ClusterRole (and binding) this test adds to show that the policy holds when RBAC is too generous."""
+
+@dataclass(frozen=True)
+class Names:
+    """The namespaces and chart names one module's fixture owns.
+
+    Each module has its own: the API server's admission-policy informer can take minutes to
+    enforce a policy re-created under the name of one that was just deleted.
+    """
+
+    prefix: str
+    release: str
+
+    @property
+    def ns(self) -> str:
+        return f"{self.prefix}-e2e"
+
+    @property
+    def watched(self) -> str:
+        return f"{self.prefix}-watched"
+
+    @property
+    def unwatched(self) -> str:
+        return f"{self.prefix}-unwatched"
+
+    @property
+    def sa(self) -> str:
+        return f"{self.release}-rl-scheduler-operator"
+
+    @property
+    def user(self) -> str:
+        return f"system:serviceaccount:{self.ns}:{self.sa}"
+
+    @property
+    def policy(self) -> str:
+        return f"{self.ns}-{self.release}-rl-scheduler-operator-pods"
+
+    @property
+    def widened(self) -> str:
+        """A ClusterRole (and binding) a test adds to show that the policy holds when RBAC is too generous."""
+        return f"{self.prefix}-e2e-widened"
+
+
+NAMES = Names("rlsched-adm", "rl-adm")
+NS, WATCHED, UNWATCHED, RELEASE = NAMES.ns, NAMES.watched, NAMES.unwatched, NAMES.release
+SA, USER, POLICY, WIDENED = NAMES.sa, NAMES.user, NAMES.policy, NAMES.widened
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 IMAGE = "registry.k8s.io/pause:3.10"
@@ -85,8 +122,8 @@ def pod_manifest(namespace: str, name: str) -> str:
 class Env:
     """The applied chart parts; the admin's kubectl and the operator's API client."""
 
-    def __init__(self, cluster: Cluster, tmp: Path):
-        self.cluster, self.tmp = cluster, tmp
+    def __init__(self, cluster: Cluster, tmp: Path, names: Names = NAMES):
+        self.cluster, self.tmp, self.names = cluster, tmp, names
         self.operator_kubeconfig = tmp / "operator.kubeconfig"
         self.core: Any = None
 
@@ -99,7 +136,7 @@ class Env:
     def connect_as_operator(self) -> None:
         import kubernetes
 
-        token = self.admin("create", "token", SA, "-n", NS, "--duration", "3600s").stdout.strip()
+        token = self.admin("create", "token", self.names.sa, "-n", self.names.ns, "--duration", "3600s").stdout.strip()
         admin = json.loads(self.admin("config", "view", "--raw", "--flatten", "-o", "json").stdout)
         self.operator_kubeconfig.write_text(
             yaml.safe_dump(
@@ -132,8 +169,8 @@ class Env:
         return self.as_operator("patch_namespaced_pod", name, namespace, body, _content_type=content_type)
 
 
-def rendered_chart_parts(values: Path) -> str:
-    args = [str(TOOLS_BIN / "helm"), "template", RELEASE, str(CHART), "-n", NS, "-f", str(values)]
+def rendered_chart_parts(values: Path, names: Names = NAMES) -> str:
+    args = [str(TOOLS_BIN / "helm"), "template", names.release, str(CHART), "-n", names.ns, "-f", str(values)]
     for template in ("serviceaccount.yaml", "rbac.yaml", "admission-policy.yaml"):
         args += ["--show-only", f"templates/operator/{template}"]
     done = subprocess.run(args, capture_output=True, text=True, timeout=120)
@@ -141,59 +178,69 @@ def rendered_chart_parts(values: Path) -> str:
     return done.stdout
 
 
-@pytest.fixture(scope="module")
-def env(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Env:
-    if not (TOOLS_BIN / "helm").exists():
-        pytest.skip(f"helm missing in {TOOLS_BIN} (run hack/build-tools.sh)")
-    tmp = tmp_path_factory.mktemp("admission")
-    e = Env(cluster, tmp)
-    values = tmp / "values.yaml"
-    values.write_text(yaml.safe_dump({"operator": {"watchNamespaces": [NS, WATCHED]}}))
-    manifest = rendered_chart_parts(values)
+def applied_chart(cluster: Cluster, tmp: Path, names: Names, values: dict, pods: dict[str, list[str]]) -> Iterator[Env]:
+    """The chart's operator parts rendered with ``values`` and applied in ``names``' namespaces, the
+    pods ``pods`` names (namespace → pod names) created, and the admission policy enforced; all of it
+    removed afterwards."""
+    env = Env(cluster, tmp, names)
+    values_file = tmp / "values.yaml"
+    values_file.write_text(yaml.safe_dump(values))
+    manifest = rendered_chart_parts(values_file, names)
     kinds = {d["kind"] for d in yaml.safe_load_all(manifest) if d}
     assert {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "Role", "ClusterRole"} <= kinds, kinds
-    for ns in (NS, WATCHED, UNWATCHED):  # an earlier run's namespaces may still be terminating
+    for ns in (names.ns, names.watched, names.unwatched):  # an earlier run's namespaces may still be terminating
         wait_for(
-            lambda ns=ns: e.admin("get", "namespace", ns, check=False).returncode != 0, 120, f"namespace {ns} to go"
+            lambda ns=ns: env.admin("get", "namespace", ns, check=False).returncode != 0, 120, f"namespace {ns} to go"
         )
-        e.admin("create", "namespace", ns)
+        env.admin("create", "namespace", ns)
     try:
-        e.admin("apply", "-f", "-", input=manifest)
-        for ns in (WATCHED, UNWATCHED):  # pods need the namespace's default ServiceAccount (kube-controller-manager)
+        env.admin("apply", "-f", "-", input=manifest)
+        for ns, pod_names in pods.items():  # pods need the namespace's default ServiceAccount (kube-controller-manager)
             wait_for(
-                lambda ns=ns: e.admin("get", "serviceaccount", "default", "-n", ns, check=False).returncode == 0,
+                lambda ns=ns: env.admin("get", "serviceaccount", "default", "-n", ns, check=False).returncode == 0,
                 60,
                 f"the default ServiceAccount of {ns}",
             )
-            e.admin("create", "-f", "-", input=pod_manifest(ns, "victim"))
-        e.admin("create", "-f", "-", input=pod_manifest(WATCHED, "probe"))
-        e.connect_as_operator()
+            for name in pod_names:
+                env.admin("create", "-f", "-", input=pod_manifest(ns, name))
+        env.admin("create", "-f", "-", input=pod_manifest(names.watched, "probe"))
+        env.connect_as_operator()
         # The API server enforces a new policy once its informer has it: wait for a denial (on a pod
         # of its own, so that an early success changes nothing the tests look at).
         wait_for(
-            lambda: POLICY in e.patch_pod(WATCHED, "probe", {"metadata": {"labels": {"probe": "1"}}})[1],
+            lambda: names.policy in env.patch_pod(names.watched, "probe", {"metadata": {"labels": {"probe": "1"}}})[1],
             150,  # seconds: the API server's policy informer is slow on a loaded 2-core machine
             "the admission policy to be enforced",
         )
-        yield e
+        yield env
     finally:
-        e.admin("delete", "-f", "-", "--ignore-not-found", "--wait=false", input=manifest, check=False)
-        e.admin("delete", "clusterrolebinding,clusterrole", WIDENED, "--ignore-not-found", check=False)
-        for ns in (NS, WATCHED, UNWATCHED):
-            e.admin("delete", "namespace", ns, "--wait=false", "--ignore-not-found", check=False)
+        env.admin("delete", "-f", "-", "--ignore-not-found", "--wait=false", input=manifest, check=False)
+        env.admin("delete", "clusterrolebinding,clusterrole", names.widened, "--ignore-not-found", check=False)
+        for ns in (names.ns, names.watched, names.unwatched):
+            env.admin("delete", "namespace", ns, "--wait=false", "--ignore-not-found", check=False)
 
 
-def denied_by_policy(answer: tuple[int, str], reason: str) -> None:
+@pytest.fixture(scope="module")
+def env(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    if not (TOOLS_BIN / "helm").exists():
+        pytest.skip(f"helm missing in {TOOLS_BIN} (run hack/build-tools.sh)")
+    values = {"operator": {"watchNamespaces": [NS, WATCHED]}}
+    yield from applied_chart(
+        cluster, tmp_path_factory.mktemp("admission"), NAMES, values, {WATCHED: ["victim"], UNWATCHED: ["victim"]}
+    )
+
+
+def denied_by_policy(answer: tuple[int, str], reason: str, policy: str = POLICY) -> None:
     status, message = answer
     assert status == 403, answer
-    assert f"ValidatingAdmissionPolicy '{POLICY}' with binding '{POLICY}' denied request" in message, message
+    assert f"ValidatingAdmissionPolicy '{policy}' with binding '{policy}' denied request" in message, message
     assert reason in message, message
 
 
-def forbidden_by_rbac(answer: tuple[int, str], what: str) -> None:
+def forbidden_by_rbac(answer: tuple[int, str], what: str, user: str = USER) -> None:
     status, message = answer
     assert status == 403, answer
-    assert f'User "{USER}" cannot {what}' in message and "ValidatingAdmissionPolicy" not in message, message
+    assert f'User "{user}" cannot {what}' in message and "ValidatingAdmissionPolicy" not in message, message
 
 
 def test_policy_type_checks_against_the_pod_schema(env: Env) -> None:

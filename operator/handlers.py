@@ -137,6 +137,7 @@ async def reconcile(
         _transition(body, "Warning", "InvalidSpec", message)
         raise kopf.PermanentError(message) from None
     rt.reward_weights = dict(ps.reward_weights)
+    rt.objective = ps.objective.to_spec()
     async with rt.lock(uid):
         try:
             bundle = await rt.rollout.build(namespace, name, generation, ps)
@@ -215,7 +216,7 @@ async def reconcile(
 async def _note_policy(
     rt: Runtime, body: Mapping[str, Any], generation: int | None, mode: str, result: RolloutResult
 ) -> None:
-    """A ``policy`` line in the decision log: which model and reward weights hold from here on."""
+    """A ``policy`` line in the decision log: which model, reward weights and objective hold from here on."""
     if rt.decision_log is None:
         return
     meta = body.get("metadata") or {}
@@ -228,6 +229,7 @@ async def _note_policy(
         "reason": result.reason,
         "modelVersion": result.view.version if result.view and result.view.model_loaded else None,
         "rewardWeights": rt.reward_weights,
+        "objective": rt.objective,
         "time": round(time.time(), 3),
     }
     try:

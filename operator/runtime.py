@@ -47,6 +47,8 @@ class Runtime:
     """The rebalancer (``rebalancer.enabled``); its cycles run from a timer on the served policy."""
     reward_weights: dict[str, float] = field(default_factory=dict)
     """The served policy's ``spec.rewardWeights`` (written into new log segments' headers)."""
+    objective: dict[str, float] = field(default_factory=dict)
+    """The served policy's ``spec.objective``, every field (written into new log segments' headers)."""
     runs: Counter[tuple[str, int | None, str]] = field(default_factory=Counter)
     """(policy uid, generation, cause) → handler runs: the "no handler twice for one change" check."""
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
@@ -124,6 +126,7 @@ def start_runtime(
             header=lambda: {
                 "policy": f"{settings.policy.namespace}/{settings.policy.name}",
                 "rewardWeights": holder["rt"].reward_weights or None,
+                "objective": holder["rt"].objective or None,
             },
         )
         probe = LoadProbe(dl.prometheus_url, dl.load_queries, dl.node_label) if dl.prometheus_url else None

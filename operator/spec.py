@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from rlsched.policy.decisions import REWARD_DEFAULTS
+from rlsched.policy.dynamic.objective_spec import Objective, parse_objective
 
 from .rebalance_spec import RebalanceSpec, parse_rebalance
 
@@ -75,6 +76,9 @@ class PolicySpec:
     reward_weights: dict[str, float] = field(default_factory=lambda: dict(REWARD_DEFAULTS))
     rebalance: RebalanceSpec = field(default_factory=lambda: RebalanceSpec())
     """``spec.rebalance``: the operator's rebalancer (:mod:`rlsched.operator.rebalance_spec`)."""
+    objective: Objective = field(default_factory=Objective)
+    """``spec.objective``: what the policy is judged and retrained by (β, weights, SLA thresholds;
+    :mod:`rlsched.policy.dynamic.objective_spec`). The decision log records it."""
 
     def extender_settings(self, model_path: str | None) -> dict[str, Any]:
         """The extender's policy file (keys of ``rlsched.extender.settings.PolicySettings``)."""
@@ -102,7 +106,17 @@ def parse_spec(spec: Mapping[str, Any] | None) -> PolicySpec:
     """A :class:`PolicySpec` from ``.spec``; raises :class:`SpecError` listing every problem."""
     problems: list[str] = []
     spec = dict(spec or {})
-    known = {"mode", "model", "fallback", "deadlineMs", "topK", "extenderWeight", "rewardWeights", "rebalance"}
+    known = {
+        "mode",
+        "model",
+        "fallback",
+        "deadlineMs",
+        "topK",
+        "extenderWeight",
+        "rewardWeights",
+        "rebalance",
+        "objective",
+    }
     for key in sorted(set(spec) - known):
         problems.append(f"spec.{key}: unknown field; valid fields: {', '.join(sorted(known))}")
 
@@ -150,6 +164,8 @@ def parse_spec(spec: Mapping[str, Any] | None) -> PolicySpec:
         model = _parse_model(raw_model, problems)
 
     rebalance = parse_rebalance(spec.get("rebalance"), problems)
+    objective, objective_problems = parse_objective(spec.get("objective"))
+    problems += objective_problems
 
     if problems:
         raise SpecError(problems)
@@ -162,6 +178,7 @@ def parse_spec(spec: Mapping[str, Any] | None) -> PolicySpec:
         extender_weight=weight,
         reward_weights=rewards,
         rebalance=rebalance,
+        objective=objective,
     )
 
 

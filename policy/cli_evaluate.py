@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -87,8 +88,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     dyn.add_argument(
         "--sla-threshold",
         type=float,
-        default=0.9,
-        help="CPU and GPU utilization above which a node violates its SLA (default: %(default)s)",
+        default=None,
+        help="CPU and GPU utilization above which a node violates its SLA (default: the --objective-from "
+        "policy's slaCpuThreshold and slaGpuThreshold, else 0.9)",
     )
     dyn.add_argument(
         "--scrape-interval", type=float, default=30.0, help="seconds between load scrapes (default: %(default)s)"
@@ -97,7 +99,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--scrape-miss", type=float, default=0.0, help="chance a node's scrape fails (default: %(default)s)"
     )
     dyn.add_argument(
-        "--beta", type=float, default=0.5, help="objective: weight of latency against cost (default: %(default)s)"
+        "--beta",
+        type=float,
+        default=None,
+        help="objective: weight of latency against cost (default: the --objective-from policy's, else 0.5)",
+    )
+    dyn.add_argument(
+        "--objective-from",
+        metavar="FILE",
+        help="a SchedulingPolicy (YAML or JSON): take the objective's beta, weights and SLA thresholds from its "
+        "spec.objective; --beta and --sla-threshold override",
     )
     dyn.add_argument(
         "--rebalancer",
@@ -163,17 +174,22 @@ def _run_dynamic(args: argparse.Namespace, policies: list[str], seeds: list[int]
 
     from .dynamic.arrivals import ArrivalSettings
     from .dynamic.evaluation import evaluate_dynamic, format_dynamic_table
-    from .dynamic.objective import ObjectiveWeights, SlaSettings
+    from .dynamic.objective_spec import Objective, read_objective
     from .dynamic.scrape import ScrapeSettings
     from .dynamic.simulator import DynamicSettings
     from .evaluate import default_jobs
 
+    objective = read_objective(args.objective_from) if args.objective_from else Objective()
+    sla, weights = objective.sla, objective.weights
+    if args.sla_threshold is not None:
+        sla = dataclasses.replace(sla, cpu_threshold=args.sla_threshold, gpu_threshold=args.sla_threshold)
+    if args.beta is not None:
+        weights = dataclasses.replace(weights, beta=args.beta)
     settings = DynamicSettings(
         arrivals=ArrivalSettings(load=args.load, window_s=args.window),
         scrape=ScrapeSettings(interval_s=args.scrape_interval, miss_probability=args.scrape_miss),
-        sla=SlaSettings(cpu_threshold=args.sla_threshold, gpu_threshold=args.sla_threshold),
+        sla=sla,
     )
-    weights = ObjectiveWeights(beta=args.beta)
     rebalancers = [r.strip() for r in args.rebalancer.split(",") if r.strip()] or ["none"]
     results = evaluate_dynamic(
         args.nodes, args.pods, policies, seeds, settings, args.jobs or default_jobs(), args.typical_from, rebalancers
@@ -185,10 +201,11 @@ def _run_dynamic(args: argparse.Namespace, policies: list[str], seeds: list[int]
         "settings": {
             "load": args.load,
             "window_s": args.window,
-            "sla_threshold": args.sla_threshold,
+            "sla_cpu_threshold": sla.cpu_threshold,
+            "sla_gpu_threshold": sla.gpu_threshold,
             "scrape_interval_s": args.scrape_interval,
             "scrape_miss": args.scrape_miss,
-            "beta": args.beta,
+            "objective": Objective(weights, sla).to_spec(),
             "rebalancers": rebalancers,
         },
         "runs": [dict(r.summary(), objective=round(r.objective(weights), 5)) for r in results],

@@ -94,6 +94,10 @@ def build_args(ns: argparse.Namespace) -> Args:
         raise ValueError(f"--learn-from ({args.learn_from}) must be in [0, --end-at = {args.end_at})")
     if args.num_envs < 1 or args.num_steps < 1 or args.num_minibatches < 1:
         raise ValueError("--num-envs, --num-steps and --num-minibatches must be at least 1")
+    if args.objective_from:
+        from .dynamic.objective_spec import read_objective
+
+        read_objective(args.objective_from)  # refuse a bad policy file before training starts
     return args
 
 

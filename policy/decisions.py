@@ -4,7 +4,8 @@ The operator (``rlsched.operator.decisionlog``) writes a folder of JSON Lines *s
 (``segment-<unix ms>-<n>.jsonl``, oldest first by name). Every line is one object with a ``type``:
 
 - ``header`` — first line of each segment: ``format`` (:data:`FORMAT`), ``created``, ``policy``,
-  ``rewardWeights`` (the served SchedulingPolicy's, at the time).
+  ``rewardWeights`` and ``objective`` (the served SchedulingPolicy's ``spec.rewardWeights`` and every
+  field of its ``spec.objective``, at the time).
 - ``decision`` — one record of the extender's decision ring, verbatim, plus ``epoch`` (the extender
   process) and ``loggedAt``. ``kind`` is ``filter`` (the decision: ``pod``, ``node``, ``cards``,
   ``features``, ``topScores``, ``servedBy``, ``scorer``, ``modelVersion``, ``mode``, ``shadow``, or a
@@ -14,7 +15,7 @@ The operator (``rlsched.operator.decisionlog``) writes a folder of JSON Lines *s
   ``succeeded`` | ``failed``; ``lifetimeSeconds``) or ``load`` (``node``, ``load``: {cpu, memory, …}
   sampled some time after binding).
 - ``policy`` — a rollout of the served SchedulingPolicy: ``generation``, ``mode``, ``modelVersion``,
-  ``ok`` and ``reason``, and its ``rewardWeights`` (which hold from that line on).
+  ``ok`` and ``reason``, and its ``rewardWeights`` and ``objective`` (which hold from that line on).
 - ``gap`` — ``dropped`` ring records the operator never saw (the ring overflowed between drains).
 
 Crash safety: the writer appends whole lines and fsyncs; a crash can leave at most a torn last line,

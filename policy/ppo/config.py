@@ -129,7 +129,10 @@ class Args:
     dynamic_window_s: float = 1800.0
     """dynamic: measured seconds per training episode."""
     sla_threshold: float = 0.9
-    """dynamic: CPU or GPU utilization above which a node violates its SLA."""
+    """dynamic: CPU or GPU utilization above which a node violates its SLA (unless objective_from)."""
+    objective_from: str = ""
+    """dynamic: a SchedulingPolicy file whose ``spec.objective`` (β, weights, SLA thresholds) sets the SLA
+    thresholds and the objective validation reports and the exported model is chosen by."""
     sla_weight: float = 1.0
     """dynamic: reward per decision that pushes its node over the SLA threshold."""
     dynamic_frag_weight: float = 10.0

@@ -86,15 +86,21 @@ def make_living_cores(args: Args) -> list[Any]:
     from ..dynamic.env import LivingConfig, LivingCore, LivingReward
     from ..dynamic.evaluation import priced_nodes
     from ..dynamic.objective import SlaSettings
+    from ..dynamic.objective_spec import Objective, read_objective
     from ..dynamic.simulator import DynamicSettings
 
     nodes = priced_nodes(load_nodes(args.nodes))
+    if args.objective_from:
+        objective = read_objective(args.objective_from)
+    else:
+        objective = Objective(sla=SlaSettings(cpu_threshold=args.sla_threshold, gpu_threshold=args.sla_threshold))
     config = LivingConfig(
         settings=DynamicSettings(
             arrivals=ArrivalSettings(load=args.dynamic_load, window_s=args.dynamic_window_s),
-            sla=SlaSettings(cpu_threshold=args.sla_threshold, gpu_threshold=args.sla_threshold),
+            sla=objective.sla,
         ),
         reward=LivingReward(sla=args.sla_weight, frag=args.dynamic_frag_weight, cost=args.dynamic_cost_weight),
+        weights=objective.weights,
         allow_delay=args.allow_delay,
         hold_s=args.hold_s,
     )

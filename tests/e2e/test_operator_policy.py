@@ -360,6 +360,13 @@ SPEC_CASES = [
     {"rewardWeights": {"evicted": -1}},
     {"rewardWeights": {"speed": 1}},
     {"modelPath": "/old-style"},
+    {"objective": {"beta": 0.2, "slaWeight": 3, "latencyScaleSeconds": 60, "slaCpuThreshold": 1}},
+    {"objective": {"beta": 1.5}},
+    {"objective": {"slaCpuThreshold": 0}},
+    {"objective": {"latencyScaleSeconds": 0.001}},
+    {"objective": {"strandedWeight": -1}},
+    {"objective": {"gamma": 1}},
+    {"objective": {"beta": "half"}},
 ]
 
 

@@ -145,3 +145,25 @@ def test_the_bundled_living_cluster_model_loads_and_its_network_is_not_zero() ->
     assert scorer.manifest["training"]["args"]["mode"] == "dynamic"
     prior = load_learned_scorer(path, prior_only=True)
     assert np.abs(scorer.network.p["w_out"]).sum() > 0 and prior.name == "ppo-prior"
+
+
+def test_training_takes_the_objective_from_a_scheduling_policy(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from rlsched.policy.dynamic.objective import ObjectiveWeights
+    from rlsched.policy.ppo import Args
+    from rlsched.policy.ppo.trainer import make_living_cores
+
+    nodes, pods = write_openb(tmp_path, NODES, PODS)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "kind: SchedulingPolicy\nspec:\n  objective: {beta: 0.8, strandedWeight: 5, slaGpuThreshold: 0.7}\n"
+    )
+    common = dict(mode="dynamic", nodes=str(nodes), traces=(str(pods),), num_envs=1, sla_threshold=0.6)
+    config = make_living_cores(Args(**common, objective_from=str(policy)))[0].config  # type: ignore[arg-type]
+    assert config.weights == ObjectiveWeights(beta=0.8, stranded=5.0)
+    assert config.settings.sla == SlaSettings(cpu_threshold=0.9, gpu_threshold=0.7)  # the policy's, not --sla-threshold
+    plain = make_living_cores(Args(**common))[0].config  # type: ignore[arg-type]
+    assert plain.weights == ObjectiveWeights() and plain.settings.sla == SlaSettings(0.6, 0.6)
+    policy.write_text("kind: SchedulingPolicy\nspec: {objective: {latencyScaleSeconds: -1}}\n")
+    with pytest.raises(ValueError, match="latencyScaleSeconds"):
+        make_living_cores(Args(**common, objective_from=str(policy)))  # type: ignore[arg-type]

@@ -101,6 +101,42 @@ def test_cli_dynamic_mode_prints_the_table_and_writes_json(
     assert all(np.isfinite(r["objective"]) for r in data["runs"])
 
 
+def test_cli_dynamic_mode_takes_the_objective_from_a_scheduling_policy(
+    trace: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes, pods = trace
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "kind: SchedulingPolicy\nspec:\n"
+        "  objective: {beta: 0.9, slaWeight: 4, slaCpuThreshold: 0.5, slaGpuThreshold: 0.6}\n"
+    )
+    common = ["evaluate", "--mode", "dynamic", "--nodes", str(nodes), "--pods", str(pods), "--policy", "fgd",
+              "--seeds", "1", "--jobs", "1", "--window", "1800", "--objective-from", str(policy)]  # fmt: skip
+    out = tmp_path / "dyn.json"
+    assert rlsched_main([*common, "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["settings"]["objective"] == {"beta": 0.9, "slaWeight": 4.0, "strandedWeight": 1.0,
+                                             "latencyScaleSeconds": 300.0, "slaCpuThreshold": 0.5,
+                                             "slaGpuThreshold": 0.6}  # fmt: skip
+    assert (data["settings"]["sla_cpu_threshold"], data["settings"]["sla_gpu_threshold"]) == (0.5, 0.6)
+    run = data["runs"][0]
+    expected = -(0.9 * run["wait_mean_s"] / 300 + 0.1 * run["cost_pct"] / 100 + 4 * run["sla_hot_node_pct"] / 100
+                 + run["stranded_gpu_pct"] / 100)  # fmt: skip
+    assert run["objective"] == pytest.approx(expected, abs=1e-4)
+
+    # an explicit flag overrides the policy's field; the thresholds move the SLA measure itself
+    over = tmp_path / "over.json"
+    assert rlsched_main([*common, "--json", str(over), "--beta", "0.1", "--sla-threshold", "0.99"]) == 0
+    settings = json.loads(over.read_text())["settings"]
+    assert settings["objective"]["beta"] == 0.1 and settings["objective"]["slaWeight"] == 4.0
+    assert settings["objective"]["slaCpuThreshold"] == 0.99
+    assert json.loads(over.read_text())["runs"][0]["sla_hot_node_pct"] < run["sla_hot_node_pct"], run
+
+    policy.write_text("kind: SchedulingPolicy\nspec: {objective: {beta: 3}}\n")
+    assert rlsched_main(common) == 2
+    assert "spec.objective.beta: 3 must be a number from 0 to 1" in capsys.readouterr().err
+
+
 def test_cli_dynamic_mode_refuses_a_bad_load(trace: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     nodes, pods = trace
     code = rlsched_main(

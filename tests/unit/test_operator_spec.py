@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rlsched.operator.spec import REWARD_DEFAULTS, SpecError, crd_manifest, crd_manifests, parse_spec
+from rlsched.policy.dynamic.objective_spec import FIELDS
 from rlsched.policy.scorers import scorer_names
 
 SHA = "a" * 64
@@ -106,8 +107,32 @@ def test_crd_defaults_match_the_operator() -> None:
         "extenderWeight",
         "rewardWeights",
         "rebalance",
+        "objective",
     }
     assert set(props["model"]["properties"]) == {"configMapKeyRef", "path", "url", "sha256"}
+
+
+def test_crd_objective_bounds_and_defaults_match_the_parser() -> None:
+    objective = schema()["properties"]["spec"]["properties"]["objective"]["properties"]
+    assert set(objective) == set(FIELDS)
+    assert {k: v["default"] for k, v in objective.items()} == parse_spec({}).objective.to_spec()
+    for key, (low, high, low_included) in FIELDS.items():
+        prop = objective[key]
+        assert (prop["minimum"], prop["maximum"], not prop.get("exclusiveMinimum", False)) == (low, high, low_included)
+
+
+def test_objective_is_parsed_and_its_problems_named() -> None:
+    ps = parse_spec({"objective": {"beta": 0.2, "slaCpuThreshold": 0.8}})
+    assert (ps.objective.weights.beta, ps.objective.sla.cpu_threshold, ps.objective.sla.gpu_threshold) == (
+        0.2,
+        0.8,
+        0.9,
+    )
+    with pytest.raises(SpecError) as err:
+        parse_spec({"objective": {"beta": 2, "slaGpuThreshold": 0}, "topK": -1})
+    assert len(err.value.problems) == 3
+    assert any(p.startswith("spec.objective.beta: 2 must be a number from 0 to 1") for p in err.value.problems)
+    assert any(p.startswith("spec.objective.slaGpuThreshold: 0 must be a number above 0") for p in err.value.problems)
 
 
 def _structural(node: dict, where: str) -> list[str]:

@@ -65,6 +65,12 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.load_explained = Counter(
+            "rlsched_extender_load_explained_total",
+            "explainLoad: decisions made with node load known, by whether deciding without it picks another node",
+            ["changed"],
+            registry=r,
+        )
         self.binds = Counter(
             "rlsched_extender_binds_total",
             "Bind calls by result (ok, error, uncertain, duplicate, refused)",

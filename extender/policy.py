@@ -522,6 +522,34 @@ class PolicyEngine:
         decision = decide(self.fallback_scorer, state, req, tiebreak, nodes=nodes)
         return None if decision is None else decision.cards
 
+    def without_load(
+        self, state: ClusterState, tiebreak: TieBreak, req: PodRequest, nodes: np.ndarray, served: Outcome
+    ) -> dict[str, Any] | None:
+        """The node the scorer that served ``served`` picks for the same pod with node load unknown
+        (``explainLoad``); None when load was not known or nothing was placed.
+
+        Runs on the event loop right after the decision, before anything changes the state: load is
+        swapped out and back with nothing else running in between. A failing scorer gives
+        ``{"error": ...}``, never an exception.
+        """
+        decision = served.decision
+        if decision is None or np.isnan(state.load).all():
+            return None
+        scorer = self.model if served.served_by == "policy" and self.model is not None else self.fallback_scorer
+        load, load_std = state.load, state.load_std
+        state.load, state.load_std = np.full_like(load, np.nan), np.full_like(load_std, np.nan)
+        try:
+            other = decide(scorer, state, req, tiebreak, nodes=nodes)
+        except Exception as exc:  # noqa: BLE001 - an explanation must never fail the decision
+            return {"error": f"{type(exc).__name__}: {exc}"}
+        finally:
+            state.load, state.load_std = load, load_std
+        node = other.node if other is not None else None
+        changed = node != decision.node
+        if self.metrics is not None:
+            self.metrics.load_explained.labels("true" if changed else "false").inc()
+        return {"node": state.names[node] if node is not None else None, "changed": changed}
+
     async def shadow(
         self, state: ClusterState, tiebreak: TieBreak, req: PodRequest, nodes: np.ndarray, served: Outcome
     ) -> dict[str, Any] | None:

@@ -269,6 +269,10 @@ class ExtenderSettings:
     """Recent decisions kept for ``GET /decisions``."""
     decision_cache_ttl_s: float = 30.0
     """How long filter's decision for a pod is reused by prioritize and bind."""
+    explain_load: bool = False
+    """For every decision made while node load is known, decide again as if it were not, and record
+    that node in the decision (``withoutLoad``) and in ``rlsched_extender_load_explained_total``: where
+    load changed the choice. Costs a second decision per pod; off by default."""
     log: LogSettings = field(default_factory=LogSettings)
     """Logging."""
     auth: AuthSettings = field(default_factory=AuthSettings)

@@ -260,7 +260,12 @@ class Extender:
             # ~165 entries, ~22 KB that it decoded and threw away for every pod (docs/benchmarks.md).
             self._reasons(state, epoch, req, cand, failed, unresolvable)
         self._count("unschedulable" if decision is None else outcome.served_by)
-        build = self._record_filter(info, state, req, outcome, len(cand), kept)
+        explained = (
+            self.engine.without_load(state, self.cache.tiebreak, req, cand, outcome)
+            if self.settings.explain_load
+            else None
+        )
+        build = self._record_filter(info, state, req, outcome, len(cand), kept, explained)
         if decision is not None and self.engine.settings.mode == "shadow" and self.engine.model is not None:
             self._shadow(build(), state, req, cand, outcome)
         else:
@@ -363,7 +368,14 @@ class Extender:
         return self._filter_result(args, [], failed, unresolvable)
 
     def _record_filter(
-        self, info: PodInfo, state: ClusterState, req: PodRequest, outcome: Outcome, candidates: int, kept: list[str]
+        self,
+        info: PodInfo,
+        state: ClusterState,
+        req: PodRequest,
+        outcome: Outcome,
+        candidates: int,
+        kept: list[str],
+        without_load: dict[str, Any] | None = None,
     ) -> Callable[[], dict[str, Any]]:
         """The filter's decision record, as a function that builds it (the ring builds it when read).
 
@@ -376,7 +388,7 @@ class Extender:
         seen = _features_seen(state, node)
 
         def build() -> dict[str, Any]:
-            return {
+            record = {
                 "kind": "filter",
                 "pod": _pod_ref(info),
                 "node": names[decision.node] if decision is not None else None,
@@ -394,6 +406,9 @@ class Extender:
                 "policyMs": None if outcome.policy_ms is None else round(outcome.policy_ms, 3),
                 "features": _features(req, seen),
             }
+            if without_load is not None:
+                record["withoutLoad"] = without_load
+            return record
 
         return build
 

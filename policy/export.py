@@ -4,7 +4,7 @@ Layout: every parameter of :func:`rlsched.policy.network.param_shapes` as a floa
 name, and ``__manifest__``: the UTF-8 bytes of a JSON object::
 
     format: "rlsched-policy", formatVersion: 1, version: "<model version>",
-    features: {version, names[], fgdCpuWeight},
+    features: {version, names[], fgdCpuWeight, load: "live" | "unknown"}   (whether node load was known in training),
     network:  {version, activation: "tanh", hidden: [h1, h2], valueHidden, priorScale, specialActions[],
                arrays{name: shape}},
     decision: {rankScale, mode},
@@ -63,15 +63,24 @@ def build_manifest(
     training: dict[str, Any],
     allow_delay: bool = False,
     allow_reject: bool = False,
+    load_live: bool = False,
 ) -> dict[str, Any]:
-    """The manifest for a model trained with the current feature schema and network layout."""
+    """The manifest for a model trained with the current feature schema and network layout.
+
+    ``load_live``: node load was known in training (the living cluster); a model trained without it
+    is served with load unknown (:func:`trained_with_load`)."""
     h1, h2 = hidden  # a list from JSON too
     shapes = param_shapes(len(FEATURES), len(CLUSTER_FEATURES), (h1, h2), value_hidden)
     return {
         "format": MODEL_FORMAT,
         "formatVersion": FORMAT_VERSION,
         "version": version,
-        "features": {"version": FEATURE_VERSION, "names": list(FEATURES), "fgdCpuWeight": float(fgd_cpu_weight)},
+        "features": {
+            "version": FEATURE_VERSION,
+            "names": list(FEATURES),
+            "fgdCpuWeight": float(fgd_cpu_weight),
+            "load": "live" if load_live else "unknown",
+        },
         "network": {
             "version": NETWORK_VERSION,
             "activation": "tanh",
@@ -86,6 +95,15 @@ def build_manifest(
         "typicalPods": typical_json,
         "training": training,
     }
+
+
+def trained_with_load(manifest: dict[str, Any]) -> bool:
+    """Whether the model saw live node load in training: ``features.load``, or for a file written before
+    that field, its training mode (only the living cluster, ``dynamic``, has load)."""
+    load = (manifest.get("features") or {}).get("load")
+    if load is not None:
+        return bool(load == "live")
+    return bool(((manifest.get("training") or {}).get("args") or {}).get("mode") == "dynamic")
 
 
 def save_model(path: str | Path, params: dict[str, np.ndarray], manifest: dict[str, Any]) -> str:
@@ -154,6 +172,8 @@ def validate(manifest: Any, arrays: dict[str, np.ndarray], where: str) -> None:
         hidden = tuple(int(h) for h in net["hidden"])
         value_hidden = int(net["valueHidden"])
         float(net["priorScale"]), float(decision["rankScale"]), float(feats["fgdCpuWeight"])
+        if feats.get("load", "unknown") not in ("live", "unknown"):
+            raise ValueError(f"features.load is {feats.get('load')!r}, not 'live' or 'unknown'")
         manifest["typicalPods"], manifest["version"]
     except (KeyError, TypeError, ValueError) as exc:
         raise fail(f"manifest is missing or has a malformed field ({exc!r})") from None

@@ -138,9 +138,12 @@ class Candidates:
 class FeatureEncoder:
     """Builds :class:`Candidates` for a pod; one per typical-pod distribution (FGD's workload model)."""
 
-    def __init__(self, typical: TypicalPods, cpu_weight: float = DEFAULT_CPU_WEIGHT):
+    def __init__(self, typical: TypicalPods, cpu_weight: float = DEFAULT_CPU_WEIGHT, use_load: bool = True):
         self.typical = typical
         self.cpu_weight = float(cpu_weight)
+        self.use_load = use_load
+        """Read ``state.load``. False for a model trained where load was never known (the FGD protocol):
+        it then sees load as unknown, as in training, wherever it serves."""
         self._frag: dict[tuple[str, ...], tuple[Fragmentation, CpuFragmentation]] = {}
 
     def measures(self, state: ClusterState) -> tuple[Fragmentation, CpuFragmentation]:
@@ -156,7 +159,7 @@ class FeatureEncoder:
     def group(self, state: ClusterState, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
         """(rep positions, group per node, count per group, any load known) for ``nodes``."""
         keys = node_keys(state)[nodes]
-        load_known = not np.isnan(state.load).all()
+        load_known = self.use_load and not np.isnan(state.load).all()
         if load_known:
             load = np.nan_to_num(state.load[nodes], nan=-1.0)
             _, first, inverse, count = np.unique(

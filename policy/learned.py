@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .cluster import ClusterState, PodRequest
-from .export import ModelFileError, read_model
+from .export import ModelFileError, read_model, trained_with_load
 from .features import CLUSTER_SLICE, Candidates, FeatureEncoder
 from .network import DecisionRule, PolicyNetwork, choose_node, node_logits, rank_fraction
 from .scorers.base import NodeScores, Scorer, TieBreak
@@ -87,6 +87,8 @@ class LearnedScorer(Scorer):
         """Whether the model was trained with the delay action (and is not the prior-only ablation)."""
         self.hold_s = float(args.get("hold_s", 60.0))
         """How long a delay holds the pod back: the hold it was trained with."""
+        self.sees_load = encoder.use_load
+        """Whether node load reaches the network (only for a model trained with live load)."""
 
     def score(self, state: ClusterState, req: PodRequest, nodes: np.ndarray) -> NodeScores:
         cand = self.encoder.encode(state, req, nodes)
@@ -154,7 +156,9 @@ def load_learned_scorer(
         params = {**params, "w_out": np.zeros_like(params["w_out"]), "b_out": np.zeros_like(params["b_out"])}
         manifest = {**manifest, "version": f"{manifest.get('version', 'unversioned')}+prior-only"}
     network = PolicyNetwork(params, prior_scale=float(net["priorScale"]))
-    encoder = FeatureEncoder(typical, cpu_weight=float(manifest["features"]["fgdCpuWeight"]))
+    encoder = FeatureEncoder(
+        typical, cpu_weight=float(manifest["features"]["fgdCpuWeight"]), use_load=trained_with_load(manifest)
+    )
     scorer = LearnedScorer(network, encoder, rule, manifest, digest, str(path))
     if prior_only:
         scorer.name = "ppo-prior"

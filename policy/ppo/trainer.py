@@ -262,6 +262,7 @@ def export(
         typical_json=typical_json,
         training=training,
         allow_delay=args.allow_delay,
+        load_live=args.mode == "dynamic",
         allow_reject=args.allow_reject,
     )
     digest = save_model(path, agent.to_arrays(), manifest)

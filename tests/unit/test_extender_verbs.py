@@ -564,3 +564,56 @@ def test_a_missing_policy_file_means_no_overrides(tmp_path) -> None:
 
     base = PolicySettings(fallback="bestfit")
     assert load_policy_file(tmp_path / "not-yet.yaml", base) == base
+
+
+# -- explainLoad -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("explain", [True, False])
+async def test_explain_load_records_the_node_chosen_without_load(explain: bool) -> None:
+    """With node load known, ``explainLoad`` decides again as if it were not: the record and the
+    counter say whether load changed the choice; the live load is untouched afterwards."""
+    s = ExtenderSettings(policy=PolicySettings(fallback="target-load-packing"), explain_load=explain)
+    h = Harness(copy.deepcopy(NODES), [], s, model_loader=fake_loader)
+    pod = make_pod("p", cpu="1", gpus=1)
+    async with TestClient(TestServer(h.app())) as c:
+        _, body = await call(c, "filter", {"Pod": pod, "NodeNames": NAMES})
+        unknown = served(h)
+        # Trimaran's TargetLoadPacking packs towards 40 % CPU: the node closest to it under it wins
+        h.cache.set_load({n: np.array([0.05, 0.1, np.nan, np.nan]) for n in NAMES})
+        h.cache.set_load({"v100-3": np.array([0.35, 0.1, np.nan, np.nan])})
+        live = h.cache.state.load
+        _, body = await call(c, "filter", {"Pod": make_pod("q", cpu="1", gpus=1), "NodeNames": NAMES})
+        known = served(h)
+    assert "withoutLoad" not in unknown  # load unknown: nothing to explain
+    assert body["NodeNames"] == ["v100-3"] and known["node"] == "v100-3"
+    assert h.cache.state.load is live and live[h.cache.state.index["v100-3"], 0] == 0.35
+    counter = h.metrics.registry.get_sample_value
+    if not explain:
+        assert (
+            "withoutLoad" not in known and counter("rlsched_extender_load_explained_total", {"changed": "true"}) is None
+        )
+        return
+    assert known["withoutLoad"] == {"node": unknown["node"], "changed": unknown["node"] != "v100-3"}
+    assert known["withoutLoad"]["changed"], "the test needs a pod whose node load changes"
+    assert counter("rlsched_extender_load_explained_total", {"changed": "true"}) == 1.0
+
+
+async def test_explain_load_survives_a_failing_scorer(tmp_path) -> None:
+    """A model that fails only when load is unknown: the decision stands, the record says why."""
+    s = ExtenderSettings(policy=PolicySettings(model_path=model_file(tmp_path, prefer="v100-2")), explain_load=True)
+    h = Harness(copy.deepcopy(NODES), [], s, model_loader=fake_loader)
+    model = h.engine.model
+    original = model.score
+
+    def score(state, req, nodes):  # type: ignore[no-untyped-def]
+        if np.isnan(state.load).all():
+            raise RuntimeError("no load, no answer")
+        return original(state, req, nodes)
+
+    model.score = score  # type: ignore[method-assign]
+    h.cache.set_load({"v100-0": np.array([0.5, 0.5, np.nan, np.nan])})
+    async with TestClient(TestServer(h.app())) as c:
+        _, body = await call(c, "filter", {"Pod": make_pod("p", gpus=1), "NodeNames": NAMES})
+    assert body["NodeNames"] == ["v100-2"]
+    assert served(h)["withoutLoad"] == {"error": "RuntimeError: no load, no answer"}

@@ -102,6 +102,7 @@ def test_typical_pods_default_to_the_manifest(tmp_path: Path) -> None:
         ("nan", lambda a, m: a["b1"].__setitem__(0, np.nan), "not finite"),
         ("mode", lambda a, m: m["decision"].update(mode="argmax"), "decision mode"),
         ("field", lambda a, m: m["network"].pop("priorScale"), "malformed field"),
+        ("load", lambda a, m: m["features"].update(load="sometimes"), "features.load is 'sometimes'"),
     ],
 )
 def test_incompatible_files_are_refused(tmp_path: Path, what: str, change, message: str) -> None:
@@ -217,3 +218,47 @@ def test_evaluate_help_lists_every_policy() -> None:
     from rlsched.policy.scorers import scorer_names
 
     assert set(POLICY_HELP) == set(scorer_names()) | {f"{p}PATH" for p in LEARNED_PREFIXES}
+
+
+def _loaded(state_seed: int, load: bool) -> object:
+    state = filled_state(state_seed)
+    if load:
+        rng = np.random.default_rng(state_seed)
+        state.load[:] = rng.random(state.load.shape)
+    return state
+
+
+@pytest.mark.parametrize("live", [False, True])
+def test_node_load_reaches_only_a_model_trained_with_it(tmp_path: Path, live: bool) -> None:
+    """A model trained where load was unknown (the FGD protocol) serves with load unknown, as trained;
+    one trained in the living cluster (``features.load: live``) reads it."""
+    path = tmp_path / "m.npz"
+    write_model(path, seed=3)
+    if live:
+        rewrite(path, path, lambda arrays, manifest: manifest["features"].update(load="live"))
+    scorer = load_learned_scorer(path, small_typical())
+    assert scorer.sees_load is live
+    changed = 0
+    for pod in small_pods(30, 5):
+        unknown, known = _loaded(4, False), _loaded(4, True)
+        req = unknown.request(pod)  # type: ignore[attr-defined]
+        nodes = feasible_nodes(unknown, req)  # type: ignore[arg-type]
+        if len(nodes) < 2:
+            continue
+        a = scorer.score(unknown, req, nodes).values  # type: ignore[arg-type]
+        b = scorer.score(known, req, nodes).values  # type: ignore[arg-type]
+        changed += not np.array_equal(a, b)
+    assert (changed > 0) is live, changed
+
+
+def test_trained_with_load_reads_the_field_or_the_training_mode() -> None:
+    from rlsched.policy.export import trained_with_load
+
+    assert trained_with_load({"features": {"load": "live"}})
+    assert not trained_with_load({"features": {"load": "unknown"}})
+    assert trained_with_load({"features": {}, "training": {"args": {"mode": "dynamic"}}})
+    assert not trained_with_load({"features": {}, "training": {"args": {"mode": "fgd"}}})
+    assert not trained_with_load({"features": {}, "training": {}})
+    bundled = Path(__file__).parents[2] / "policy" / "models"
+    assert not load_learned_scorer(bundled / "ppo-openb-default.npz").sees_load
+    assert load_learned_scorer(bundled / "ppo-openb-dynamic.npz").sees_load

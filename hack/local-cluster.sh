@@ -7,7 +7,7 @@
 #
 # Usage:
 #   hack/local-cluster.sh up [--scheduler-config FILE | --no-scheduler] [--no-prometheus]
-#                            [--prometheus-targets FILE] [--fake-nodes N]
+#                            [--prometheus-targets FILE] [--fake-nodes N] [--kwok-config FILE]...
 #   hack/local-cluster.sh scheduler start [--scheduler-config FILE] | scheduler stop
 #   hack/local-cluster.sh down [--keep]
 #   hack/local-cluster.sh status
@@ -42,6 +42,7 @@ SERVICE_CIDR="10.96.0.0/16"
 SERVICE_FIRST_IP="10.96.0.1"
 POD_CIDR="10.244.0.1/16"
 KWOK_STAGES="${REPO_ROOT}/hack/kwok/stages.yaml"
+KWOK_EXTRA_CONFIGS=()  # up --kwok-config FILE: more kwok config files (Stages) after stages.yaml
 # Start order; down stops in reverse.
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kwok kube-scheduler prometheus)
 
@@ -332,7 +333,9 @@ start_controller_manager() {
 
 start_kwok() {
   [[ -f "${KWOK_STAGES}" ]] || die "missing ${KWOK_STAGES} (hack/tools/update-modules.sh kwok)"
-  start kwok "${BIN}/kwok" --kubeconfig "${KCFG}/kwok.kubeconfig" --config "${KWOK_STAGES}" \
+  local extra=() f
+  for f in "${KWOK_EXTRA_CONFIGS[@]}"; do extra+=(--config "${f}"); done
+  start kwok "${BIN}/kwok" --kubeconfig "${KCFG}/kwok.kubeconfig" --config "${KWOK_STAGES}" "${extra[@]}" \
     --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
     --node-lease-duration-seconds 40 --cidr "${POD_CIDR}" --node-ip 127.0.0.1 \
     --server-address "127.0.0.1:${KWOK_PORT}"
@@ -453,6 +456,7 @@ cmd_up() {
       --no-prometheus) want_prom=false ;;
       --prometheus-targets) prom_targets="$(realpath -m "${2:?--prometheus-targets needs a file}")"; shift ;;
       --fake-nodes) fake_nodes="${2:?--fake-nodes needs a number}"; shift ;;
+      --kwok-config) KWOK_EXTRA_CONFIGS+=("$(realpath "${2:?--kwok-config needs a file}")"); shift ;;
       *) die "up: unknown argument $1" ;;
     esac
     shift

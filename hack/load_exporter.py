@@ -6,6 +6,16 @@ on each node: every ``--refresh`` seconds it lists the nodes and pods, and a nod
 a small per-node base (stable, from a hash of its name) plus a share proportional to the cpu and
 memory its pods request. ``PUT /loads/<node>`` with ``{"cpu": 0.8}`` pins a value (tests).
 
+With ``--usage-annotations`` (opt-in; the dynamic replay, ``hack/replay_dynamic.py``) a node's load is
+instead what the living-cluster simulator says its pods use: each pod carries its usage model in the
+``rlsched.io/usage`` annotation (``rlsched.policy.dynamic.replay.usage_annotation``), and every refresh
+draws one scrape of it with the simulator's own ``UsageModel.instant`` (mean × a mean-one lognormal
+factor, clipped) and sums it per node — CPU and memory as fractions of the node's allocatable, GPU
+as a fraction of its cards. No base load; pods without the annotation count as idle. The node pages
+then also carry ``rlsched_node_utilization{resource="cpu"|"memory"|"gpu"}`` (unclipped: a pod may
+burst past its request) and ``rlsched_node_latency_sensitive_pods``, the series the replay reads its
+SLA measures from.
+
 It publishes, per node, at ``/nodes/<node>/metrics``, the node-exporter series the extender's
 default PromQL reads (``extender/settings.py`` ``DEFAULT_QUERIES``):
 
@@ -49,6 +59,7 @@ from aiohttp import web
 log = logging.getLogger("load_exporter")
 TARGETS_FILE = "rlsched-load-exporter.json"
 COLUMNS = ("cpu", "memory", "network", "disk")
+GPU_RESOURCE = "nvidia.com/gpu"
 LINK_BYTES_PER_S = 1.25e9  # one direction of 10 Gbit/s; the default query divides rx+tx by 2.5e9
 CPUS_EXPOSED = 2  # per-cpu series; the query averages them
 
@@ -83,6 +94,71 @@ def quantity(value: Any) -> float:
     return float(s)
 
 
+def pod_requests(pod: dict) -> tuple[float, float]:
+    """A pod's cpu (cores) and memory (bytes) requests, summed over its containers."""
+    cpu = mem = 0.0
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        req = (c.get("resources") or {}).get("requests") or {}
+        cpu += quantity(req.get("cpu", 0))
+        mem += quantity(req.get("memory", 0))
+    return cpu, mem
+
+
+def requested_per_node(pods: list[dict]) -> dict[str, list[float]]:
+    """node → [cpu cores, memory bytes] requested by the pods bound to it."""
+    used: dict[str, list[float]] = {}
+    for p in pods:
+        node = (p.get("spec") or {}).get("nodeName")
+        if not node:
+            continue
+        cpu, mem = pod_requests(p)
+        u = used.setdefault(node, [0.0, 0.0])
+        u[0] += cpu
+        u[1] += mem
+    return used
+
+
+def node_capacity(node: dict) -> tuple[float, float, float]:
+    """A node's allocatable cpu (cores), memory (bytes) and GPU (milli)."""
+    alloc = (node.get("status") or {}).get("allocatable") or {}
+    cores = max(quantity(alloc.get("cpu", "1")), 1e-3)
+    mem = max(quantity(alloc.get("memory", "1Gi")), 1.0)
+    return cores, mem, 1000.0 * quantity(alloc.get(GPU_RESOURCE, 0))
+
+
+def usage_per_node(nodes: list[dict], pods: list[dict], rng: Any) -> dict[str, dict[str, float]]:
+    """One scrape of the pods' annotated usage (``--usage-annotations``), summed per node: ``cpu`` and
+    ``memory`` as fractions of the node's allocatable, ``gpu`` of its cards (0 without cards), and
+    ``ls_pods``, the latency-sensitive pods on it. Every node in ``nodes`` gets an entry."""
+    import numpy as np
+
+    from rlsched.policy.dynamic.replay import USAGE_ANNOTATION, parse_usage_annotation, usage_from_annotations
+    from rlsched.policy.dynamic.usage import UsageModel
+
+    caps = {n["metadata"]["name"]: node_capacity(n) for n in nodes}
+    out = {name: {"cpu": 0.0, "memory": 0.0, "gpu": 0.0, "ls_pods": 0.0} for name in caps}
+    placed: list[tuple[str, float, float, dict]] = []
+    for p in pods:
+        node = (p.get("spec") or {}).get("nodeName")
+        ann = ((p.get("metadata") or {}).get("annotations") or {}).get(USAGE_ANNOTATION)
+        value = parse_usage_annotation(ann) if ann else None
+        if node in caps and value is not None:
+            placed.append((node, *pod_requests(p), value))
+    if not placed:
+        return out
+    usage = usage_from_annotations([v for *_, v in placed])
+    cpu_f, mem_f, gpu_f = UsageModel().instant(usage, np.arange(len(placed)), rng)
+    for k, (node, cpu, mem, value) in enumerate(placed):
+        cores, mem_cap, gpu_cap = caps[node]
+        entry = out[node]
+        entry["cpu"] += float(cpu_f[k]) * cpu / cores
+        entry["memory"] += float(mem_f[k]) * mem / mem_cap
+        if gpu_cap > 0:
+            entry["gpu"] += float(gpu_f[k]) * float(value.get("gpuMilli", 0)) / gpu_cap
+        entry["ls_pods"] += 1.0 if value.get("ls") else 0.0
+    return out
+
+
 def base_load(node: str, column: str) -> float:
     """A stable per-node background utilization, 0.03..0.18."""
     return 0.03 + 0.15 * (zlib.crc32(f"{column}/{node}".encode()) % 1000) / 1000
@@ -94,6 +170,8 @@ class NodeLoad:
     memory_bytes: float
     util: dict[str, float]
     pinned: dict[str, float] = field(default_factory=dict)
+    gauges: dict[str, float] = field(default_factory=dict)
+    """``--usage-annotations`` only: unclipped cpu, memory and gpu utilization and ``ls_pods``."""
     counters: dict[str, float] = field(
         default_factory=lambda: {"idle": 0.0, "user": 0.0, "system": 0.0, "rx": 0.0, "tx": 0.0, "lo": 0.0, "disk": 0.0}
     )
@@ -127,6 +205,11 @@ class Exporter:
         self.last_error: str | None = None
         self.api: Any = None
         self.targets_written: tuple[str, ...] = ()
+        self.rng: Any = None
+        if args.usage_annotations:
+            import numpy as np
+
+            self.rng = np.random.default_rng(args.usage_seed)
 
     # -- Kubernetes ----------------------------------------------------------------------------------
     def connect(self) -> None:
@@ -136,53 +219,52 @@ class Exporter:
         kubernetes.config.load_kube_config(config_file=self.args.kubeconfig, client_configuration=cfg)
         self.api = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(cfg))
 
-    def fetch(self) -> tuple[list[dict], dict[str, list[float]]]:
-        """List nodes and pods (blocking: runs in a thread); the cpu and memory requested per node."""
+    def fetch(self) -> tuple[list[dict], list[dict]]:
+        """List nodes and the pods that are not finished (blocking: runs in a thread)."""
         nodes = self.api.list_node(label_selector=self.args.node_selector or None, _preload_content=False)
         nodes = json.loads(nodes.data)["items"]
         pods = self.api.list_pod_for_all_namespaces(
             field_selector="status.phase!=Succeeded,status.phase!=Failed", _preload_content=False
         )
         pods = json.loads(pods.data)["items"]
-        used: dict[str, list[float]] = {}
-        for p in pods:
-            node = (p.get("spec") or {}).get("nodeName")
-            if not node:
-                continue
-            cpu = mem = 0.0
-            for c in p["spec"].get("containers") or []:
-                req = (c.get("resources") or {}).get("requests") or {}
-                cpu += quantity(req.get("cpu", 0))
-                mem += quantity(req.get("memory", 0))
-            u = used.setdefault(node, [0.0, 0.0])
-            u[0] += cpu
-            u[1] += mem
-        return nodes, used
+        return nodes, pods
 
-    def apply(self, nodes: list[dict], used: dict[str, list[float]]) -> None:
+    def apply(self, nodes: list[dict], pods: list[dict]) -> None:
         """Recompute every node's utilization (on the event loop, like the scrapes)."""
         now = time.time()
         seen = set()
+        used = requested_per_node(pods)
+        usage = usage_per_node(nodes, pods, self.rng) if self.rng is not None else {}
         for n in nodes:
             name = n["metadata"]["name"]
             seen.add(name)
-            alloc = (n.get("status") or {}).get("allocatable") or {}
-            cores = max(quantity(alloc.get("cpu", "1")), 1e-3)
-            mem = max(quantity(alloc.get("memory", "1Gi")), 1.0)
-            cpu_used, mem_used = used.get(name, (0.0, 0.0))
-            cpu_frac, mem_frac = min(cpu_used / cores, 1.0), min(mem_used / mem, 1.0)
-            util = {
-                "cpu": min(1.0, base_load(name, "cpu") + 0.7 * cpu_frac),
-                "memory": min(1.0, base_load(name, "memory") + 0.75 * mem_frac),
-                "network": min(1.0, base_load(name, "network") * 0.5 + 0.3 * cpu_frac),
-                "disk": min(1.0, base_load(name, "disk") + 0.2 * cpu_frac),
-            }
+            cores, mem, _ = node_capacity(n)
+            gauges: dict[str, float] = {}
+            if self.rng is not None:
+                gauges = usage[name]
+                cpu_frac = min(gauges["cpu"], 1.0)
+                util = {
+                    "cpu": cpu_frac,
+                    "memory": min(gauges["memory"], 1.0),
+                    "network": min(1.0, 0.3 * cpu_frac),
+                    "disk": min(1.0, 0.2 * cpu_frac),
+                }
+            else:
+                cpu_used, mem_used = used.get(name, (0.0, 0.0))
+                cpu_frac, mem_frac = min(cpu_used / cores, 1.0), min(mem_used / mem, 1.0)
+                util = {
+                    "cpu": min(1.0, base_load(name, "cpu") + 0.7 * cpu_frac),
+                    "memory": min(1.0, base_load(name, "memory") + 0.75 * mem_frac),
+                    "network": min(1.0, base_load(name, "network") * 0.5 + 0.3 * cpu_frac),
+                    "disk": min(1.0, base_load(name, "disk") + 0.2 * cpu_frac),
+                }
             entry = self.nodes.get(name)
             if entry is None:
                 entry = self.nodes[name] = NodeLoad(cores, mem, util)
             else:
                 entry.advance(now)
                 entry.cpu_cores, entry.memory_bytes, entry.util = cores, mem, util
+            entry.gauges = gauges
             entry.pinned = self.pins.get(name, {})
         for gone in set(self.nodes) - seen:
             del self.nodes[gone]
@@ -268,8 +350,18 @@ class Exporter:
             "# HELP node_disk_io_time_seconds_total Total seconds spent doing I/Os.",
             "# TYPE node_disk_io_time_seconds_total counter",
             f'node_disk_io_time_seconds_total{{device="nvme0n1"}} {c["disk"]:.6f}',
-            "",
         ]
+        if entry.gauges:
+            g = entry.gauges
+            lines += [
+                "# HELP rlsched_node_utilization The pods' drawn usage on this node (fraction of capacity).",
+                "# TYPE rlsched_node_utilization gauge",
+                *(f'rlsched_node_utilization{{resource="{r}"}} {g[r]:.6f}' for r in ("cpu", "memory", "gpu")),
+                "# HELP rlsched_node_latency_sensitive_pods Latency-sensitive pods on this node.",
+                "# TYPE rlsched_node_latency_sensitive_pods gauge",
+                f"rlsched_node_latency_sensitive_pods {g['ls_pods']:.0f}",
+            ]
+        lines.append("")
         return web.Response(
             text="\n".join(lines),
             content_type="text/plain",
@@ -352,6 +444,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--refresh", type=float, default=5.0, help="seconds between lists of nodes and pods")
     ap.add_argument("--node-selector", help="label selector of the nodes to cover (default: all)")
     ap.add_argument("--targets-dir", help="Prometheus file_sd folder to register the per-node targets in")
+    ap.add_argument(
+        "--usage-annotations",
+        action="store_true",
+        help="load = the pods' annotated usage model (rlsched.io/usage, the dynamic replay) instead of requests",
+    )
+    ap.add_argument("--usage-seed", type=int, default=0, help="seed of the scrape-to-scrape usage draws")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not args.kubeconfig:

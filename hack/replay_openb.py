@@ -152,6 +152,83 @@ def prefix_until(sequence: Sequence[PodSpec], capacity: int, until_pct: int) -> 
 # -- the real stack ----------------------------------------------------------------------------------
 
 
+class ReplayCluster:
+    """The control plane a replay runs on: a fresh ``hack/local-cluster.sh up UP_ARGS`` in a temporary
+    folder (torn down by :meth:`close` unless ``keep``), or the running one in ``cluster_dir``."""
+
+    def __init__(self, cluster_dir: str | None, keep: bool = False, up_args: Sequence[str] = ()) -> None:
+        self.own = cluster_dir is None
+        self.keep = keep
+        self.state_dir = Path(cluster_dir or tempfile.mkdtemp(prefix="rlsched-replay-"))
+        self.env = {k: v for k, v in os.environ.items() if not (k.startswith("RLSCHED_") and k.endswith("_PORT"))}
+        self.env["RLSCHED_CLUSTER_DIR"] = str(self.state_dir)
+        self.script = str(REPO_ROOT / "hack" / "local-cluster.sh")
+        if self.own:
+            log(f"starting a cluster in {self.state_dir}")
+            try:
+                subprocess.run([self.script, "up", *up_args], env=self.env, check=True, stdout=subprocess.DEVNULL)
+            except BaseException:
+                self.close()
+                raise
+        self.cluster = rlstack.LocalCluster(self.state_dir.resolve())
+
+    def close(self) -> None:
+        if self.own and not self.keep:
+            subprocess.run(
+                [self.script, "down"], env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False
+            )
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+def start_scheduling(
+    cluster: Any,
+    extender: Any,
+    scheduler: Any,
+    policy: str,
+    seed: int,
+    typical: TypicalPods,
+    model: str | None,
+    ring_size: int,
+    prometheus_url: str | None = None,
+) -> dict[str, Any]:
+    """Our extender (``policy`` as the fallback, or ``model``; tie-break seed ``seed``; the trace's typical
+    pods) and kube-scheduler's ``rl-scheduler`` profile pointed at it. Returns the extender's status."""
+    tp = cluster.stack_dir / "typical.json"
+    cluster.stack_dir.mkdir(parents=True, exist_ok=True)
+    tp.write_text(json.dumps({"typicalPods": typical.to_json()}))
+    extender.start_with(
+        model=model,
+        prometheus_url=prometheus_url,
+        settings={
+            "policy": {"fallback": policy, "seed": seed, "typicalPodsPath": str(tp), "topK": 1},
+            "log": {"level": "WARNING"},
+            "decisionRingSize": ring_size,
+        },
+    )
+    scheduler.start_with(
+        rlstack.rl_scheduler_config(cluster, extender.url, leader_elect=False, qps=1000, burst=1000), verbosity=1
+    )
+    status: dict[str, Any] = extender.status()
+    return status
+
+
+def create_openb_nodes(cluster: Any, nodes: Sequence[NodeSpec], labels: dict[str, str] | None = None) -> None:
+    """The openb nodes as kwok nodes (DNS names from :func:`rlstack.k8s_name`), waited for until Ready."""
+    kwok_nodes = [
+        rlstack.kwok_node(
+            rlstack.k8s_name(nd.name),
+            nd.cpu_milli,
+            nd.memory_mib,
+            nd.gpu_count,
+            nd.gpu_model,
+            labels=labels or {"replay": "1"},
+        )
+        for nd in nodes
+    ]
+    took = rlstack.create_nodes(cluster, kwok_nodes)
+    log(f"{len(kwok_nodes)} kwok nodes Ready in {took:.0f}s")
+
+
 async def replay(
     cluster: Any, sequence: Sequence[PodSpec], scheduler_name: str, timeout_s: float
 ) -> tuple[list[Outcome], list[float]]:
@@ -303,17 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     # The real stack.
-    own = args.cluster_dir is None
-    state_dir = Path(args.cluster_dir or tempfile.mkdtemp(prefix="rlsched-replay-"))
-    env = {k: v for k, v in os.environ.items() if not (k.startswith("RLSCHED_") and k.endswith("_PORT"))}
-    env["RLSCHED_CLUSTER_DIR"] = str(state_dir)
-    script = str(REPO_ROOT / "hack" / "local-cluster.sh")
-    if own:
-        log(f"starting a cluster in {state_dir}")
-        subprocess.run(
-            [script, "up", "--no-scheduler", "--no-prometheus"], env=env, check=True, stdout=subprocess.DEVNULL
-        )
-    cluster = rlstack.LocalCluster(state_dir.resolve())
+    session = ReplayCluster(args.cluster_dir, keep=args.keep, up_args=("--no-scheduler", "--no-prometheus"))
+    cluster = session.cluster
     extender = rlstack.Extender(cluster, "replay-extender")
     scheduler = rlstack.KubeScheduler(cluster, "replay-kube-scheduler")
     result: dict[str, Any] = {
@@ -327,35 +395,11 @@ def main(argv: list[str] | None = None) -> int:
         "until": args.until,
     }
     try:
-        kwok_nodes = [
-            rlstack.kwok_node(
-                rlstack.k8s_name(nd.name),
-                nd.cpu_milli,
-                nd.memory_mib,
-                nd.gpu_count,
-                nd.gpu_model,
-                labels={"replay": "1"},
-            )
-            for nd in nodes
-        ]
-        took = rlstack.create_nodes(cluster, kwok_nodes)
-        log(f"{len(kwok_nodes)} kwok nodes Ready in {took:.0f}s")
+        create_openb_nodes(cluster, nodes)
         rlstack.ensure_namespace(cluster, NS)
-        tp = cluster.stack_dir / "typical.json"
-        cluster.stack_dir.mkdir(parents=True, exist_ok=True)
-        tp.write_text(json.dumps({"typicalPods": typical.to_json()}))
-        extender.start_with(
-            model=args.model,
-            settings={
-                "policy": {"fallback": args.policy, "seed": args.seed, "typicalPodsPath": str(tp), "topK": 1},
-                "log": {"level": "WARNING"},
-                "decisionRingSize": 4 * len(sequence) + 64,
-            },
+        status = start_scheduling(
+            cluster, extender, scheduler, args.policy, args.seed, typical, args.model, ring_size=4 * len(sequence) + 64
         )
-        scheduler.start_with(
-            rlstack.rl_scheduler_config(cluster, extender.url, leader_elect=False, qps=1000, burst=1000), verbosity=1
-        )
-        status = extender.status()
         result["served"] = rlstack.describe_policy(status)
         log(f"extender serves: {result['served']}; typical pods: {status['policy']['typicalPods']}")
         t0 = time.monotonic()
@@ -390,9 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         scheduler.stop()
         extender.stop()
-        if own and not args.keep:
-            subprocess.run([script, "down"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            shutil.rmtree(state_dir, ignore_errors=True)
+        session.close()
 
     k8s = {rlstack.k8s_name(nd.name): nd.name for nd in nodes}
     real = [None if o is None else (k8s[o[0]], tuple(o[1])) for o in real]

@@ -108,6 +108,19 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
 
 
+LOCAL_RATE_WINDOW_S = 30
+"""Rate window of the local stack's load queries. The local Prometheus scrapes every 5 s, so 30 s holds
+six scrapes; a new node's cpu, network and disk rates are then right after 30 s instead of after the
+default queries' 2 minutes (Prometheus divides a young series' increase by the whole window)."""
+
+
+def local_load_queries() -> dict[str, str]:
+    """The extender's default PromQL with :data:`LOCAL_RATE_WINDOW_S` rate windows."""
+    from rlsched.extender.settings import DEFAULT_QUERIES
+
+    return {k: v.replace("[2m]", f"[{LOCAL_RATE_WINDOW_S}s]") for k, v in DEFAULT_QUERIES.items()}
+
+
 def bundled_model() -> Path | None:
     """The packaged PPO model if the trainer has shipped one (policy/models/), else None."""
     try:
@@ -768,7 +781,9 @@ class LoadExporter(Proc):
         refresh_s: float = 2.0,
         targets_dir: Path | None = None,
         timeout: float = 60,
+        extra: Sequence[str] = (),
     ) -> None:
+        """Start and wait for /healthz. ``extra``: more arguments (``--usage-annotations``)."""
         self.port = port or free_port()
         argv = [
             sys.executable,
@@ -785,6 +800,7 @@ class LoadExporter(Proc):
             argv += ["--targets-dir", str(tdir)]
         if node_selector:
             argv += ["--node-selector", node_selector]
+        argv += list(extra)
         self.start(argv, cwd=REPO_ROOT)
         try:
             wait_for(
@@ -1275,7 +1291,7 @@ class Stack:
         if not self.extender.alive():
             settings: dict[str, Any] = {"policyPollS": 1.0}
             if prom:
-                settings["prometheus"] = {"intervalS": 5.0}
+                settings["prometheus"] = {"intervalS": 5.0, "queries": local_load_queries()}
             settings.update(extender_settings or {})
             self.extender.start_with(model=model, policy_file=policy_file, prometheus_url=prom, settings=settings)
             log(f"extender: pid {self.extender.pid}, verbs {self.extender.url}, status {self.extender.status_url}")
@@ -1334,6 +1350,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     up.add_argument("--exporter-selector", help="label selector of the nodes the exporter covers")
     up.add_argument("--no-leader-elect", action="store_true", help="no lease (one replica)")
+    up.add_argument(
+        "--explain-load",
+        action="store_true",
+        help="the extender's explainLoad: record, per decision, the node it picks with load unknown",
+    )
     sub.add_parser("down", help="stop what up started")
     sub.add_parser("status", help="what runs")
     args = ap.parse_args(argv)
@@ -1348,6 +1369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             load_exporter=args.load_exporter,
             exporter_selector=args.exporter_selector,
             leader_elect=not args.no_leader_elect,
+            extender_settings={"explainLoad": True} if args.explain_load else None,
         )
         print("\n".join(stack.status_lines()))
     elif args.cmd == "down":

@@ -287,12 +287,16 @@ def run_dynamic(
     typical: TypicalPods,
     settings: DynamicSettings | None = None,
     policy_name: str | None = None,
+    tiebreak: TieBreak | None = None,
 ) -> DynamicResult:
-    """One living-cluster run of ``scorer`` on ``seed`` (see the module docstring)."""
+    """One living-cluster run of ``scorer`` on ``seed`` (see the module docstring). ``tiebreak``
+    replaces the seeded tie-break (the real-stack replay uses the extender's, ``TieBreak.by_name``)."""
     start = time.perf_counter()
     cluster = LivingCluster(
         nodes, pods, seed, typical, settings or DynamicSettings(), scorer.name if policy_name is None else policy_name
     )
+    if tiebreak is not None:
+        cluster.tiebreak = tiebreak
     hook = getattr(scorer, "verdict", None)
     for i in cluster.decisions():
         req = cluster.request(i)

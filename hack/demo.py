@@ -3,14 +3,17 @@
 
 On the local cluster (``$RLSCHED_CLUSTER_DIR``, default ``.cache/cluster``) with the stack of
 ``hack/rlstack.py`` running: creates 8 kwok GPU nodes of three card models, applies the
-SchedulingPolicy the operator serves (the bundled model when installed, else the FGD heuristic),
-waits (at most ``$RLSCHED_DEMO_LOAD_WAIT_S``, default 90 s) until the extender has fresh node load
-from Prometheus for the demo nodes (the load exporter's series need a scrape or two; past the limit
-it says plainly that the pods are placed without load), submits ~20 pods — whole cards, shares of a
-card (by resource and by annotation), a model-constrained pod, CPU-only pods, two that cannot fit,
-one for the default scheduler — waits, and prints where each pod went with its cards, why the others
-did not, the GPU allocation per node and cluster-wide, and the node load the extender had when it
-placed them (per load column, and for one pod the load it saw on the node it chose).
+SchedulingPolicy the operator serves (the bundled living-cluster model, trained with live node load,
+when installed; else the FGD heuristic), makes one node hot (the load exporter publishes 95 % CPU for
+it: a noisy neighbour), waits (at most ``$RLSCHED_DEMO_LOAD_WAIT_S``, default 90 s) until the
+extender has fresh node load from Prometheus for the demo nodes (the load exporter's series need a
+scrape or two; past the limit it says plainly that the pods are placed without load), submits ~20
+pods — whole cards, shares of a card (by resource and by annotation), a model-constrained pod,
+CPU-only pods, two that cannot fit, one for the default scheduler — waits, and prints where each pod
+went with its cards, why the others did not, the GPU allocation per node and cluster-wide, the node
+load the extender had when it placed them (per load column, and for one pod the load it saw on the
+node it chose), and the decisions where load changed the choice (the extender's ``explainLoad``
+decides each pod a second time with load unknown).
 Idempotent: a second run replaces the demo's pods.
 """
 
@@ -66,6 +69,8 @@ PODS: list[tuple[str, int, int, int, int, tuple[str, ...], str, bool]] = [
     ("web-default-sched", 1000, 2048, 0, 0, (), "default-scheduler", False),
 ]
 UNFIT = {"too-big-16gpu", "h100-only"}
+HOT_NODE, HOT_CPU = "demo-v100-0", 0.95
+"""The node the demo makes hot, and the CPU utilization the load exporter publishes for it."""
 LOAD_WAIT_S = float(os.environ.get("RLSCHED_DEMO_LOAD_WAIT_S", "90"))
 """How long to wait for the extender's first fresh node load before submitting the pods."""
 
@@ -74,8 +79,18 @@ def log(msg: str) -> None:
     print(f"[demo {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def served_model() -> Path | None:
+    """The bundled living-cluster model (trained with live node load, so load can change its
+    choice), else the bundled default model, else None (the FGD heuristic serves)."""
+    default = rlstack.bundled_model()
+    if default is None:
+        return None
+    living = default.parent / "ppo-openb-dynamic.npz"
+    return living if living.is_file() else default
+
+
 def apply_policy(cluster: Any) -> dict:
-    model = rlstack.bundled_model()
+    model = served_model()
     spec: dict[str, Any] = {"mode": "active", "fallback": "fgd", "topK": 1}
     if model is not None:
         spec["model"] = {"path": str(model)}
@@ -109,6 +124,7 @@ def main() -> int:
         return 1
 
     log(f"creating {len(NODES)} kwok GPU nodes (V100M16, T4, A100)")
+    created = time.monotonic()  # the nodes' load series start about now
     rlstack.create_nodes(
         cluster,
         [rlstack.kwok_node(n, cpu, mem, cards, model, labels={LABEL: "1"}) for n, cpu, mem, cards, model in NODES],
@@ -152,7 +168,11 @@ def main() -> int:
     if gone.stdout.strip():
         time.sleep(2.5)  # the load exporter's next refresh (every 2 s) no longer counts them
 
-    load_wait = wait_for_load(stack, LOAD_WAIT_S)
+    if stack.exporter.alive():
+        stack.exporter.pin(HOT_NODE, cpu=HOT_CPU)
+        log(f"{HOT_NODE} made hot: the load exporter publishes {HOT_CPU:.0%} CPU for it (a noisy neighbour)")
+    # Prometheus finds a new node's target on its next file_sd refresh and scrape (~10 s here)
+    load_wait = wait_for_load(stack, LOAD_WAIT_S, settled_at=created + rlstack.LOCAL_RATE_WINDOW_S + 15)
     log(f"submitting {len(PODS)} pods")
     for name, cpu, mem, cards, milli, models, scheduler, annot in PODS:
         body = rlstack.pod_manifest(
@@ -210,10 +230,10 @@ def fresh_counts(columns: dict[str, dict]) -> str:
     )
 
 
-def wait_for_load(stack: Any, timeout: float) -> LoadWait:
+def wait_for_load(stack: Any, timeout: float, settled_at: float = 0.0) -> LoadWait:
     """:func:`await_load`, with what the load exporter publishes at the end (the truth the extender's
     values can be compared with)."""
-    out = await_load(stack, timeout)
+    out = await_load(stack, timeout, settled_at)
     try:
         out.published = stack.exporter.loads() if stack.exporter.alive() else {}
     except Exception:  # noqa: BLE001 - an optional detail of the report
@@ -221,10 +241,12 @@ def wait_for_load(stack: Any, timeout: float) -> LoadWait:
     return out
 
 
-def await_load(stack: Any, timeout: float) -> LoadWait:
+def await_load(stack: Any, timeout: float, settled_at: float = 0.0) -> LoadWait:
     """Wait until the extender's /status reports fresh load for every demo node in every configured
     column (the exporter's series must be scraped by Prometheus, rates need two scrapes, and the
-    extender polls Prometheus every few seconds). Progress on stderr; never silent when it gives up."""
+    extender polls Prometheus every few seconds), and until ``settled_at`` (``time.monotonic()``; the
+    nodes' series then span a whole rate window, so rates read true). Progress on stderr; never silent
+    when it gives up."""
     start = time.monotonic()
     columns = (stack.extender.status().get("load") or {}).get("columns")
     if columns is None:
@@ -242,8 +264,14 @@ def await_load(stack: Any, timeout: float) -> LoadWait:
         configured = [c for c in columns.values() if c["configured"]]
         waited = time.monotonic() - start
         if configured and all(c["freshNodes"] >= len(NODES) for c in configured):
-            log(f"node load known after {waited:.0f} s: {fresh_counts(columns)} demo nodes fresh")
-            return LoadWait(columns, waited, True)
+            if time.monotonic() >= settled_at or waited >= timeout:
+                log(f"node load known after {waited:.0f} s: {fresh_counts(columns)} demo nodes fresh")
+                return LoadWait(columns, waited, True)
+            if last_line != "settling":
+                log(f"  {waited:3.0f} s: every demo node fresh; waiting for their rates to span a whole window")
+                last_line = "settling"
+            time.sleep(1)
+            continue
         line = fresh_counts(columns)
         if waited >= timeout:
             if any(c["freshNodes"] for c in configured):
@@ -430,26 +458,52 @@ def report_load(cluster: Any, stack: Any, status: dict, pods: dict[str, dict], l
             text += f"; the load exporter published {fmt_load(truth)} for it before the pods."
         age = node_ages(cluster, float(rec["time"])).get(node)
         rates = [k for k in ("cpu", "network", "disk") if ld.get(k) is not None]
-        if age is not None and age < 130 and rates:
+        window = rlstack.LOCAL_RATE_WINDOW_S
+        if age is not None and age < window + 10 and rates:
             text += (
-                f" Memory, a gauge, is right from the first scrape; {', '.join(rates)} are rates over 2 minutes, "
-                f"and this node's series were {age:.0f} s old: until 2 minutes are scraped, Prometheus reads cpu "
+                f" Memory, a gauge, is right from the first scrape; {', '.join(rates)} are rates over {window} s, "
+                f"and this node's series were {age:.0f} s old: until {window} s are scraped, Prometheus reads cpu "
                 "too high and network and disk too low (docs/e2e.md)."
             )
         print(prose(text, "  ", "       "))
-    pol = status.get("policy") or {}
-    if (pol.get("model") or {}).get("loaded") and pol.get("mode") == "active":
-        why = (
-            "the served policy is not load-aware: the bundled model was trained with node load unknown "
-            "(its load inputs were always 0), so it reads live load with untrained weights"
+    report_load_choices(records, load_wait)
+
+
+def report_load_choices(records: dict[str, dict], load_wait: LoadWait) -> None:
+    """The decisions where load changed the choice: the extender's ``explainLoad`` decided each pod a
+    second time with load unknown (``withoutLoad`` in its record)."""
+    explained = {name: r["withoutLoad"] for name, r in records.items() if "node" in (r.get("withoutLoad") or {})}
+    if not explained:
+        print(
+            prose(
+                "No placement was explained: the extender decides a pod a second time without load only "
+                "while load is known and explainLoad is on (hack/rlstack.py up --explain-load)."
+            )
         )
-    elif pol.get("fallback") in ("fgd", "fgd-cpu"):
-        why = f"the {pol.get('fallback')} heuristic that serves scores no load"
-    else:
-        why = f"whether {pol.get('fallback')} uses it is its own matter"
-    reached = any(v is not None for *_, ld in seen for v in ld.values())
-    lead = "Load reached the scheduler, but" if reached else "No load reached these placements; and even with it,"
-    print(prose(f"{lead} {why}. Policies trained with load: docs/dynamic.md."))
+        return
+    changed = {name: w for name, w in explained.items() if w["changed"]}
+    print(
+        f"Where load changed the choice (explainLoad: each pod decided again with load unknown): "
+        f"{len(changed)} of {len(explained)} placements"
+    )
+
+    def cpu(node: str | None) -> str:
+        value = (load_wait.published.get(node or "") or {}).get("cpu")
+        return "" if value is None else f" (cpu {100 * value:.0f} %)"
+
+    for name, w in sorted(changed.items()):
+        node = records[name]["node"]
+        print(f"  {name} -> {node}{cpu(node)}; with load unknown it would have gone to {w['node']}{cpu(w['node'])}")
+    if not changed:
+        print(
+            prose(
+                "  Load did not change any of these choices: the served policy ranked the same node first with "
+                "and without it (a model trained without load, or a heuristic that scores no load, never will).",
+                "",
+                "  ",
+            )
+        )
+    print(prose("Policies trained with load, and what load buys at cluster scale: docs/dynamic.md."))
 
 
 if __name__ == "__main__":

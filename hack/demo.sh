@@ -64,7 +64,8 @@ up() {
   hack/local-cluster.sh up >/dev/null
 
   log "extender, kube-scheduler (profile rl-scheduler), operator, load exporter"
-  "${VENV_PY}" hack/rlstack.py up --operator rlsched-demo --load-exporter --exporter-selector rlsched.io/demo=1
+  "${VENV_PY}" hack/rlstack.py up --operator rlsched-demo --load-exporter --exporter-selector rlsched.io/demo=1 \
+    --explain-load
 
   log "workload"
   "${VENV_PY}" hack/demo.py

@@ -21,6 +21,7 @@ mean wait ÷ ``latency_scale_s`` and the others the fractions above; β and the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +62,19 @@ class ObjectiveWeights:
     def __post_init__(self) -> None:
         if not 0 <= self.beta <= 1 or self.sla < 0 or self.stranded < 0 or self.latency_scale_s <= 0:
             raise ValueError("need 0 <= beta <= 1, non-negative weights and a positive latency scale")
+
+
+def objective_of(measures: Mapping[str, Any], weights: ObjectiveWeights) -> float:
+    """The objective of one run's measures (:meth:`DynamicResult.summary`, or a run of the JSON that
+    ``rlsched evaluate --mode dynamic`` writes): −(β·latency + (1−β)·cost + w_sla·SLA +
+    w_stranded·stranded), higher is better."""
+    latency = float(measures["wait_mean_s"]) / weights.latency_scale_s
+    return -(
+        weights.beta * latency
+        + (1 - weights.beta) * float(measures["cost_pct"]) / 100
+        + weights.sla * float(measures["sla_hot_node_pct"]) / 100
+        + weights.stranded * float(measures["stranded_gpu_pct"]) / 100
+    )
 
 
 @dataclass
@@ -162,13 +176,7 @@ class DynamicResult:
 
     def objective(self, weights: ObjectiveWeights) -> float:
         """−(β·latency + (1−β)·cost + w_sla·SLA + w_stranded·stranded); higher is better."""
-        latency = self.wait_mean_s / weights.latency_scale_s
-        return -(
-            weights.beta * latency
-            + (1 - weights.beta) * self.cost_pct / 100
-            + weights.sla * self.sla_hot_node_pct / 100
-            + weights.stranded * self.stranded_gpu_pct / 100
-        )
+        return objective_of(self.__dict__, weights)
 
     def summary(self) -> dict[str, Any]:
         """The public fields, rounded, for JSON."""

@@ -83,3 +83,35 @@ def test_no_prometheus_is_said_too(demo: Any, capsys: pytest.CaptureFixture[str]
     out = demo.wait_for_load(FakeStack([None]), 90)
     assert out.columns is None and not out.known
     assert "reads no Prometheus" in capsys.readouterr().err
+
+
+def test_fresh_load_waits_for_a_full_rate_window(demo: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    """Every node fresh is not enough while the series are younger than the rate window: young rates
+    read wrong (docs/e2e.md). The demo waits until ``settled_at``, logging it once."""
+    clock = iter(float(t) for t in range(1000))
+    monkeypatch.setattr(demo.time, "monotonic", lambda: next(clock))
+    out = demo.wait_for_load(FakeStack([columns(8)]), 90, settled_at=6.0)
+    assert out.known and out.waited_s >= 5
+    assert capsys.readouterr().err.count("waiting for their rates to span a whole window") == 1
+    # past the limit, fresh but young load is used as it is
+    clock = iter(float(t) for t in range(1000))
+    assert demo.wait_for_load(FakeStack([columns(8)]), 3, settled_at=500.0).known
+
+
+def test_the_report_lists_the_placements_load_changed(demo: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    records = {
+        "train": {"node": "demo-v100-1", "withoutLoad": {"node": "demo-v100-0", "changed": True}},
+        "infer": {"node": "demo-a100-0", "withoutLoad": {"node": "demo-a100-0", "changed": False}},
+        "etl": {"node": "demo-t4-0"},  # decided while load was unknown: not explained
+    }
+    wait = demo.LoadWait(columns(8), 10.0, True)
+    wait.published = {"demo-v100-0": {"cpu": 0.95}, "demo-v100-1": {"cpu": 0.1}}
+    demo.report_load_choices(records, wait)
+    out = capsys.readouterr().out
+    assert "1 of 2 placements" in out
+    assert "train -> demo-v100-1 (cpu 10 %); with load unknown it would have gone to demo-v100-0 (cpu 95 %)" in out
+    assert "infer ->" not in out
+    demo.report_load_choices({"infer": records["infer"]}, wait)
+    assert "Load did not change any of these choices" in capsys.readouterr().out
+    demo.report_load_choices({"etl": records["etl"]}, wait)
+    assert "No placement was explained" in capsys.readouterr().out

@@ -340,7 +340,8 @@ class Extender:
     ) -> dict[str, Any]:
         scheduler = self.settings.kubernetes.scheduler_name
         if verdict.action == "delay":
-            why = f"delayed by policy {scheduler} (retry in {verdict.retry_after_s:.0f}s)" + (
+            until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock() + verdict.retry_after_s))
+            why = f"delayed by policy {scheduler} until {until} (retry in {verdict.retry_after_s:.0f}s)" + (
                 f": {verdict.reason}" if verdict.reason else ""
             )
             failed = {n: why for n in args.node_names}

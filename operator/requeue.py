@@ -145,11 +145,22 @@ class Requeuer:
         if done >= self.settings.max_attempts:
             self._give_up(uid, namespace, name, done)
             return
-        due = self.clock() + self.backoff(done, retry_after_s)
+        wait = self.backoff(done, retry_after_s)
+        due = self.clock() + wait
         self._due[uid] = (due, namespace, name)
         heapq.heappush(self._heap, (due, uid))
         self._wake.set()
-        log.debug("pod %s/%s delayed: requeue %d in %.1fs", namespace, name, done + 1, due - self.clock())
+        log.debug("pod %s/%s delayed: requeue %d in %.1fs", namespace, name, done + 1, wait)
+        until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.wall() + wait))
+        self._post(
+            uid,
+            namespace,
+            name,
+            "Normal",
+            "DelayedByPolicy",
+            f"the scheduling policy delayed this pod; rlsched operator requeues it at {until} "
+            f"(in {wait:.0f}s; requeue {done + 1} of {self.settings.max_attempts})",
+        )
 
     def sweep(self) -> int:
         """Schedule pending pods whose condition says "delayed" but that nothing scheduled."""
@@ -241,8 +252,16 @@ class Requeuer:
             f"(requeue.maxAttempts={self.settings.max_attempts}); kube-scheduler still retries it every 5 minutes"
         )
         log.warning("pod %s/%s: %s", namespace, name, message, extra={"event": "requeue_gave_up"})
+        self._post(uid, namespace, name, "Warning", "RequeueGaveUp", message)
+
+    def _post(self, uid: str, namespace: str, name: str, kind: str, reason: str, message: str) -> None:
+        """An event on the pod, in the background (best effort: its failure is the event sink's to log)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # called outside the operator's loop (tests): nothing to post on
+            return
         ref = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid}
-        task = asyncio.get_running_loop().create_task(self.event(ref, "Warning", "RequeueGaveUp", message))
+        task = loop.create_task(self.event(ref, kind, reason, message))
         task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
 
     def wake(self) -> None:

@@ -18,6 +18,7 @@ import base64
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -526,11 +527,22 @@ def test_delayed_pod_is_requeued_and_placed(stack: Stack) -> None:
     wait_for(lambda: stack.pod("delayed").spec.node_name, 90, "the delayed pod to be bound")
     pod = stack.pod("delayed")
     attempts = int(pod.metadata.annotations.get("rlsched.io/requeue-attempt", "0"))
-    reasons = [e["reason"] for e in stack.events("delayed", "Pod")]
+    events = stack.events("delayed", "Pod")
+    reasons = [e["reason"] for e in events]
+    scheduler = [r for r in reasons if r in ("FailedScheduling", "Scheduled")]
     # Three delays: kube-scheduler retries the first by itself (its own status update); the
     # identical later ones only come back because the operator bumped the annotation.
-    assert reasons.count("FailedScheduling") == 3 and reasons[-1] == "Scheduled", reasons
+    assert scheduler.count("FailedScheduling") == 3 and scheduler[-1] == "Scheduled", reasons
     assert attempts >= 1, "the operator never requeued the pod"
+    # Why and until when: the policy's reason with an absolute time in kube-scheduler's events, and
+    # the operator's own event for each requeue it schedules.
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
+    failed = [e["message"] for e in events if e["reason"] == "FailedScheduling"]
+    assert all(re.search(rf"delayed by policy rl-scheduler until {stamp} \(retry in \d+s\)", m) for m in failed), failed
+    requeues = [e["message"] for e in events if e["reason"] == "DelayedByPolicy"]
+    assert requeues and all(re.search(rf"requeues it at {stamp} \(in \d+s; requeue \d+ of", m) for m in requeues), (
+        requeues
+    )
     assert f"requeued delayed pod {NS}/delayed" in stack.log()
 
 

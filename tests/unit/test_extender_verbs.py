@@ -442,6 +442,7 @@ async def test_shadow_mode_serves_the_heuristic_and_logs_the_policy(tmp_path) ->
 
 async def test_delay_and_reject_verdicts(tmp_path) -> None:
     h = harness(model_path=model_file(tmp_path, verdict="delay"))
+    h.extender.clock = lambda: 1_795_000_000.0  # 2026-11-18T11:06:40Z
     pod = make_pod("p", gpus=1)
     async with TestClient(TestServer(h.app())) as c:
         _, body = await call(c, "filter", {"Pod": pod, "NodeNames": NAMES})
@@ -450,7 +451,9 @@ async def test_delay_and_reject_verdicts(tmp_path) -> None:
             and set(body["FailedNodes"]) == set(NAMES)
             and not body["FailedAndUnresolvableNodes"]
         )
-        assert body["FailedNodes"]["v100-0"] == "delayed by policy rl-scheduler (retry in 60s): cluster too fragmented"
+        assert body["FailedNodes"]["v100-0"] == (
+            "delayed by policy rl-scheduler until 2026-11-18T11:07:40Z (retry in 60s): cluster too fragmented"
+        )
         _, pre = await call(c, "preempt", {"Pod": pod, "NodeNameToMetaVictims": {"v100-0": {"Pods": [{"UID": "z"}]}}})
         assert pre == {"NodeNameToMetaVictims": {}}  # a held-back pod must not evict anyone
         Path(h.engine.settings.model_path).write_text(json.dumps({"verdict": "reject", "version": "v2"}))

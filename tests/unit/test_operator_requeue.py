@@ -30,9 +30,14 @@ def pod_body(uid: str = "u1", node: str = "", attempt: str | None = None, messag
 
 
 def test_pending_pod_reads_the_extenders_reasons() -> None:
-    msg = "0/4 nodes are available: 4 delayed by policy rl-scheduler (retry in 30s): cluster is busy. preemption: ..."
+    msg = (
+        "0/4 nodes are available: 4 delayed by policy rl-scheduler until 2026-11-26T14:03:05Z (retry in 30s): "
+        "cluster is busy. preemption: ..."
+    )
     p = pending_pod(pod_body(attempt="2", message=msg), ANN)
     assert p == PendingPod("u1", "ns", "pod-u1", 2, True, 30.0, None)
+    old = "0/4 nodes are available: 4 delayed by policy rl-scheduler (retry in 30s): cluster is busy."
+    assert pending_pod(pod_body(message=old), ANN).retry_after_s == 30.0  # an extender before "until"
     r = pending_pod(pod_body(message="0/4 nodes are available: 4 rejected by policy rl-scheduler: too big."), ANN)
     assert r.rejected == "too big" and not r.delayed
     r = pending_pod(
@@ -60,6 +65,7 @@ class Harness:
             self.kube.patch_pod_annotations,
             self.kube.post_event,
             clock=lambda: self.now,
+            wall=lambda: 1_795_000_000.0 + self.now,  # 2026-11-18T11:06:40Z at now = 0
         )
 
     def add(self, uid: str, attempt: int = 0, delayed: bool = False) -> None:
@@ -205,3 +211,16 @@ async def test_rejection_annotation_is_bounded_and_a_recreated_pod_is_left_alone
         == Rejections.MAX_MESSAGE
     )
     await rej.close()
+
+
+async def test_each_delay_says_until_when_in_an_event() -> None:
+    h = Harness()
+    h.add("u1", attempt=1)
+    h.r.on_verdict(h.record("u1", retry=2.0))  # backoff 10 s (attempt 1, initial 5 s) beats the 2 s asked
+    await asyncio.sleep(0)
+    assert [e["reason"] for e in h.kube.events] == ["DelayedByPolicy"]
+    assert h.kube.events[0]["type"] == "Normal"
+    assert h.kube.events[0]["message"] == (
+        "the scheduling policy delayed this pod; rlsched operator requeues it at 2026-11-18T11:06:50Z "
+        "(in 10s; requeue 2 of 3)"
+    )

@@ -360,6 +360,7 @@ class Bench:
         watcher = asyncio.create_task(self.watch_bound(api, rv, expected, bound, done))
         if phase == "rl":  # the extender must have seen the pods (pending) before its first filter
             await asyncio.sleep(1.0)
+        api_b0 = await asyncio.to_thread(self.apiserver_metrics)
         cpu0 = cpu_snapshot(self.cluster)
         t_start = time.monotonic()
         await asyncio.to_thread(sched.start_with, self.scheduler_config(phase), None, 1)
@@ -388,6 +389,9 @@ class Bench:
                 histogram(metrics_before, "scheduler_scheduling_attempt_duration_seconds", {"result": "scheduled"}),
             )
         )
+        ext_mid = await asyncio.to_thread(self.extender.metrics) if phase == "rl" else None
+        api_b1 = await asyncio.to_thread(self.apiserver_metrics)
+        self.bind_latency(result["backlog"], api_b0, api_b1, ext_before if phase == "rl" else None, ext_mid)
         result["loadavgBacklog"] = loadavg()
         log(f"{phase} backlog: {result['backlog']}  load {loadavg()}")
 
@@ -405,6 +409,8 @@ class Bench:
         done = asyncio.Event()
         watcher = asyncio.create_task(self.watch_bound(api, rv, expected, bound, done))
         m0 = await asyncio.to_thread(sched.metrics)
+        api_s0 = await asyncio.to_thread(self.apiserver_metrics)
+        ext_s0 = await asyncio.to_thread(self.extender.metrics) if phase == "rl" else None
         cpu0 = cpu_snapshot(self.cluster)
         t0 = time.monotonic()
         sem = asyncio.Semaphore(a.parallel)
@@ -445,6 +451,9 @@ class Bench:
                 histogram(m0, "scheduler_pod_scheduling_sli_duration_seconds"),
             )
         )
+        api_s1 = await asyncio.to_thread(self.apiserver_metrics)
+        ext_s1 = await asyncio.to_thread(self.extender.metrics) if phase == "rl" else None
+        self.bind_latency(result["stream"], api_s0, api_s1, ext_s0, ext_s1)
         result["loadavgStream"] = loadavg()
         log(f"{phase} stream: {result['stream']}  load {loadavg()}")
         if phase == "rl":
@@ -487,6 +496,43 @@ class Bench:
             await asyncio.to_thread(self.extender.stop)
         return result
 
+    def apiserver_metrics(self) -> str:
+        """kube-apiserver's /metrics (the admin's kubectl; a few ms of client CPU outside every window)."""
+        return str(self.cluster.kubectl("get", "--raw", "/metrics", timeout=60).stdout)
+
+    def bind_latency(self, mode: dict[str, Any], api0: str, api1: str, ext0: str | None, ext1: str | None) -> None:
+        """Into ``mode``: the API server's own binding handler (``POST pods/binding``) p50/p99 over the
+        window, and with the extender the time its bind verb took (which includes that POST); and their
+        ratio. The API server's buckets are coarse (5, 25, 50, 100 ms …): its p50 is interpolated."""
+        match = {"resource": "pods", "subresource": "binding"}
+        handler = diff(
+            histogram(api1, "apiserver_request_duration_seconds", match),
+            histogram(api0, "apiserver_request_duration_seconds", match),
+        )
+        mode["apiserverBindingP50Ms"], mode["apiserverBindingP99Ms"] = self.q_ms(handler)
+        mode["apiserverBindings"] = int(handler[-1][1]) if handler else 0
+        if ext0 is not None and ext1 is not None:
+            verb = {"verb": "bind", "code": "200"}
+            ours = diff(
+                histogram(ext1, "rlsched_extender_request_seconds", verb),
+                histogram(ext0, "rlsched_extender_request_seconds", verb),
+            )
+            mode["extenderBindP50Ms"], mode["extenderBindP99Ms"] = self.q_ms(ours)
+            if mode["extenderBindP50Ms"] and mode["apiserverBindingP50Ms"]:
+                mode["extenderBindOverApiserverP50"] = round(
+                    mode["extenderBindP50Ms"] / mode["apiserverBindingP50Ms"], 2
+                )
+            results = {}
+            for line in ext1.splitlines():
+                m = re.match(r'rlsched_extender_binds_total\{result="(\w+)"\} (\S+)', line)
+                if m:
+                    results[m.group(1)] = float(m.group(2))
+            for line in ext0.splitlines():
+                m = re.match(r'rlsched_extender_binds_total\{result="(\w+)"\} (\S+)', line)
+                if m:
+                    results[m.group(1)] = results.get(m.group(1), 0.0) - float(m.group(2))
+            mode["extenderBinds"] = {k: int(v) for k, v in sorted(results.items()) if v}
+
     @staticmethod
     def q_ms(buckets: list[tuple[float, float]]) -> tuple[float | None, float | None]:
         p50, p99 = quantile(buckets, 0.5), quantile(buckets, 0.99)
@@ -526,7 +572,31 @@ def summarize(results: list[dict[str, Any]]) -> str:
     if "rl" in by and "default" in by:
         rl, df = sum(by["rl"]) / len(by["rl"]), sum(by["default"]) / len(by["default"])
         lines.append(f"\nrl / default backlog throughput: {rl:.1f} / {df:.1f} = **{rl / df:.2f}**")
-    return "\n".join(lines + ["", cpu_table(results)])
+    return "\n".join(lines + ["", bind_table(results), "", cpu_table(results)])
+
+
+def bind_table(results: list[dict[str, Any]]) -> str:
+    """The API server's binding handler against the extender's bind verb, per phase and mode."""
+    lines = [
+        "Bind latency (ms): the API server's POST pods/binding handler, and the extender's bind verb "
+        "(which makes that POST):",
+        "| phase | round | mode | API server p50 / p99 | bindings | extender bind p50 / p99 | ratio p50 "
+        "| extender binds |",
+        "|---|---:|---|---|---:|---|---:|---|",
+    ]
+    for r in results:
+        for mode in ("backlog", "stream"):
+            m = r.get(mode) or {}
+            if "apiserverBindingP50Ms" not in m:
+                continue
+            ours = f"{m['extenderBindP50Ms']} / {m['extenderBindP99Ms']}" if "extenderBindP50Ms" in m else "–"
+            handler = f"{m['apiserverBindingP50Ms']} / {m['apiserverBindingP99Ms']}"
+            lines.append(
+                f"| {r['phase']} | {r['round']} | {mode} | {handler} | "
+                f"{m['apiserverBindings']} | {ours} | {m.get('extenderBindOverApiserverP50', '–')} | "
+                f"{m.get('extenderBinds', '–')} |"
+            )
+    return "\n".join(lines)
 
 
 def cpu_table(results: list[dict[str, Any]]) -> str:

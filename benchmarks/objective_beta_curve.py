@@ -57,6 +57,11 @@ def curve(
         medians = {p: float(np.median(v)) for p, v in per.items()}
         ranked = sorted(medians, key=lambda p: -medians[p])
         best, second = ranked[0], ranked[1] if len(ranked) > 1 else ranked[0]
+        ablation = {  # a learned model against itself with the network zeroed (ppo-prior:), seed by seed
+            p: [int((per[p] > per[prior]).sum()), int((per[p] < per[prior]).sum())]
+            for p in per
+            if p.startswith("ppo:") and (prior := "ppo-prior:" + p[len("ppo:") :]) in per
+        }
         rows.append(
             {
                 "beta": beta,
@@ -65,6 +70,7 @@ def curve(
                 "runner_up": second,
                 "best_wins": int((per[best] > per[second]).sum()),
                 "best_losses": int((per[best] < per[second]).sum()),
+                "learned_vs_prior": ablation,
             }
         )
     return seeds, rows
@@ -77,16 +83,21 @@ def short(policy: str) -> str:
 
 
 def table(rows: list[dict[str, Any]], policies: list[str]) -> str:
+    learned = sorted(rows[0]["learned_vs_prior"]) if rows else []
     head = "| β | " + " | ".join(short(p) for p in policies) + " | best | runner-up | best's wins/losses vs it |"
-    lines = [head, "|" + "---:|" * (len(policies) + 1) + "---|---|---:|"]
+    head += "".join(f" {short(p)} vs its prior, wins/losses |" for p in learned)
+    lines = [head, "|" + "---:|" * (len(policies) + 1) + "---|---|---:|" + "---:|" * len(learned)]
     for r in rows:
         cells = [f"{100 * r['median'][p]:.2f}" for p in policies]
         tail = f"{short(r['best'])} | {short(r['runner_up'])} | {r['best_wins']}/{r['best_losses']}"
+        tail += "".join(" | {}/{}".format(*r["learned_vs_prior"][p]) for p in learned)
         lines.append(f"| {r['beta']:.2f} | " + " | ".join(cells) + f" | {tail} |")
     return "\n".join(lines)
 
 
-def plot(rows: list[dict[str, Any]], policies: list[str], path: Path) -> None:
+def plot(rows: list[dict[str, Any]], policies: list[str], path: Path, reference: str) -> None:
+    """Each policy's median objective minus ``reference``'s at the same β: the objective itself moves
+    with β for every policy alike (the cost term), which would hide the differences."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -95,9 +106,9 @@ def plot(rows: list[dict[str, Any]], policies: list[str], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     betas = [r["beta"] for r in rows]
     for p in policies:
-        ax.plot(betas, [100 * r["median"][p] for r in rows], marker="o", label=short(p))
+        ax.plot(betas, [100 * (r["median"][p] - r["median"][reference]) for r in rows], marker="o", label=short(p))
     ax.set_xlabel("β (weight of latency against cost)")
-    ax.set_ylabel("median objective × 100 (higher is better)")
+    ax.set_ylabel(f"median objective − {short(reference)}'s, × 100")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -112,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--objective-from", metavar="FILE", help="SchedulingPolicy whose spec.objective sets the weights")
     ap.add_argument("--exclude", action="append", default=[], help="leave out policies whose name contains this")
     ap.add_argument("--out", type=Path, help="write OUT.json, OUT.md and OUT.png")
+    ap.add_argument("--reference", default="fgd", help="the plot shows objectives relative to this policy's")
     args = ap.parse_args(argv)
     try:
         objective = read_objective(args.objective_from) if args.objective_from else Objective()
@@ -141,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         args.out.with_suffix(".json").write_text(json.dumps(payload, indent=1) + "\n")
         args.out.with_suffix(".md").write_text(text + "\n")
-        plot(rows, policies, args.out.with_suffix(".png"))
+        plot(rows, policies, args.out.with_suffix(".png"), args.reference if args.reference in runs else policies[0])
         print(f"wrote {args.out.with_suffix('.json')}, .md and .png")
     return 0
 

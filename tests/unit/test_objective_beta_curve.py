@@ -68,3 +68,13 @@ def test_bad_input_is_refused(tmp_path: Path, capsys: Any) -> None:
     one = write(tmp_path / "one.json", [run("x", 1, 0, 90)])
     assert script.main([str(one)]) == 2 and "at least two policies" in capsys.readouterr().err
     assert script.main([str(one), "--betas", "2"]) == 2 and "from 0 to 1" in capsys.readouterr().err
+
+
+def test_a_learned_model_is_compared_with_its_prior_seed_by_seed(tmp_path: Path) -> None:
+    script = load_script()
+    runs = [run("ppo:m.npz", s, 0, 90 - (s == 1) * 5) for s in range(1, 4)]
+    runs += [run("ppo-prior:m.npz", s, 0, 90) for s in range(1, 4)] + [run("fgd", s, 0, 99) for s in range(1, 4)]
+    assert script.main([str(write(tmp_path / "a.json", runs)), "--betas", "0", "--out", str(tmp_path / "c")]) == 0
+    row = json.loads((tmp_path / "c.json").read_text())["rows"][0]
+    assert row["learned_vs_prior"] == {"ppo:m.npz": [1, 0]}  # better on seed 1, tied on 2 and 3
+    assert "ppo:m vs its prior, wins/losses" in (tmp_path / "c.md").read_text()

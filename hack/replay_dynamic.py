@@ -226,6 +226,24 @@ async def drive(
     return timelines, t0, notes
 
 
+def extender_load(mode: str, compression: Compression, settings: DynamicSettings) -> dict[str, Any] | None:
+    """The extender's ``prometheus`` settings. ``published``: the usage gauges the exporter publishes
+    (instant CPU and memory utilization, like the simulator's scrapes; no network or disk, which the
+    simulator leaves unknown too), refreshed every compressed scrape interval and stale after the
+    compressed ``stale_after_s``. ``node-exporter``: the extender's defaults (``rate(...[2m])`` over
+    node-exporter counters, refreshed every 15 s: 12 and 1.5 simulated minutes at 6×)."""
+    if mode == "node-exporter":
+        return None
+    return {
+        "intervalS": compression.real(settings.scrape.interval_s),
+        "staleAfterS": compression.real(settings.scrape.stale_after_s),
+        "queries": {
+            "cpu": 'rlsched_node_utilization{resource="cpu"}',
+            "memory": 'rlsched_node_utilization{resource="memory"}',
+        },
+    }
+
+
 def prometheus_matrix(url: str, promql: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
     q = urllib.parse.urlencode({"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:.3f}"})
     code, body = rlstack.http_get(f"{url}/api/v1/query_range?{q}", timeout=30)
@@ -305,6 +323,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", help="serve this learned model instead (the simulator uses it too)")
     ap.add_argument("--tiebreak-seeds", type=int, default=3, help="other tie-break seeds simulated for the spread")
     ap.add_argument("--lead", type=float, help="real seconds allowed to place the start (default: 0.05 s a pod + 10)")
+    ap.add_argument(
+        "--extender-load",
+        choices=("published", "node-exporter"),
+        default="published",
+        help="published: the extender reads the exporter's usage gauges every compressed scrape interval, as the "
+        "simulator's scheduler sees load; node-exporter: the extender's default queries and interval",
+    )
     ap.add_argument("--keep", action="store_true", help="leave the cluster (and the pods) up")
     ap.add_argument("--json", help="write everything here")
     args = ap.parse_args(argv)
@@ -358,6 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         "compression": args.compression,
         "policy": args.policy,
         "model": args.model,
+        "extenderLoad": args.extender_load,
         "arrivalRatePerSimS": sim_cluster.rate,
         "startPods": start_pods,
         "windowArrivals": len(pods) - start_pods,
@@ -380,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
             args.model,
             ring_size=4 * len(pods) + 64,
             prometheus_url=cluster.prometheus_url,
+            prometheus=extender_load(args.extender_load, compression, settings),
         )
         result["served"] = rlstack.describe_policy(status)
         k8s_names = [rlstack.k8s_name(n) for n in names]

@@ -190,9 +190,11 @@ def start_scheduling(
     model: str | None,
     ring_size: int,
     prometheus_url: str | None = None,
+    prometheus: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Our extender (``policy`` as the fallback, or ``model``; tie-break seed ``seed``; the trace's typical
-    pods) and kube-scheduler's ``rl-scheduler`` profile pointed at it. Returns the extender's status."""
+    pods; load from ``prometheus_url`` with the extender's ``prometheus`` settings) and kube-scheduler's
+    ``rl-scheduler`` profile pointed at it. Returns the extender's status."""
     tp = cluster.stack_dir / "typical.json"
     cluster.stack_dir.mkdir(parents=True, exist_ok=True)
     tp.write_text(json.dumps({"typicalPods": typical.to_json()}))
@@ -203,6 +205,7 @@ def start_scheduling(
             "policy": {"fallback": policy, "seed": seed, "typicalPodsPath": str(tp), "topK": 1},
             "log": {"level": "WARNING"},
             "decisionRingSize": ring_size,
+            **({"prometheus": prometheus} if prometheus else {}),
         },
     )
     scheduler.start_with(

@@ -261,3 +261,12 @@ def test_replayed_pods_carry_usage_and_a_compressed_end() -> None:
     start = driver.pod_body(first_start, "y", c, t0=1_000_000.0)["metadata"]["annotations"]
     ends = datetime.fromisoformat(start[ENDS_AT_ANNOTATION]).timestamp()
     assert ends == pytest.approx(1_000_000.0 + first_start.lifetime_s / 6, abs=1e-5)
+
+
+def test_the_extender_reads_the_published_usage_at_the_compressed_scrape_interval() -> None:
+    driver = load_script("replay_dynamic")
+    conf = driver.extender_load("published", Compression(6.0), SETTINGS)
+    assert conf["intervalS"] == 5.0 and conf["staleAfterS"] == 20.0
+    assert set(conf["queries"]) == {"cpu", "memory"}
+    assert 'resource="cpu"' in conf["queries"]["cpu"]
+    assert driver.extender_load("node-exporter", Compression(6.0), SETTINGS) is None

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlsched.policy.feasibility import fits_on, infeasibility_reason
 
-from .cache import ASSUMED, BOUND, UNCERTAIN, ClusterCache
+from .cache import ASSUMED, BOUND, RESERVED, UNCERTAIN, ClusterCache
 from .kubeapi import ApiError
 from .names import InvalidName, check_node_name, check_pod_ref, check_uid
 from .node_rules import NO_RULES, PodRules, pod_rules, refusal
@@ -164,10 +164,10 @@ class Binder:
             if (
                 existing is not None
                 and existing.node == node
-                and existing.status in (ASSUMED, UNCERTAIN)
+                and existing.status in (ASSUMED, UNCERTAIN, RESERVED)
                 and existing.spec == spec
             ):
-                entry = existing  # a retry after an unknown outcome: keep the reservation
+                entry = existing  # filter's reservation, or a retry after an unknown outcome: keep it
                 entry.status, entry.since = ASSUMED, self.cache.clock()
             else:
                 if existing is not None:

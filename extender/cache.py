@@ -50,9 +50,12 @@ from .settings import GpuConventions
 
 log = logging.getLogger("rlsched.extender.cache")
 
-BOUND, ASSUMED, UNCERTAIN = "bound", "assumed", "uncertain"
+BOUND, ASSUMED, UNCERTAIN, RESERVED = "bound", "assumed", "uncertain", "reserved"
 """Entry states: seen bound by the watch; reserved by our bind (binding in flight or done but not
-yet seen by the watch); binding outcome unknown (a write timed out) — released after a TTL."""
+yet seen by the watch); binding outcome unknown (a write timed out) — released after a TTL; held
+by filter's decision until its bind arrives (kube-scheduler binds asynchronously: without it, the
+next pods' filters would not see the cards and could choose them again) — released after a TTL,
+by a new decision for the pod, or by a bind elsewhere."""
 
 
 @dataclass
@@ -456,6 +459,40 @@ class ClusterCache:
             self.generation += 1
 
     # -- maintenance ------------------------------------------------------------------------------
+    def expire_reserved(self, ttl_s: float) -> list[str]:
+        """Release filter's reservations that no bind followed within ``ttl_s`` (kube-scheduler chose
+        otherwise, a later plugin or permit failed, or the pod went away unseen)."""
+        now = self.clock()
+        expired = [u for u, e in self.pods.items() if e.status == RESERVED and now - e.since > ttl_s]
+        for uid in expired:
+            self.unreserve(uid)
+        return expired
+
+    def reserve(self, info: PodInfo, node: str, cards: tuple[int, ...]) -> bool:
+        """Hold ``cards`` on ``node`` for the pending pod ``info`` (filter's decision); False when they
+        cannot be taken (then nothing is held)."""
+        if info.spec is None or info.uid in self.pods:  # a bind holds it already, or it is bound
+            return False
+        entry = self.add(info.uid, info.key, node, info.spec, cards, RESERVED, exact=True)
+        if entry.placement is None:
+            self.unreserve(info.uid)
+            return False
+        return True
+
+    def unreserve(self, uid: str) -> None:
+        """Release filter's reservation for ``uid``, if it has one (the pod stays pending and known)."""
+        entry = self.pods.get(uid)
+        if entry is None or entry.status != RESERVED:
+            return
+        del self.pods[uid]
+        if entry.placement is not None and self._state is not None:
+            try:
+                self._state.release(entry.placement)
+            except ValueError as exc:  # pragma: no cover - would be a bug in the bookkeeping
+                log.error("release of %s failed: %s; rebuilding", entry.key, exc)
+                self._dirty = True
+            self.generation += 1
+
     def expire_uncertain(self, ttl_s: float) -> list[str]:
         """Release reservations whose binding outcome stayed unknown longer than ``ttl_s``."""
         now = self.clock()

@@ -260,6 +260,7 @@ class Service:
         while True:
             await asyncio.sleep(min(5.0, self.settings.kubernetes.assumed_ttl_s / 2))
             self.cache.expire_uncertain(self.settings.kubernetes.assumed_ttl_s)
+            self.cache.expire_reserved(self.settings.decision_cache_ttl_s)
 
     def status_extra(self) -> dict[str, Any]:
         out: dict[str, Any] = {"watches": {i.resource: i.status() for i in self.informers}}

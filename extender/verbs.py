@@ -221,6 +221,7 @@ class Extender:
         names = args.node_names
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
+        self.cache.unreserve(info.uid)  # a new decision for this pod: its last one no longer holds
         for _attempt in range(3):
             state = self.cache.state
             epoch = self.cache.epoch
@@ -265,10 +266,15 @@ class Extender:
             if self.settings.explain_load
             else None
         )
-        build = self._record_filter(info, state, req, outcome, len(cand), kept, explained)
+        build = self._record_filter(info, state, req, outcome, len(cand), kept, explained)  # copies what it saw
+        # kube-scheduler binds a single kept node: hold it until the bind comes (after the shadow
+        # policy's look, which must not find the pod's own cards taken)
+        hold = (lambda: self.cache.reserve(info, kept[0], decision.cards)) if decision and len(kept) == 1 else None
         if decision is not None and self.engine.settings.mode == "shadow" and self.engine.model is not None:
-            self._shadow(build(), state, req, cand, outcome)
+            self._shadow(build(), state, req, cand, outcome, hold)
         else:
+            if hold is not None:
+                hold()
             self.ring.append_lazy(build)
         return self._filter_result(args, kept, failed, unresolvable)
 
@@ -414,15 +420,25 @@ class Extender:
         return build
 
     def _shadow(
-        self, record: dict[str, Any], state: ClusterState, req: PodRequest, cand: np.ndarray, outcome: Outcome
+        self,
+        record: dict[str, Any],
+        state: ClusterState,
+        req: PodRequest,
+        cand: np.ndarray,
+        outcome: Outcome,
+        hold: Callable[[], object] | None = None,
     ) -> None:
-        """Shadow mode: evaluate the policy after the answer; the record goes to the ring then."""
+        """Shadow mode: evaluate the policy after the answer; the record goes to the ring then, and
+        ``hold`` (filter's reservation) is taken."""
 
         async def run() -> None:
             try:
                 record["shadow"] = await self.engine.shadow(state, self.cache.tiebreak, req, cand, outcome)
             except Exception as exc:  # noqa: BLE001 - shadow is best effort
                 record["shadow"] = {"error": f"{type(exc).__name__}: {exc}"}
+            finally:
+                if hold is not None:
+                    hold()
             self.ring.append(record)
 
         task = asyncio.get_running_loop().create_task(run())

@@ -41,11 +41,14 @@ async def test_binds_race_for_the_last_card(kind, n_pods, winners) -> None:
     kwargs = {"whole": {"gpus": 1}, "share": {"gpu_milli": 300}, "pair": {"gpus": 2}}[kind]
     racers = [h.add_pod(make_pod(f"r{i}", uid=f"r{i}", **kwargs)) for i in range(n_pods)]
     async with TestClient(TestServer(h.app())) as c:
-        # Every pod passed filter while the card was still free (kube-scheduler filters the next pods
-        # while earlier binds are in flight), then all binds arrive at once.
+        # kube-scheduler filters the next pods while earlier binds are in flight: filter holds the
+        # cards it chose until the bind comes, so only the pods that fit get node b; then every pod's
+        # bind arrives at once anyway (as from a scheduler that ignored filter, or several of them).
+        kept = []
         for p in racers:
             r = await c.post("/filter", data=orjson.dumps({"Pod": p, "NodeNames": ["a", "b"]}))
-            assert (await r.json())["NodeNames"] == (["b"] if kind != "pair" else [])
+            kept.append((await r.json())["NodeNames"])
+        assert kept == [["b"]] * winners + [[]] * (n_pods - winners)
 
         async def bind(p):
             r = await c.post(
@@ -105,3 +108,75 @@ async def test_duplicate_concurrent_binds_join_one_another() -> None:
     assert [r.error for r in results] == [""] * 5
     assert [c[0] for c in h.api.calls].count("bind") == 1
     assert h.cache.state.full_free[h.cache.state.index["b"]] == 1
+
+
+async def filter_call(c, pod, names=("a", "b")) -> list:
+    r = await c.post("/filter", data=orjson.dumps({"Pod": pod, "NodeNames": list(names)}))
+    return (await r.json())["NodeNames"]
+
+
+async def bind_call(c, pod, node) -> str:
+    body = {
+        "PodName": pod["metadata"]["name"],
+        "PodNamespace": "default",
+        "PodUID": pod["metadata"]["uid"],
+        "Node": node,
+    }
+    return (await (await c.post("/bind", data=orjson.dumps(body))).json())["Error"]
+
+
+async def test_filter_holds_its_choice_until_the_bind_comes() -> None:
+    """kube-scheduler filters the next pod before the last one's bind arrives: the filter's choice
+    holds the card, so the next pod is not sent to it, and the bind keeps exactly that hold."""
+    from rlsched.extender.cache import ASSUMED, RESERVED
+
+    nodes, pods = cluster(free_cards_on_last=1)
+    h = Harness(nodes, pods)
+    first, second = (h.add_pod(make_pod(n, uid=n, gpus=1)) for n in ("first", "second"))
+    b = h.cache.state.index["b"]
+    async with TestClient(TestServer(h.app())) as c:
+        assert await filter_call(c, first) == ["b"]
+        assert h.cache.pods["first"].status == RESERVED and h.cache.state.full_free[b] == 0
+        assert await filter_call(c, first) == ["b"]  # decided again: its own hold does not stand in the way
+        assert await filter_call(c, second) == []  # the card is held for "first"
+        assert await bind_call(c, first, "b") == ""
+    assert h.cache.pods["first"].status == ASSUMED and h.cache.state.full_free[b] == 0
+    assert "first" in {e.uid for e in h.cache.pods.values()} and "second" not in h.cache.pods
+
+
+async def test_an_unused_hold_expires_and_a_bind_elsewhere_moves_it() -> None:
+    nodes = [make_node("a", gpus=4), make_node("b", gpus=4)]
+    h = Harness(nodes, [make_pod("part-b", gpus=3, node="b", uid="part-b")])
+    now = [1000.0]
+    h.cache.clock = lambda: now[0]
+    pod = h.add_pod(make_pod("p", uid="p", gpus=1))
+    state = h.cache.state
+    a, b = state.index["a"], state.index["b"]
+    async with TestClient(TestServer(h.app())) as c:
+        chosen = (await filter_call(c, pod))[0]
+        held = a if chosen == "a" else b
+        free = int(state.full_free[held])
+        assert h.cache.expire_reserved(30.0) == []  # not yet
+        now[0] += 31
+        assert h.cache.expire_reserved(30.0) == ["p"] and state.full_free[held] == free + 1
+        assert "p" not in h.cache.pods
+        # decided again, then kube-scheduler binds the other node (another profile's choice, say)
+        chosen = (await filter_call(c, pod))[0]
+        other = "b" if chosen == "a" else "a"
+        before = {n: int(state.full_free[state.index[n]]) for n in ("a", "b")}
+        assert await bind_call(c, pod, other) == ""
+    assert h.cache.pods["p"].node == other
+    assert int(state.full_free[state.index[chosen]]) == before[chosen] + 1  # the hold was released
+    assert int(state.full_free[state.index[other]]) == before[other] - 1
+
+
+async def test_no_hold_when_kube_scheduler_chooses_among_several() -> None:
+    from rlsched.extender.settings import ExtenderSettings, PolicySettings
+
+    h = Harness([make_node("a", gpus=4), make_node("b", gpus=4)], [], ExtenderSettings(policy=PolicySettings(top_k=0)))
+    pod = h.add_pod(make_pod("p", uid="p", gpus=1))
+    async with TestClient(TestServer(h.app())) as c:
+        assert sorted(await filter_call(c, pod)) == ["a", "b"]  # every feasible node, best first
+    # topK 0 keeps every feasible node: kube-scheduler may bind any of them, so nothing is held
+    assert "p" not in h.cache.pods
+    assert h.cache.state.full_free.tolist() == [4, 4]

@@ -343,16 +343,20 @@ class ClusterCache:
         self.pending.pop(uid, None)
         self.pod_rules.pop(uid, None)
         entry = self.pods.pop(uid, None)
-        # Released even while a rebuild is pending: the old state stays exact, and the rebuild
-        # carries its unchanged nodes over as they are.
-        if entry is not None and entry.placement is not None and self._state is not None:
+        if entry is not None:
+            self._release(entry)
+        return entry
+
+    def _release(self, entry: Entry) -> None:
+        """Give the entry's placement back to the state. Released even while a rebuild is pending:
+        the old state stays exact, and the rebuild carries its unchanged nodes over as they are."""
+        if entry.placement is not None and self._state is not None:
             try:
                 self._state.release(entry.placement)
             except ValueError as exc:  # pragma: no cover - would be a bug in the bookkeeping
                 log.error("release of %s failed: %s; rebuilding", entry.key, exc)
                 self._dirty = True
             self.generation += 1
-        return entry
 
     def _place(self, entry: Entry, exact: bool = False) -> None:
         state = self._state
@@ -485,13 +489,7 @@ class ClusterCache:
         if entry is None or entry.status != RESERVED:
             return
         del self.pods[uid]
-        if entry.placement is not None and self._state is not None:
-            try:
-                self._state.release(entry.placement)
-            except ValueError as exc:  # pragma: no cover - would be a bug in the bookkeeping
-                log.error("release of %s failed: %s; rebuilding", entry.key, exc)
-                self._dirty = True
-            self.generation += 1
+        self._release(entry)
 
     def expire_uncertain(self, ttl_s: float) -> list[str]:
         """Release reservations whose binding outcome stayed unknown longer than ``ttl_s``."""

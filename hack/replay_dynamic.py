@@ -14,7 +14,8 @@ on a local control plane ``--compression`` times faster than simulated time:
   (compressed) after it started, or at ``rlsched.io/ends-at`` for a start pod (its simulated end,
   measured from the window's start, as in the simulator);
 - the load exporter (``--usage-annotations``) publishes each node's usage from the pods' annotated
-  usage model, drawn afresh at every refresh like the simulator's scrapes, and Prometheus scrapes it.
+  usage model, drawn afresh at every refresh like the simulator's scrapes, and Prometheus scrapes it;
+  the extender reads that usage back as node load every compressed scrape interval (``--extender-load``).
 
 Measured on the real stack: GPU allocation sampled at the simulator's scrape ticks from the pods'
 bound and deleted times, queueing delay (creation → bound, from the watch), the SLA measures from
@@ -25,7 +26,7 @@ the simulator over other tie-break seeds; exit status 1 when a measure is outsid
 
     .venv/bin/python hack/replay_dynamic.py                                 # 150 nodes, 30 simulated minutes, fgd
     .venv/bin/python hack/replay_dynamic.py --node-count 40 --window 600    # a quick check
-    .venv/bin/python hack/replay_dynamic.py --model models/ppo-dynamic.pt --json out.json
+    .venv/bin/python hack/replay_dynamic.py --model policy/models/ppo-openb-dynamic.npz --json out.json
 
 A fresh cluster (with Prometheus and the lifetime stage) is started in a temporary folder and torn
 down afterwards unless ``--keep``.
@@ -336,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:
 
     compression = Compression(args.compression)
     settings = DynamicSettings(arrivals=ArrivalSettings(load=args.load, window_s=args.window))
+    if args.window < settings.scrape.interval_s:
+        ap.error(f"--window must cover at least one scrape interval ({settings.scrape.interval_s:g} s)")
     interval_real = compression.real(settings.scrape.interval_s)
     all_nodes = load_nodes(args.nodes)
     trace = load_pods(args.pods)

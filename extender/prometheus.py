@@ -78,6 +78,11 @@ class LoadPoller:
                 raise RuntimeError(f"HTTP {resp.status}: {body[:200].decode('utf-8', 'replace')}")
             return orjson.loads(body)
 
+    async def query(self, promql: str) -> Any:
+        """One instant query (the decoded JSON answer), with the settings' timeout: for other readers
+        of the same Prometheus (the operator's per-pod CPU use)."""
+        return await asyncio.wait_for(self._query(promql), self.settings.timeout_s)
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()

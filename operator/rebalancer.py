@@ -49,6 +49,7 @@ from rlsched.policy.typical import TypicalPods
 
 from .conditions import now_iso
 from .kube import KubeError
+from .pod_usage import read_pod_cpu
 from .rebalance_budget import Ledger, allowance, owners_over_budget
 from .rebalance_select import REASONS, namespace_filter, namespace_labels, owner_key, why_not
 from .rebalance_spec import RebalanceSpec
@@ -89,6 +90,12 @@ class Metrics:
             "rlsched_operator_rebalance_pods_skipped",
             "Pods the safety rules kept from being candidates, by rule (counted per cycle)",
             ["rule"],
+            registry=self.registry,
+        )
+        self.pod_usage = PromCounter(
+            "rlsched_operator_rebalance_pod_usage_queries",
+            "Reads of each pod's CPU use from Prometheus (podCpuQuery), by result (ok, error)",
+            ["result"],
             registry=self.registry,
         )
         for r in RESULTS:
@@ -150,6 +157,7 @@ class Rebalancer:
         self._typical: TypicalPods | None = None
         self._reported: set[str] = set()
         self._scorers: dict[str, Any] = {}
+        self._usage_failing = False
 
     # -- parts ------------------------------------------------------------------------------------
     @property
@@ -238,8 +246,11 @@ class Rebalancer:
         if state is None:
             report.outcome, report.message = "no_candidates", "no readable nodes"
             return
+        usage: dict[str, float] = {}
         if self.load is not None:
             await self.load.refresh()  # a failed query only leaves that column NaN (logged by the poller)
+            if s.pod_cpu_query:
+                usage = await self._pod_usage(s.pod_cpu_query)
 
         by_uid: dict[str, Mapping[str, Any]] = {}
         for pod in pods:
@@ -275,6 +286,7 @@ class Rebalancer:
                     request=state.request(entry.spec),
                     placement=entry.placement,
                     latency_sensitive=isinstance(labels, Mapping) and labels.get(s.latency_sensitive_label) == "true",
+                    cpu_usage_milli=usage.get(entry.key),
                 )
             )
             by_key[entry.key] = (entry, pod, owner)
@@ -423,6 +435,22 @@ class Rebalancer:
                 await self.write_log([line])
             except OSError as exc:
                 log.error("cannot write a rebalance line to the decision log: %s", exc)
+
+    async def _pod_usage(self, promql: str) -> dict[str, float]:
+        """Millicores per ``namespace/name`` (:mod:`rlsched.operator.pod_usage`); a failure is logged once
+        until the query answers again, and counted."""
+        assert self.load is not None
+        read = await read_pod_cpu(self.load.query, promql)
+        result = "error" if read.error else "ok"
+        self.metrics.pod_usage.labels(result=result).inc()
+        if read.error and not self._usage_failing:
+            log.warning("pod CPU use unknown this cycle (%s): estimated from request shares", read.error)
+        elif not read.error and self._usage_failing:
+            log.info("pod CPU use read again (%d pods)", len(read.milli))
+        self._usage_failing = bool(read.error)
+        if read.skipped or read.truncated:
+            log.debug("pod CPU use: %d series skipped, truncated: %s", read.skipped, read.truncated)
+        return read.milli
 
     async def close(self) -> None:
         if self.load is not None:

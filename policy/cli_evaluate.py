@@ -113,9 +113,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     dyn.add_argument(
         "--rebalancer",
         default="none",
-        help="comma-separated: none, heuristic (fragmentation gradient and hot-node relief), "
-        "high-node-utilization (the descheduler's strategy); each runs every policy (docs/rebalancer.md; "
-        "default: %(default)s)",
+        help="comma-separated: none, heuristic (fragmentation gradient and hot-node relief), heuristic-usage "
+        "(the same, knowing each pod's measured CPU use), high-node-utilization (the descheduler's strategy); "
+        "each runs every policy (docs/rebalancer.md; default: %(default)s)",
     )
 
 

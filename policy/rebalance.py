@@ -15,8 +15,9 @@ The heuristic (the baseline chooser; a learned one is future work):
   ``(Frag_a + Frag_b)`` before minus after, in GPU milli (what the move un-strands).
 - **Hot-node relief.** If ``a``'s measured CPU load (``state.load``, as Prometheus shows it) is above
   ``hot_threshold`` and ``b``'s stays at or below it with the pod's estimated load added, the move
-  takes ``load_a × share`` off ``a``, where ``share`` is the pod's part of the CPU requested on ``a``
-  (per-pod usage is not in the state; the request share is the estimate). Counted ×1000, so that
+  takes the pod's part of ``a``'s load off ``a``: its measured CPU use ÷ ``a``'s capacity when the
+  caller knows it (``Candidate.cpu_usage_milli``, from per-pod metrics), else ``load_a × share``, where
+  ``share`` is the pod's part of the CPU requested on ``a``. Counted ×1000, so that
   1000 units are a whole node's CPU taken off a hot node, as 1000 units of fragmentation are one GPU.
 - ``gain = fragmentation_weight × Δfrag + hot_weight × 1000 × relief − migration_cost``; a move is
   proposed only if ``gain > min_gain``. Greedy: the best move is applied to the working copy (cards
@@ -93,6 +94,10 @@ class Candidate:
     placement: Placement
     """Its cards; must be on ``node`` and match ``request`` (it is released from the working copy)."""
     latency_sensitive: bool
+    cpu_usage_milli: float | None = None
+    """Its measured CPU use, in millicores (per-pod metrics: cAdvisor's
+    ``container_cpu_usage_seconds_total`` in a cluster, the simulator's scrape); None: estimated from
+    its share of the CPU requested on its node."""
 
 
 @dataclass(frozen=True)
@@ -227,8 +232,11 @@ class _Planner:
         return self._pod_load(c, a)
 
     def _pod_load(self, c: Candidate, a: int) -> float:
-        """``load_a × (pod cpu request ÷ cpu requested on a)``: the pod's estimated load (0 if unknown)."""
+        """The pod's part of ``a``'s CPU load: its measured use ÷ ``a``'s capacity when known, else
+        ``load_a × (pod cpu request ÷ cpu requested on a)`` (0 if the load is unknown)."""
         work = self.work
+        if c.cpu_usage_milli is not None:
+            return max(float(c.cpu_usage_milli), 0.0) / max(float(work.cpu_cap[a]), 1.0)
         load = work.load[a, CPU]
         requested = float(work.cpu_cap[a] - work.cpu_free[a])
         if np.isnan(load) or requested <= 0:

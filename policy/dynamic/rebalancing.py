@@ -10,7 +10,11 @@ it may not land where the plan meant: the hook counts landed-as-planned against 
 Two choosers:
 
 - ``heuristic`` — :func:`rlsched.policy.rebalance.plan_moves` (fragmentation gradient and hot-node
-  relief) with the run's placement policy as the scorer.
+  relief) with the run's placement policy as the scorer; a pod's part of its node's CPU load is
+  estimated from its share of the requested CPU.
+- ``heuristic-usage`` — the same with each pod's measured CPU use (the simulator's last scrape of
+  it, as per-pod metrics — cAdvisor's ``container_cpu_usage_seconds_total`` — would give it): the
+  planner then sees which pod makes a node hot.
 - ``high-node-utilization`` — the descheduler's HighNodeUtilization strategy, kubernetes-sigs/descheduler
   v0.36.0 (commit 8005cdf78391e2c071cfa653c462dfefc2de8856), ``pkg/framework/plugins/nodeutilization/
   highnodeutilization.go`` and ``nodeutilization.go``, followed in its semantics, not copied: a node
@@ -46,7 +50,7 @@ from ..typical import TypicalPods
 from .objective import DynamicResult
 from .simulator import DynamicSettings, LivingCluster
 
-REBALANCERS = ("none", "heuristic", "high-node-utilization")
+REBALANCERS = ("none", "heuristic", "heuristic-usage", "high-node-utilization")
 """Names ``rlsched evaluate --mode dynamic --rebalancer`` accepts."""
 QOS_TIER = {"BE": 0, "BestEffort": 0, "Guaranteed": 2}
 """Eviction order of the descheduler's QoS fallback (lower first); classes not listed are Burstable (1)."""
@@ -173,6 +177,7 @@ class RebalanceHook:
         return out
 
     def _heuristic(self, cluster: LivingCluster, eligible: Sequence[int], allowed: int) -> list[tuple[int, int, str]]:
+        cpu_now = cluster.pod_now[0] if self.chooser == "heuristic-usage" else None
         candidates = [
             Candidate(
                 key=str(i),
@@ -180,6 +185,7 @@ class RebalanceHook:
                 request=cluster.request(i),
                 placement=cluster.placements[i],
                 latency_sensitive=bool(cluster.latency_sensitive[i]),
+                cpu_usage_milli=None if cpu_now is None else float(cpu_now[i] * cluster.cpu_req[i]),
             )
             for i in eligible
         ]

@@ -463,10 +463,53 @@ async def test_node_load_from_prometheus_reaches_the_planner() -> None:
     kube = FakeKube([node("n0"), node("n1"), node("n2")], [pod("a", "n0", gpus=1)])
     rb = Rebalancer(RebalancerSettings(), "rl-scheduler", kube, planner=plan, clock=Clock(), load_query=query)
     report = await rb.cycle(spec(), None)
-    assert report.outcome == "no_moves" and len(queries) == 4  # one round: cpu, memory, network, disk
+    # one round: cpu, memory, network, disk, then each pod's CPU use (podCpuQuery)
+    assert report.outcome == "no_moves" and len(queries) == 5 and "container_cpu_usage_seconds_total" in queries[4]
     (cpu_column,) = [list(seen[0][:, 0])]
     assert cpu_column[:2] == [0.99, 0.1] and math.isnan(cpu_column[2])  # n2 has no series: unknown
     await rb.close()
     rb2, _ = make(kube, plan)
     await rb2.cycle(spec(), None)
     assert all(math.isnan(v) for v in seen[1].ravel())
+
+
+async def test_each_pods_measured_cpu_use_reaches_the_planner(caplog: pytest.LogCaptureFixture) -> None:
+    """podCpuQuery's answer becomes Candidate.cpu_usage_milli (namespace/name → millicores); a pod
+    without a series gets None (the planner estimates it); a failed query is logged once and counted."""
+    seen: list[dict[str, Any]] = []
+    answer: dict[str, Any] = {"fail": False}
+
+    async def query(promql: str) -> dict:
+        if "container_cpu_usage_seconds_total" not in promql:
+            return {"status": "success", "data": {"resultType": "vector", "result": []}}
+        if answer["fail"]:
+            raise RuntimeError("connection refused")
+        result = [
+            {"metric": {"namespace": "team", "pod": "a"}, "value": [NOW, "2.5"]},
+            {"metric": {"namespace": "team", "pod": "gone"}, "value": [NOW, "1"]},
+            {"metric": {"pod": "no-namespace"}, "value": [NOW, "1"]},
+            {"metric": {"namespace": "team", "pod": "b"}, "value": [NOW, "NaN"]},
+        ]
+        return {"status": "success", "data": {"resultType": "vector", "result": result}}
+
+    def plan_moves(state, candidates, typical, settings, scorer=None):  # noqa: ANN001, ANN202
+        seen.append({c.key: c.cpu_usage_milli for c in candidates})
+        return []
+
+    plan = SimpleNamespace(
+        Candidate=planner.Candidate, RebalanceSettings=planner.RebalanceSettings, plan_moves=plan_moves
+    )
+    kube = FakeKube([node("n0"), node("n1")], [pod("a", "n0", gpus=1), pod("b", "n0", gpus=1)])
+    rb = Rebalancer(RebalancerSettings(), "rl-scheduler", kube, planner=plan, clock=Clock(), load_query=query)
+    await rb.cycle(spec(), None)
+    assert seen[-1] == {"team/a": 2500.0, "team/b": None}
+    answer["fail"] = True
+    with caplog.at_level("WARNING", logger="rlsched.operator.rebalancer"):
+        await rb.cycle(spec(), None)
+        await rb.cycle(spec(), None)
+    assert seen[-1] == {"team/a": None, "team/b": None}
+    assert sum("pod CPU use unknown" in r.getMessage() for r in caplog.records) == 1
+    sample = rb.metrics.registry.get_sample_value
+    assert sample("rlsched_operator_rebalance_pod_usage_queries_total", {"result": "error"}) == 2.0
+    assert sample("rlsched_operator_rebalance_pod_usage_queries_total", {"result": "ok"}) == 1.0
+    await rb.close()

@@ -84,6 +84,24 @@ def test_hot_node_move_golden() -> None:
     assert moves[0].gain == pytest.approx(375.0)
 
 
+def test_measured_pod_usage_finds_the_pod_that_makes_the_node_hot() -> None:
+    # The same cluster, but the pods' measured use differs: h uses 0.5 cores, g 8.5 (it bursts past
+    # its 4-core request). Relief is use ÷ A's 10 cores: h 0.05, g 0.85. g on B: 0.30 + 0.85 = 1.15 >
+    # 0.9, B would be hot: no relief for g; h: 1000 × 0.05 − 100 < 0. Nothing is worth it on B at 0.30.
+    state, cands = cpu_cluster(load_b=0.30)
+    usage = {"h": 500.0, "g": 8500.0}
+    measured = [Candidate(c.key, c.node, c.request, c.placement, False, usage[c.key]) for c in cands]
+    assert plan_moves(state, measured, TYPICAL, RebalanceSettings(), make_scorer("least-allocated")) == []
+    # B nearly idle (0.02): g moves (0.02 + 0.85 = 0.87 ≤ 0.9), gain 1000 × 0.85 − 100 = 750 — where the
+    # request share would have moved h or g alike for 375 and left A at 0.95 − 0.05 = 0.9 (still at the
+    # threshold) had it picked h.
+    state, cands = cpu_cluster(load_b=0.02)
+    measured = [Candidate(c.key, c.node, c.request, c.placement, False, usage[c.key]) for c in cands]
+    moves = plan_moves(state, measured, TYPICAL, RebalanceSettings(), make_scorer("least-allocated"))
+    assert [(m.key, m.to_node, m.reason) for m in moves] == [("g", 1, "hot-node")]
+    assert moves[0].gain == pytest.approx(750.0)
+
+
 @pytest.mark.parametrize("load_b", [0.5, np.nan])
 def test_no_hot_relief_onto_a_node_that_would_be_hot_or_is_unknown(load_b: float) -> None:
     # 0.5 + 0.475 = 0.975 > 0.9: B would be hot too; NaN: B's load is not known. Either way no relief,

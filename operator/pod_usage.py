@@ -1,0 +1,70 @@
+"""Each pod's measured CPU use, from Prometheus, for the rebalancer's planner.
+
+Node load says a node is hot; only per-pod use says which pod makes it so (in the living-cluster
+simulation a pod uses 0–12× its CPU request: docs/usage-model.md). cAdvisor, through every kubelet,
+exports ``container_cpu_usage_seconds_total`` per container; kube-prometheus-stack scrapes it, and
+:data:`DEFAULT_QUERY` sums its rate per pod. The answer is parsed defensively: at most
+``max_series`` series, a series without ``namespace`` and ``pod`` labels or with a value that is
+not a finite, non-negative number is skipped and counted, and a failed or malformed query yields an
+empty map (the planner then estimates from request shares).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_QUERY = 'sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{container!=""}[5m]))'
+"""Cores per pod, averaged over 5 minutes; ``container!=""`` drops cAdvisor's pod-level cgroup
+series, which would count every pod twice."""
+
+
+@dataclass
+class PodUsageRead:
+    """One query's result: ``namespace/name`` → millicores, and what was skipped."""
+
+    milli: dict[str, float] = field(default_factory=dict)
+    skipped: int = 0
+    """Series without namespace and pod labels, or with a value that is not a finite number ≥ 0."""
+    truncated: bool = False
+    """More than ``max_series`` series came back; the rest were not read."""
+    error: str = ""
+    """Why the query gave nothing (empty when it answered)."""
+
+
+async def read_pod_cpu(
+    query: Callable[[str], Awaitable[Any]], promql: str = DEFAULT_QUERY, max_series: int = 200_000
+) -> PodUsageRead:
+    """Run ``promql`` with ``query`` (the Prometheus client's instant query: the decoded JSON answer)
+    and read it into millicores per pod. Never raises for a bad answer."""
+    out = PodUsageRead()
+    try:
+        answer = await query(promql)
+    except Exception as exc:  # noqa: BLE001 - a Prometheus outage must not stop a rebalancing cycle
+        out.error = f"{type(exc).__name__}: {exc}"[:300]
+        return out
+    data = answer.get("data") if isinstance(answer, Mapping) else None
+    result = data.get("result") if isinstance(data, Mapping) else None
+    if not isinstance(answer, Mapping) or answer.get("status") != "success" or not isinstance(result, list):
+        out.error = "not a Prometheus vector answer"
+        return out
+    if len(result) > max_series:
+        out.truncated = True
+        result = result[:max_series]
+    for series in result:
+        labels = series.get("metric") if isinstance(series, Mapping) else None
+        value = series.get("value") if isinstance(series, Mapping) else None
+        namespace = labels.get("namespace") if isinstance(labels, Mapping) else None
+        pod = labels.get("pod") if isinstance(labels, Mapping) else None
+        try:
+            cores = float(value[1]) if isinstance(value, list) and len(value) == 2 else math.nan
+        except (TypeError, ValueError):
+            cores = math.nan
+        if not (isinstance(namespace, str) and isinstance(pod, str) and math.isfinite(cores) and cores >= 0):
+            out.skipped += 1
+            continue
+        key = f"{namespace}/{pod}"
+        out.milli[key] = out.milli.get(key, 0.0) + cores * 1000.0
+    return out

@@ -42,6 +42,30 @@ class ColumnStatus:
     unmatched: list[str] = field(default_factory=list)
 
 
+def vector_samples(body: Any, max_series: int | None = None) -> tuple[list[tuple[Mapping[str, Any], float]], bool]:
+    """Each series of an instant-vector answer (``/api/v1/query``) as (labels, value); the value is NaN
+    where it is not a number, the labels empty where they are not an object. The flag says whether
+    more than ``max_series`` came back (the rest is not read). Any other answer raises ValueError."""
+    if not isinstance(body, Mapping) or body.get("status") != "success":
+        raise ValueError(f"Prometheus answered {str(body)[:200]}")
+    data = body.get("data")
+    data = data if isinstance(data, Mapping) else {}
+    if data.get("resultType") != "vector" or not isinstance(data.get("result") or [], list):
+        raise ValueError(f"query must return an instant vector, got {data.get('resultType')}")
+    result = data.get("result") or []
+    cut = max_series is not None and len(result) > max_series
+    out: list[tuple[Mapping[str, Any], float]] = []
+    for series in result[:max_series] if cut else result:
+        labels = series.get("metric") if isinstance(series, Mapping) else None
+        value = series.get("value") if isinstance(series, Mapping) else None
+        try:
+            number = float(value[1]) if isinstance(value, list) and len(value) == 2 else math.nan
+        except (TypeError, ValueError):
+            number = math.nan
+        out.append((labels if isinstance(labels, Mapping) else {}, number))
+    return out, cut
+
+
 class LoadPoller:
     """Queries Prometheus and hands per-node rows to ``sink`` (``ClusterCache.set_load``)."""
 
@@ -120,12 +144,7 @@ class LoadPoller:
                 continue
             try:
                 body = await asyncio.wait_for(self._query(promql), self.settings.timeout_s)
-                if not isinstance(body, dict) or body.get("status") != "success":
-                    raise RuntimeError(f"Prometheus answered {str(body)[:200]}")
-                data = body.get("data") or {}
-                if data.get("resultType") != "vector":
-                    raise RuntimeError(f"query must return an instant vector, got {data.get('resultType')}")
-                result = data.get("result") or []
+                samples, _ = vector_samples(body)
             except Exception as exc:  # noqa: BLE001 - a failed query only ages the column out
                 error = f"{type(exc).__name__}: {exc}"
                 # Once per new failure, not every interval while Prometheus stays down.
@@ -144,13 +163,10 @@ class LoadPoller:
             matched = 0
             unmatched: list[str] = []
             values = self.values[column]
-            for series in result:
-                labels = series.get("metric") or {}
-                node = self._match(labels, aliases)
-                try:
-                    value = float(series["value"][1])
-                except (KeyError, IndexError, TypeError, ValueError):
+            for labels, value in samples:
+                if math.isnan(value):
                     continue
+                node = self._match(labels, aliases)
                 if node is None:
                     if len(unmatched) < 5:
                         unmatched.append(",".join(f"{k}={v}" for k, v in sorted(labels.items()))[:120])
@@ -161,7 +177,7 @@ class LoadPoller:
             if status.last_error is not None:
                 log.info("load query %s works again", column, extra={"event": "load_query_recovered", "column": column})
             status.last_success, status.last_error = now, None
-            status.series, status.matched, status.unmatched = len(result), matched, unmatched
+            status.series, status.matched, status.unmatched = len(samples), matched, unmatched
             self._count(column, "ok")
         self.publish()
 

@@ -12,9 +12,11 @@ empty map (the planner then estimates from request shares).
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from rlsched.extender.prometheus import vector_samples
 
 DEFAULT_QUERY = 'sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{container!=""}[5m]))'
 """Cores per pod, averaged over 5 minutes; ``container!=""`` drops cAdvisor's pod-level cgroup
@@ -41,27 +43,15 @@ async def read_pod_cpu(
     and read it into millicores per pod. Never raises for a bad answer."""
     out = PodUsageRead()
     try:
-        answer = await query(promql)
+        samples, out.truncated = vector_samples(await query(promql), max_series)
+    except ValueError:
+        out.error = "not a Prometheus vector answer"
+        return out
     except Exception as exc:  # noqa: BLE001 - a Prometheus outage must not stop a rebalancing cycle
         out.error = f"{type(exc).__name__}: {exc}"[:300]
         return out
-    data = answer.get("data") if isinstance(answer, Mapping) else None
-    result = data.get("result") if isinstance(data, Mapping) else None
-    if not isinstance(answer, Mapping) or answer.get("status") != "success" or not isinstance(result, list):
-        out.error = "not a Prometheus vector answer"
-        return out
-    if len(result) > max_series:
-        out.truncated = True
-        result = result[:max_series]
-    for series in result:
-        labels = series.get("metric") if isinstance(series, Mapping) else None
-        value = series.get("value") if isinstance(series, Mapping) else None
-        namespace = labels.get("namespace") if isinstance(labels, Mapping) else None
-        pod = labels.get("pod") if isinstance(labels, Mapping) else None
-        try:
-            cores = float(value[1]) if isinstance(value, list) and len(value) == 2 else math.nan
-        except (TypeError, ValueError):
-            cores = math.nan
+    for labels, cores in samples:
+        namespace, pod = labels.get("namespace"), labels.get("pod")
         if not (isinstance(namespace, str) and isinstance(pod, str) and math.isfinite(cores) and cores >= 0):
             out.skipped += 1
             continue

@@ -9,8 +9,9 @@ bound token of the operator's ServiceAccount:
 - with RBAC widened by mistake (delete on pods), the admission policy still denies the delete: the
   exception is for evictions only.
 
-Reuses tests/e2e/test_admission_e2e.py's helpers with namespaces, release and policy names of its
-own: a policy re-created under the name of one just deleted can go unenforced for minutes.
+Reuses tests/e2e/test_admission_e2e.py's helpers, with namespaces, release and policy names of its
+own. Named to run right after it: a policy created late in a full e2e session was seen never to be
+enforced (docs/e2e.md, "Why right after").
 """
 
 from __future__ import annotations

@@ -205,32 +205,23 @@ def applied_chart(cluster: Cluster, tmp: Path, names: Names, values: dict, pods:
                 env.admin("create", "-f", "-", input=pod_manifest(ns, name))
         env.admin("create", "-f", "-", input=pod_manifest(names.watched, "probe"))
         env.connect_as_operator()
-        # The API server enforces a new policy once its informer has it: wait for a denial (on a pod
-        # of its own, so that an early success changes nothing the tests look at).
+        # The API server enforces a new policy once its policy source has loaded it (a refresh every
+        # second or two): wait for a denial, on a pod of its own so that an early success changes
+        # nothing the tests look at. Until then the probe's patch passes, so every probe sets a new
+        # value: a repeated one would be no change, which the policy rightly allows.
         answers: list[tuple[int, str]] = []
 
         def enforced() -> bool:
-            answers.append(env.patch_pod(names.watched, "probe", {"metadata": {"labels": {"probe": "1"}}}))
+            label = {"metadata": {"labels": {"probe": str(len(answers))}}}
+            answers.append(env.patch_pod(names.watched, "probe", label))
             return names.policy in answers[-1][1]
 
-        # The API server enforces a new policy once its policy source has compiled it: seconds, but in
-        # a few full-suite runs on the loaded 2-core machine not within 150 s (cause not found). The
-        # policy and binding are then created afresh once, and the wait starts over.
-        admission = yaml.safe_dump_all(
-            d for d in yaml.safe_load_all(manifest) if d and d["kind"].startswith("ValidatingAdmissionPolicy")
-        )
-        for attempt in (1, 2):
-            try:
-                wait_for(enforced, 90, "the admission policy to be enforced")
-                break
-            except AssertionError as exc:
-                policies = env.admin("get", "validatingadmissionpolicy,validatingadmissionpolicybinding", check=False)
-                last = answers[-1] if answers else None
-                if attempt == 2:
-                    raise AssertionError(f"{exc}; the probe's last answer: {last}; {policies.stdout}") from None
-                print(f"admission policy not enforced after 90 s (probe: {last}); creating it afresh")
-                env.admin("delete", "-f", "-", "--wait=true", input=admission, check=False)
-                env.admin("create", "-f", "-", input=admission)
+        try:
+            wait_for(enforced, 150, "the admission policy to be enforced")
+        except AssertionError as exc:
+            policies = env.admin("get", "validatingadmissionpolicy,validatingadmissionpolicybinding", check=False)
+            last = answers[-1] if answers else None
+            raise AssertionError(f"{exc}; the probe's last answer: {last}; {policies.stdout}") from None
         yield env
     finally:
         env.admin("delete", "-f", "-", "--ignore-not-found", "--wait=false", input=manifest, check=False)

@@ -10,8 +10,7 @@ bound token of the operator's ServiceAccount:
   exception is for evictions only.
 
 Reuses tests/e2e/test_admission_e2e.py's helpers, with namespaces, release and policy names of its
-own. Named to run right after it: a policy created late in a full e2e session was seen never to be
-enforced (docs/e2e.md, "Why right after").
+own.
 """
 
 from __future__ import annotations

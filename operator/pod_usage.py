@@ -18,9 +18,10 @@ from typing import Any
 
 from rlsched.extender.prometheus import vector_samples
 
-DEFAULT_QUERY = 'sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{container!=""}[5m]))'
-"""Cores per pod, averaged over 5 minutes; ``container!=""`` drops cAdvisor's pod-level cgroup
-series, which would count every pod twice."""
+from .settings import DEFAULT_POD_CPU_QUERY
+
+DEFAULT_QUERY = DEFAULT_POD_CPU_QUERY
+"""The operator's default ``rebalancer.podCpuQuery``."""
 
 
 @dataclass

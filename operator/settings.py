@@ -170,6 +170,11 @@ class DecisionLogSettings:
     """Series label that names the node in ``loadQueries``."""
 
 
+DEFAULT_POD_CPU_QUERY = 'sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{container!=""}[5m]))'
+"""Cores per pod, averaged over 5 minutes, from cAdvisor's per-container counters; ``container!=""``
+drops the pod-level cgroup series, which would count every pod twice."""
+
+
 @dataclass
 class RebalancerSettings:
     """The rebalancer's operator-side settings; what it does is the served policy's ``spec.rebalance``."""
@@ -193,7 +198,7 @@ class RebalancerSettings:
     """Node load for the planner's hot-node term, read once per cycle with the extender's poller (same
     keys as the extender's ``prometheus`` section: use the same URL and queries). ``url`` unset: the
     load is unknown (NaN) and only fragmentation drives the moves."""
-    pod_cpu_query: str = 'sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{container!=""}[5m]))'
+    pod_cpu_query: str = DEFAULT_POD_CPU_QUERY
     """PromQL of each pod's CPU use in cores (cAdvisor's series, labels ``namespace`` and ``pod``), read
     once per cycle from ``prometheus.url``: the planner then knows which pod makes a node hot (in the
     simulation this cut hot-node time about twice as much as the request-share estimate;

@@ -87,8 +87,11 @@ class LearnedScorer(Scorer):
         """Whether the model was trained with the delay action (and is not the prior-only ablation)."""
         self.hold_s = float(args.get("hold_s", 60.0))
         """How long a delay holds the pod back: the hold it was trained with."""
-        self.sees_load = encoder.use_load
+
+    @property
+    def sees_load(self) -> bool:
         """Whether node load reaches the network (only for a model trained with live load)."""
+        return self.encoder.use_load
 
     def score(self, state: ClusterState, req: PodRequest, nodes: np.ndarray) -> NodeScores:
         cand = self.encoder.encode(state, req, nodes)

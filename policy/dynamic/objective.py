@@ -64,6 +64,13 @@ class ObjectiveWeights:
             raise ValueError("need 0 <= beta <= 1, non-negative weights and a positive latency scale")
 
 
+def wait_summary(waits: np.ndarray) -> tuple[float, float, float]:
+    """(mean, p50, p99) of queueing delays in seconds; zeros when no pod was measured."""
+    if not len(waits):
+        return 0.0, 0.0, 0.0
+    return float(waits.mean()), float(np.percentile(waits, 50)), float(np.percentile(waits, 99))
+
+
 def objective_of(measures: Mapping[str, Any], weights: ObjectiveWeights) -> float:
     """The objective of one run's measures (:meth:`DynamicResult.summary`, or a run of the JSON that
     ``rlsched evaluate --mode dynamic`` writes): −(β·latency + (1−β)·cost + w_sla·SLA +
@@ -161,10 +168,7 @@ class DynamicResult:
         self.cost_pct = s.get("busy_price", 0.0) / t * 100 / whole if whole else 0.0
         self.mean_waiting = s.get("waiting", 0.0) / t
         self.pod_hours = s.get("pod_seconds", 0.0) / 3600.0
-        if len(waits):
-            self.wait_mean_s = float(waits.mean())
-            self.wait_p50_s = float(np.percentile(waits, 50))
-            self.wait_p99_s = float(np.percentile(waits, 99))
+        self.wait_mean_s, self.wait_p50_s, self.wait_p99_s = wait_summary(waits)
         self.still_waiting = still_waiting
         self.rejected = rejected
         self.scrape_misses = scrape_misses

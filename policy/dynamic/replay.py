@@ -27,6 +27,7 @@ import numpy as np
 from ..cluster import NodeSpec, PodSpec
 from ..feasibility import unresolvable_mask
 from ..typical import TypicalPods
+from .objective import wait_summary
 from .simulator import LATENCY_SENSITIVE, DynamicSettings, LivingCluster
 from .usage import PodUsage
 
@@ -205,14 +206,14 @@ def measure_timelines(
             continue
         done = tl.bound if tl.bound is not None and tl.bound < end else end
         waits.append(compression.sim(max(0.0, done - tl.created)))
-    w = np.array(waits, dtype=np.float64)
+    wait_mean, wait_p50, wait_p99 = wait_summary(np.array(waits, dtype=np.float64))
     window_all = [tl for tl in timelines if 0 <= tl.pod.arrival_s < window_s]
     return {
         "window_pods": float(len(measured)),
         "mean_allocated_gpu_pct": float((allocated * seconds).sum()) / total * 100 / max(gpu_capacity_milli, 1),
-        "wait_mean_s": float(w.mean()) if len(w) else 0.0,
-        "wait_p50_s": float(np.percentile(w, 50)) if len(w) else 0.0,
-        "wait_p99_s": float(np.percentile(w, 99)) if len(w) else 0.0,
+        "wait_mean_s": wait_mean,
+        "wait_p50_s": wait_p50,
+        "wait_p99_s": wait_p99,
         "still_waiting": float(sum(tl.bound is None or tl.bound >= end for tl in measured)),
         "sla_hot_node_pct": float((hot.sum(axis=1) * seconds).sum()) / total * 100 / max(nodes, 1),
         "sla_ls_pod_seconds": float(((ls_pods * hot).sum(axis=1) * seconds).sum()),

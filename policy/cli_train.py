@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from .ppo.config import Args
 
 
+FLAG_ALIASES: dict[str, tuple[str, ...]] = {"traces": ("--pods",), "init_model": ("--init",)}
+"""Other spellings of some flags, in the words of "teach the scheduler my cluster": ``rlsched train
+--nodes MY_NODES --pods MY_POD_HISTORY --init policy/models/ppo-openb-default.npz``."""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .ppo.config import ARGS_FIELDS, field_doc, field_kind
 
@@ -33,17 +38,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "replaces --traces; start from the served model with --init-model (rlsched.policy.decisions)",
     )
     for f in ARGS_FIELDS:
-        flag = "--" + f.name.replace("_", "-")
+        flags = ["--" + f.name.replace("_", "-"), *FLAG_ALIASES.get(f.name, ())]
         kind, elem = field_kind(f)
         help_text = f"{field_doc(f.name)} (default: {f.default!r})".replace("%", "%%")
         if kind is bool:
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+            parser.add_argument(
+                *flags, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text
+            )
         elif kind is tuple:
-            parser.add_argument(flag, dest=f.name, nargs="+", type=elem, default=None, help=help_text)
+            parser.add_argument(*flags, dest=f.name, nargs="+", type=elem, default=None, help=help_text)
         elif kind == "optional-float":
-            parser.add_argument(flag, dest=f.name, type=_optional_float, default=None, help=help_text)
+            parser.add_argument(*flags, dest=f.name, type=_optional_float, default=None, help=help_text)
         else:
-            parser.add_argument(flag, dest=f.name, type=kind, default=None, help=help_text)
+            parser.add_argument(*flags, dest=f.name, type=kind, default=None, help=help_text)
 
 
 def _optional_float(text: str) -> float | None:

@@ -155,3 +155,21 @@ def mean_logprob(agent: Agent, records: list[DecisionRecord]) -> float:
     b, extra = buf.batch(np.arange(len(records)))
     with torch.no_grad():
         return float(agent.get_action_and_value(b, extra["actions"])[1].mean())
+
+
+def test_train_takes_the_adaptation_spellings(tmp_path: Path) -> None:
+    """``--pods`` and ``--init`` (the words of "teach the scheduler my cluster") set traces and init_model."""
+    import argparse
+
+    from rlsched.policy.cli_train import add_arguments, build_args
+
+    nodes, pods = write_workload(tmp_path)
+    model = tmp_path / "start.npz"
+    model.write_bytes(b"")
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = build_args(parser.parse_args(["--nodes", nodes, "--pods", pods, pods, "--init", str(model)]))
+    assert args.traces == (pods, pods)
+    assert args.init_model == str(model)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--pods"])

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rlsched.policy.rebalance_weights import WEIGHTS
+
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 MAX_SELECTOR_TERMS = 32
 """matchLabels entries plus matchExpressions, at most."""
@@ -37,14 +39,11 @@ _BUDGET: dict[str, tuple[int, int, int, str]] = {
     "maxMovesPerOwner": (1, 1, 100, "evictions of one controller's pods per ownerWindowSeconds"),
     "ownerWindowSeconds": (86400, 60, 30 * 86400, "seconds a controller's evictions count against it"),
 }
-# name → (default, low, high); numbers. Gains are in milli, as rlsched.policy.rebalance counts them:
-# 1000 = one GPU's worth of stranded capacity un-stranded, or a whole node's CPU off a hot node.
+# name → (default, low, high); numbers: the planner's one table (rlsched.policy.rebalance_weights).
+# Gains are in milli, as rlsched.policy.rebalance counts them: 1000 = one GPU's worth of stranded
+# capacity un-stranded, or a whole node's CPU off a hot node.
 _WEIGHTS: dict[str, tuple[float, float, float]] = {
-    "fragmentation": (1.0, 0.0, 1000.0),
-    "hot": (1.0, 0.0, 1000.0),
-    "migrationCost": (100.0, 0.0, 100000.0),
-    "minGain": (0.0, 0.0, 100000.0),
-    "hotThreshold": (0.9, 0.01, 1.0),
+    name: (default, low, high) for name, (_, default, low, high, _what) in WEIGHTS.items()
 }
 
 
@@ -100,6 +99,10 @@ class RebalanceSpec:
     migration_cost: float = 100.0
     min_gain: float = 0.0
     hot_threshold: float = 0.9
+    latency_sensitive_hot_weight: float = 0.0
+    latency_sensitive_weight: float = 0.0
+    pod_gpu_weight: float = 0.0
+    destination_load_weight: float = 0.0
 
 
 def _is_int(value: Any) -> bool:
@@ -222,6 +225,11 @@ def parse_rebalance(raw: Any, problems: list[str]) -> RebalanceSpec:
             problems.append(f"{where}.weights.{key}: {str(number)[:40]!r} must be a number from {low:g} to {high:g}")
             number = default
         weights[key] = float(number)
+    if weights["hot"] + weights["latencySensitiveHot"] < 0:
+        problems.append(
+            f"{where}.weights.latencySensitiveHot: {weights['latencySensitiveHot']:g} makes hot + latencySensitiveHot "
+            "negative"
+        )
     selector = parse_selector(raw.get("namespaceSelector"), f"{where}.namespaceSelector", problems)
     return RebalanceSpec(
         enabled=flags["enabled"],
@@ -238,6 +246,10 @@ def parse_rebalance(raw: Any, problems: list[str]) -> RebalanceSpec:
         migration_cost=weights["migrationCost"],
         min_gain=weights["minGain"],
         hot_threshold=weights["hotThreshold"],
+        latency_sensitive_hot_weight=weights["latencySensitiveHot"],
+        latency_sensitive_weight=weights["latencySensitive"],
+        pod_gpu_weight=weights["podGpu"],
+        destination_load_weight=weights["destinationLoad"],
     )
 
 

@@ -301,6 +301,10 @@ class Rebalancer:
             fragmentation_weight=spec.fragmentation_weight,
             hot_weight=spec.hot_weight,
             migration_cost=spec.migration_cost,
+            latency_sensitive_hot_weight=spec.latency_sensitive_hot_weight,
+            latency_sensitive_weight=spec.latency_sensitive_weight,
+            pod_gpu_weight=spec.pod_gpu_weight,
+            destination_load_weight=spec.destination_load_weight,
         )
         scorer = self.scorer(fallback)
         # The planner runs off the event loop on a snapshot: nothing may change its arrays meanwhile.

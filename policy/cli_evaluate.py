@@ -114,7 +114,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--rebalancer",
         default="none",
         help="comma-separated: none, heuristic (fragmentation gradient and hot-node relief), heuristic-usage "
-        "(the same, knowing each pod's measured CPU use), high-node-utilization (the descheduler's strategy); "
+        "(the same, knowing each pod's measured CPU use), high-node-utilization (the descheduler's strategy), "
+        "learned:FILE (heuristic-usage with the weights rlsched train-rebalancer found); "
         "each runs every policy (docs/rebalancer.md; default: %(default)s)",
     )
 

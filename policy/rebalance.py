@@ -7,7 +7,8 @@ living-cluster simulation (:mod:`rlsched.policy.dynamic.rebalancing`) both turn 
 into :class:`Candidate` s — after their own opt-in, PodDisruptionBudget, age and budget checks —
 call :func:`plan_moves` on a :class:`ClusterState`, and evict the pods it names.
 
-The heuristic (the baseline chooser; a learned one is future work):
+The heuristic (the baseline chooser; the learned chooser is the same function with more terms and
+weights found by :mod:`rlsched.policy.dynamic.rebalance_search`, see "Learned terms" below):
 
 - **Fragmentation gradient.** For a candidate on node ``a``: release it on a working copy of the
   state, ask the placement policy (``scorer``, FGD by default) where it would go now (``b``), and
@@ -24,10 +25,16 @@ The heuristic (the baseline chooser; a learned one is future work):
   and estimated load), then the next is chosen, up to ``max_moves_per_cycle``; a pod moves at most
   once per plan. Ties go to a pod that is not latency-sensitive, then to the earlier candidate.
 
+Learned terms (0 in the heuristic): the hot-node term weighs ``hot_weight + latency_sensitive_hot_weight``
+for a latency-sensitive pod; ``latency_sensitive_weight × 1000`` for moving a latency-sensitive pod,
+``pod_gpu_weight × its GPU milli``, and ``destination_load_weight × 1000 × b's CPU load after the move``
+(clipped to [0, 1]) are added to the gain.
+
 Exactness at a bearable cost: the removal term of every candidate is exact and cheap (one node); the
 re-placement term is bounded above, per request shape, by the best ΔFrag of placing it on any other
-node; candidates are evaluated exactly (with the scorer's own decision) in order of that bound until
-no bound can beat the best gain found. The result is the same as evaluating every candidate.
+node; the pod terms are exact, the destination term is bounded by its weight × 1000 when positive;
+candidates are evaluated exactly (with the scorer's own decision) in order of that bound until no
+bound can beat the best gain found. The result is the same as evaluating every candidate.
 """
 
 from __future__ import annotations
@@ -72,14 +79,26 @@ class RebalanceSettings:
     migration_cost: float = 100.0
     """Milli subtracted from every move's gain: the price of restarting a pod (default 100, a tenth
     of a GPU un-stranded; an assumption, measured in docs/rebalancer.md against fewer and more moves)."""
+    latency_sensitive_hot_weight: float = 0.0
+    """Extra weight of the hot-node term when the moved pod is latency-sensitive (default 0: the
+    heuristic; the learned chooser sets it, :mod:`rlsched.policy.dynamic.rebalance_search`)."""
+    latency_sensitive_weight: float = 0.0
+    """Milli added to the gain of moving a latency-sensitive pod (default 0; negative keeps them in place)."""
+    pod_gpu_weight: float = 0.0
+    """Milli added per GPU milli the moved pod holds (default 0; negative: restarting large jobs costs more)."""
+    destination_load_weight: float = 0.0
+    """Milli added per 0.001 of the destination's estimated CPU load after the move, clipped to
+    [0, 1] (default 0; negative prefers cool destinations)."""
 
     def __post_init__(self) -> None:
         if self.max_moves_per_cycle < 0:
             raise ValueError("max_moves_per_cycle must not be negative")
         if self.fragmentation_weight < 0 or self.hot_weight < 0 or self.migration_cost < 0:
-            raise ValueError("weights and migration_cost must not be negative")
+            raise ValueError("fragmentation_weight, hot_weight and migration_cost must not be negative")
         if not 0 < self.hot_threshold <= 1:
             raise ValueError("hot_threshold must be in (0, 1]")
+        if self.hot_weight + self.latency_sensitive_hot_weight < 0:
+            raise ValueError("hot_weight + latency_sensitive_hot_weight must not be negative")
 
 
 @dataclass(frozen=True)
@@ -193,10 +212,9 @@ class _Planner:
             place_best = d2 if n1 == placement.node else d1
             if place_best == -np.inf:
                 continue  # nowhere else to go
-            bound = s.fragmentation_weight * (removal[k] + place_best) + s.hot_weight * HOT_UNITS * self._hot_estimate(
-                c, placement.node
-            )
-            bound -= s.migration_cost
+            hot = self._hot_estimate(c, placement.node)
+            bound = s.fragmentation_weight * (removal[k] + place_best) + _hot_weight(s, c) * HOT_UNITS * hot
+            bound += _pod_terms(s, c) + max(s.destination_load_weight, 0.0) * HOT_UNITS - s.migration_cost
             if bound + _EPS > s.min_gain:
                 out.append((bound, k))
         out.sort(key=lambda bk: (-bk[0], candidates[bk[1]].latency_sensitive, bk[1]))
@@ -265,14 +283,16 @@ class _Planner:
             work.release(there)
         finally:
             work.place(c.request, a, placement.cards)
-        if hot > 0:
-            load_b = work.load[b, CPU]
-            moved = hot * float(work.cpu_cap[a]) / max(float(work.cpu_cap[b]), 1.0)
-            if np.isnan(load_b) or load_b + moved > s.hot_threshold:
-                hot = 0.0  # b unknown, or it would be hot too: no relief
+        load_b = float(work.load[b, CPU])
+        moved = est * float(work.cpu_cap[a]) / max(float(work.cpu_cap[b]), 1.0)
+        if hot > 0 and (np.isnan(load_b) or load_b + moved > s.hot_threshold):
+            hot = 0.0  # b unknown, or it would be hot too: no relief
         frag_term = s.fragmentation_weight * ((before_a - after_a) + (before_b - after_b))
-        hot_term = s.hot_weight * HOT_UNITS * hot
-        gain = frag_term + hot_term - s.migration_cost
+        hot_term = _hot_weight(s, c) * HOT_UNITS * hot
+        gain = frag_term + hot_term - s.migration_cost + _pod_terms(s, c)
+        if s.destination_load_weight:
+            dest = 0.0 if np.isnan(load_b) else min(max(load_b + moved, 0.0), 1.0)
+            gain += s.destination_load_weight * HOT_UNITS * dest
         reason = "hot-node" if hot_term > frag_term else "fragmentation"
         move = Move(key=c.key, from_node=a, to_node=b, reason=reason, gain=float(gain))
         return move, decision.cards, est
@@ -287,6 +307,16 @@ class _Planner:
             work.load[a, CPU] -= est
             work.load[b, CPU] += est * float(work.cpu_cap[a]) / max(float(work.cpu_cap[b]), 1.0)
             work.node_version[[a, b]] += 1
+
+
+def _hot_weight(s: RebalanceSettings, c: Candidate) -> float:
+    """The hot-node term's weight for this pod (the latency-sensitive extra included)."""
+    return s.hot_weight + (s.latency_sensitive_hot_weight if c.latency_sensitive else 0.0)
+
+
+def _pod_terms(s: RebalanceSettings, c: Candidate) -> float:
+    """The gain terms that depend on the pod alone (exact, so the same in the bound)."""
+    return s.latency_sensitive_weight * HOT_UNITS * c.latency_sensitive + s.pod_gpu_weight * c.request.gpu_total
 
 
 def _better(m: Move, c: Candidate, k: int, best: Move, bc: Candidate, bk: int) -> bool:

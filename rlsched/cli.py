@@ -16,6 +16,10 @@ from . import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("rlsched.policy.cli_train", "train a PPO placement policy (torch) and export it for serving"),
     "evaluate": ("rlsched.policy.cli_evaluate", "run policies through the FGD-protocol simulator and report"),
+    "train-rebalancer": (
+        "rlsched.policy.cli_train_rebalancer",
+        "learn the rebalancer's move weights in the living-cluster simulation",
+    ),
     "extender": ("rlsched.extender.cli", "run the kube-scheduler extender (filter/prioritize/bind/preempt)"),
     "operator": (
         "rlsched.operator.cli",

@@ -14,7 +14,7 @@ from ..trace import load_nodes, load_pods
 from ..typical import TypicalPods, typical_pods
 from .objective import DynamicResult, ObjectiveWeights
 from .prices import PriceTable, with_prices
-from .rebalancing import REBALANCERS, run_rebalanced
+from .rebalancing import check_rebalancer, run_rebalanced
 from .simulator import DynamicSettings, run_dynamic
 
 _worker: tuple[Sequence[NodeSpec], Sequence[PodSpec], TypicalPods, DynamicSettings] | None = None
@@ -30,7 +30,8 @@ def _one(task: tuple[str, int, str]) -> DynamicResult:
     nodes, pods, typical, settings = _worker
     policy, seed, rebalancer = task
     if rebalancer != "none":
-        scorer, name = make_scorer(policy, typical), f"{policy}+{rebalancer}"
+        label = "learned" if rebalancer.startswith("learned:") else rebalancer
+        scorer, name = make_scorer(policy, typical), f"{policy}+{label}"
         return run_rebalanced(nodes, pods, scorer, seed, typical, rebalancer, settings, policy_name=name)[0]
     return run_dynamic(nodes, pods, make_scorer(policy, typical), seed, typical, settings, policy)
 
@@ -61,8 +62,7 @@ def evaluate_dynamic(
     for policy in policies:
         make_scorer(policy, typical)  # refuse a bad name before any run starts
     for rebalancer in rebalancers:
-        if rebalancer not in REBALANCERS:
-            raise ValueError(f"unknown rebalancer {rebalancer!r}; choose from {', '.join(REBALANCERS)}")
+        check_rebalancer(rebalancer)
     tasks = [(policy, seed, reb) for policy in policies for reb in rebalancers for seed in seeds]
     if jobs <= 1:
         _init(nodes, pods, typical, settings)

@@ -7,7 +7,7 @@ hour and ``max_moves_per_cycle`` per cycle), and evicts them with :meth:`LivingC
 evicted pod comes back at once as a pending pod and is placed by the run's own placement policy, so
 it may not land where the plan meant: the hook counts landed-as-planned against elsewhere.
 
-Two choosers:
+The choosers:
 
 - ``heuristic`` — :func:`rlsched.policy.rebalance.plan_moves` (fragmentation gradient and hot-node
   relief) with the run's placement policy as the scorer; a pod's part of its node's CPU load is
@@ -29,7 +29,9 @@ Two choosers:
   minimum age play the part of the descheduler's ``maxNoOfPodsToEvictTotal`` and ``minPodAge`` so
   the two choosers run under the same safety rules.
 
-A learned chooser (issue 15's second chooser) is not here.
+- ``learned:FILE`` — the planner of ``heuristic-usage`` with the weights a search in this simulation
+  found (:mod:`.rebalance_search`, ``rlsched train-rebalancer``; the file from
+  :func:`rlsched.policy.rebalance_weights.write_weights_file`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import numpy as np
 from ..cluster import ClusterState, NodeSpec, PodRequest, PodSpec
 from ..decision import decide
 from ..rebalance import Candidate, RebalanceSettings, plan_moves
+from ..rebalance_weights import read_weights_file
 from ..resources import MILLI_PER_CARD
 from ..scorers import NodeScores, Scorer, TieBreak
 from ..typical import TypicalPods
@@ -51,7 +54,18 @@ from .objective import DynamicResult
 from .simulator import DynamicSettings, LivingCluster
 
 REBALANCERS = ("none", "heuristic", "heuristic-usage", "high-node-utilization")
-"""Names ``rlsched evaluate --mode dynamic --rebalancer`` accepts."""
+"""Names ``rlsched evaluate --mode dynamic --rebalancer`` accepts (and ``learned:FILE``)."""
+LEARNED = "learned:"
+
+
+def check_rebalancer(name: str) -> None:
+    """Raise ValueError unless ``name`` is a chooser (a ``learned:FILE`` must read)."""
+    if name.startswith(LEARNED):
+        read_weights_file(name[len(LEARNED) :])
+    elif name not in REBALANCERS:
+        raise ValueError(f"unknown rebalancer {name!r}; choose from {', '.join(REBALANCERS)} or learned:FILE")
+
+
 QOS_TIER = {"BE": 0, "BestEffort": 0, "Guaranteed": 2}
 """Eviction order of the descheduler's QoS fallback (lower first); classes not listed are Burstable (1)."""
 
@@ -124,7 +138,7 @@ class RebalanceHook:
     def __init__(
         self, chooser: str, settings: RebalancerSettings, typical: TypicalPods, scorer: Scorer | None = None
     ) -> None:
-        if chooser not in REBALANCERS[1:]:
+        if chooser not in (*REBALANCERS[1:], "learned"):
             raise ValueError(f"unknown rebalancer {chooser!r}; choose one of {', '.join(REBALANCERS)}")
         self.chooser = chooser
         self.settings = settings
@@ -177,7 +191,7 @@ class RebalanceHook:
         return out
 
     def _heuristic(self, cluster: LivingCluster, eligible: Sequence[int], allowed: int) -> list[tuple[int, int, str]]:
-        cpu_now = cluster.pod_now[0] if self.chooser == "heuristic-usage" else None
+        cpu_now = cluster.pod_now[0] if self.chooser in ("heuristic-usage", "learned") else None
         candidates = [
             Candidate(
                 key=str(i),
@@ -303,8 +317,12 @@ def run_rebalanced(
     name = scorer.name if policy_name is None else policy_name
     cluster = LivingCluster(nodes, pods, seed, typical, settings or DynamicSettings(), name)
     hook = None
+    rebalancing = rebalancing or RebalancerSettings()
+    if rebalancer.startswith(LEARNED):
+        plan, _ = read_weights_file(rebalancer[len(LEARNED) :])
+        rebalancer, rebalancing = "learned", replace(rebalancing, plan=plan)
     if rebalancer != "none":
-        hook = RebalanceHook(rebalancer, rebalancing or RebalancerSettings(), typical, scorer)
+        hook = RebalanceHook(rebalancer, rebalancing, typical, scorer)
         cluster.tick_hooks.append(hook)
     for i in cluster.decisions():
         decision = decide(scorer, cluster.state, cluster.request(i), cluster.tiebreak)

@@ -178,19 +178,19 @@ ARGS_FIELDS: list[dataclasses.Field] = list(dataclasses.fields(Args))
 
 
 @functools.cache
-def _docs() -> dict[str, str]:
-    """Field name → the docstring under it in :class:`Args`."""
-    tree = ast.parse(inspect.getsource(Args))
-    body = tree.body[0].body
+def field_docs(cls: type) -> dict[str, str]:
+    """Field name → the docstring under it in the dataclass ``cls`` (what ``--help`` prints)."""
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body  # type: ignore[attr-defined]
     out = {}
     for node, nxt in zip(body, body[1:], strict=False):
         if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
-            out[node.target.id] = " ".join(str(nxt.value.value).split())
+            out[node.target.id] = " ".join(str(nxt.value.value).split())  # type: ignore[attr-defined]
     return out
 
 
 def field_doc(name: str) -> str:
-    return _docs().get(name, "")
+    return field_docs(Args).get(name, "")
 
 
 def field_kind(f: dataclasses.Field):

@@ -55,12 +55,33 @@ def test_a_full_spec() -> None:
                     "maxMovesPerOwner": 2,
                     "ownerWindowSeconds": 60,
                 },
-                "weights": {"fragmentation": 2, "hot": 0, "migrationCost": 50.5, "minGain": 1, "hotThreshold": 0.75},
+                "weights": {
+                    "fragmentation": 2,
+                    "hot": 0,
+                    "migrationCost": 50.5,
+                    "minGain": 1,
+                    "hotThreshold": 0.75,
+                    "latencySensitiveHot": 0.5,
+                    "latencySensitive": -0.25,
+                    "podGpu": -0.01,
+                    "destinationLoad": -1,
+                },
             }
         }
     ).rebalance
     assert r.enabled and not r.dry_run and r.interval_s == 30 and r.min_pod_age_s == 0
     assert r.max_moves_per_hour == 0 and r.owner_window_s == 60 and r.migration_cost == 50.5
+    assert (
+        r.latency_sensitive_hot_weight,
+        r.latency_sensitive_weight,
+        r.pod_gpu_weight,
+        r.destination_load_weight,
+    ) == (
+        0.5,
+        -0.25,
+        -0.01,
+        -1.0,
+    )
     assert r.namespace_selector == LabelSelector(
         (("team", "ml"),), (Requirement("tier", "NotIn", frozenset({"prod"})),)
     )
@@ -83,6 +104,8 @@ def test_a_full_spec() -> None:
         ({"weights": {"hotThreshold": 2}}, "spec.rebalance.weights.hotThreshold"),
         ({"weights": {"minGain": float("nan")}}, "spec.rebalance.weights.minGain"),
         ({"weights": []}, "spec.rebalance.weights: expected an object"),
+        ({"weights": {"hot": 0.5, "latencySensitiveHot": -1}}, "makes hot + latencySensitiveHot negative"),
+        ({"weights": {"podGpu": 1000}}, "spec.rebalance.weights.podGpu"),
         ({"dryrun": False}, "spec.rebalance.dryrun: unknown field"),
         ({"namespaceSelector": {"matchLabels": {"bad key!": "x"}}}, "is not a label key"),
         ({"namespaceSelector": {"matchLabels": {"k": "x" * 64}}}, "is not a label value"),

@@ -134,11 +134,40 @@ def test_a_placement_that_does_not_match_is_refused() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"max_moves_per_cycle": -1}, {"hot_threshold": 0.0}, {"hot_weight": -1.0}, {"migration_cost": -5.0}],
+    [
+        {"max_moves_per_cycle": -1},
+        {"hot_threshold": 0.0},
+        {"hot_weight": -1.0},
+        {"migration_cost": -5.0},
+        {"hot_weight": 0.5, "latency_sensitive_hot_weight": -1.0},
+    ],
 )
 def test_settings_are_checked(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         RebalanceSettings(**kwargs)  # type: ignore[arg-type]
+
+
+def test_the_learned_terms_golden() -> None:
+    # gpu_cluster: p and q each gain 300 − 100 = 200 (test_fragmentation_move_golden), p first on the tie.
+    state, cands = gpu_cluster()
+    one = {"max_moves_per_cycle": 1}
+    # +0.2 × 1000 for a latency-sensitive pod: q (LS) 200 + 200 = 400 beats p's 200.
+    moves = plan_moves(state, cands, TYPICAL, RebalanceSettings(latency_sensitive_weight=0.2, **one))
+    assert moves == [Move("q", 1, 0, "fragmentation", 400.0)]
+    # −0.5 per GPU milli held: p 200 − 150 = 50, q 200 − 250 = −50: only p; at −1 neither (−100, −300).
+    moves = plan_moves(state, cands, TYPICAL, RebalanceSettings(pod_gpu_weight=-0.5, **one))
+    assert moves == [Move("p", 0, 1, "fragmentation", 50.0)]
+    assert plan_moves(state, cands, TYPICAL, RebalanceSettings(pod_gpu_weight=-1.0, **one)) == []
+    # cpu_cluster: h off hot A gains 1000 × 0.475 − 100 = 375 (test_hot_node_move_golden).
+    state, cands = cpu_cluster(load_b=0.30)
+    ls = [Candidate(c.key, c.node, c.request, c.placement, c.key == "h") for c in cands]
+    scorer = make_scorer("least-allocated")
+    # h latency-sensitive, extra hot weight 1: (1 + 1) × 475 − 100 = 850.
+    moves = plan_moves(state, ls, TYPICAL, RebalanceSettings(latency_sensitive_hot_weight=1.0, **one), scorer)
+    assert [(m.key, m.reason) for m in moves] == [("h", "hot-node")] and moves[0].gain == pytest.approx(850.0)
+    # B's load after the move is 0.30 + 0.475 = 0.775; −0.2 × 1000 × 0.775 = −155: 375 − 155 = 220.
+    moves = plan_moves(state, cands, TYPICAL, RebalanceSettings(destination_load_weight=-0.2, **one), scorer)
+    assert moves[0].gain == pytest.approx(220.0)
 
 
 def brute_force_best(state: ClusterState, cands: list[Candidate], settings: RebalanceSettings) -> tuple[float, str]:
@@ -155,12 +184,22 @@ def brute_force_best(state: ClusterState, cands: list[Candidate], settings: Reba
             continue
         work.place(c.request, d.node, d.cards)
         gain = settings.fragmentation_weight * (before - measure.cluster_frag(work)) - settings.migration_cost
+        gain += settings.latency_sensitive_weight * 1000 * c.latency_sensitive  # no load here: no hot terms
+        gain += settings.pod_gpu_weight * c.request.gpu_total
         if gain > settings.min_gain and (best is None or (gain, not c.latency_sensitive, -k) > best[:3]):
             best = (gain, not c.latency_sensitive, -k, c.key)
     return (best[0], best[3]) if best else (0.0, "")
 
 
 SETTINGS_1 = RebalanceSettings(max_moves_per_cycle=1, hot_weight=0.0, migration_cost=10.0)
+SETTINGS_LEARNED = RebalanceSettings(
+    max_moves_per_cycle=1,
+    migration_cost=10.0,
+    latency_sensitive_weight=-0.05,
+    pod_gpu_weight=0.02,
+    destination_load_weight=0.5,
+)
+"""Signed pod terms and a destination-load term (0 here: no load known), which the bounds must cover."""
 
 
 def random_cluster(seed: int) -> tuple[ClusterState, list[Candidate]]:
@@ -187,6 +226,15 @@ def test_the_bounded_search_finds_what_brute_force_finds(seed: int) -> None:
     assert [(m.key, round(m.gain, 6)) for m in moves] == ([(key, round(gain, 6))] if key else [])
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_the_bounded_search_finds_what_brute_force_finds_with_learned_terms(seed: int) -> None:
+    state, cands = random_cluster(seed)
+    moves = plan_moves(state, cands, TYPICAL, SETTINGS_LEARNED)
+    gain, key = brute_force_best(state, cands, SETTINGS_LEARNED)
+    assert [(m.key, round(m.gain, 6)) for m in moves] == ([(key, round(gain, 6))] if key else [])
+
+
 def test_the_comparison_above_is_not_vacuous() -> None:
-    found = [brute_force_best(*random_cluster(seed), SETTINGS_1)[1] for seed in range(6)]
-    assert sum(bool(k) for k in found) >= 3  # most of these clusters have a move worth 10 milli
+    for settings in (SETTINGS_1, SETTINGS_LEARNED):
+        found = [brute_force_best(*random_cluster(seed), settings)[1] for seed in range(6)]
+        assert sum(bool(k) for k in found) >= 3  # most of these clusters have a move worth 10 milli

@@ -164,8 +164,14 @@ class Evaluation:
         }
 
 
+def paired_unallocated(evaluation: Evaluation, policy: str) -> dict[int, float]:
+    """Seed → unallocated GPU % at 100 % arrival of ``policy``, rounded as reported (4 decimals)."""
+    return {r.seed: round(r.unallocated_at(100), 4) for r in evaluation.runs if r.policy == policy}
+
+
 def format_table(evaluation: Evaluation) -> str:
-    """A plain-text table: one row per policy."""
+    """A plain-text table: one row per policy, with its per-seed wins against the first policy (lower
+    unallocated GPU is better; the same seed is the same arrivals and tie-break order)."""
     rows = [
         (
             "policy",
@@ -175,9 +181,16 @@ def format_table(evaluation: Evaluation) -> str:
             "frag@100 med",
             "published@100",
             "s/run",
+            "seeds better/worse/equal vs first",
         )
     ]
+    first = paired_unallocated(evaluation, evaluation.runs[0].policy) if evaluation.runs else {}
     for s in evaluation.summaries():
+        mine = paired_unallocated(evaluation, s.policy)
+        common = [seed for seed in mine if seed in first]
+        better = sum(mine[seed] < first[seed] for seed in common)
+        worse = sum(mine[seed] > first[seed] for seed in common)
+        versus = "-" if s.policy == evaluation.runs[0].policy else f"{better}/{worse}/{len(common) - better - worse}"
         pub = "-"
         if s.published_100 is not None:
             mark = "ok" if s.within_tolerance else "MISS"
@@ -191,6 +204,7 @@ def format_table(evaluation: Evaluation) -> str:
                 f"{np.median(s.frag_100):6.2f}",
                 pub,
                 f"{np.median(s.seconds):.2f}",
+                versus,
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

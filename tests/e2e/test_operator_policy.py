@@ -368,6 +368,14 @@ SPEC_CASES = [
     {"objective": {"strandedWeight": -1}},
     {"objective": {"gamma": 1}},
     {"objective": {"beta": "half"}},
+    {
+        "rebalance": {
+            "weights": {"latencySensitiveHot": -0.5, "latencySensitive": -2, "podGpu": 0.1, "destinationLoad": -3}
+        }
+    },
+    {"rebalance": {"weights": {"hot": 0.5, "latencySensitiveHot": -1}}},
+    {"rebalance": {"weights": {"latencySensitiveHot": -1}}},
+    {"rebalance": {"weights": {"podGpu": 101}}},
 ]
 
 

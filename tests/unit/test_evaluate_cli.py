@@ -93,6 +93,18 @@ def test_a_pod_list_named_like_a_published_one_gets_no_published_column(repo_roo
     assert "MISS" not in format_table(evaluation)
 
 
+def test_the_table_counts_seeds_won_against_the_first_policy(repo_root: Path) -> None:
+    nodes, pods = repo_root / "examples" / "sample-nodes.yaml", repo_root / "examples" / "sample-pods.yaml"
+    evaluation = evaluate(nodes, pods, ["random", "fgd", "random"], [1, 2, 3], progress=False)
+    lines = format_table(evaluation).splitlines()
+    assert lines[0].endswith("seeds better/worse/equal vs first")
+    first = {r.seed: round(r.unallocated_at(100), 4) for r in evaluation.runs if r.policy == "random"}
+    fgd = {r.seed: round(r.unallocated_at(100), 4) for r in evaluation.runs if r.policy == "fgd"}
+    better, worse = sum(fgd[s] < first[s] for s in first), sum(fgd[s] > first[s] for s in first)
+    assert lines[2].endswith("-")
+    assert lines[3].endswith(f"{better}/{worse}/{3 - better - worse}")
+
+
 def test_published_fingerprints_cover_the_published_traces() -> None:
     assert set(PUBLISHED_UNALLOCATED_AT_100) <= set(PUBLISHED_PODS_FINGERPRINTS.values())
 

@@ -124,6 +124,9 @@ class Best:
     """Whether these are the heuristic's own weights (nothing found beat them)."""
 
 
+_FILES = ("nodes", "pods", "objective_from", "out")
+"""Settings that are paths: the weights file records their file names only (no folder of the machine)."""
+
 _WORKER: dict[str, Any] = {}
 
 
@@ -239,7 +242,10 @@ def search(cfg: SearchSettings, log: Callable[[str], None] = print) -> dict[str,
 
     provenance = {
         "method": "cross-entropy search over whole living-cluster runs, common random numbers per generation",
-        "settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()},
+        "settings": {
+            k: (list(v) if isinstance(v, tuple) else Path(v).name if k in _FILES and v else v)
+            for k, v in asdict(cfg).items()
+        },
         "heuristicValidationReward": hand_val,
         "validationReward": best.val,
         "chosenAtGeneration": best.generation,

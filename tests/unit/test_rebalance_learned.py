@@ -136,3 +136,13 @@ def test_evaluate_refuses_a_bad_weights_file(tmp_path: Path, capsys: pytest.Capt
          "--rebalancer", f"learned:{tmp_path / 'nope.json'}"]
     )  # fmt: skip
     assert code == 2 and "nope.json" in capsys.readouterr().err
+
+
+def test_the_bundled_learned_weights_read_and_differ_from_the_heuristic() -> None:
+    from rlsched.policy.learned import DEFAULT_MODEL
+
+    path = DEFAULT_MODEL.parent / "rebalancer-openb.json"
+    settings, body = read_weights_file(path)
+    assert body["training"]["beatHeuristic"] is True
+    assert settings != RebalanceSettings() and settings.latency_sensitive_hot_weight > 0
+    assert "/" not in body["training"]["settings"]["nodes"], "no folder of the machine it was trained on"

@@ -248,7 +248,12 @@ class Bench:
         a = self.args
         if phase == "rl":
             return rlstack.rl_scheduler_config(
-                self.cluster, self.extender.url, leader_elect=False, qps=a.qps, burst=a.burst
+                self.cluster,
+                self.extender.url,
+                leader_elect=False,
+                qps=a.qps,
+                burst=a.burst,
+                percentage_of_nodes_to_score=a.percentage_of_nodes_to_score,
             )
         if phase == "rl-noext":
             return rlstack.rl_scheduler_config(self.cluster, None, leader_elect=False, qps=a.qps, burst=a.burst)
@@ -649,6 +654,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--qps", type=float, default=5000, help="clientConnection.qps of every kube-scheduler")
     ap.add_argument("--burst", type=int, default=5000, help="clientConnection.burst of every kube-scheduler")
+    ap.add_argument(
+        "--percentage-of-nodes-to-score",
+        type=int,
+        default=100,
+        help="percentageOfNodesToScore of the rl phase's kube-scheduler (docs/benchmarks.md)",
+    )
     ap.add_argument("--parallel", type=int, default=32, help="concurrent pod creations")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per run before giving up")
     ap.add_argument("--idle", type=float, default=10.0, help="seconds of the idle window per phase (CPU background)")

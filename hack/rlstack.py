@@ -440,12 +440,14 @@ def rl_scheduler_config(
     burst: int | None = None,
     default_profile: bool = False,
     tls: Any = None,
+    percentage_of_nodes_to_score: int = 100,
 ) -> dict[str, Any]:
     """Our KubeSchedulerConfiguration (``rlsched.extender.scheduler_config``) pointed at this cluster.
 
     ``extender_url`` None drops the extender (the benchmark's baseline); ``default_profile`` replaces our
     profile by a stock one (every plugin, default percentageOfNodesToScore) under ``scheduler_name``.
-    ``qps``/``burst`` set ``clientConnection`` (kube-scheduler's defaults are 50/100). ``tls``: a
+    ``qps``/``burst`` set ``clientConnection`` (kube-scheduler's defaults are 50/100);
+    ``percentage_of_nodes_to_score`` as in ``scheduler_config``. ``tls``: a
     :class:`rlsched.extender.scheduler_config.ClientTls` — call the extender over mutual TLS (https URL).
     """
     from rlsched.extender.scheduler_config import scheduler_config
@@ -457,6 +459,7 @@ def rl_scheduler_config(
         leader_elect=leader_elect,
         tls=tls,
         kubeconfig=str(cluster.state_dir / "kubeconfigs" / "kube-scheduler.kubeconfig"),
+        percentage_of_nodes_to_score=percentage_of_nodes_to_score,
     )
     if extender_url is None:
         del conf["extenders"]

@@ -72,6 +72,7 @@ ALL_ON: dict[str, Any] = {
             "nodeCacheCapable": False,
             "leaseName": "my-lease",
             "leaseNamespace": "kube-system",
+            "percentageOfNodesToScore": 50,
         },
     },
 }
@@ -156,6 +157,7 @@ def test_scheduler_config_is_scheduler_config_with_the_charts_parameters(tmp_pat
         http_timeout="7s",
         keep_score_plugins=True,
         gpu=GpuConventions(gpu_milli_resource="example.com/gpu-milli"),
+        percentage_of_nodes_to_score=50,
     )
     off = chart_scheduler_config(
         render(tmp_path, {"scheduler": {"config": {"leaderElect": False, "leaseNamespace": ""}}})

@@ -145,6 +145,14 @@ def test_scheduler_config_shape() -> None:
     assert yaml.safe_load(render())["kind"] == "KubeSchedulerConfiguration"
 
 
+def test_percentage_of_nodes_to_score_is_set_in_both_places_and_bounded() -> None:
+    c = scheduler_config(percentage_of_nodes_to_score=30)
+    assert c["percentageOfNodesToScore"] == c["profiles"][0]["percentageOfNodesToScore"] == 30
+    for bad in (0, 101):
+        with pytest.raises(ValueError, match="1 to 100"):
+            scheduler_config(percentage_of_nodes_to_score=bad)
+
+
 def test_cli_prints_scheduler_config_and_settings(capsys) -> None:
     assert rlsched_main(["extender", "--port", "9999", "--print-scheduler-config"]) == 0
     assert "urlPrefix: http://127.0.0.1:9999" in capsys.readouterr().out

@@ -193,6 +193,12 @@ chart and compares the result with scheduler_config(**those parameters).
 {{- $_ := set $le "resourceNamespace" (include "rl-scheduler.leaseNamespace" .) -}}
 {{- $profile := first $cfg.profiles -}}
 {{- $_ := set $profile "schedulerName" .Values.schedulerName -}}
+{{- $pct := int $c.percentageOfNodesToScore -}}
+{{- if or (lt $pct 1) (gt $pct 100) -}}
+{{- fail (printf "scheduler.config.percentageOfNodesToScore=%v: must be 1 to 100" $c.percentageOfNodesToScore) -}}
+{{- end -}}
+{{- $_ := set $profile "percentageOfNodesToScore" $pct -}}
+{{- $_ := set $cfg "percentageOfNodesToScore" $pct -}}
 {{- if $c.keepScorePlugins -}}
 {{- $_ := unset $profile "plugins" -}}
 {{- end -}}

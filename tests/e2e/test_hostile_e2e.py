@@ -248,6 +248,11 @@ def test_forged_filter_then_bind_is_refused(env: Env) -> None:
     rlstack.wait_for(lambda: env.failed_scheduling(NS, "victim"), 60, "the victim's FailedScheduling event")
     forged = json.loads(json.dumps(victim))
     forged["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "100m"}, "limits": {"cpu": "100m"}}
+    # A forger changes the resourceVersion too: with the one the watch holds, filter reads the pod it
+    # already parsed from the watch (the real one) and the forgery is not even judged. Whether the
+    # watch still holds the created version here is a race (the status update of the first
+    # FailedScheduling may not have arrived), so the forged copy claims a version of its own.
+    forged["metadata"]["resourceVersion"] = "1"
     status, body = post(f"{ext.url}/filter", {"Pod": forged, "NodeNames": [node]})
     assert status == 200 and body["NodeNames"] == [node], body  # filter judged the forged copy: it fits
     uid = victim["metadata"]["uid"]

@@ -72,14 +72,13 @@ def scheduler_config(
     """The recommended configuration as a dict (``kubescheduler.config.k8s.io/v1``).
 
     ``tls``: call the extender over mutual TLS (``url`` must be ``https://``).
-    ``percentage_of_nodes_to_score``: 100 (every feasible node reaches the policy) unless measured
-    otherwise for your cluster: kube-scheduler's own filters do not see card shares, so below 100 it
-    can hand the extender only nodes whose cards are too full (docs/benchmarks.md,
-    "percentageOfNodesToScore")."""
+    ``percentage_of_nodes_to_score``: 100 (every feasible node reaches the policy; the default), or
+    lower for a large cluster, trading a little placement quality for a shorter scheduling cycle;
+    0 is kube-scheduler's adaptive default (docs/benchmarks.md, "percentageOfNodesToScore")."""
     if tls is not None and not url.startswith("https://"):
         raise ValueError(f"extender URL {url!r}: mutual TLS needs an https:// URL")
-    if not 1 <= percentage_of_nodes_to_score <= 100:
-        raise ValueError(f"percentageOfNodesToScore {percentage_of_nodes_to_score}: must be 1 to 100")
+    if not 0 <= percentage_of_nodes_to_score <= 100:
+        raise ValueError(f"percentageOfNodesToScore {percentage_of_nodes_to_score}: must be 0 (adaptive) to 100")
     gpu = gpu or GpuConventions()
     plugins: dict[str, Any] = {}
     if not keep_score_plugins:

@@ -148,8 +148,9 @@ def test_scheduler_config_shape() -> None:
 def test_percentage_of_nodes_to_score_is_set_in_both_places_and_bounded() -> None:
     c = scheduler_config(percentage_of_nodes_to_score=30)
     assert c["percentageOfNodesToScore"] == c["profiles"][0]["percentageOfNodesToScore"] == 30
-    for bad in (0, 101):
-        with pytest.raises(ValueError, match="1 to 100"):
+    assert scheduler_config(percentage_of_nodes_to_score=0)["percentageOfNodesToScore"] == 0  # adaptive
+    for bad in (-1, 101):
+        with pytest.raises(ValueError, match="0 \\(adaptive\\) to 100"):
             scheduler_config(percentage_of_nodes_to_score=bad)
 
 

@@ -194,8 +194,8 @@ chart and compares the result with scheduler_config(**those parameters).
 {{- $profile := first $cfg.profiles -}}
 {{- $_ := set $profile "schedulerName" .Values.schedulerName -}}
 {{- $pct := int $c.percentageOfNodesToScore -}}
-{{- if or (lt $pct 1) (gt $pct 100) -}}
-{{- fail (printf "scheduler.config.percentageOfNodesToScore=%v: must be 1 to 100" $c.percentageOfNodesToScore) -}}
+{{- if or (lt $pct 0) (gt $pct 100) -}}
+{{- fail (printf "scheduler.config.percentageOfNodesToScore=%v: must be 0 (adaptive) to 100" $c.percentageOfNodesToScore) -}}
 {{- end -}}
 {{- $_ := set $profile "percentageOfNodesToScore" $pct -}}
 {{- $_ := set $cfg "percentageOfNodesToScore" $pct -}}

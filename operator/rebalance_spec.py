@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rlsched.policy.rebalance_weights import WEIGHTS
+from rlsched.policy.rebalance_weights import WEIGHTS, weight_problems
 
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 MAX_SELECTOR_TERMS = 32
@@ -217,19 +217,11 @@ def parse_rebalance(raw: Any, problems: list[str]) -> RebalanceSpec:
     if not isinstance(weights_raw, Mapping):
         problems.append(f"{where}.weights: expected an object")
         weights_raw = {}
-    _unknown(weights_raw, set(_WEIGHTS), f"{where}.weights", problems)
+    problems.extend(weight_problems(weights_raw, f"{where}.weights"))  # the planner's own table and checks
     weights: dict[str, float] = {}
     for key, (default, low, high) in _WEIGHTS.items():
         number = weights_raw.get(key, default)
-        if not _is_number(number) or not low <= number <= high:
-            problems.append(f"{where}.weights.{key}: {str(number)[:40]!r} must be a number from {low:g} to {high:g}")
-            number = default
-        weights[key] = float(number)
-    if weights["hot"] + weights["latencySensitiveHot"] < 0:
-        problems.append(
-            f"{where}.weights.latencySensitiveHot: {weights['latencySensitiveHot']:g} makes hot + latencySensitiveHot "
-            "negative"
-        )
+        weights[key] = float(number) if _is_number(number) and low <= number <= high else default
     selector = parse_selector(raw.get("namespaceSelector"), f"{where}.namespaceSelector", problems)
     return RebalanceSpec(
         enabled=flags["enabled"],

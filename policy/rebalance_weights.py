@@ -62,11 +62,8 @@ WEIGHTS: dict[str, tuple[str, float, float, float, str]] = {
 
 def weight_problems(weights: Mapping[str, Any], where: str = "weights") -> list[str]:
     """What is wrong with a weights mapping (unknown names, values out of bounds), one line each."""
-    problems = [
-        f"{where}.{str(k)[:64]}: unknown weight; valid: {', '.join(WEIGHTS)}"
-        for k in list(weights)[:10]
-        if k not in WEIGHTS
-    ]
+    unknown = sorted(str(k) for k in weights if k not in WEIGHTS)[:10]
+    problems = [f"{where}.{k[:64]}: unknown field; valid fields: {', '.join(sorted(WEIGHTS))}" for k in unknown]
     for name, (_, default, low, high, _what) in WEIGHTS.items():
         value = weights.get(name, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:

@@ -106,6 +106,7 @@ def test_a_full_spec() -> None:
         ({"weights": []}, "spec.rebalance.weights: expected an object"),
         ({"weights": {"hot": 0.5, "latencySensitiveHot": -1}}, "makes hot + latencySensitiveHot negative"),
         ({"weights": {"podGpu": 1000}}, "spec.rebalance.weights.podGpu"),
+        ({"weights": {"heat": 1}}, "spec.rebalance.weights.heat: unknown field"),
         ({"dryrun": False}, "spec.rebalance.dryrun: unknown field"),
         ({"namespaceSelector": {"matchLabels": {"bad key!": "x"}}}, "is not a label key"),
         ({"namespaceSelector": {"matchLabels": {"k": "x" * 64}}}, "is not a label value"),

@@ -49,7 +49,7 @@ def test_the_file_round_trips(tmp_path: Path) -> None:
         ("[]", "not a rlsched-rebalance-weights file"),
         (json.dumps({"format": FORMAT, "formatVersion": 9, "weights": {}}), "format version 9"),
         (json.dumps({"format": FORMAT, "formatVersion": 1, "weights": []}), "'weights' must be an object"),
-        (json.dumps({"format": FORMAT, "formatVersion": 1, "weights": {"heat": 1}}), "unknown weight"),
+        (json.dumps({"format": FORMAT, "formatVersion": 1, "weights": {"heat": 1}}), "unknown field"),
         (json.dumps({"format": FORMAT, "formatVersion": 1, "weights": {"hot": "1"}}), "weights.hot"),
         (
             json.dumps({"format": FORMAT, "formatVersion": 1, "weights": {"hot": 0.2, "latencySensitiveHot": -1}}),
@@ -71,7 +71,7 @@ def test_a_huge_or_missing_file_is_refused_unread(tmp_path: Path) -> None:
         read_weights_file(path)
     with pytest.raises(ValueError, match="missing.json"):
         read_weights_file(tmp_path / "missing.json")
-    assert weight_problems({f"x{i}": 1 for i in range(100)})[:10] == weight_problems({f"x{i}": 1 for i in range(10)})
+    assert len(weight_problems({f"x{i}": 1 for i in range(100)})) == 10  # bounded, whatever the spec holds
 
 
 def test_learned_with_the_heuristics_weights_is_heuristic_usage(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from ..trace import load_nodes, load_pods
 from ..typical import TypicalPods, typical_pods
 from .objective import DynamicResult, ObjectiveWeights
 from .prices import PriceTable, with_prices
-from .rebalancing import check_rebalancer, run_rebalanced
+from .rebalancing import check_rebalancer, rebalancer_label, run_rebalanced
 from .simulator import DynamicSettings, run_dynamic
 
 _worker: tuple[Sequence[NodeSpec], Sequence[PodSpec], TypicalPods, DynamicSettings] | None = None
@@ -30,8 +30,7 @@ def _one(task: tuple[str, int, str]) -> DynamicResult:
     nodes, pods, typical, settings = _worker
     policy, seed, rebalancer = task
     if rebalancer != "none":
-        label = "learned" if rebalancer.startswith("learned:") else rebalancer
-        scorer, name = make_scorer(policy, typical), f"{policy}+{label}"
+        scorer, name = make_scorer(policy, typical), f"{policy}+{rebalancer_label(rebalancer)}"
         return run_rebalanced(nodes, pods, scorer, seed, typical, rebalancer, settings, policy_name=name)[0]
     return run_dynamic(nodes, pods, make_scorer(policy, typical), seed, typical, settings, policy)
 

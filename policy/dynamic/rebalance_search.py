@@ -145,7 +145,7 @@ def play(job: tuple[dict[str, float], int]) -> dict[str, float]:
         make_scorer(w["policy"], w["typical"]),
         seed,
         w["typical"],
-        "learned",
+        "heuristic-usage",  # the planner that measured per-pod use; the weights are the candidate's
         w["dynamic"],
         RebalancerSettings(plan=plan),
     )

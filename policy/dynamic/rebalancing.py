@@ -58,6 +58,11 @@ REBALANCERS = ("none", "heuristic", "heuristic-usage", "high-node-utilization")
 LEARNED = "learned:"
 
 
+def rebalancer_label(name: str) -> str:
+    """How a chooser is named in a result row: ``learned`` for any ``learned:FILE``."""
+    return "learned" if name.startswith(LEARNED) else name
+
+
 def check_rebalancer(name: str) -> None:
     """Raise ValueError unless ``name`` is a chooser (a ``learned:FILE`` must read)."""
     if name.startswith(LEARNED):
@@ -138,7 +143,7 @@ class RebalanceHook:
     def __init__(
         self, chooser: str, settings: RebalancerSettings, typical: TypicalPods, scorer: Scorer | None = None
     ) -> None:
-        if chooser not in (*REBALANCERS[1:], "learned"):
+        if chooser not in REBALANCERS[1:]:
             raise ValueError(f"unknown rebalancer {chooser!r}; choose one of {', '.join(REBALANCERS)}")
         self.chooser = chooser
         self.settings = settings
@@ -191,7 +196,7 @@ class RebalanceHook:
         return out
 
     def _heuristic(self, cluster: LivingCluster, eligible: Sequence[int], allowed: int) -> list[tuple[int, int, str]]:
-        cpu_now = cluster.pod_now[0] if self.chooser in ("heuristic-usage", "learned") else None
+        cpu_now = cluster.pod_now[0] if self.chooser == "heuristic-usage" else None
         candidates = [
             Candidate(
                 key=str(i),
@@ -320,7 +325,7 @@ def run_rebalanced(
     rebalancing = rebalancing or RebalancerSettings()
     if rebalancer.startswith(LEARNED):
         plan, _ = read_weights_file(rebalancer[len(LEARNED) :])
-        rebalancer, rebalancing = "learned", replace(rebalancing, plan=plan)
+        rebalancer, rebalancing = "heuristic-usage", replace(rebalancing, plan=plan)  # the same planner
     if rebalancer != "none":
         hook = RebalanceHook(rebalancer, rebalancing, typical, scorer)
         cluster.tick_hooks.append(hook)

@@ -368,13 +368,21 @@ class Bench:
         api_b0 = await asyncio.to_thread(self.apiserver_metrics)
         cpu0 = cpu_snapshot(self.cluster)
         t_start = time.monotonic()
-        await asyncio.to_thread(sched.start_with, self.scheduler_config(phase), None, 1)
+        await asyncio.to_thread(sched.start_with, self.scheduler_config(phase), None, 1, 120, bool(a.pprof_dir))
         metrics_before = await asyncio.to_thread(sched.metrics)
+        profile_task = (
+            asyncio.create_task(asyncio.to_thread(sched.cpu_profile, a.pprof_seconds)) if a.pprof_dir else None
+        )
         try:
             await asyncio.wait_for(done.wait(), a.timeout)
         except TimeoutError:
             log(f"{phase}: only {len(bound)}/{len(expected)} bound after {a.timeout}s")
         watcher.cancel()
+        if profile_task is not None:
+            out = Path(a.pprof_dir) / f"kube-scheduler-{phase}-{round_}-backlog.pprof"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(await profile_task)
+            result["backlogProfile"] = str(out)
         cpu_used = {"backlog": (cpu_delta(cpu0, cpu_snapshot(self.cluster)), time.monotonic() - t_start, len(bound))}
         times = sorted(bound.values())
         if len(times) >= 2:
@@ -662,6 +670,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--parallel", type=int, default=32, help="concurrent pod creations")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per run before giving up")
+    ap.add_argument(
+        "--pprof-dir",
+        help="take a Go CPU profile of each phase's kube-scheduler during its backlog and write it here "
+        "(read it with `go tool pprof`); the profiling costs some CPU, so leave it off for the figures",
+    )
+    ap.add_argument("--pprof-seconds", type=float, default=6.0, help="length of that profile")
     ap.add_argument("--idle", type=float, default=10.0, help="seconds of the idle window per phase (CPU background)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--cluster-dir", help="use this running hack/local-cluster.sh state folder (else a fresh one)")

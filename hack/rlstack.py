@@ -512,8 +512,15 @@ class KubeScheduler(Proc):
         self.config: dict[str, Any] | None = None
 
     def start_with(
-        self, config: Mapping[str, Any], port: int | None = None, verbosity: int = 2, timeout: float = 120
+        self,
+        config: Mapping[str, Any],
+        port: int | None = None,
+        verbosity: int = 2,
+        timeout: float = 120,
+        profiling: bool = False,
     ) -> None:
+        """``profiling``: also serve ``/debug/pprof/*`` without authorization (loopback only), for
+        :meth:`cpu_profile`."""
         c = self.cluster
         c.stack_dir.mkdir(parents=True, exist_ok=True)
         path = c.stack_dir / f"{self.name}.yaml"
@@ -542,7 +549,7 @@ class KubeScheduler(Proc):
                 "--tls-private-key-file",
                 str(c.pki / "kube-scheduler-serving.key"),
                 "--authorization-always-allow-paths",
-                "/healthz,/readyz,/livez,/metrics",
+                "/healthz,/readyz,/livez,/metrics" + (",/debug/pprof/*" if profiling else ""),
                 f"--v={verbosity}",
             ]
         )
@@ -563,6 +570,15 @@ class KubeScheduler(Proc):
         if status != 200:
             raise RuntimeError(f"{self.name} /metrics: HTTP {status}")
         return body.decode()
+
+    def cpu_profile(self, seconds: float) -> bytes:
+        """A Go CPU profile (pprof format) over the next ``seconds``; needs ``start_with(profiling=True)``."""
+        ctx = ssl.create_default_context(cafile=str(self.cluster.pki / "ca.crt"))
+        url = f"https://127.0.0.1:{self.port}/debug/pprof/profile?seconds={seconds:g}"
+        status, body = http_get(url, timeout=seconds + 30, context=ctx)
+        if status != 200:
+            raise RuntimeError(f"{self.name} {url}: HTTP {status}")
+        return body
 
 
 # -- extender, operator, load exporter ---------------------------------------------------------------

@@ -8,6 +8,7 @@
 - The verbs over mutual TLS: kube-scheduler (the real binary) calls filter and bind over HTTPS with
   its client certificate (``tlsConfig`` rendered by ``scheduler_config``); a pod is bound with its GPU
   cards; a client without a certificate from the CA is refused at the handshake.
+- kube-scheduler's /debug/pprof (the benchmark's CPU profiles) answers only when the harness opens it.
 """
 
 from __future__ import annotations
@@ -183,3 +184,22 @@ def test_kube_scheduler_calls_the_verbs_over_mutual_tls(local: Any, tmp_path: Pa
         ext.stop()
         local.kubectl("delete", "namespace", NS, "--wait=false", "--ignore-not-found", check=False)
         local.kubectl("delete", "node", node, "--ignore-not-found", check=False)
+
+
+def test_kube_scheduler_profiles_only_when_the_harness_opens_pprof(local: Any) -> None:
+    """The benchmark's ``--pprof-dir`` (``KubeScheduler.start_with(profiling=True)``) reads a real Go
+    CPU profile; without it the debug endpoint stays behind kube-scheduler's authorization."""
+    conf = rlstack.rl_scheduler_config(local, None, scheduler_name=f"pprof-{SUITE}", leader_elect=False)
+    ctx = ssl.create_default_context(cafile=str(local.pki / "ca.crt"))
+    for profiling in (False, True):
+        sched = rlstack.KubeScheduler(local, name=f"pprof-kube-scheduler-{SUITE}-{profiling}")
+        sched.start_with(conf, profiling=profiling)
+        try:
+            if profiling:
+                profile = sched.cpu_profile(1)
+                assert profile[:2] == b"\x1f\x8b"  # pprof's gzipped protobuf
+            else:
+                status, _ = rlstack.http_get(f"https://127.0.0.1:{sched.port}/debug/pprof/", context=ctx)
+                assert status in (401, 403)
+        finally:
+            sched.stop()

@@ -9,10 +9,13 @@ workload and change the cluster, each in one way that a real fleet differs:
 - ``half``: a random half of the nodes (seeded) — the same mix, half the size;
 - ``model-mix``: every GPU node's model drawn uniformly (seeded) from the models that occur with its
   card count, so rare models become common and common ones rarer (model-constrained pods then meet
-  another supply).
+  another supply);
+- ``four-times``: every node four times (names suffixed ``-r0`` … ``-r3``, one copy of the whole list
+  after another) — the same mix at four times the size, where kube-scheduler's adaptive
+  ``percentageOfNodesToScore`` is 12 % instead of 41 % (docs/benchmarks.md).
 
 Workloads are inflated to the variant's own GPU capacity by the FGD protocol, so any pod list runs on
-any variant. ``python -m rlsched.policy.variants NODES OUT_DIR`` writes the three as generic node files.
+any variant. ``python -m rlsched.policy.variants NODES OUT_DIR`` writes them all as generic node files.
 """
 
 from __future__ import annotations
@@ -60,10 +63,16 @@ def model_mix(nodes: Sequence[NodeSpec], seed: int = 0) -> list[NodeSpec]:
     return [replace(n, gpu_model=str(rng.choice(models[n.gpu_count]))) if n.gpu_count else n for n in nodes]
 
 
+def four_times(nodes: Sequence[NodeSpec], seed: int = 0) -> list[NodeSpec]:
+    """Every node four times: the list with names suffixed ``-r0``, then ``-r1``, ``-r2``, ``-r3``."""
+    return [replace(n, name=f"{n.name}-r{copy}") for copy in range(4) for n in nodes]
+
+
 VARIANTS: dict[str, Callable[[Sequence[NodeSpec], int], list[NodeSpec]]] = {
     "eight-cards": eight_cards,
     "half": random_half,
     "model-mix": model_mix,
+    "four-times": four_times,
 }
 """Variant name → builder ``(nodes, seed) → nodes``."""
 

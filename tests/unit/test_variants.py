@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,16 @@ def test_model_mix_draws_from_the_models_of_the_same_card_count() -> None:
     assert [(n.name, n.gpu_count, n.cpu_milli) for n in out] == [(n.name, n.gpu_count, n.cpu_milli) for n in nodes]
     assert {(n.gpu_count, n.gpu_model) for n in out} <= seen
     assert [n.gpu_model for n in out] != [n.gpu_model for n in nodes]
+
+
+def test_four_times_repeats_the_whole_list_with_unique_names() -> None:
+    nodes = small_nodes()
+    out = make_variant("four-times", nodes)
+    assert len(out) == 4 * len(nodes) and len({n.name for n in out}) == len(out)
+    for copy in range(4):
+        block = out[copy * len(nodes) : (copy + 1) * len(nodes)]
+        assert [replace(n, name=a.name) for n, a in zip(block, nodes, strict=True)] == nodes
+        assert [n.name for n in block] == [f"{a.name}-r{copy}" for a in nodes]
 
 
 def test_unknown_variant_names_the_choices() -> None:

@@ -7,7 +7,8 @@ card models), and for each *phase* a kube-scheduler process of its own (the same
 ``clientConnection`` qps/burst):
 
 - ``rl``: our configuration (``rlsched.extender.scheduler_config``: profile ``rl-scheduler``, score
-  plugins off, ``percentageOfNodesToScore: 100``, the extender's filter/bind on loopback, ``topK: 1``)
+  plugins off, ``percentageOfNodesToScore`` as ``--percentage-of-nodes-to-score``: 0, adaptive, as
+  shipped; the extender's filter/bind on loopback, ``topK: 1``)
   with ``rlsched extender`` running (FGD unless ``--model``);
 - ``default``: the stock profile (every default plugin, adaptive percentageOfNodesToScore), no
   extender, kube-scheduler's own binder;
@@ -256,7 +257,14 @@ class Bench:
                 percentage_of_nodes_to_score=a.percentage_of_nodes_to_score,
             )
         if phase == "rl-noext":
-            return rlstack.rl_scheduler_config(self.cluster, None, leader_elect=False, qps=a.qps, burst=a.burst)
+            return rlstack.rl_scheduler_config(
+                self.cluster,
+                None,
+                leader_elect=False,
+                qps=a.qps,
+                burst=a.burst,
+                percentage_of_nodes_to_score=a.percentage_of_nodes_to_score,
+            )
         return rlstack.rl_scheduler_config(
             self.cluster,
             None,
@@ -665,8 +673,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--percentage-of-nodes-to-score",
         type=int,
-        default=100,
-        help="percentageOfNodesToScore of the rl phase's kube-scheduler (docs/benchmarks.md)",
+        default=0,
+        help="percentageOfNodesToScore of the rl and rl-noext phases' kube-scheduler: 0 (adaptive, our "
+        "default) or 1-100 (docs/benchmarks.md)",
     )
     ap.add_argument("--parallel", type=int, default=32, help="concurrent pod creations")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per run before giving up")

@@ -8,7 +8,12 @@ What it does and why (docs/extender.md, "Decisions that survive kube-scheduler")
 
 - one profile, ``rl-scheduler``, in a kube-scheduler of its own, with its own leader-election lease
   (sharing the default scheduler's lease would make it wait forever);
-- ``percentageOfNodesToScore: 100`` so the policy sees every feasible node, not the first ~40 %;
+- ``percentageOfNodesToScore: 0``, kube-scheduler's adaptive default: on a large cluster the policy
+  chooses among the first feasible nodes kube-scheduler finds (all of them up to 100 nodes, 41 % of
+  1,213). Measured (docs/benchmarks.md, "percentageOfNodesToScore"): at 1,000 nodes it takes the
+  backlog from about half of stock kube-scheduler's throughput to about 0.8, for 0.04 points more
+  unallocated GPU on the openb FGD protocol and none measurable in the living cluster; 100 sends every
+  feasible node to the policy where placement matters more than throughput;
 - every *score* and *preScore* plugin off: the extender's score is the only one, so kube-scheduler's
   sum cannot overturn the policy's choice (and with ``topK: 1`` filter already leaves one node, which
   kube-scheduler binds without scoring at all);
@@ -67,14 +72,14 @@ def scheduler_config(
     gpu: GpuConventions | None = None,
     keep_score_plugins: bool = False,
     tls: ClientTls | None = None,
-    percentage_of_nodes_to_score: int = 100,
+    percentage_of_nodes_to_score: int = 0,
 ) -> dict[str, Any]:
     """The recommended configuration as a dict (``kubescheduler.config.k8s.io/v1``).
 
     ``tls``: call the extender over mutual TLS (``url`` must be ``https://``).
-    ``percentage_of_nodes_to_score``: 100 (every feasible node reaches the policy; the default), or
-    lower for a large cluster, trading a little placement quality for a shorter scheduling cycle;
-    0 is kube-scheduler's adaptive default (docs/benchmarks.md, "percentageOfNodesToScore")."""
+    ``percentage_of_nodes_to_score``: 0 (kube-scheduler's adaptive default), or 1-100: 100 sends every
+    feasible node to the policy, for the best placement at the cost of a longer scheduling cycle on
+    large clusters (docs/benchmarks.md, "percentageOfNodesToScore")."""
     if tls is not None and not url.startswith("https://"):
         raise ValueError(f"extender URL {url!r}: mutual TLS needs an https:// URL")
     if not 0 <= percentage_of_nodes_to_score <= 100:

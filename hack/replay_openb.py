@@ -208,9 +208,13 @@ def start_scheduling(
             **({"prometheus": prometheus} if prometheus else {}),
         },
     )
-    scheduler.start_with(
-        rlstack.rl_scheduler_config(cluster, extender.url, leader_elect=False, qps=1000, burst=1000), verbosity=1
+    # percentageOfNodesToScore 100: every feasible node reaches the policy, as in the simulator. Below
+    # 100, kube-scheduler's parallel filters decide which nodes make the window, so placements could
+    # not be compared pod for pod (docs/replay.md).
+    conf = rlstack.rl_scheduler_config(
+        cluster, extender.url, leader_elect=False, qps=1000, burst=1000, percentage_of_nodes_to_score=100
     )
+    scheduler.start_with(conf, verbosity=1)
     status: dict[str, Any] = extender.status()
     return status
 

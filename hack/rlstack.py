@@ -440,7 +440,7 @@ def rl_scheduler_config(
     burst: int | None = None,
     default_profile: bool = False,
     tls: Any = None,
-    percentage_of_nodes_to_score: int = 100,
+    percentage_of_nodes_to_score: int = 0,
 ) -> dict[str, Any]:
     """Our KubeSchedulerConfiguration (``rlsched.extender.scheduler_config``) pointed at this cluster.
 

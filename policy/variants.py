@@ -10,6 +10,10 @@ workload and change the cluster, each in one way that a real fleet differs:
 - ``model-mix``: every GPU node's model drawn uniformly (seeded) from the models that occur with its
   card count, so rare models become common and common ones rarer (model-constrained pods then meet
   another supply);
+- ``eight-cards-g2``: every GPU node made openb's commonest 8-card server (96 cores, 384 GiB; the G2
+  nodes), its model kept — a fleet of one server shape in which CPU, not cards, runs out first
+  (12 cores per card, where openb's 2-card T4 nodes had 52); the hand-set rule of the bundled
+  model loses to ``fgd-cpu`` here (docs/ppo.md);
 - ``four-times``: every node four times (names suffixed ``-r0`` … ``-r3``, one copy of the whole list
   after another) — the same mix at four times the size, where kube-scheduler's adaptive
   ``percentageOfNodesToScore`` is 12 % instead of 41 % (docs/benchmarks.md).
@@ -63,6 +67,17 @@ def model_mix(nodes: Sequence[NodeSpec], seed: int = 0) -> list[NodeSpec]:
     return [replace(n, gpu_model=str(rng.choice(models[n.gpu_count]))) if n.gpu_count else n for n in nodes]
 
 
+G2_CPU_MILLI, G2_MEMORY_MIB = 96_000, 393_216
+"""openb's commonest 8-card node (549 of 1,213 nodes): 96 cores, 384 GiB."""
+
+
+def eight_cards_g2(nodes: Sequence[NodeSpec], seed: int = 0) -> list[NodeSpec]:
+    """Every GPU node with 8 cards, 96 cores and 384 GiB (openb's G2 shape), its model kept."""
+    return [
+        replace(n, gpu_count=8, cpu_milli=G2_CPU_MILLI, memory_mib=G2_MEMORY_MIB) if n.gpu_count else n for n in nodes
+    ]
+
+
 def four_times(nodes: Sequence[NodeSpec], seed: int = 0) -> list[NodeSpec]:
     """Every node four times: the list with names suffixed ``-r0``, then ``-r1``, ``-r2``, ``-r3``."""
     return [replace(n, name=f"{n.name}-r{copy}") for copy in range(4) for n in nodes]
@@ -72,6 +87,7 @@ VARIANTS: dict[str, Callable[[Sequence[NodeSpec], int], list[NodeSpec]]] = {
     "eight-cards": eight_cards,
     "half": random_half,
     "model-mix": model_mix,
+    "eight-cards-g2": eight_cards_g2,
     "four-times": four_times,
 }
 """Variant name → builder ``(nodes, seed) → nodes``."""

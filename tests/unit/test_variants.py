@@ -43,6 +43,17 @@ def test_model_mix_draws_from_the_models_of_the_same_card_count() -> None:
     assert [n.gpu_model for n in out] != [n.gpu_model for n in nodes]
 
 
+def test_eight_cards_g2_makes_every_gpu_node_one_server_shape() -> None:
+    nodes = small_nodes()
+    out = make_variant("eight-cards-g2", nodes)
+    for a, b in zip(nodes, out, strict=True):
+        assert (b.name, b.gpu_model) == (a.name, a.gpu_model)
+        if a.gpu_count == 0:
+            assert b == a
+        else:
+            assert (b.gpu_count, b.cpu_milli, b.memory_mib) == (8, 96_000, 393_216)
+
+
 def test_four_times_repeats_the_whole_list_with_unique_names() -> None:
     nodes = small_nodes()
     out = make_variant("four-times", nodes)

@@ -57,12 +57,12 @@ def _init(nodes: str, pods_path: str, model: str) -> None:
 
 def episode(job: tuple[np.ndarray, float | None, int]) -> float:
     """Unallocated GPU % at 100 % arrival of the model with score head ``w_out`` (and rank scale, None:
-    the model's) on workload ``seed`` (greedy)."""
+    the model's; already clipped at 0 by the caller's ``split``) on workload ``seed`` (greedy)."""
     head, rank, seed = job
     net = PolicyNetwork({**_WORKER["params"], "w_out": head.astype(np.float32)}, prior_scale=_WORKER["prior_scale"])
     core = _WORKER["core"]
     core.reset(seed)
-    play_out(net, core, _WORKER["rank"] if rank is None else max(0.0, rank), "greedy")
+    play_out(net, core, _WORKER["rank"] if rank is None else rank, "greedy")
     return float(core.unallocated_at_100())
 
 

@@ -1,9 +1,10 @@
-"""``rlsched train``: PPO training from flags or a config file (YAML/JSON with the same keys).
+"""``rlsched train``: PPO training, or evolution-strategies fine-tuning (``--method es``), from flags or
+a config file (YAML/JSON with the same keys).
 
 Every field of :class:`rlsched.policy.ppo.config.Args` is a flag (``--num-envs 4``, ``--traces a.csv b.csv``,
 ``--no-anneal-lr``); ``--config FILE`` sets defaults that flags override. ``--export PATH`` copies the
-chosen model (and its manifest) to PATH when training ends. torch is imported only here, when the
-command runs.
+chosen model (and its manifest) to PATH when training ends. torch is imported only here, when PPO
+runs; ``--method es`` needs none (:mod:`rlsched.policy.es_finetune`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .ppo.config import Args
+    from .ppo.config import Args, TrainResult
 
 
 FLAG_ALIASES: dict[str, tuple[str, ...]] = {"traces": ("--pods",), "init_model": ("--init",)}
@@ -126,6 +127,9 @@ def run(ns: argparse.Namespace) -> int:
             return 2
         print("\n".join(["decision log " + str(ns.from_decisions) + ":", *summary.lines()]), file=sys.stderr)
         args = dataclasses.replace(args, traces=(str(trace),))
+    method = training_method(args)
+    if method == "es":
+        return _run_es(ns, args)
     try:
         from .ppo.trainer import train
     except ImportError as exc:  # pragma: no cover - depends on the install
@@ -135,24 +139,57 @@ def run(ns: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    result = train(args)
+    _report(ns, "ppo", train(args))
+    return 0
+
+
+def training_method(args: Args) -> str:
+    """``ppo`` or ``es``: ``auto`` fine-tunes an ``init_model`` on the FGD protocol by ES, else trains by PPO."""
+    if args.method != "auto":
+        return args.method
+    return "es" if args.init_model and args.mode == "fgd" else "ppo"
+
+
+def _run_es(ns: argparse.Namespace, args: Args) -> int:
+    from .es_finetune import finetune
+
+    if args.resume:
+        print("rlsched train: --resume continues a PPO run; --method es starts afresh", file=sys.stderr)
+        return 2
+    start = args.init_model or "the bundled model"
     print(
-        json.dumps(
-            {
-                "model": result.model_path,
-                "val_unallocated_best": result.best_val,
-                "val_unallocated_final": result.final_val,
-                "decisions": result.steps,
-                "seconds": round(result.seconds, 1),
-                "run_dir": result.run_dir,
-            },
-            indent=1,
-        )
+        f"rlsched train: fine-tuning {start} by evolution strategies (--method es; --method ppo for PPO)",
+        file=sys.stderr,
     )
+
+    def progress(row: dict[str, Any]) -> None:
+        if args.progress:
+            print("es " + json.dumps(row), file=sys.stderr, flush=True)
+
+    try:
+        result = finetune(args, progress)
+    except ValueError as exc:
+        print(f"rlsched train: {exc}", file=sys.stderr)
+        return 2
+    _report(ns, "es", result)
+    return 0
+
+
+def _report(ns: argparse.Namespace, method: str, result: TrainResult) -> None:
+    """Print what the run produced; with ``--export``, copy the chosen model and its manifest there."""
+    summary = {
+        "method": method,
+        "model": result.model_path,
+        "val_unallocated_best": result.best_val,
+        "val_unallocated_final": result.final_val,
+        "decisions" if method == "ppo" else "episodes": result.steps,
+        "seconds": round(result.seconds, 1),
+        "run_dir": result.run_dir,
+    }
+    print(json.dumps(summary, indent=1))
     if ns.export:
         dest = Path(ns.export)
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(result.model_path, dest)
         shutil.copyfile(Path(result.model_path).with_suffix(".json"), dest.with_suffix(".json"))
         print(f"exported {dest}")
-    return 0

@@ -14,7 +14,10 @@ import sys
 from . import __version__
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("rlsched.policy.cli_train", "train a PPO placement policy (torch) and export it for serving"),
+    "train": (
+        "rlsched.policy.cli_train",
+        "train a placement policy (PPO, torch) or fine-tune one for a cluster (evolution strategies) and export it",
+    ),
     "evaluate": ("rlsched.policy.cli_evaluate", "run policies through the FGD-protocol simulator and report"),
     "train-rebalancer": (
         "rlsched.policy.cli_train_rebalancer",

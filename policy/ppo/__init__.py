@@ -1,7 +1,7 @@
 """PPO training (torch): the agent, the rollout buffer and the training loop.
 
 Only training imports torch; serving uses :mod:`rlsched.policy.network` and
-:mod:`rlsched.policy.learned`. :mod:`.config` (the ``Args``) is torch-free; the rest is imported on
+:mod:`rlsched.policy.learned`. :mod:`.config` (the ``Args``, ``TrainResult``) is torch-free; the rest is imported on
 first use.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-from .config import Args
+from .config import Args, TrainResult
 
 _LAZY = {
     "Agent": "agent",
@@ -17,12 +17,11 @@ _LAZY = {
     "RolloutBuffer": "buffer",
     "DecisionRecord": "trainer",
     "train_vine": "vine_trainer",
-    "TrainResult": "trainer",
     "fit_from_records": "trainer",
     "train": "trainer",
 }
 
-__all__ = ["Args", *_LAZY]
+__all__ = ["Args", "TrainResult", *_LAZY]
 
 
 def __getattr__(name: str):

@@ -1,4 +1,5 @@
-"""Training settings (torch-free, so ``rlsched train --help`` and config validation need no torch)."""
+"""Training settings and what a run returns (torch-free, so ``rlsched train --help``, config validation
+and ``--method es`` need no torch)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,12 @@ from ..scorers.fgd_cpu import DEFAULT_CPU_WEIGHT
 class Args:
     """Training settings (``rlsched train --help`` lists them as flags; ``--config`` reads them from YAML/JSON)."""
 
+    method: str = "auto"
+    """How to learn: ``ppo`` (per-decision PPO, from scratch or from ``init_model``), ``es`` (fine-tune
+    ``init_model``, or the bundled model, by evolution strategies on whole episodes: its score head and
+    rank weight; no torch needed; see rlsched.policy.es_finetune) or ``auto`` (``es`` when fine-tuning
+    an ``init_model`` on the FGD protocol, else ``ppo``). Fine-tuning by PPO does not move the policy
+    (docs/ppo.md); ES is what adapts a model to a cluster."""
     exp_name: str = "ppo"
     """Name of the run (the output folder is ``<out_dir>/<exp_name>-s<seed>``)."""
     seed: int = 1
@@ -94,7 +101,22 @@ class Args:
     rollout_mode: str = "greedy"
     """vine: how trunks and branches are played: ``greedy`` (the serving rule) or ``sample``."""
     workers: int = 1
-    """vine: processes that play trunks and branches."""
+    """vine and es: processes that play episodes."""
+    es_pairs: int = 4
+    """es: antithetic pairs of perturbations per iteration (2 episodes each, on one fresh training seed)."""
+    es_seeds_per_pair: int = 1
+    """es: fresh training seeds each perturbation plays (its fitness is their mean; more cut the noise)."""
+    es_sigma: float = 0.5
+    """es: perturbation scale of each score-head weight."""
+    es_lr: float = 0.1
+    """es: Adam step size of the score head."""
+    es_rank_sigma: float = 20.0
+    """es: perturbation scale of the rank weight (``decision.rankScale``; 0 keeps the start model's)."""
+    es_rank_lr: float = 5.0
+    """es: Adam step size of the rank weight."""
+    es_eval_every: int = 5
+    """es: validate every this many iterations (and at the end); the export is the best validated model,
+    the start model included."""
     head_lr_scale: float = 1.0
     """Step-size multiplier of the score head (the last layer of the learned correction): its
     initialization is tiny (0.01), so at the base step size it cannot grow to the logit scale of the
@@ -157,12 +179,28 @@ class Args:
     """Show a progress bar."""
 
 
+@dataclass
+class TrainResult:
+    """What a training run produced (``rlsched train`` prints it)."""
+
+    model_path: str
+    best_val: float | None
+    final_val: float | None
+    steps: int
+    """Decisions collected (PPO) or episodes played (ES)."""
+    seconds: float
+    run_dir: str
+    history: list[dict] = dataclasses.field(default_factory=list)
+
+
 def parse_tuple_fields(args: Args) -> Args:
     """Normalize list-valued fields read from flags or config files into tuples."""
     args.traces = tuple(args.traces)
     args.val_seeds = tuple(int(s) for s in args.val_seeds)
     args.hidden = tuple(int(h) for h in args.hidden)
     args.vine_window = tuple(float(w) for w in args.vine_window)
+    if args.method not in ("auto", "ppo", "es"):
+        raise ValueError(f"method must be auto, ppo or es, got {args.method!r}")
     if args.mode not in ("fgd", "dynamic"):
         raise ValueError(f"mode must be fgd or dynamic, got {args.mode!r}")
     if args.advantage not in ("gae", "vine"):

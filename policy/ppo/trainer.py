@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,19 +40,7 @@ from ..trace import load_nodes, load_pods
 from ..typical import typical_pods
 from .agent import Agent
 from .buffer import RolloutBuffer
-from .config import Args, parse_tuple_fields
-
-
-@dataclass
-class TrainResult:
-    model_path: str
-    best_val: float | None
-    final_val: float | None
-    steps: int
-    seconds: float
-    run_dir: str
-    history: list[dict] = field(default_factory=list)
-
+from .config import Args, TrainResult, parse_tuple_fields
 
 # -- pieces the loop calls ------------------------------------------------------------------------
 

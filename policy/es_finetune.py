@@ -1,0 +1,275 @@
+"""Fine-tune a model for a cluster by evolution strategies on whole episodes (``rlsched train --method es``).
+
+Why not PPO: per-decision credit does not move the policy on these ~10,000-decision episodes (the
+diagnosis in docs/ppo.md), and the decision rule's tie-break weight (``decision.rankScale``) is a
+hand-set number that no feature lets the network undo. On a cluster where that weight is wrong
+(docs/ppo.md, ``eight-cards-g2``), the fix has to move the rule as well as the network.
+
+What is searched: the score head (``w_out``, the network's last layer) and, with ``es_rank_sigma > 0``,
+the rank weight — the rest of the start model (its hidden layers, prior, features) is kept. Each
+iteration draws ``es_pairs`` directions ``u`` and plays the model at ``θ ± σ·u`` on the same fresh
+training workload seed (antithetic pairs with common random numbers: a pair's difference is its
+perturbation's alone), then takes an Adam step along ``Σ (F₊ − F₋)·u / (2·pairs·σ)`` with F the
+negative unallocated GPU % at 100 % arrival (Salimans et al. 2017, arXiv 1703.03864). Every
+``es_eval_every`` iterations and at the end, θ is validated on the held-out ``val_seeds``; the export
+is the best validated θ, the start model included, so a run never exports a model that validated
+worse than the one it started from.
+
+No torch: the episodes are numpy inference in the FGD-protocol simulator, ``workers`` processes wide.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .env import EnvConfig, RewardConfig, SchedulingCore
+from .export import file_digest, read_model, save_model
+from .features import FeatureEncoder
+from .learned import DEFAULT_MODEL
+from .network import PolicyNetwork
+from .ppo.config import Args, TrainResult
+from .ppo.vine import play_out
+from .published import trace_name
+from .trace import load_nodes, load_pods
+from .typical import typical_pods
+
+Progress = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """θ = the head's weights, then (when searched) the rank weight, with a σ and a step size each."""
+
+    head_shape: tuple[int, ...]
+    search_rank: bool
+
+    @property
+    def n_head(self) -> int:
+        return int(np.prod(self.head_shape))
+
+    def start(self, params: dict[str, np.ndarray], rank_scale: float) -> np.ndarray:
+        theta = params["w_out"].astype(np.float64).ravel()
+        return np.append(theta, rank_scale) if self.search_rank else theta
+
+    def scales(self, args: Args) -> tuple[np.ndarray, np.ndarray]:
+        sigma, lr = np.full(self.n_head, args.es_sigma), np.full(self.n_head, args.es_lr)
+        if self.search_rank:
+            sigma, lr = np.append(sigma, args.es_rank_sigma), np.append(lr, args.es_rank_lr)
+        return sigma, lr
+
+    def split(self, theta: np.ndarray, model_rank: float) -> tuple[np.ndarray, float]:
+        """(head, rank weight): a searched rank weight is clipped at 0 (a negative one would spread pods
+        in reverse tie-break order, which no rule intends)."""
+        head = theta[: self.n_head].reshape(self.head_shape)
+        return head, (max(0.0, float(theta[self.n_head])) if self.search_rank else model_rank)
+
+
+class AntitheticAdam:
+    """The ES step: the gradient estimate of antithetic pairs, then Adam (β 0.9 / 0.999) per coordinate."""
+
+    def __init__(self, sigma: np.ndarray, lr: np.ndarray):
+        self.sigma, self.lr = sigma, lr
+        self.m, self.v = np.zeros_like(sigma), np.zeros_like(sigma)
+        self.t = 0
+
+    def gradient(self, u: np.ndarray, plus: np.ndarray, minus: np.ndarray) -> np.ndarray:
+        """``Σ_i (F(θ + σ·u_i) − F(θ − σ·u_i))·u_i / (2·pairs·σ)``, an estimate of ∇F (F: fitness, higher better)."""
+        g: np.ndarray = ((plus - minus)[:, None] * u).sum(0) / (2 * len(u) * self.sigma)
+        return g
+
+    def step(self, theta: np.ndarray, g: np.ndarray) -> np.ndarray:
+        """θ moved uphill along ``g``."""
+        self.t += 1
+        self.m = 0.9 * self.m + 0.1 * g
+        self.v = 0.999 * self.v + 0.001 * g * g
+        m_hat, v_hat = self.m / (1 - 0.9**self.t), self.v / (1 - 0.999**self.t)
+        return theta + self.lr * m_hat / (np.sqrt(v_hat) + 1e-8)
+
+
+# -- the simulators, built in the parent and inherited by the forked workers ------------------------------
+
+_WORKER: dict[str, Any] = {}
+
+
+def _load_simulators(nodes: str, traces: tuple[str, ...], model: str, target: float, end_at: float) -> None:
+    """One simulator per training trace, in this process (raises ValueError for an unreadable node list,
+    pod list or model — before any worker starts)."""
+    params, manifest, _ = read_model(model)
+    cpu_weight = float(manifest["features"]["fgdCpuWeight"])
+    config = EnvConfig(target=target, end_at=end_at, reward=RewardConfig(1.0, 0.0))
+    node_specs = load_nodes(nodes)
+    cores = []
+    for path in traces:
+        pods = load_pods(path)
+        typical = typical_pods(pods)
+        cores.append(SchedulingCore(node_specs, pods, typical, config, FeatureEncoder(typical, cpu_weight)))
+    _WORKER.update(
+        cores=cores,
+        params=params,
+        prior_scale=float(manifest["network"]["priorScale"]),
+        mode=str(manifest["decision"]["mode"]),
+    )
+
+
+def play_episode(job: tuple[np.ndarray, float, int, int]) -> float:
+    """Unallocated GPU % at 100 % arrival with score head ``head`` and rank weight ``rank`` on workload
+    ``seed`` of training trace ``trace``, decided as the model serves (its decision mode)."""
+    head, rank, trace, seed = job
+    net = PolicyNetwork({**_WORKER["params"], "w_out": head.astype(np.float32)}, prior_scale=_WORKER["prior_scale"])
+    core = _WORKER["cores"][trace]
+    core.reset(seed)
+    play_out(net, core, rank, _WORKER["mode"])
+    value = core.unallocated_at_100()
+    if value is None:  # pragma: no cover - an episode always measures pods before it ends
+        raise RuntimeError(f"workload seed {seed} measured no pod before its end")
+    return float(value)
+
+
+# -- the search ---------------------------------------------------------------------------------------
+
+
+def _budget_left(args: Args, elapsed_s: float, per_iteration_s: float, validation_s: float) -> bool:
+    """Whether another iteration, and the validation after it, fit ``max_minutes`` (judged by the mean
+    iteration so far and the first validation)."""
+    return not args.max_minutes or elapsed_s + per_iteration_s + validation_s <= args.max_minutes * 60
+
+
+def finetune(args: Args, progress: Progress | None = None) -> TrainResult:
+    """Search the start model's head (and rank weight) on ``args.traces`` over ``args.nodes``; export the
+    best validated model to ``<out_dir>/<exp_name>-s<seed>/best.npz``."""
+    if args.mode != "fgd":
+        raise ValueError("--method es fine-tunes on the FGD protocol only (--mode fgd)")
+    if not args.max_minutes and not args.max_iterations:
+        raise ValueError("--method es needs --max-minutes or --max-iterations")
+    if (
+        min(args.es_pairs, args.es_seeds_per_pair, args.es_eval_every) < 1
+        or args.es_sigma <= 0
+        or args.es_rank_sigma < 0
+    ):
+        raise ValueError(
+            "--es-pairs, --es-seeds-per-pair and --es-eval-every must be ≥ 1, --es-sigma > 0, --es-rank-sigma ≥ 0"
+        )
+    start_model = args.init_model or str(DEFAULT_MODEL)
+    params, manifest, _ = read_model(start_model)
+    model_rank = float(manifest["decision"]["rankScale"])
+    space = SearchSpace(tuple(params["w_out"].shape), args.es_rank_sigma > 0)
+    theta = space.start(params, model_rank)
+    sigma, lr = space.scales(args)
+    adam = AntitheticAdam(sigma, lr)
+    _load_simulators(args.nodes, tuple(args.traces), start_model, args.target, args.end_at)
+    run_dir = Path(args.out_dir) / f"{args.exp_name}-s{args.seed}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "args.json").write_text(json.dumps(asdict(args), indent=1))
+    history: list[dict[str, Any]] = []
+    best: tuple[float, int, np.ndarray] | None = None
+    episodes = 0
+    t0 = time.monotonic()
+
+    def report(row: dict[str, Any]) -> None:
+        history.append(row)
+        with open(run_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+        if progress is not None:
+            progress(row)
+
+    with multiprocessing.get_context("fork").Pool(max(1, args.workers)) as pool:
+
+        def validate(t: np.ndarray) -> float:
+            nonlocal episodes
+            head, rank = space.split(t, model_rank)
+            results = pool.map(play_episode, [(head, rank, 0, s) for s in args.val_seeds])
+            episodes += len(results)
+            return float(np.mean(results))
+
+        def describe(t: np.ndarray) -> dict[str, float]:
+            head, rank = space.split(t, model_rank)
+            return {"head_l1": float(np.abs(head).sum()), "rank_scale": rank}
+
+        val = validate(theta)
+        validation_s = time.monotonic() - t0
+        best = (val, 0, theta.copy())
+        report({"iteration": 0, "val": val, **describe(theta), "seconds": round(time.monotonic() - t0, 1)})
+        it, validated_at = 0, 0
+        while not args.max_iterations or it < args.max_iterations:
+            elapsed = time.monotonic() - t0
+            if it and not _budget_left(args, elapsed, (elapsed - validation_s) / it, validation_s):
+                break
+            it += 1
+            u = np.random.default_rng([args.seed, it]).standard_normal((args.es_pairs, theta.size))
+            k = args.es_seeds_per_pair
+            seeds = [args.train_seed0 + (it - 1) * k + j + 1 for j in range(k)]
+            trace = (it - 1) % len(args.traces)
+            jobs = [
+                (*space.split(theta + sign * sigma * d, model_rank), trace, seed)
+                for sign in (1, -1)
+                for d in u
+                for seed in seeds
+            ]
+            fitness = -np.asarray(pool.map(play_episode, jobs)).reshape(2 * args.es_pairs, k).mean(axis=1)
+            episodes += len(jobs)
+            plus, minus = fitness[: args.es_pairs], fitness[args.es_pairs :]
+            diff = plus - minus
+            g = adam.gradient(u, plus, minus)
+            theta = adam.step(theta, g)
+            row: dict[str, Any] = {
+                "iteration": it,
+                "train_seeds": seeds,
+                "fitness_mean": float(fitness.mean()),
+                "pair_diff_abs_mean": float(np.abs(diff).mean()),
+                "grad_norm": float(np.linalg.norm(g)),
+                **describe(theta),
+            }
+            if it % args.es_eval_every == 0:
+                row["val"] = validate(theta)
+                validated_at = it
+                if row["val"] < best[0]:
+                    best = (row["val"], it, theta.copy())
+            row["seconds"] = round(time.monotonic() - t0, 1)
+            report(row)
+        final_val = best[0] if validated_at == it else validate(theta)
+        if validated_at != it:
+            if final_val < best[0]:
+                best = (final_val, it, theta.copy())
+            report({"iteration": it, "val": final_val, **describe(theta), "seconds": round(time.monotonic() - t0, 1)})
+
+    best_val, best_it, best_theta = best
+    head, rank = space.split(best_theta, model_rank)
+    pods = load_pods(args.traces[0])
+    exported = {
+        **manifest,
+        "version": args.model_version or f"{args.exp_name}-s{args.seed}-es{best_it}",
+        "decision": {**manifest["decision"], "rankScale": rank},
+        "typicalPods": typical_pods(pods).to_json(),
+        "training": {
+            "method": "es",
+            "command": " ".join(shlex.quote(x) for x in sys.argv),
+            "args": asdict(args),
+            "init": {
+                "path": start_model,
+                "sha256": file_digest(start_model),
+                "version": manifest.get("version"),
+                "rankScale": model_rank,
+            },
+            "nodes": args.nodes,
+            "traces": [trace_name(t) or t for t in args.traces],
+            "trainSeeds": f"{args.train_seed0 + 1}..{args.train_seed0 + it * args.es_seeds_per_pair}",
+            "valSeeds": list(args.val_seeds),
+            "valUnallocated": best_val,
+            "bestIteration": best_it,
+            "iterations": it,
+        },
+    }
+    path = run_dir / "best.npz"
+    save_model(path, {**params, "w_out": head.astype(np.float32)}, exported)
+    path.with_suffix(".json").write_text(json.dumps(exported, indent=1, sort_keys=True) + "\n")
+    return TrainResult(str(path), best_val, final_val, episodes, time.monotonic() - t0, str(run_dir), history)

@@ -1,0 +1,134 @@
+"""``rlsched train --method es``: the ES step climbs, the search exports its best validated model (never
+one that validated worse than the start), runs are reproducible, bad input fails before any worker starts,
+and ``auto`` picks ES exactly when fine-tuning on the FGD protocol. No torch needed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ppo_fixtures import write_workload
+
+from rlsched.cli import main as cli_main
+from rlsched.policy.cli_train import training_method
+from rlsched.policy.es_finetune import AntitheticAdam, SearchSpace, _budget_left
+from rlsched.policy.export import read_model
+from rlsched.policy.learned import DEFAULT_MODEL, load_learned_scorer
+from rlsched.policy.ppo.config import Args
+from rlsched.policy.trace import load_pods
+from rlsched.policy.typical import typical_pods
+
+
+def test_antithetic_adam_climbs_a_quadratic() -> None:
+    """F(θ) = −|θ − θ*|²: the antithetic estimate plus Adam walks θ from 0 to θ*."""
+    target = np.array([3.0, -2.0, 0.5])
+    adam = AntitheticAdam(sigma=np.full(3, 0.1), lr=np.full(3, 0.05))
+    theta = np.zeros(3)
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        u = rng.standard_normal((4, 3))
+        plus = -(((theta + 0.1 * u) - target) ** 2).sum(1)
+        minus = -(((theta - 0.1 * u) - target) ** 2).sum(1)
+        theta = adam.step(theta, adam.gradient(u, plus, minus))
+    assert np.abs(theta - target).max() < 0.1
+
+
+def test_antithetic_gradient_is_the_finite_difference_along_each_direction() -> None:
+    """One pair along the first axis: (F₊ − F₋)·u / (2σ) — the central difference, 2·a for F = a·θ₀."""
+    adam = AntitheticAdam(sigma=np.full(2, 0.5), lr=np.full(2, 0.1))
+    g = adam.gradient(np.array([[1.0, 0.0]]), np.array([1.5]), np.array([-1.5]))  # F = 3·θ₀ at θ = 0
+    assert g.tolist() == [3.0, 0.0]
+
+
+def test_search_space_clips_the_rank_weight_and_keeps_the_model_s_when_not_searched() -> None:
+    params = {"w_out": np.arange(4, dtype=np.float32)}
+    searched = SearchSpace((4,), True)
+    theta = searched.start(params, 80.0)
+    assert theta.tolist() == [0, 1, 2, 3, 80]
+    assert searched.split(np.array([0, 1, 2, 3, -5.0]), 80.0)[1] == 0.0
+    kept = SearchSpace((4,), False)
+    head, rank = kept.split(kept.start(params, 80.0), 80.0)
+    assert head.tolist() == [0, 1, 2, 3] and rank == 80.0
+
+
+def test_the_time_budget_keeps_room_for_the_last_validation() -> None:
+    """60 s budget: 30 s spent + a 20 s iteration + its 10 s validation fit; a 25 s iteration does not."""
+    assert _budget_left(Args(max_minutes=1.0), 30.0, 20.0, 10.0)
+    assert not _budget_left(Args(max_minutes=1.0), 30.0, 25.0, 10.0)
+    assert _budget_left(Args(max_minutes=0.0, max_iterations=5), 1e9, 1e9, 1e9)  # iterations bound the run
+
+
+def test_auto_fine_tunes_by_es_and_trains_from_scratch_by_ppo() -> None:
+    assert training_method(Args(init_model="m.npz")) == "es"
+    assert training_method(Args()) == "ppo"
+    assert training_method(Args(init_model="m.npz", mode="dynamic")) == "ppo"
+    assert training_method(Args(init_model="m.npz", method="ppo")) == "ppo"
+    assert training_method(Args(method="es")) == "es"
+
+
+def _es_run(tmp_path: Path, name: str, *extra: str) -> tuple[int, Path]:
+    nodes, pods = write_workload(tmp_path / "workload")
+    out = tmp_path / name
+    argv = ["train", "--nodes", nodes, "--pods", pods, "--init", str(DEFAULT_MODEL), "--exp-name", name]
+    # a tiny cluster: large perturbations, so that the perturbed policies place pods differently
+    argv += ["--max-iterations", "3", "--es-eval-every", "1", "--es-pairs", "2", "--es-sigma", "20"]
+    argv += ["--es-rank-sigma", "200", "--val-seeds", "5", "6", "--out-dir", str(out), "--no-progress", *extra]
+    return cli_main(argv), out / f"{name}-s1"
+
+
+def test_es_exports_the_best_validated_model(tmp_path: Path, capsys) -> None:
+    rc, run_dir = _es_run(tmp_path, "es", "--export", str(tmp_path / "export" / "tuned.npz"))
+    assert rc == 0
+    printed = json.loads(capsys.readouterr().out.split("exported")[0])
+    assert printed["method"] == "es" and printed["episodes"] == 2 + 3 * (4 + 2)  # start + 3 × (pairs + val)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert any(r.get("grad_norm", 0) > 0 for r in rows)  # the perturbations changed outcomes: θ moved
+    vals = {r["iteration"]: r["val"] for r in rows if "val" in r}
+    assert sorted(vals) == [0, 1, 2, 3]
+    params, manifest, _ = read_model(tmp_path / "export" / "tuned.npz")
+    training = manifest["training"]
+    assert training["method"] == "es" and training["valUnallocated"] == min(vals.values())
+    assert training["valUnallocated"] <= vals[0]  # never worse than the start on validation
+    best = training["bestIteration"]
+    assert vals[best] == min(vals.values())
+    assert manifest["decision"]["rankScale"] == next(r["rank_scale"] for r in rows if r["iteration"] == best)
+    start, start_manifest, _ = read_model(DEFAULT_MODEL)
+    for key in start:
+        if key != "w_out":
+            assert np.array_equal(params[key], start[key]), key  # only the head is searched
+    assert np.abs(params["w_out"]).sum() == pytest.approx(
+        next(r["head_l1"] for r in rows if r["iteration"] == best), rel=1e-5
+    )
+    # the typical pods are the fine-tuning workload's (serving computes its features from them)
+    nodes_path = str(tmp_path / "workload" / "cluster.json")
+    assert manifest["typicalPods"] == typical_pods(load_pods(nodes_path)).to_json()
+    assert manifest["typicalPods"] != start_manifest["typicalPods"]
+    served = load_learned_scorer(tmp_path / "export" / "tuned.npz")  # the extender loads it like any model
+    assert served.decision.rank_scale == manifest["decision"]["rankScale"]
+    assert served.version == f"es-s1-es{best}"
+
+
+def test_es_runs_are_reproducible(tmp_path: Path) -> None:
+    assert _es_run(tmp_path, "a")[0] == 0
+    assert _es_run(tmp_path, "b")[0] == 0
+    pa, ma, _ = read_model(tmp_path / "a" / "a-s1" / "best.npz")
+    pb, mb, _ = read_model(tmp_path / "b" / "b-s1" / "best.npz")
+    assert np.array_equal(pa["w_out"], pb["w_out"])
+    assert ma["decision"] == mb["decision"]
+
+
+def test_es_refuses_bad_input_before_any_worker_starts(tmp_path: Path, capsys) -> None:
+    history = tmp_path / "history.json"
+    history.write_text(json.dumps({"args": {}, "history": []}))
+    _, pods = write_workload(tmp_path / "workload")
+    argv = ["train", "--method", "es", "--nodes", str(history), "--pods", pods, "--max-iterations", "1"]
+    assert cli_main([*argv, "--out-dir", str(tmp_path / "out")]) == 2
+    assert "unknown top-level key" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    _, pods = write_workload(tmp_path / "w2")
+    assert cli_main(["train", "--method", "es", "--nodes", pods, "--pods", pods, "--mode", "dynamic"]) == 2
+    assert "FGD protocol only" in capsys.readouterr().err
+    assert cli_main(["train", "--method", "es", "--nodes", pods, "--pods", pods, "--max-minutes", "0"]) == 2
+    assert "--max-minutes or --max-iterations" in capsys.readouterr().err

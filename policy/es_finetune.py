@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from .env import EnvConfig, RewardConfig, SchedulingCore
-from .export import file_digest, read_model, save_model
+from .export import file_digest, read_model, save_model, trained_with_load
 from .features import FeatureEncoder
 from .learned import DEFAULT_MODEL
 from .network import PolicyNetwork
@@ -161,6 +161,11 @@ def finetune(args: Args, progress: Progress | None = None) -> TrainResult:
         )
     start_model = args.init_model or str(DEFAULT_MODEL)
     params, manifest, _ = read_model(start_model)
+    if trained_with_load(manifest):
+        raise ValueError(
+            f"{start_model} was trained in the living cluster (node load live); --method es fine-tunes on the "
+            "FGD protocol, without load: use --method ppo --mode dynamic"
+        )
     model_rank = float(manifest["decision"]["rankScale"])
     space = SearchSpace(tuple(params["w_out"].shape), args.es_rank_sigma > 0)
     theta = space.start(params, model_rank)

@@ -132,3 +132,6 @@ def test_es_refuses_bad_input_before_any_worker_starts(tmp_path: Path, capsys) -
     assert "FGD protocol only" in capsys.readouterr().err
     assert cli_main(["train", "--method", "es", "--nodes", pods, "--pods", pods, "--max-minutes", "0"]) == 2
     assert "--max-minutes or --max-iterations" in capsys.readouterr().err
+    living = str(DEFAULT_MODEL).replace("ppo-openb-default", "ppo-openb-dynamic")  # trained with node load
+    assert cli_main(["train", "--nodes", pods, "--pods", pods, "--init", living, "--max-iterations", "1"]) == 2
+    assert "--method ppo --mode dynamic" in capsys.readouterr().err

@@ -204,7 +204,7 @@ def finetune(args: Args, progress: Progress | None = None) -> TrainResult:
         validation_s = time.monotonic() - t0
         best = (val, 0, theta.copy())
         report({"iteration": 0, "val": val, **describe(theta), "seconds": round(time.monotonic() - t0, 1)})
-        it, validated_at = 0, 0
+        it, validated_at, last_val = 0, 0, val
         while not args.max_iterations or it < args.max_iterations:
             elapsed = time.monotonic() - t0
             if it and not _budget_left(args, elapsed, (elapsed - validation_s) / it, validation_s):
@@ -236,12 +236,12 @@ def finetune(args: Args, progress: Progress | None = None) -> TrainResult:
             }
             if it % args.es_eval_every == 0:
                 row["val"] = validate(theta)
-                validated_at = it
+                validated_at, last_val = it, row["val"]
                 if row["val"] < best[0]:
                     best = (row["val"], it, theta.copy())
             row["seconds"] = round(time.monotonic() - t0, 1)
             report(row)
-        final_val = best[0] if validated_at == it else validate(theta)
+        final_val = last_val if validated_at == it else validate(theta)
         if validated_at != it:
             if final_val < best[0]:
                 best = (final_val, it, theta.copy())

@@ -68,33 +68,40 @@ def test_auto_fine_tunes_by_es_and_trains_from_scratch_by_ppo() -> None:
     assert training_method(Args(method="es")) == "es"
 
 
-def _es_run(tmp_path: Path, name: str, *extra: str) -> tuple[int, Path]:
+def _es_run(tmp_path: Path, name: str, seed: int, *extra: str) -> tuple[int, Path]:
     nodes, pods = write_workload(tmp_path / "workload")
     out = tmp_path / name
     argv = ["train", "--nodes", nodes, "--pods", pods, "--init", str(DEFAULT_MODEL), "--exp-name", name]
-    # a tiny cluster: large perturbations, so that the perturbed policies place pods differently
+    # a tiny cluster: large perturbations, so that the perturbed policies place pods differently; on
+    # validation seeds 3 and 4 the start scores 9.03 %, and the search moves it (seed 2: to 5.46 % at
+    # iteration 2; seed 3: to 10.54 % at iteration 1)
     argv += ["--max-iterations", "3", "--es-eval-every", "1", "--es-pairs", "2", "--es-sigma", "20"]
-    argv += ["--es-rank-sigma", "200", "--val-seeds", "5", "6", "--out-dir", str(out), "--no-progress", *extra]
-    return cli_main(argv), out / f"{name}-s1"
+    argv += ["--es-rank-sigma", "200", "--val-seeds", "3", "4", "--seed", str(seed)]
+    argv += ["--out-dir", str(out), "--no-progress", *extra]
+    return cli_main(argv), out / f"{name}-s{seed}"
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_es_exports_the_best_validated_model(tmp_path: Path, capsys) -> None:
-    rc, run_dir = _es_run(tmp_path, "es", "--export", str(tmp_path / "export" / "tuned.npz"))
+    rc, run_dir = _es_run(tmp_path, "es", 2, "--export", str(tmp_path / "export" / "tuned.npz"))
     assert rc == 0
     printed = json.loads(capsys.readouterr().out.split("exported")[0])
     assert printed["method"] == "es" and printed["episodes"] == 2 + 3 * (4 + 2)  # start + 3 × (pairs + val)
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert any(r.get("grad_norm", 0) > 0 for r in rows)  # the perturbations changed outcomes: θ moved
+    rows = _rows(run_dir)
     vals = {r["iteration"]: r["val"] for r in rows if "val" in r}
     assert sorted(vals) == [0, 1, 2, 3]
+    assert min(vals.values()) < vals[0]  # the search found a better model on validation
     params, manifest, _ = read_model(tmp_path / "export" / "tuned.npz")
     training = manifest["training"]
     assert training["method"] == "es" and training["valUnallocated"] == min(vals.values())
-    assert training["valUnallocated"] <= vals[0]  # never worse than the start on validation
     best = training["bestIteration"]
-    assert vals[best] == min(vals.values())
+    assert best > 0 and vals[best] == min(vals.values()) and best == min(i for i in vals if vals[i] == vals[best])
     assert manifest["decision"]["rankScale"] == next(r["rank_scale"] for r in rows if r["iteration"] == best)
     start, start_manifest, _ = read_model(DEFAULT_MODEL)
+    assert not np.array_equal(params["w_out"], start["w_out"])
     for key in start:
         if key != "w_out":
             assert np.array_equal(params[key], start[key]), key  # only the head is searched
@@ -107,14 +114,29 @@ def test_es_exports_the_best_validated_model(tmp_path: Path, capsys) -> None:
     assert manifest["typicalPods"] != start_manifest["typicalPods"]
     served = load_learned_scorer(tmp_path / "export" / "tuned.npz")  # the extender loads it like any model
     assert served.decision.rank_scale == manifest["decision"]["rankScale"]
-    assert served.version == f"es-s1-es{best}"
+    assert served.version == f"es-s2-es{best}"
+
+
+def test_es_keeps_the_start_model_when_nothing_validates_better(tmp_path: Path, capsys) -> None:
+    rc, run_dir = _es_run(tmp_path, "worse", 3)
+    assert rc == 0
+    printed = json.loads(capsys.readouterr().out)
+    rows = _rows(run_dir)
+    assert all(r["val"] > rows[0]["val"] for r in rows[1:] if "val" in r)
+    assert printed["val_unallocated_best"] == rows[0]["val"]
+    assert printed["val_unallocated_final"] == rows[-1]["val"]  # the last iterate's, not the best's
+    params, manifest, _ = read_model(printed["model"])
+    start, start_manifest, _ = read_model(DEFAULT_MODEL)
+    assert manifest["training"]["bestIteration"] == 0
+    assert np.array_equal(params["w_out"], start["w_out"])
+    assert manifest["decision"]["rankScale"] == start_manifest["decision"]["rankScale"]
 
 
 def test_es_runs_are_reproducible(tmp_path: Path) -> None:
-    assert _es_run(tmp_path, "a")[0] == 0
-    assert _es_run(tmp_path, "b")[0] == 0
-    pa, ma, _ = read_model(tmp_path / "a" / "a-s1" / "best.npz")
-    pb, mb, _ = read_model(tmp_path / "b" / "b-s1" / "best.npz")
+    assert _es_run(tmp_path, "a", 2)[0] == 0
+    assert _es_run(tmp_path, "b", 2)[0] == 0
+    pa, ma, _ = read_model(tmp_path / "a" / "a-s2" / "best.npz")
+    pb, mb, _ = read_model(tmp_path / "b" / "b-s2" / "best.npz")
     assert np.array_equal(pa["w_out"], pb["w_out"])
     assert ma["decision"] == mb["decision"]
 

@@ -186,6 +186,9 @@ def _report(ns: argparse.Namespace, method: str, result: TrainResult) -> None:
         "seconds": round(result.seconds, 1),
         "run_dir": result.run_dir,
     }
+    confirmation = next((row["confirmation"] for row in reversed(result.history) if "confirmation" in row), None)
+    if confirmation is not None:  # es: the candidate against the start on the confirmation seeds
+        summary["confirmation"] = confirmation
     print(json.dumps(summary, indent=1))
     if ns.export:
         dest = Path(ns.export)

@@ -11,9 +11,12 @@ iteration draws ``es_pairs`` directions ``u`` and plays the model at ``θ ± σ�
 training workload seed (antithetic pairs with common random numbers: a pair's difference is its
 perturbation's alone), then takes an Adam step along ``Σ (F₊ − F₋)·u / (2·pairs·σ)`` with F the
 negative unallocated GPU % at 100 % arrival (Salimans et al. 2017, arXiv 1703.03864). Every
-``es_eval_every`` iterations and at the end, θ is validated on the held-out ``val_seeds``; the export
-is the best validated θ, the start model included, so a run never exports a model that validated
-worse than the one it started from.
+``es_eval_every`` iterations and at the end, θ is validated on the held-out ``val_seeds``; the best
+validated θ is the candidate. The best of many validations on a few seeds is biased low (it picks
+lucky noise), so before export the candidate and the start model play ``es_confirm_seeds`` further
+held-out seeds, paired: the candidate is exported only if its mean there is lower and it is better on
+more of them than it is worse (one lucky seed can carry a mean of ten), else the start model is. A run
+never exports a model that did worse than its start on the seeds that chose it.
 
 No torch: the episodes are numpy inference in the FGD-protocol simulator, ``workers`` processes wide.
 """
@@ -138,6 +141,29 @@ def play_episode(job: tuple[np.ndarray, float, int, int]) -> float:
 # -- the search ---------------------------------------------------------------------------------------
 
 
+def confirmation_seeds(args: Args) -> list[int]:
+    """The ``es_confirm_seeds`` seeds right after the validation seeds (103–112 by default)."""
+    return [max(args.val_seeds) + 1 + i for i in range(args.es_confirm_seeds)]
+
+
+def confirm(seeds: list[int], start: list[float], candidate: list[float], iteration: int) -> dict[str, Any]:
+    """The paired comparison that decides the export: the candidate (best validated, from ``iteration``)
+    is exported only if its mean unallocated % over ``seeds`` is below the start model's and it is
+    better on more seeds than it is worse."""
+    diff = np.asarray(candidate) - np.asarray(start)
+    better, worse = int((diff < 0).sum()), int((diff > 0).sum())
+    return {
+        "seeds": seeds,
+        "candidateIteration": iteration,
+        "start": [round(x, 4) for x in start],
+        "candidate": [round(x, 4) for x in candidate],
+        "meanDifference": round(float(diff.mean()), 4),
+        "candidateBetterOn": better,
+        "candidateWorseOn": worse,
+        "exported": bool(diff.mean() < 0 and better > worse),
+    }
+
+
 def _budget_left(args: Args, elapsed_s: float, per_iteration_s: float, validation_s: float) -> bool:
     """Whether another iteration, and the validation after it, fit ``max_minutes`` (judged by the mean
     iteration so far and the first validation)."""
@@ -155,9 +181,11 @@ def finetune(args: Args, progress: Progress | None = None) -> TrainResult:
         min(args.es_pairs, args.es_seeds_per_pair, args.es_eval_every) < 1
         or args.es_sigma <= 0
         or args.es_rank_sigma < 0
+        or args.es_confirm_seeds < 0
     ):
         raise ValueError(
-            "--es-pairs, --es-seeds-per-pair and --es-eval-every must be ≥ 1, --es-sigma > 0, --es-rank-sigma ≥ 0"
+            "--es-pairs, --es-seeds-per-pair and --es-eval-every must be ≥ 1, --es-sigma > 0, --es-rank-sigma "
+            "and --es-confirm-seeds ≥ 0"
         )
     start_model = args.init_model or str(DEFAULT_MODEL)
     params, manifest, _ = read_model(start_model)
@@ -175,6 +203,7 @@ def finetune(args: Args, progress: Progress | None = None) -> TrainResult:
     run_dir = Path(args.out_dir) / f"{args.exp_name}-s{args.seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "args.json").write_text(json.dumps(asdict(args), indent=1))
+    confirm_seeds = confirmation_seeds(args)
     history: list[dict[str, Any]] = []
     best: tuple[float, int, np.ndarray] | None = None
     episodes = 0
@@ -202,12 +231,14 @@ def finetune(args: Args, progress: Progress | None = None) -> TrainResult:
 
         val = validate(theta)
         validation_s = time.monotonic() - t0
+        # the last validation and the confirmation (two models on the confirmation seeds) must fit too
+        reserve_s = validation_s * (1 + 2 * len(confirm_seeds) / len(args.val_seeds))
         best = (val, 0, theta.copy())
         report({"iteration": 0, "val": val, **describe(theta), "seconds": round(time.monotonic() - t0, 1)})
         it, validated_at, last_val = 0, 0, val
         while not args.max_iterations or it < args.max_iterations:
             elapsed = time.monotonic() - t0
-            if it and not _budget_left(args, elapsed, (elapsed - validation_s) / it, validation_s):
+            if it and not _budget_left(args, elapsed, (elapsed - validation_s) / it, reserve_s):
                 break
             it += 1
             u = np.random.default_rng([args.seed, it]).standard_normal((args.es_pairs, theta.size))
@@ -246,6 +277,21 @@ def finetune(args: Args, progress: Progress | None = None) -> TrainResult:
             if final_val < best[0]:
                 best = (final_val, it, theta.copy())
             report({"iteration": it, "val": final_val, **describe(theta), "seconds": round(time.monotonic() - t0, 1)})
+        confirmation: dict[str, Any] | None = None
+        if best[1] != 0 and confirm_seeds:
+            results = pool.map(
+                play_episode,
+                [
+                    (*space.split(t, model_rank), 0, s)
+                    for t in (space.start(params, model_rank), best[2])
+                    for s in confirm_seeds
+                ],
+            )
+            episodes += len(results)
+            confirmation = confirm(confirm_seeds, results[: len(confirm_seeds)], results[len(confirm_seeds) :], best[1])
+            if not confirmation["exported"]:
+                best = (val, 0, space.start(params, model_rank))
+            report({"iteration": it, "confirmation": confirmation, "seconds": round(time.monotonic() - t0, 1)})
 
     best_val, best_it, best_theta = best
     head, rank = space.split(best_theta, model_rank)
@@ -272,6 +318,7 @@ def finetune(args: Args, progress: Progress | None = None) -> TrainResult:
             "valUnallocated": best_val,
             "bestIteration": best_it,
             "iterations": it,
+            "confirmation": confirmation,
         },
     }
     path = run_dir / "best.npz"

@@ -115,8 +115,13 @@ class Args:
     es_rank_lr: float = 5.0
     """es: Adam step size of the rank weight."""
     es_eval_every: int = 5
-    """es: validate every this many iterations (and at the end); the export is the best validated model,
-    the start model included."""
+    """es: validate every this many iterations (and at the end); the best validated model, the start
+    model included, is the candidate for export."""
+    es_confirm_seeds: int = 10
+    """es: before export, the candidate and the start model play this many further held-out seeds (the
+    ones after ``val_seeds``, 103–112 by default); the candidate is exported only if its mean there is
+    lower and it is better on more of them than worse, else the start model is kept (the best of many
+    validations on a few seeds is biased low). 0: export the best validated model unconfirmed."""
     head_lr_scale: float = 1.0
     """Step-size multiplier of the score head (the last layer of the learned correction): its
     initialization is tiny (0.01), so at the base step size it cannot grow to the logit scale of the

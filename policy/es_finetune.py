@@ -196,7 +196,8 @@ def finetune(args: Args, progress: Progress | None = None) -> TrainResult:
         )
     model_rank = float(manifest["decision"]["rankScale"])
     space = SearchSpace(tuple(params["w_out"].shape), args.es_rank_sigma > 0)
-    theta = space.start(params, model_rank)
+    theta0 = space.start(params, model_rank)
+    theta = theta0.copy()
     sigma, lr = space.scales(args)
     adam = AntitheticAdam(sigma, lr)
     _load_simulators(args.nodes, tuple(args.traces), start_model, args.target, args.end_at)
@@ -281,16 +282,12 @@ def finetune(args: Args, progress: Progress | None = None) -> TrainResult:
         if best[1] != 0 and confirm_seeds:
             results = pool.map(
                 play_episode,
-                [
-                    (*space.split(t, model_rank), 0, s)
-                    for t in (space.start(params, model_rank), best[2])
-                    for s in confirm_seeds
-                ],
+                [(*space.split(t, model_rank), 0, s) for t in (theta0, best[2]) for s in confirm_seeds],
             )
             episodes += len(results)
             confirmation = confirm(confirm_seeds, results[: len(confirm_seeds)], results[len(confirm_seeds) :], best[1])
             if not confirmation["exported"]:
-                best = (val, 0, space.start(params, model_rank))
+                best = (val, 0, theta0)
             report({"iteration": it, "confirmation": confirmation, "seconds": round(time.monotonic() - t0, 1)})
 
     best_val, best_it, best_theta = best

@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from benchmark_scripts import load_benchmark
 
 
 def load_script() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "es_variants_report", REPO_ROOT / "benchmarks" / "es_variants_report.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("es_variants_report", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("es_variants_report")
 
 
 def evaluation(path: Path, values: dict[str, list[float]]) -> Path:

@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from benchmark_scripts import load_benchmark
 
 
 def load_script() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "objective_beta_curve", REPO_ROOT / "benchmarks" / "objective_beta_curve.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("objective_beta_curve", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("objective_beta_curve")
 
 
 def run(policy: str, seed: int, wait: float, cost: float, hot: float = 10.0, stranded: float = 4.0) -> dict:

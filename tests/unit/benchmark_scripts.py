@@ -1,0 +1,20 @@
+"""Load a script of benchmarks/ as a module, for the tests of its pure parts."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_benchmark(name: str) -> Any:
+    """``benchmarks/<name>.py`` as module ``name`` (kept in ``sys.modules`` for dataclasses)."""
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "benchmarks" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, module)
+    spec.loader.exec_module(module)
+    return module

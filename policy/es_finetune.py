@@ -219,12 +219,16 @@ def finetune(args: Args, progress: Progress | None = None) -> TrainResult:
 
     with multiprocessing.get_context("fork").Pool(max(1, args.workers)) as pool:
 
-        def validate(t: np.ndarray) -> float:
+        def play(t: np.ndarray, seeds: list[int] | tuple[int, ...]) -> list[float]:
+            """θ on workload seeds of the first trace (validation and confirmation)."""
             nonlocal episodes
             head, rank = space.split(t, model_rank)
-            results = pool.map(play_episode, [(head, rank, 0, s) for s in args.val_seeds])
+            results: list[float] = pool.map(play_episode, [(head, rank, 0, s) for s in seeds])
             episodes += len(results)
-            return float(np.mean(results))
+            return results
+
+        def validate(t: np.ndarray) -> float:
+            return float(np.mean(play(t, args.val_seeds)))
 
         def describe(t: np.ndarray) -> dict[str, float]:
             head, rank = space.split(t, model_rank)
@@ -234,7 +238,7 @@ def finetune(args: Args, progress: Progress | None = None) -> TrainResult:
         validation_s = time.monotonic() - t0
         # the last validation and the confirmation (two models on the confirmation seeds) must fit too
         reserve_s = validation_s * (1 + 2 * len(confirm_seeds) / len(args.val_seeds))
-        best = (val, 0, theta.copy())
+        best = (val, 0, theta0)
         report({"iteration": 0, "val": val, **describe(theta), "seconds": round(time.monotonic() - t0, 1)})
         it, validated_at, last_val = 0, 0, val
         while not args.max_iterations or it < args.max_iterations:
@@ -280,12 +284,7 @@ def finetune(args: Args, progress: Progress | None = None) -> TrainResult:
             report({"iteration": it, "val": final_val, **describe(theta), "seconds": round(time.monotonic() - t0, 1)})
         confirmation: dict[str, Any] | None = None
         if best[1] != 0 and confirm_seeds:
-            results = pool.map(
-                play_episode,
-                [(*space.split(t, model_rank), 0, s) for t in (theta0, best[2]) for s in confirm_seeds],
-            )
-            episodes += len(results)
-            confirmation = confirm(confirm_seeds, results[: len(confirm_seeds)], results[len(confirm_seeds) :], best[1])
+            confirmation = confirm(confirm_seeds, play(theta0, confirm_seeds), play(best[2], confirm_seeds), best[1])
             if not confirmation["exported"]:
                 best = (val, 0, theta0)
             report({"iteration": it, "confirmation": confirmation, "seconds": round(time.monotonic() - t0, 1)})

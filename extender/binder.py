@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -62,6 +63,10 @@ class BindResult:
     result: str = "ok"
     """ok | error | uncertain | duplicate | refused (the pod is not ours, or may not go on the node, or the
     request names no real object)."""
+    write_s: float | None = None
+    """Seconds the ``pods/binding`` write took as the extender saw it (request sent → answer read);
+    None when bind made no write. Set beside kube-apiserver's own handler latency, it says how much
+    of a bind is the API server and how much the way there and back."""
 
 
 class Binder:
@@ -211,10 +216,15 @@ class Binder:
         milli = spec.gpu_milli if spec.num_gpu else 0
         # -- the write: one Binding that carries the card annotations ---------------------------
         annotations = assignment_annotations(self.gpu, node, cards, milli) if spec.num_gpu else None
+        started = time.perf_counter()
         try:
             await self.api.create_binding(namespace, name, uid, node, self.kube.write_timeout_s, annotations)
         except ApiError as exc:
-            return await self._failed(uid, key, node, cards, milli, exc)
+            write_s = time.perf_counter() - started
+            failed = await self._failed(uid, key, node, cards, milli, exc)
+            failed.write_s = write_s
+            return failed
+        write_s = time.perf_counter() - started
         entry.bind_done = True
         log.info(
             "bound %s to %s cards %s",
@@ -223,7 +233,7 @@ class Binder:
             list(cards),
             extra={"event": "bound", "pod": key, "uid": uid, "node": node, "cards": list(cards)},
         )
-        return BindResult("", node, cards, milli)
+        return BindResult("", node, cards, milli, write_s=write_s)
 
     async def current_pod(self, uid: str, namespace: str, name: str) -> tuple[PodInfo, PodRules] | BindResult:
         """The pod as it is now, with its placement rules: the watch cache when it holds this pod

@@ -77,6 +77,14 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.binding_write = Histogram(
+            "rlsched_extender_binding_write_seconds",
+            "Time of bind's one API write (POST pods/binding), request sent to answer read, by result "
+            "(ok, error, uncertain)",
+            ["result"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.preempt_nodes = Counter(
             "rlsched_extender_preempt_nodes_total", "Preemption candidates kept or dropped", ["result"], registry=r
         )

@@ -487,6 +487,8 @@ class Extender:
         result: BindResult = await self.binder.bind(args.pod_uid, args.pod_namespace, args.pod_name, args.node)
         if self.metrics is not None:
             self.metrics.binds.labels(result.result).inc()
+            if result.write_s is not None:
+                self.metrics.binding_write.labels(result.result).observe(result.write_s)
         chosen = None
         if remembered is not None and remembered.outcome.decision is not None and remembered.epoch == self.cache.epoch:
             state = self.cache.state

@@ -313,6 +313,31 @@ async def test_bind_with_unknown_outcome_keeps_cards_for_a_while() -> None:
     assert h.cache.state.full_free[h.cache.state.index["v100-0"]] == 0
 
 
+async def test_the_binding_write_is_timed_by_result_and_only_when_made() -> None:
+    """rlsched_extender_binding_write_seconds: the POST alone (set beside kube-apiserver's own handler
+    latency in docs/benchmarks.md); a refused bind makes no write and records none."""
+    h = harness()
+    h.api.delay_s = 0.02
+    ok, stalled, refused = (h.add_pod(make_pod(n, gpus=1)) for n in ("ok", "stalled", "refused"))
+    refused["spec"]["schedulerName"] = "default-scheduler"
+    h.api.pods[("default", "refused")] = refused
+    async with TestClient(TestServer(h.app())) as c:
+        for pod, node in ((ok, "v100-0"), (refused, "v100-2")):
+            m = pod["metadata"]
+            await call(c, "bind", {"PodName": m["name"], "PodNamespace": "default", "PodUID": m["uid"], "Node": node})
+        h.api.fail["bind"] = 0.01  # stalls, then times out: outcome unknown
+        m = stalled["metadata"]
+        await call(c, "bind", {"PodName": m["name"], "PodNamespace": "default", "PodUID": m["uid"], "Node": "v100-1"})
+
+    def write(result: str, what: str) -> float | None:
+        return h.metrics.registry.get_sample_value(f"rlsched_extender_binding_write_seconds_{what}", {"result": result})
+
+    assert write("ok", "count") == 1 and write("ok", "sum") >= 0.02
+    assert write("uncertain", "count") == 1 and write("uncertain", "sum") >= 0.03
+    assert write("refused", "count") is None
+    assert h.metrics.registry.get_sample_value("rlsched_extender_binds_total", {"result": "refused"}) == 1
+
+
 @pytest.mark.parametrize(
     "node, words", [("ghost", "not in the extender's cache"), ("cpu-0", "no longer fits node cpu-0")]
 )

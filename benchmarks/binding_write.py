@@ -31,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scheduler_throughput import diff, histogram, pct, quantile  # noqa: E402
 
-from rlsched.extender.kubeapi import KubeApi  # noqa: E402
+from rlsched.extender.kubeapi import KubeApi, pod_path  # noqa: E402
 from rlsched.extender.objects import assignment_annotations  # noqa: E402
 from rlsched.extender.settings import GpuConventions, KubeSettings  # noqa: E402
 
@@ -97,7 +97,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             histogram(before, "apiserver_request_duration_seconds", BINDING),
         )
         for i in range(a.pods):
-            await api.request("DELETE", f"/api/v1/namespaces/{a.namespace}/pods/{prefix}-{i}?gracePeriodSeconds=0")
+            await api.request("DELETE", pod_path(a.namespace, f"{prefix}-{i}") + "?gracePeriodSeconds=0")
         return {"pods": a.pods, "rate": a.rate, "annotations": a.annotations, **summary(client_s, handler)}
     finally:
         await api.close()

@@ -481,7 +481,12 @@ def test_default_scheduler_pods_are_untouched_but_counted(env: Env) -> None:
     bound = env.wait_bound(["default-gpu"], timeout=60)["default-gpu"]
     assert bound["spec"]["nodeName"] == host
     assert rlstack.card_assignment(bound) is None, bound["metadata"].get("annotations")
-    scheduled = [e for e in env.events("default-gpu") if e["reason"] == "Scheduled"]
+    # kube-scheduler records its Scheduled event after the binding, asynchronously: wait for it
+    scheduled = wait_for(
+        lambda: [e for e in env.events("default-gpu") if e["reason"] == "Scheduled"] or None,
+        30,
+        "the Scheduled event of default-gpu",
+    )
     assert scheduled and scheduled[-1]["source"] == "default-scheduler", scheduled
     # Our scheduler sees the card as taken: one card is left on the 2-card node, so two whole cards
     # do not fit there, while a share does — on the other card.

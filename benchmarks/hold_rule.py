@@ -9,8 +9,10 @@ played on the same seeds as the policy without it (``none``) and compared per se
 objective (docs/dynamic.md).
 
 This is a probe, not a policy to ship: it asks whether the delay action has anything to gain at a
-given load, and for which placement policy, before a trainer is asked to learn it (docs/dynamic.md,
-"What this does not reach").
+given load, and for which placement policy (docs/dynamic.md, "A learned delay"). The rule
+``head:MODEL.npz`` plays instead the delay head that ``rlsched train-delay`` learned and stored in a
+model file, on top of the same policy, so the learned head, the fixed rule and no hold are compared
+on the same seeds.
 
     python benchmarks/hold_rule.py --nodes "$OPENB/openb_node_list_gpu_node.csv" \\
         --pods "$OPENB/openb_pod_list_default.csv" --policy fgd --load 1.0 --rules none,2000/60 --seeds 42-51
@@ -30,32 +32,27 @@ from typing import Any
 import numpy as np
 
 from rlsched.policy.cluster import ClusterState, NodeSpec, PodRequest, PodSpec
+from rlsched.policy.delay_head import DelayHead
 from rlsched.policy.dynamic.arrivals import ArrivalSettings
+from rlsched.policy.dynamic.delay_search import WithDelayHead
 from rlsched.policy.dynamic.evaluation import priced_nodes
 from rlsched.policy.dynamic.objective import DynamicResult, ObjectiveWeights
 from rlsched.policy.dynamic.simulator import DynamicSettings, run_dynamic
 from rlsched.policy.evaluate import parse_seeds
-from rlsched.policy.scorers import NodeScores, Scorer, TieBreak, make_scorer
+from rlsched.policy.export import read_model
+from rlsched.policy.scorers import NodeScores, Scorer, make_scorer
 from rlsched.policy.trace import load_nodes, load_pods
 from rlsched.policy.typical import TypicalPods, typical_pods
 
 
-class HoldLargePods:
+class HoldLargePods(WithDelayHead):
     """``base``'s placement, plus a delay verdict for GPU pods asking for at least ``min_gpu_milli``
     (a scorer with a ``verdict``, as the living cluster calls it)."""
 
     def __init__(self, base: Scorer, min_gpu_milli: float, hold_s: float):
-        self.base, self.min_gpu_milli, self.hold_s = base, min_gpu_milli, hold_s
+        super().__init__(base, None)
+        self.min_gpu_milli, self.hold_s = min_gpu_milli, hold_s
         self.name = f"{base.name}+hold"
-
-    def score(self, state: ClusterState, req: PodRequest, nodes: np.ndarray) -> NodeScores:
-        return self.base.score(state, req, nodes)
-
-    def choose(self, scores: NodeScores, nodes: np.ndarray, tiebreak: TieBreak) -> int:
-        return self.base.choose(scores, nodes, tiebreak)
-
-    def cards(self, *args: Any) -> tuple[int, ...]:
-        return self.base.cards(*args)
 
     def verdict(
         self, state: ClusterState, req: PodRequest, nodes: np.ndarray, scores: NodeScores | None
@@ -66,15 +63,30 @@ class HoldLargePods:
         return ("delay", f"asks for {asked} GPU milli: smaller pods first", self.hold_s)
 
 
-def parse_rule(text: str) -> tuple[float, float] | None:
-    """``none`` → None; ``MIN_GPU_MILLI/HOLD_S`` (e.g. ``2000/60``) → (2000.0, 60.0)."""
+def parse_rule(text: str) -> tuple[float, float] | str | None:
+    """``none`` → None; ``MIN_GPU_MILLI/HOLD_S`` (e.g. ``2000/60``) → (2000.0, 60.0); ``head:FILE`` → the
+    model file whose learned delay head (``rlsched train-delay``) is played on top of the policy."""
     if text == "none":
         return None
+    if text.startswith("head:"):
+        path = text[len("head:") :]
+        if not Path(path).is_file():
+            raise ValueError(f"rule {text!r}: no such model file")
+        return path
     size, _, hold = text.partition("/")
     rule = (float(size), float(hold or 60))
     if rule[0] < 0 or rule[1] <= 0:
         raise ValueError(f"rule {text!r}: need MIN_GPU_MILLI >= 0 and HOLD_S > 0")
     return rule
+
+
+def learned_head(path: str) -> DelayHead:
+    """The delay head stored in a model file (refused when the file has none)."""
+    arrays, manifest, _ = read_model(path)
+    head = DelayHead.from_model(arrays, manifest)
+    if head is None:
+        raise ValueError(f"model file {path} has no delay head (rlsched train-delay adds one)")
+    return head
 
 
 _worker: tuple[list[NodeSpec], list[PodSpec], TypicalPods, DynamicSettings, str] | None = None
@@ -93,8 +105,12 @@ def _run(task: tuple[str, int]) -> tuple[str, int, DynamicResult]:
     rule_text, seed = task
     rule = parse_rule(rule_text)
     base = make_scorer(policy, typical)
-    scorer = base if rule is None else HoldLargePods(base, *rule)
-    return rule_text, seed, run_dynamic(nodes, pods, scorer, seed, typical, settings, policy)  # type: ignore[arg-type]
+    scorer: Any = base
+    if isinstance(rule, str):
+        scorer = WithDelayHead(base, learned_head(rule))
+    elif rule is not None:
+        scorer = HoldLargePods(base, *rule)
+    return rule_text, seed, run_dynamic(nodes, pods, scorer, seed, typical, settings, policy)
 
 
 def compare(results: Sequence[tuple[str, int, DynamicResult]], weights: ObjectiveWeights) -> list[dict[str, Any]]:
@@ -153,14 +169,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pods", required=True, help="pod list")
     p.add_argument("--policy", default="fgd", help="the placement policy under the rule, e.g. fgd or ppo:MODEL.npz")
     p.add_argument("--load", type=float, default=1.0, help="offered GPU load of the living cluster")
-    p.add_argument("--rules", default="none,2000/60", help="comma list: none, MIN_GPU_MILLI/HOLD_S ...")
+    p.add_argument("--rules", default="none,2000/60", help="comma list: none, MIN_GPU_MILLI/HOLD_S, head:MODEL.npz ...")
     p.add_argument("--seeds", default="42-51")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--json", type=Path, help="write the rows here")
     a = p.parse_args(argv)
     rules = a.rules.split(",")
     for rule in rules:
-        parse_rule(rule)
+        parsed = parse_rule(rule)
+        if isinstance(parsed, str):
+            learned_head(parsed)  # refuse a file without a head before any run
     if "none" not in rules:
         rules.insert(0, "none")
     pods = load_pods(a.pods)

@@ -9,6 +9,8 @@ name, and ``__manifest__``: the UTF-8 bytes of a JSON object::
                arrays{name: shape}},
     decision: {rankScale, mode},
     actions:  {delay: bool, reject: bool}        (special actions the model was trained to use),
+    delayHead: {inputs[], holdS, training}       (optional: a learned hold rule, rlsched.policy.delay_head,
+                                                  with its arrays delay_center, delay_scale, delay_weights, delay_bias)
     typicalPods: [...],                            (the workload model the features were computed with)
     training: {...}                                (provenance: command, seed, traces, time, metrics)
 
@@ -29,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from .delay_head import ARRAYS as DELAY_ARRAYS
+from .delay_head import check_manifest_entry
 from .features import CLUSTER_FEATURES, FEATURE_VERSION, FEATURES
 from .network import DECISION_MODES, NETWORK_VERSION, SPECIAL_ACTIONS, param_shapes
 
@@ -193,7 +197,7 @@ def validate(manifest: Any, arrays: dict[str, np.ndarray], where: str) -> None:
         raise fail(f"decision mode {decision.get('mode')!r} is not one of {', '.join(DECISION_MODES)}")
     shapes = param_shapes(len(FEATURES), len(CLUSTER_FEATURES), hidden, value_hidden)
     missing = sorted(set(shapes) - set(arrays))
-    extra = sorted(set(arrays) - set(shapes))
+    extra = sorted(set(arrays) - set(shapes) - set(DELAY_ARRAYS))
     if missing or extra:
         raise fail(f"arrays do not match the layout (missing {missing}, unexpected {extra})")
     for name, shape in shapes.items():
@@ -202,3 +206,6 @@ def validate(manifest: Any, arrays: dict[str, np.ndarray], where: str) -> None:
             raise fail(f"array {name} has shape {tuple(a.shape)}, the layout says {tuple(shape)}")
         if not np.issubdtype(a.dtype, np.floating) or not np.isfinite(a).all():
             raise fail(f"array {name} is not finite floating point")
+    problem = check_manifest_entry(manifest.get("delayHead"), arrays)
+    if problem is not None:
+        raise fail(f"delay head: {problem}")

@@ -21,7 +21,9 @@ from typing import Any
 import numpy as np
 
 from .cluster import ClusterState, PodRequest
+from .delay_head import DelayHead
 from .export import ModelFileError, read_model, trained_with_load
+from .feasibility import feasible_mask
 from .features import CLUSTER_SLICE, Candidates, FeatureEncoder
 from .network import DecisionRule, PolicyNetwork, choose_node, node_logits, rank_fraction
 from .scorers.base import NodeScores, Scorer, TieBreak
@@ -87,6 +89,9 @@ class LearnedScorer(Scorer):
         """Whether the model was trained with the delay action (and is not the prior-only ablation)."""
         self.hold_s = float(args.get("hold_s", 60.0))
         """How long a delay holds the pod back: the hold it was trained with."""
+        self.delay_head: DelayHead | None = None
+        """A learned hold rule stored with the model (:mod:`rlsched.policy.delay_head`); it answers
+        the delay question in place of the network's special head."""
 
     @property
     def sees_load(self) -> bool:
@@ -114,10 +119,25 @@ class LearnedScorer(Scorer):
     def verdict(
         self, state: ClusterState, req: PodRequest, nodes: np.ndarray, scores: NodeScores | None
     ) -> tuple[str, str, float] | None:
-        """``("delay", reason, hold_s)`` when a model trained with the delay action rates holding the
-        pod back above its best node (greedy, as it serves), else None. Called after :meth:`score` for
-        the same pod (the extender's and the living cluster's order). ``scores`` None (no node, or one
-        node, which kube-scheduler does not score): no verdict."""
+        """``("delay", reason, hold_s)`` when the model holds the pod back, else None.
+
+        A model with a delay head (:mod:`rlsched.policy.delay_head`) holds when the head's logit is
+        positive and some node of ``nodes`` fits. Otherwise, a model trained with the delay action holds when
+        its special head rates holding above its best node (greedy, as it serves); called after
+        :meth:`score` for the same pod (the extender's and the living cluster's order), and ``scores``
+        None (no node, or one node, which kube-scheduler does not score) gives no verdict."""
+        head = self.delay_head
+        if head is not None:
+            if scores is None and not (len(nodes) and feasible_mask(state, req)[nodes].any()):
+                return None  # no node fits: the pod waits anyway, and is not "delayed by policy"
+            logit = head.logit(state, req)
+            if logit <= 0.0:
+                return None
+            return (
+                "delay",
+                f"the delay head rates waiting {head.hold_s:.0f}s above placing now ({logit:+.2f})",
+                head.hold_s,
+            )
         if not self.delays or scores is None or self.last is None:
             return None
         cand = self.last
@@ -143,8 +163,8 @@ def load_learned_scorer(
     pods, as FGD uses); None takes the typical pods stored with the model. ``mode`` overrides the
     manifest's decision mode (``sample`` / ``greedy``). ``prior_only`` zeroes the network's output
     layer (``w_out``, ``b_out``): every node's score is then the prior alone, with the same features,
-    typical pods and decision rule — the ablation of ``ppo-prior:PATH``. Raises :class:`ModelFileError` for a missing,
-    corrupt or incompatible file.
+    typical pods and decision rule, and no delay head — the ablation of ``ppo-prior:PATH``. Raises
+    :class:`ModelFileError` for a missing, corrupt or incompatible file.
     """
     params, manifest, digest = read_model(path)
     if typical is None:
@@ -165,4 +185,6 @@ def load_learned_scorer(
     scorer = LearnedScorer(network, encoder, rule, manifest, digest, str(path))
     if prior_only:
         scorer.name = "ppo-prior"
+    else:
+        scorer.delay_head = DelayHead.from_model(params, manifest)
     return scorer

@@ -23,6 +23,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "rlsched.policy.cli_train_rebalancer",
         "learn the rebalancer's move weights in the living-cluster simulation",
     ),
+    "train-delay": (
+        "rlsched.policy.cli_train_delay",
+        "learn a model's delay head (when to hold a pod back) in the living-cluster simulation",
+    ),
     "extender": ("rlsched.extender.cli", "run the kube-scheduler extender (filter/prioritize/bind/preempt)"),
     "operator": (
         "rlsched.operator.cli",

@@ -69,3 +69,16 @@ def test_compare_pairs_each_rule_with_none_on_the_same_seed() -> None:
     assert step > 0
     assert vs["better"] == 2 and vs["worse"] == 1 and vs["medianDifference"] == pytest.approx(round(step, 4))
     assert rows["2000/60"]["wait_mean_s"] == 70.0 and rows["2000/60"]["seeds"] == [1, 2, 3]
+
+
+def test_a_head_rule_plays_the_model_files_delay_head(tmp_path) -> None:
+    from test_delay_head import large_pods_head, with_head
+    from test_learned import write_model
+
+    headed = with_head(tmp_path, large_pods_head())
+    assert hr.parse_rule(f"head:{headed}") == str(headed)
+    assert hr.learned_head(str(headed)).weights.tolist() == large_pods_head().weights.tolist()
+    with pytest.raises(ValueError, match="no such model file"):
+        hr.parse_rule(f"head:{tmp_path / 'nope.npz'}")
+    with pytest.raises(ValueError, match="no delay head"):
+        hr.learned_head(str(write_model(tmp_path / "plain.npz")))

@@ -1,0 +1,274 @@
+"""Learn the delay head in the living cluster: a cross-entropy search over its weights.
+
+The delay head (:mod:`rlsched.policy.delay_head`) decides per pod whether to hold it back
+``hold_s`` seconds. A hold's effect is on *other* pods: while a large pod waits, smaller ones take
+the room and start sooner, and whether that pays shows only in the queue over the next minutes. PPO
+with a per-decision reward charged each hold its own wait and never saw the gain (docs/dynamic.md:
+the delay-trained model held erratically and lost to the model without delay). So the head is
+scored, like the rebalancer's chooser (:mod:`.rebalance_search`), by whole living-cluster runs with
+common random numbers: every candidate of a generation plays the same fresh workload seeds at every
+training load, and a Gaussian over the weights moves toward the best (the cross-entropy method:
+Rubinstein & Kroese, *The Cross-Entropy Method*, 2004; Szita & Lőrincz, Neural Computation 18, 2006).
+
+**Loads.** Each candidate plays every load in ``loads`` (default 0.9 and 1.0). At 0.9 hardly any
+pod waits and every hold is lost time; at 1.0 pods queue for minutes. A head that is scored on both
+has to learn when to hold, not only whom.
+
+**Inputs' scale.** Before the search, the placement policy plays one run per load without holds;
+the mean and standard deviation of every input over its decisions are the head's ``center`` and
+``scale`` (a constant input gets scale 1).
+
+**The reward** of a run is ``100 × objective`` (the product's objective, its default weights
+unless ``objective_from`` names a SchedulingPolicy). The search starts from the head that never
+holds; the exported head is the best *validated* one on held-out seeds, the never-hold head
+included, so the file never holds more than what beat not holding there (``training.beatNever``).
+
+**The placement under the search** is ``policy`` (default FGD: a run takes seconds, a run of the
+learned network about 40 s on two cores). The head's inputs do not depend on who places, and the
+exported file is the start model (``start_model``) with the head added: docs/dynamic.md evaluates
+it under both placements.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..cluster import ClusterState, NodeSpec, PodRequest, PodSpec
+from ..delay_head import DELAY_INPUTS, DelayHead, delay_inputs
+from ..export import read_model, save_model
+from ..scorers import NodeScores, Scorer, TieBreak, make_scorer
+from ..trace import load_nodes, load_pods
+from ..typical import TypicalPods, typical_pods
+from .arrivals import ArrivalSettings
+from .evaluation import priced_nodes
+from .objective import objective_of
+from .objective_spec import Objective, read_objective
+from .simulator import DynamicSettings, run_dynamic
+
+
+class WithDelayHead:
+    """``base``'s placement with ``head``'s hold verdict (a scorer as the living cluster calls it)."""
+
+    def __init__(self, base: Scorer, head: DelayHead | None, record: list[np.ndarray] | None = None):
+        self.base, self.head, self.record = base, head, record
+        self.name = base.name
+
+    def score(self, state: ClusterState, req: PodRequest, nodes: np.ndarray) -> NodeScores:
+        return self.base.score(state, req, nodes)
+
+    def choose(self, scores: NodeScores, nodes: np.ndarray, tiebreak: TieBreak) -> int:
+        return self.base.choose(scores, nodes, tiebreak)
+
+    def cards(self, *args: Any) -> tuple[int, ...]:
+        return self.base.cards(*args)
+
+    def verdict(
+        self, state: ClusterState, req: PodRequest, nodes: np.ndarray, scores: NodeScores | None
+    ) -> tuple[str, str, float] | None:
+        if self.record is not None:
+            self.record.append(delay_inputs(state, req))
+        if self.head is None or len(nodes) == 0 or not self.head.holds(state, req):
+            return None
+        return ("delay", "the delay head holds it", self.head.hold_s)
+
+
+@dataclass
+class DelaySearchSettings:
+    """How ``rlsched train-delay`` searches (every field is a flag)."""
+
+    nodes: str = "../shared/data/openb/openb_node_list_gpu_node.csv"
+    """Node list (openb CSV or generic YAML/JSON); nodes without prices get the published price table's."""
+    pods: str = "../shared/data/openb/openb_pod_list_default.csv"
+    """Pod list whose arrivals, lifetimes and QoS the living cluster replays."""
+    start_model: str = "policy/models/ppo-openb-dynamic.npz"
+    """The model the head is added to (its placement network is kept as it is)."""
+    policy: str = "fgd"
+    """Placement policy under the head during the search (as in ``rlsched evaluate``)."""
+    seed: int = 1
+    """Seed of the search's own random numbers."""
+    generations: int = 15
+    """Generations of the search."""
+    population: int = 10
+    """Candidates per generation."""
+    elites: int = 4
+    """Best candidates the next Gaussian is fitted to."""
+    seeds_per_load: int = 2
+    """Workload seeds every candidate plays at each load (the same ones: common random numbers)."""
+    loads: tuple[float, ...] = (0.9, 1.0)
+    """Offered GPU loads every candidate plays."""
+    train_seed0: int = 30000
+    """First training workload seed (generation g plays seeds train_seed0 + g·seeds_per_load …)."""
+    val_seeds: tuple[int, ...] = (100, 101, 102, 103)
+    """Held-out workload seeds (at every load) that choose the exported head (never 42–51, the evaluation seeds)."""
+    eval_every: int = 3
+    """Validate the search's mean every this many generations (and after the last)."""
+    init_std: float = 1.0
+    """Initial standard deviation of every weight (inputs are standardized)."""
+    smoothing: float = 0.7
+    """Weight of the elites in each update of mean and deviation (the rest keeps the old values)."""
+    min_std: float = 0.05
+    """Floor of every deviation (keeps the search from collapsing on noise)."""
+    hold_s: float = 60.0
+    """How long a hold lasts."""
+    window_s: float = 3600.0
+    """Measured seconds of each run."""
+    objective_from: str = ""
+    """A SchedulingPolicy whose spec.objective weighs the runs (default: the objective's defaults)."""
+    workers: int = 2
+    """Processes that play the runs."""
+    max_minutes: float = 30.0
+    """Stop after this many minutes (0: no limit); the last validation runs regardless."""
+    out: str = "runs/delay/ppo-openb-dynamic-delay.npz"
+    """Where the model file (the start model plus the head) is written."""
+
+
+_FILES = ("nodes", "pods", "start_model", "objective_from", "out")
+"""Settings that are paths: the model file records their file names only (no folder of the machine)."""
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init(nodes: Sequence[NodeSpec], pods: Sequence[PodSpec], typical: TypicalPods, cfg: dict[str, Any]) -> None:
+    _WORKER.update(nodes=nodes, pods=pods, typical=typical, **cfg)
+
+
+def _settings(load: float) -> DynamicSettings:
+    w = _WORKER
+    return DynamicSettings(arrivals=ArrivalSettings(load=load, window_s=w["window_s"]), sla=w["sla"])
+
+
+def probe(job: tuple[float, int]) -> np.ndarray:
+    """The head's inputs at every decision of one run without holds: float64[decisions, inputs]."""
+    load, seed = job
+    w = _WORKER
+    rows: list[np.ndarray] = []
+    scorer = WithDelayHead(make_scorer(w["policy"], w["typical"]), None, rows)
+    run_dynamic(w["nodes"], w["pods"], scorer, seed, w["typical"], _settings(load))  # type: ignore[arg-type]
+    return np.array(rows).reshape(-1, len(DELAY_INPUTS))
+
+
+def play(job: tuple[DelayHead, float, int]) -> dict[str, float]:
+    """One living-cluster run with ``head`` at ``load`` on workload ``seed``: its reward and measures."""
+    head, load, seed = job
+    w = _WORKER
+    scorer = WithDelayHead(make_scorer(w["policy"], w["typical"]), head)
+    result = run_dynamic(w["nodes"], w["pods"], scorer, seed, w["typical"], _settings(load))  # type: ignore[arg-type]
+    summary = result.summary()
+    objective = objective_of(summary, w["objective"])
+    return {
+        "reward": 100.0 * objective,
+        "objective": objective,
+        "holds": float(result.holds),
+        "wait_mean_s": float(summary["wait_mean_s"]),
+        "stranded_gpu_pct": float(summary["stranded_gpu_pct"]),
+    }
+
+
+def _head(x: np.ndarray, center: np.ndarray, scale: np.ndarray, hold_s: float) -> DelayHead:
+    return DelayHead(center, scale, x[:-1], float(x[-1]), hold_s)
+
+
+def search(cfg: DelaySearchSettings, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the search; write the model file (``cfg.out``) and a ``history`` next to it; return the head's entry."""
+    started = time.monotonic()
+    rng = np.random.default_rng(cfg.seed)
+    params, manifest, _ = read_model(cfg.start_model)
+    nodes = priced_nodes(load_nodes(cfg.nodes))
+    pods = load_pods(cfg.pods)
+    typical = typical_pods(pods)
+    spec = read_objective(cfg.objective_from) if cfg.objective_from else Objective()
+    worker_cfg = {"policy": cfg.policy, "window_s": cfg.window_s, "sla": spec.sla, "objective": spec.weights}
+    loads = tuple(float(x) for x in cfg.loads)
+    history: list[dict[str, Any]] = []
+
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(cfg.workers, initializer=_init, initargs=(nodes, pods, typical, worker_cfg)) as pool:
+        seen = np.concatenate(pool.map(probe, [(load, cfg.train_seed0 - 1) for load in loads], chunksize=1))
+        center = seen.mean(axis=0)
+        spread = seen.std(axis=0)
+        scale = np.where(spread > 1e-6, spread, 1.0)
+        log(
+            f"inputs over {len(seen)} decisions: "
+            f"center {np.round(center, 4).tolist()}, scale {np.round(scale, 4).tolist()}"
+        )
+        never = DelayHead.never(center, scale, cfg.hold_s)
+        mean = np.concatenate([never.weights, [never.bias]])
+        std = np.full(len(mean), cfg.init_std)
+
+        def validate(head: DelayHead) -> tuple[float, list[dict[str, float]]]:
+            runs = pool.map(play, [(head, load, s) for load in loads for s in cfg.val_seeds], chunksize=1)
+            return float(np.mean([r["reward"] for r in runs])), runs
+
+        never_val, _ = validate(never)
+        best_x, best_val, best_gen = mean.copy(), never_val, 0
+        log(f"never holding, on validation seeds {list(cfg.val_seeds)} at loads {list(loads)}: reward {never_val:.4f}")
+        for g in range(1, cfg.generations + 1):
+            seeds = [cfg.train_seed0 + (g - 1) * cfg.seeds_per_load + k for k in range(cfg.seeds_per_load)]
+            xs = mean + std * rng.standard_normal((cfg.population, len(mean)))
+            jobs = [(_head(x, center, scale, cfg.hold_s), load, s) for x in xs for load in loads for s in seeds]
+            runs = pool.map(play, jobs, chunksize=1)
+            per = len(loads) * len(seeds)
+            rewards = np.array([np.mean([r["reward"] for r in runs[i * per : (i + 1) * per]]) for i in range(len(xs))])
+            holds = np.array([np.mean([r["holds"] for r in runs[i * per : (i + 1) * per]]) for i in range(len(xs))])
+            elite = np.argsort(-rewards)[: cfg.elites]
+            mean = cfg.smoothing * xs[elite].mean(axis=0) + (1 - cfg.smoothing) * mean
+            std = np.maximum(cfg.smoothing * xs[elite].std(axis=0) + (1 - cfg.smoothing) * std, cfg.min_std)
+            row: dict[str, Any] = {
+                "generation": g,
+                "seeds": seeds,
+                "reward_best": float(rewards.max()),
+                "reward_median": float(np.median(rewards)),
+                "holds_of_best": float(holds[elite[0]]),
+                "mean": mean.tolist(),
+                "std": std.tolist(),
+                "elapsed_s": round(time.monotonic() - started, 1),
+            }
+            over = cfg.max_minutes > 0 and time.monotonic() - started > 60 * cfg.max_minutes
+            if g % max(cfg.eval_every, 1) == 0 or g == cfg.generations or over:
+                val, _ = validate(_head(mean, center, scale, cfg.hold_s))
+                row["val_reward"] = val
+                if val > best_val:
+                    best_x, best_val, best_gen = mean.copy(), val, g
+            history.append(row)
+            log(
+                f"generation {g}: best {row['reward_best']:.4f} ({row['holds_of_best']:.0f} holds), "
+                f"median {row['reward_median']:.4f}"
+                + (f", validation {row['val_reward']:.4f} (never {never_val:.4f})" if "val_reward" in row else "")
+                + f", {row['elapsed_s']:.0f}s"
+            )
+            if over:
+                log(f"stopping: {cfg.max_minutes} minutes")
+                break
+
+    head = _head(best_x, center, scale, cfg.hold_s)
+    training = {
+        "method": "cross-entropy search over whole living-cluster runs, common random numbers per generation",
+        "settings": {
+            k: (list(v) if isinstance(v, tuple) else Path(v).name if k in _FILES and v else v)
+            for k, v in asdict(cfg).items()
+        },
+        "neverValidationReward": never_val,
+        "validationReward": best_val,
+        "chosenAtGeneration": best_gen,
+        "beatNever": best_gen > 0,
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    out = Path(cfg.out)
+    entry = head.manifest(training)
+    manifest = {**manifest, "delayHead": entry}
+    manifest["version"] = f"{manifest.get('version', 'unversioned')}+delay"
+    save_model(out, {**params, **head.arrays()}, manifest)
+    out.with_name(out.stem + "-history.json").write_text(json.dumps(history, indent=1) + "\n", encoding="utf-8")
+    log(
+        f"wrote {out}: {'a learned delay head' if best_gen else 'the never-holding head (nothing beat it)'}, "
+        f"validation {best_val:.4f} vs never {never_val:.4f}"
+    )
+    return entry

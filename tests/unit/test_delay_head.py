@@ -1,0 +1,181 @@
+"""The delay head: its inputs, its rule, the model file that carries it, serving, and the search."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from openb_files import write_openb
+from ppo_fixtures import filled_state, small_typical
+from test_dynamic_rebalancing import NODES, PODS
+from test_learned import rewrite, write_model
+
+from rlsched.policy import feasible_nodes
+from rlsched.policy.cluster import ClusterState, NodeSpec, PodSpec
+from rlsched.policy.delay_head import DELAY_INPUTS, DelayHead, delay_inputs
+from rlsched.policy.dynamic.delay_search import DelaySearchSettings, WithDelayHead, search
+from rlsched.policy.export import ModelFileError, read_model, save_model
+from rlsched.policy.features import FEATURES, FeatureEncoder
+from rlsched.policy.learned import load_learned_scorer
+from rlsched.policy.scorers import make_scorer
+
+N = len(DELAY_INPUTS)
+BIG = PodSpec("eight", 4000, 8192, 8, 1000)
+SMALL = PodSpec("share", 1000, 1024, 1, 500)
+
+
+def large_pods_head(hold_s: float = 60.0) -> DelayHead:
+    """Holds a pod when it asks for more than four cards: logit = 8·(pod_gpu_total − 0.5)."""
+    weights = np.zeros(N)
+    weights[DELAY_INPUTS.index("pod_gpu_total")] = 8.0
+    return DelayHead(np.zeros(N), np.ones(N), weights, -4.0, hold_s)
+
+
+@pytest.mark.parametrize(
+    "pod", [PodSpec("one", 1000, 1024, 1, 1000), SMALL, PodSpec("cpu", 2000, 4096), PodSpec("two", 1000, 1024, 2, 1000)]
+)
+def test_the_inputs_are_the_feature_encoders_columns(pod: PodSpec) -> None:
+    state = filled_state(seed=3)
+    req = state.request(pod)
+    nodes = feasible_nodes(state, req)
+    assert len(nodes) > 0
+    row = FeatureEncoder(small_typical()).encode(state, req, nodes).features[0]
+    mine = delay_inputs(state, req)
+    for k, name in enumerate(DELAY_INPUTS):
+        assert mine[k] == pytest.approx(float(row[FEATURES.index(name)]), rel=1e-6, abs=1e-7), name
+
+
+def test_the_rule_is_a_sign_of_a_linear_logit() -> None:
+    # An empty node of 8 cards: pod_gpu_total is 8000/8000 = 1 for BIG → 8·1 − 4 = +4, held;
+    # 500/8000 for SMALL → 8·0.0625 − 4 = −3.5, placed.
+    state = ClusterState([NodeSpec("a", 64000, 262144, 8, "V100M32")])
+    head = large_pods_head()
+    assert head.logit(state, state.request(BIG)) == pytest.approx(4.0)
+    assert head.logit(state, state.request(SMALL)) == pytest.approx(-3.5)
+    assert head.holds(state, state.request(BIG)) and not head.holds(state, state.request(SMALL))
+    never = DelayHead.never(np.zeros(N), np.ones(N))
+    assert not never.holds(state, state.request(BIG))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"center": np.zeros(N + 1)}, "center"),
+        ({"scale": np.zeros(N)}, "positive"),
+        ({"weights": np.full(N, np.nan)}, "weights"),
+        ({"hold_s": 0.0}, "positive hold"),
+    ],
+)
+def test_a_bad_head_is_refused(change: dict[str, object], message: str) -> None:
+    fields = {"center": np.zeros(N), "scale": np.ones(N), "weights": np.zeros(N), "bias": -1.0, "hold_s": 60.0}
+    with pytest.raises(ValueError, match=message):
+        DelayHead(**{**fields, **change})  # type: ignore[arg-type]
+
+
+def with_head(tmp_path: Path, head: DelayHead) -> Path:
+    base = write_model(tmp_path / "base.npz")
+    params, manifest, _ = read_model(base)
+    path = tmp_path / "headed.npz"
+    save_model(path, {**params, **head.arrays()}, {**manifest, "delayHead": head.manifest({"test": True})})
+    return path
+
+
+def test_a_model_with_a_head_serves_its_delay_verdict(tmp_path: Path) -> None:
+    path = with_head(tmp_path, large_pods_head(hold_s=45.0))
+    scorer = load_learned_scorer(path)
+    assert scorer.delay_head is not None and scorer.delay_head.hold_s == 45.0
+    state = ClusterState([NodeSpec("a", 64000, 262144, 8, "V100M32"), NodeSpec("b", 64000, 262144, 8, "V100M32")])
+    both = np.array([0, 1])
+    for pod, held in ((BIG, True), (SMALL, False)):
+        req = state.request(pod)
+        verdict = scorer.verdict(state, req, both, scorer.score(state, req, both))
+        assert (verdict is not None) == held
+        if verdict is not None:
+            assert verdict[0] == "delay" and verdict[2] == 45.0 and "delay head" in verdict[1]
+    assert scorer.verdict(state, state.request(BIG), np.array([], dtype=np.int64), None) is None  # no candidate
+    one = np.array([1])
+    assert scorer.verdict(state, state.request(BIG), one, None) is not None  # one node fits: unscored, still held
+    state.place(state.request(PodSpec("four", 1000, 1024, 4, 1000)), 1, (0, 1, 2, 3))
+    assert scorer.verdict(state, state.request(BIG), one, None) is None  # nothing fits: it waits, not delayed
+    ablation = load_learned_scorer(path, prior_only=True)
+    assert ablation.delay_head is None
+    assert ablation.verdict(state, state.request(BIG), both, ablation.score(state, state.request(BIG), both)) is None
+    assert load_learned_scorer(tmp_path / "base.npz").delay_head is None
+
+
+def test_a_head_in_a_file_must_be_whole_and_match_this_version(tmp_path: Path) -> None:
+    path = with_head(tmp_path, large_pods_head())
+
+    def no_entry(arrays: dict[str, np.ndarray], manifest: dict[str, object]) -> None:
+        del manifest["delayHead"]
+
+    def other_inputs(arrays: dict[str, np.ndarray], manifest: dict[str, object]) -> None:
+        manifest["delayHead"] = {**manifest["delayHead"], "inputs": ["pod_cpu"]}  # type: ignore[dict-item]
+
+    def no_bias(arrays: dict[str, np.ndarray], manifest: dict[str, object]) -> None:
+        del arrays["delay_bias"]
+
+    def bad_scale(arrays: dict[str, np.ndarray], manifest: dict[str, object]) -> None:
+        arrays["delay_scale"] = -np.ones(N, dtype=np.float32)
+
+    for change, message in (
+        (no_entry, "without a delayHead entry"),
+        (other_inputs, "differ from this rlsched"),
+        (no_bias, "missing"),
+        (bad_scale, "positive"),
+    ):
+        bad = rewrite(path, tmp_path / f"{change.__name__}.npz", change)
+        with pytest.raises(ModelFileError, match=message):
+            read_model(bad)
+
+
+def test_with_delay_head_keeps_the_placement_and_records_inputs() -> None:
+    state = ClusterState([NodeSpec("a", 64000, 262144, 8, "V100M32"), NodeSpec("b", 64000, 262144, 8, "V100M32")])
+    rows: list[np.ndarray] = []
+    base = make_scorer("fgd", small_typical())
+    wrapped = WithDelayHead(base, large_pods_head(), rows)
+    req = state.request(BIG)
+    both = np.array([0, 1])
+    assert wrapped.score(state, req, both).values.tolist() == base.score(state, req, both).values.tolist()
+    assert wrapped.verdict(state, req, both, None) == ("delay", "the delay head holds it", 60.0)
+    assert wrapped.verdict(state, state.request(SMALL), both, None) is None
+    assert len(rows) == 2 and rows[0].tolist() == delay_inputs(state, req).tolist()
+
+
+def test_the_search_writes_a_model_that_serves(tmp_path: Path) -> None:
+    nodes, pods = write_openb(tmp_path, NODES, PODS)
+    start = write_model(tmp_path / "start.npz")
+    out = tmp_path / "delayed.npz"
+    cfg = DelaySearchSettings(
+        nodes=str(nodes),
+        pods=str(pods),
+        start_model=str(start),
+        generations=2,
+        population=3,
+        elites=2,
+        seeds_per_load=1,
+        loads=(0.9, 1.2),
+        val_seeds=(7,),
+        eval_every=1,
+        window_s=900.0,
+        workers=1,
+        out=str(out),
+    )
+    entry = search(cfg, log=lambda _line: None)
+    params, manifest, _ = read_model(out)
+    start_params, start_manifest, _ = read_model(start)
+    for name, value in start_params.items():
+        assert np.array_equal(params[name], value), f"the placement network is the start model's ({name})"
+    assert manifest["version"] == start_manifest["version"] + "+delay"
+    training = manifest["delayHead"]["training"]
+    assert entry == manifest["delayHead"] and training["chosenAtGeneration"] in (0, 1, 2)
+    assert training["beatNever"] == (training["validationReward"] > training["neverValidationReward"])
+    assert "/" not in training["settings"]["nodes"], "no folder of the machine it was trained on"
+    head = load_learned_scorer(out).delay_head
+    assert head is not None and (head.scale > 0).all()
+    if not training["beatNever"]:
+        assert head.bias == -1.0 and not head.weights.any()
+    history = json.loads((tmp_path / "delayed-history.json").read_text())
+    assert [row["generation"] for row in history] == [1, 2] and all("val_reward" in row for row in history)

@@ -645,3 +645,24 @@ async def test_explain_load_survives_a_failing_scorer(tmp_path) -> None:
         _, body = await call(c, "filter", {"Pod": make_pod("p", gpus=1), "NodeNames": NAMES})
     assert body["NodeNames"] == ["v100-2"]
     assert served(h)["withoutLoad"] == {"error": "RuntimeError: no load, no answer"}
+
+
+async def test_a_real_model_with_a_delay_head_delays_large_pods(tmp_path) -> None:
+    """The model file's learned delay head, through the real loader: a 4-card pod is delayed, a 1-card pod placed."""
+    from dataclasses import replace
+
+    from test_delay_head import large_pods_head, with_head
+
+    from rlsched.extender.policy import load_model
+
+    headed = with_head(tmp_path, replace(large_pods_head(), bias=-2.0))  # logit 8·cards/8 − 2: holds above 2 cards
+    s = ExtenderSettings(policy=PolicySettings(model_path=str(headed)))
+    h = Harness(copy.deepcopy(NODES), [], s, model_loader=load_model)
+    async with TestClient(TestServer(h.app())) as c:
+        _, big = await call(c, "filter", {"Pod": make_pod("big", gpus=4, cpu="2", memory="4Gi"), "NodeNames": NAMES})
+        _, small = await call(
+            c, "filter", {"Pod": make_pod("small", gpus=1, cpu="2", memory="4Gi"), "NodeNames": NAMES}
+        )
+    assert big["NodeNames"] == [] and all("delayed by policy" in m for m in big["FailedNodes"].values())
+    assert "the delay head rates waiting 60s" in next(iter(big["FailedNodes"].values()))
+    assert len(small["NodeNames"]) == 1 and h.extender.counts == {"delayed": 1, "policy": 1}

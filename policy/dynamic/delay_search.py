@@ -10,7 +10,7 @@ common random numbers: every candidate of a generation plays the same fresh work
 training load, and a Gaussian over the weights moves toward the best (the cross-entropy method:
 Rubinstein & Kroese, *The Cross-Entropy Method*, 2004; Szita & Lőrincz, Neural Computation 18, 2006).
 
-**Loads.** Each candidate plays every load in ``loads`` (default 0.9 and 1.0). At 0.9 hardly any
+**Loads.** Each candidate plays every load in ``loads`` (default 0.8, 0.9 and 1.0). Below 1.0 hardly any
 pod waits and every hold is lost time; at 1.0 pods queue for minutes. A head that is scored on both
 has to learn when to hold, not only whom.
 
@@ -19,9 +19,12 @@ the mean and standard deviation of every input over its decisions are the head's
 ``scale`` (a constant input gets scale 1).
 
 **The reward** of a run is ``100 × objective`` (the product's objective, its default weights
-unless ``objective_from`` names a SchedulingPolicy). The search starts from the head that never
-holds; the exported head is the best *validated* one on held-out seeds, the never-hold head
-included, so the file never holds more than what beat not holding there (``training.beatNever``).
+unless ``objective_from`` names a SchedulingPolicy). Candidates are ranked within each (load, seed)
+pair and the ranks averaged (:func:`shaped_fitness`), so that the small, consistent loss of holding
+below full load counts beside the large gain at full load. The search starts from the head that
+never holds; the exported head is the best *validated* one on held-out seeds: the largest mean gain
+over never holding among those that are worse at no load (:func:`validation_gain`). When none
+qualifies, the file carries the never-holding head and says so (``training.beatNever``).
 
 **The placement under the search** is ``policy`` (default FGD: a run takes seconds, a run of the
 learned network about 40 s on two cores). The head's inputs do not depend on who places, and the
@@ -102,7 +105,7 @@ class DelaySearchSettings:
     """Best candidates the next Gaussian is fitted to."""
     seeds_per_load: int = 2
     """Workload seeds every candidate plays at each load (the same ones: common random numbers)."""
-    loads: tuple[float, ...] = (0.9, 1.0)
+    loads: tuple[float, ...] = (0.8, 0.9, 1.0)
     """Offered GPU loads every candidate plays."""
     train_seed0: int = 30000
     """First training workload seed (generation g plays seeds train_seed0 + g·seeds_per_load …)."""
@@ -172,12 +175,46 @@ def play(job: tuple[DelayHead, float, int]) -> dict[str, float]:
     }
 
 
+def shaped_fitness(rewards: np.ndarray) -> np.ndarray:
+    """float[candidates]: each candidate's centered rank (−0.5 … +0.5) within every (load, seed) column
+    of ``rewards`` [candidate, column], averaged over the columns.
+
+    Ranking per column is fitness shaping (Salimans et al. 2017, §2.2; Wierstra et al. 2014): at full load
+    the candidates' rewards differ by points, below it by hundredths, and a plain mean would let the
+    loud load decide alone. Per column, a consistent small loss where holds do not pay counts as much as
+    a gain where they do. Ties share their rank."""
+    n = rewards.shape[0]
+    if n < 2:
+        return np.zeros(n)
+    order = rewards.argsort(axis=0, kind="stable").argsort(axis=0).astype(np.float64)
+    for j in range(rewards.shape[1]):  # equal rewards get the mean of their ranks
+        column = rewards[:, j]
+        for value in np.unique(column):
+            same = column == value
+            order[same, j] = order[same, j].mean()
+    return np.asarray((order / (n - 1) - 0.5).mean(axis=1))
+
+
+def validation_gain(val: dict[float, float], never: dict[float, float]) -> float | None:
+    """Mean over loads of the reward gained over never holding, or None when some load is worse
+    (a head must not cost anything where holds do not pay, however much it wins elsewhere)."""
+    gains = [val[load] - never[load] for load in never]
+    if min(gains) < 0:
+        return None
+    return float(np.mean(gains))
+
+
+def _fmt(by_load: dict[float, float]) -> str:
+    return ", ".join(f"{load:g}: {v:.4f}" for load, v in by_load.items())
+
+
 def _head(x: np.ndarray, center: np.ndarray, scale: np.ndarray, hold_s: float) -> DelayHead:
     return DelayHead(center, scale, x[:-1], float(x[-1]), hold_s)
 
 
 def search(cfg: DelaySearchSettings, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the search; write the model file (``cfg.out``) and a ``history`` next to it; return the head's entry."""
+    """Run the search; write the model file (``cfg.out``), its manifest as JSON and a ``history`` next to
+    it; return the head's manifest entry."""
     started = time.monotonic()
     rng = np.random.default_rng(cfg.seed)
     params, manifest, _ = read_model(cfg.start_model)
@@ -203,29 +240,34 @@ def search(cfg: DelaySearchSettings, log: Callable[[str], None] = print) -> dict
         mean = np.concatenate([never.weights, [never.bias]])
         std = np.full(len(mean), cfg.init_std)
 
-        def validate(head: DelayHead) -> tuple[float, list[dict[str, float]]]:
+        def validate(head: DelayHead) -> dict[float, float]:
+            """Mean reward per load over the validation seeds."""
             runs = pool.map(play, [(head, load, s) for load in loads for s in cfg.val_seeds], chunksize=1)
-            return float(np.mean([r["reward"] for r in runs])), runs
+            k = len(cfg.val_seeds)
+            return {
+                load: float(np.mean([r["reward"] for r in runs[j * k : (j + 1) * k]])) for j, load in enumerate(loads)
+            }
 
-        never_val, _ = validate(never)
-        best_x, best_val, best_gen = mean.copy(), never_val, 0
-        log(f"never holding, on validation seeds {list(cfg.val_seeds)} at loads {list(loads)}: reward {never_val:.4f}")
+        never_val = validate(never)
+        best_x, best_val, best_gain, best_gen = mean.copy(), never_val, 0.0, 0
+        log(f"never holding, on validation seeds {list(cfg.val_seeds)}: reward by load {_fmt(never_val)}")
         for g in range(1, cfg.generations + 1):
             seeds = [cfg.train_seed0 + (g - 1) * cfg.seeds_per_load + k for k in range(cfg.seeds_per_load)]
             xs = mean + std * rng.standard_normal((cfg.population, len(mean)))
             jobs = [(_head(x, center, scale, cfg.hold_s), load, s) for x in xs for load in loads for s in seeds]
             runs = pool.map(play, jobs, chunksize=1)
-            per = len(loads) * len(seeds)
-            rewards = np.array([np.mean([r["reward"] for r in runs[i * per : (i + 1) * per]]) for i in range(len(xs))])
-            holds = np.array([np.mean([r["holds"] for r in runs[i * per : (i + 1) * per]]) for i in range(len(xs))])
-            elite = np.argsort(-rewards)[: cfg.elites]
+            rewards = np.array([r["reward"] for r in runs]).reshape(len(xs), -1)  # [candidate, (load, seed)]
+            holds = np.array([r["holds"] for r in runs]).reshape(len(xs), -1).mean(axis=1)
+            fitness = shaped_fitness(rewards)
+            elite = np.argsort(-fitness)[: cfg.elites]
             mean = cfg.smoothing * xs[elite].mean(axis=0) + (1 - cfg.smoothing) * mean
             std = np.maximum(cfg.smoothing * xs[elite].std(axis=0) + (1 - cfg.smoothing) * std, cfg.min_std)
             row: dict[str, Any] = {
                 "generation": g,
                 "seeds": seeds,
-                "reward_best": float(rewards.max()),
-                "reward_median": float(np.median(rewards)),
+                "fitness_best": float(fitness.max()),
+                "reward_of_best": float(rewards[elite[0]].mean()),
+                "reward_median": float(np.median(rewards.mean(axis=1))),
                 "holds_of_best": float(holds[elite[0]]),
                 "mean": mean.tolist(),
                 "std": std.tolist(),
@@ -233,15 +275,22 @@ def search(cfg: DelaySearchSettings, log: Callable[[str], None] = print) -> dict
             }
             over = cfg.max_minutes > 0 and time.monotonic() - started > 60 * cfg.max_minutes
             if g % max(cfg.eval_every, 1) == 0 or g == cfg.generations or over:
-                val, _ = validate(_head(mean, center, scale, cfg.hold_s))
-                row["val_reward"] = val
-                if val > best_val:
-                    best_x, best_val, best_gen = mean.copy(), val, g
+                val = validate(_head(mean, center, scale, cfg.hold_s))
+                gain = validation_gain(val, never_val)
+                row["val_reward"] = {str(k): v for k, v in val.items()}
+                row["val_gain"] = gain
+                if gain is not None and gain > best_gain:
+                    best_x, best_val, best_gain, best_gen = mean.copy(), val, gain, g
             history.append(row)
             log(
-                f"generation {g}: best {row['reward_best']:.4f} ({row['holds_of_best']:.0f} holds), "
-                f"median {row['reward_median']:.4f}"
-                + (f", validation {row['val_reward']:.4f} (never {never_val:.4f})" if "val_reward" in row else "")
+                f"generation {g}: best fitness {row['fitness_best']:+.3f} (reward {row['reward_of_best']:.4f}, "
+                f"{row['holds_of_best']:.0f} holds), median reward {row['reward_median']:.4f}"
+                + (
+                    f", validation {_fmt(val)} (never {_fmt(never_val)}): "
+                    + ("worse at some load" if row["val_gain"] is None else f"gain {row['val_gain']:+.4f}")
+                    if "val_reward" in row
+                    else ""
+                )
                 + f", {row['elapsed_s']:.0f}s"
             )
             if over:
@@ -250,13 +299,15 @@ def search(cfg: DelaySearchSettings, log: Callable[[str], None] = print) -> dict
 
     head = _head(best_x, center, scale, cfg.hold_s)
     training = {
-        "method": "cross-entropy search over whole living-cluster runs, common random numbers per generation",
+        "method": "cross-entropy search over whole living-cluster runs, common random numbers per generation, "
+        "fitness ranked per (load, seed)",
         "settings": {
             k: (list(v) if isinstance(v, tuple) else Path(v).name if k in _FILES and v else v)
             for k, v in asdict(cfg).items()
         },
-        "neverValidationReward": never_val,
-        "validationReward": best_val,
+        "neverValidationReward": {str(k): v for k, v in never_val.items()},
+        "validationReward": {str(k): v for k, v in best_val.items()},
+        "validationGain": best_gain,
         "chosenAtGeneration": best_gen,
         "beatNever": best_gen > 0,
         "seconds": round(time.monotonic() - started, 1),
@@ -266,9 +317,10 @@ def search(cfg: DelaySearchSettings, log: Callable[[str], None] = print) -> dict
     manifest = {**manifest, "delayHead": entry}
     manifest["version"] = f"{manifest.get('version', 'unversioned')}+delay"
     save_model(out, {**params, **head.arrays()}, manifest)
+    out.with_suffix(".json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     out.with_name(out.stem + "-history.json").write_text(json.dumps(history, indent=1) + "\n", encoding="utf-8")
     log(
         f"wrote {out}: {'a learned delay head' if best_gen else 'the never-holding head (nothing beat it)'}, "
-        f"validation {best_val:.4f} vs never {never_val:.4f}"
+        f"validation {_fmt(best_val)} vs never {_fmt(never_val)}"
     )
     return entry

@@ -15,7 +15,13 @@ from test_learned import rewrite, write_model
 from rlsched.policy import feasible_nodes
 from rlsched.policy.cluster import ClusterState, NodeSpec, PodSpec
 from rlsched.policy.delay_head import DELAY_INPUTS, DelayHead, delay_inputs
-from rlsched.policy.dynamic.delay_search import DelaySearchSettings, WithDelayHead, search
+from rlsched.policy.dynamic.delay_search import (
+    DelaySearchSettings,
+    WithDelayHead,
+    search,
+    shaped_fitness,
+    validation_gain,
+)
 from rlsched.policy.export import ModelFileError, read_model, save_model
 from rlsched.policy.features import FEATURES, FeatureEncoder
 from rlsched.policy.learned import load_learned_scorer
@@ -171,7 +177,9 @@ def test_the_search_writes_a_model_that_serves(tmp_path: Path) -> None:
     assert manifest["version"] == start_manifest["version"] + "+delay"
     training = manifest["delayHead"]["training"]
     assert entry == manifest["delayHead"] and training["chosenAtGeneration"] in (0, 1, 2)
-    assert training["beatNever"] == (training["validationReward"] > training["neverValidationReward"])
+    assert json.loads(out.with_suffix(".json").read_text()) == manifest
+    gains = [training["validationReward"][k] - v for k, v in training["neverValidationReward"].items()]
+    assert training["beatNever"] == (min(gains) >= 0 and training["validationGain"] > 0)
     assert "/" not in training["settings"]["nodes"], "no folder of the machine it was trained on"
     head = load_learned_scorer(out).delay_head
     assert head is not None and (head.scale > 0).all()
@@ -179,3 +187,19 @@ def test_the_search_writes_a_model_that_serves(tmp_path: Path) -> None:
         assert head.bias == -1.0 and not head.weights.any()
     history = json.loads((tmp_path / "delayed-history.json").read_text())
     assert [row["generation"] for row in history] == [1, 2] and all("val_reward" in row for row in history)
+
+
+def test_fitness_is_ranked_per_load_and_seed() -> None:
+    # Column 1 (full load) differs by points, column 2 (below it) by hundredths; the plain mean
+    # would pick candidate 0, the per-column ranks weigh candidate 1's consistent edge below load.
+    rewards = np.array([[-90.0, -64.60, -64.60], [-91.0, -64.50, -64.50], [-95.0, -64.70, -64.70]])
+    fitness = shaped_fitness(rewards)
+    assert fitness.tolist() == pytest.approx([(0.5 + 0.0 + 0.0) / 3, (0.0 + 0.5 + 0.5) / 3, -0.5])
+    assert shaped_fitness(np.array([[1.0, 2.0], [1.0, 3.0]])).tolist() == [-0.25, 0.25]  # a tie shares its rank
+    assert shaped_fitness(np.zeros((1, 3))).tolist() == [0.0]
+
+
+def test_a_head_that_loses_at_any_load_is_not_chosen() -> None:
+    never = {0.9: -64.5, 1.0: -95.0}
+    assert validation_gain({0.9: -64.5, 1.0: -93.0}, never) == pytest.approx(1.0)
+    assert validation_gain({0.9: -64.6, 1.0: -90.0}, never) is None

@@ -11,7 +11,7 @@ training load, and a Gaussian over the weights moves toward the best (the cross-
 Rubinstein & Kroese, *The Cross-Entropy Method*, 2004; Szita & Lőrincz, Neural Computation 18, 2006).
 
 **Loads.** Each candidate plays every load in ``loads`` (default 0.8, 0.9 and 1.0). Below 1.0 hardly any
-pod waits and every hold is lost time; at 1.0 pods queue for minutes. A head that is scored on both
+pod waits and every hold is lost time; at 1.0 pods queue for minutes. A head that is scored on all of them
 has to learn when to hold, not only whom.
 
 **Inputs' scale.** Before the search, the placement policy plays one run per load without holds;
@@ -25,6 +25,9 @@ below full load counts beside the large gain at full load. The search starts fro
 never holds; the exported head is the best *validated* one on held-out seeds: the largest mean gain
 over never holding among those that are worse at no load (:func:`validation_gain`). When none
 qualifies, the file carries the never-holding head and says so (``training.beatNever``).
+
+**Continuing.** When the start model already has a delay head, the search starts from it (its input
+scales kept) instead of from never holding, and the start head is validated like any candidate.
 
 **The placement under the search** is ``policy`` (default FGD: a run takes seconds, a run of the
 learned network about 40 s on two cores). The head's inputs do not depend on who places, and the
@@ -228,16 +231,22 @@ def search(cfg: DelaySearchSettings, log: Callable[[str], None] = print) -> dict
 
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(cfg.workers, initializer=_init, initargs=(nodes, pods, typical, worker_cfg)) as pool:
-        seen = np.concatenate(pool.map(probe, [(load, cfg.train_seed0 - 1) for load in loads], chunksize=1))
-        center = seen.mean(axis=0)
-        spread = seen.std(axis=0)
-        scale = np.where(spread > 1e-6, spread, 1.0)
-        log(
-            f"inputs over {len(seen)} decisions: "
-            f"center {np.round(center, 4).tolist()}, scale {np.round(scale, 4).tolist()}"
-        )
+        start = DelayHead.from_model(params, manifest)
+        if start is not None:
+            center, scale = start.center, start.scale
+            log("starting from the start model's delay head (its input scales kept)")
+        else:
+            seen = np.concatenate(pool.map(probe, [(load, cfg.train_seed0 - 1) for load in loads], chunksize=1))
+            center = seen.mean(axis=0)
+            spread = seen.std(axis=0)
+            scale = np.where(spread > 1e-6, spread, 1.0)
+            log(
+                f"inputs over {len(seen)} decisions: "
+                f"center {np.round(center, 4).tolist()}, scale {np.round(scale, 4).tolist()}"
+            )
         never = DelayHead.never(center, scale, cfg.hold_s)
-        mean = np.concatenate([never.weights, [never.bias]])
+        first = start if start is not None else never
+        mean = np.concatenate([first.weights, [first.bias]])
         std = np.full(len(mean), cfg.init_std)
 
         def validate(head: DelayHead) -> dict[float, float]:
@@ -249,8 +258,17 @@ def search(cfg: DelaySearchSettings, log: Callable[[str], None] = print) -> dict
             }
 
         never_val = validate(never)
-        best_x, best_val, best_gain, best_gen = mean.copy(), never_val, 0.0, 0
+        best_x, best_val, best_gain, best_gen = np.concatenate([never.weights, [never.bias]]), never_val, 0.0, 0
         log(f"never holding, on validation seeds {list(cfg.val_seeds)}: reward by load {_fmt(never_val)}")
+        if start is not None:
+            start_val = validate(start)
+            start_gain = validation_gain(start_val, never_val)
+            log(
+                f"the start head: {_fmt(start_val)}, "
+                + ("worse than never at some load" if start_gain is None else f"gain {start_gain:+.4f}")
+            )
+            if start_gain is not None and start_gain > best_gain:
+                best_x, best_val, best_gain = mean.copy(), start_val, start_gain
         for g in range(1, cfg.generations + 1):
             seeds = [cfg.train_seed0 + (g - 1) * cfg.seeds_per_load + k for k in range(cfg.seeds_per_load)]
             xs = mean + std * rng.standard_normal((cfg.population, len(mean)))
@@ -309,18 +327,20 @@ def search(cfg: DelaySearchSettings, log: Callable[[str], None] = print) -> dict
         "validationReward": {str(k): v for k, v in best_val.items()},
         "validationGain": best_gain,
         "chosenAtGeneration": best_gen,
-        "beatNever": best_gen > 0,
+        "beatNever": best_gain > 0,
+        "startHead": None if start is None else (manifest.get("delayHead") or {}).get("training"),
         "seconds": round(time.monotonic() - started, 1),
     }
     out = Path(cfg.out)
     entry = head.manifest(training)
     manifest = {**manifest, "delayHead": entry}
-    manifest["version"] = f"{manifest.get('version', 'unversioned')}+delay"
+    version = str(manifest.get("version", "unversioned"))
+    manifest["version"] = version if version.endswith("+delay") else f"{version}+delay"
     save_model(out, {**params, **head.arrays()}, manifest)
     out.with_suffix(".json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     out.with_name(out.stem + "-history.json").write_text(json.dumps(history, indent=1) + "\n", encoding="utf-8")
     log(
-        f"wrote {out}: {'a learned delay head' if best_gen else 'the never-holding head (nothing beat it)'}, "
+        f"wrote {out}: {'a learned delay head' if best_gain > 0 else 'the never-holding head (nothing beat it)'}, "
         f"validation {_fmt(best_val)} vs never {_fmt(never_val)}"
     )
     return entry

@@ -185,8 +185,22 @@ def test_the_search_writes_a_model_that_serves(tmp_path: Path) -> None:
     assert head is not None and (head.scale > 0).all()
     if not training["beatNever"]:
         assert head.bias == -1.0 and not head.weights.any()
+    assert training["startHead"] is None
     history = json.loads((tmp_path / "delayed-history.json").read_text())
     assert [row["generation"] for row in history] == [1, 2] and all("val_reward" in row for row in history)
+
+    # Continuing from a model that has a head: the search starts there, keeps its scales and provenance.
+    seeded = with_head(tmp_path, large_pods_head())
+    again = search(
+        DelaySearchSettings(**{**cfg.__dict__, "start_model": str(seeded), "generations": 1}), lambda _: None
+    )
+    _, manifest2, _ = read_model(out)
+    assert again == manifest2["delayHead"] and again["training"]["startHead"] == {"test": True}
+    assert manifest2["version"].count("+delay") == 1
+    continued = load_learned_scorer(out).delay_head
+    assert continued is not None and continued.scale.tolist() == large_pods_head().scale.tolist()
+    history = json.loads((tmp_path / "delayed-history.json").read_text())
+    assert [row["generation"] for row in history] == [1] and all("val_reward" in row for row in history)
 
 
 def test_fitness_is_ranked_per_load_and_seed() -> None:

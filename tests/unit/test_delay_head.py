@@ -217,3 +217,27 @@ def test_a_head_that_loses_at_any_load_is_not_chosen() -> None:
     never = {0.9: -64.5, 1.0: -95.0}
     assert validation_gain({0.9: -64.5, 1.0: -93.0}, never) == pytest.approx(1.0)
     assert validation_gain({0.9: -64.6, 1.0: -90.0}, never) is None
+
+
+def test_the_bundled_delay_model_is_the_dynamic_model_plus_a_head_that_waits_only_when_full() -> None:
+    from rlsched.policy.learned import DEFAULT_MODEL
+
+    folder = DEFAULT_MODEL.parent
+    params, manifest, _ = read_model(folder / "ppo-openb-dynamic-delay.npz")
+    base, _, _ = read_model(folder / "ppo-openb-dynamic.npz")
+    for name, value in base.items():
+        assert np.array_equal(params[name], value), f"same placement network as ppo-openb-dynamic ({name})"
+    training = manifest["delayHead"]["training"]
+    assert training["beatNever"] is True and training["startHead"] is not None
+    assert all("/" not in str(v) for v in training["settings"].values()), "no folder of the machine it was trained on"
+    head = DelayHead.from_model(params, manifest)
+    assert head is not None
+    # 89 of 100 eight-card nodes full (GPU 89 % allocated, CPU 44 % free: below full load, nothing held)
+    # and 97 of 100 (97 %, 33 % free: full, an 8-card pod held); a CPU-only pod is never held.
+    nodes = [NodeSpec(f"n{i}", 100_000, 1_000_000, 8, "V100M32") for i in range(100)]
+    for alloc, cpu_free, held in ((0.886, 0.368, False), (0.970, 0.313, True)):
+        state = ClusterState(nodes)
+        for i in range(round(alloc * 100)):
+            state.place(state.request(PodSpec("f", round((1 - cpu_free) * 100_000), 1024, 8, 1000)), i, tuple(range(8)))
+        assert head.holds(state, state.request(BIG)) is held, (alloc, cpu_free)
+        assert not head.holds(state, state.request(PodSpec("cpu", 2000, 4096)))

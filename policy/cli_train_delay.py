@@ -53,6 +53,9 @@ def run(ns: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if cfg.fitness not in ("ranked", "mean"):
+        print(f"rlsched train-delay: --fitness is ranked or mean, not {cfg.fitness!r}", file=sys.stderr)
+        return 2
     if cfg.hold_s <= 0 or any(not 0 < load <= 10 for load in cfg.loads):
         print("rlsched train-delay: need hold-s > 0 and loads in (0, 10]", file=sys.stderr)
         return 2

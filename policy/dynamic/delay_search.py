@@ -122,6 +122,10 @@ class DelaySearchSettings:
     """Weight of the elites in each update of mean and deviation (the rest keeps the old values)."""
     min_std: float = 0.05
     """Floor of every deviation (keeps the search from collapsing on noise)."""
+    fitness: str = "ranked"
+    """``ranked``: candidates ranked within each (load, seed) and a validated head must be worse at no
+    load (see the module docstring); ``mean``: the plain mean reward over all runs, for both (how the
+    bundled head's first search ran)."""
     hold_s: float = 60.0
     """How long a hold lasts."""
     window_s: float = 3600.0
@@ -198,11 +202,11 @@ def shaped_fitness(rewards: np.ndarray) -> np.ndarray:
     return np.asarray((order / (n - 1) - 0.5).mean(axis=1))
 
 
-def validation_gain(val: dict[float, float], never: dict[float, float]) -> float | None:
-    """Mean over loads of the reward gained over never holding, or None when some load is worse
-    (a head must not cost anything where holds do not pay, however much it wins elsewhere)."""
+def validation_gain(val: dict[float, float], never: dict[float, float], guard: bool = True) -> float | None:
+    """Mean over loads of the reward gained over never holding; with ``guard``, None when some load is
+    worse (a head must not cost anything where holds do not pay, however much it wins elsewhere)."""
     gains = [val[load] - never[load] for load in never]
-    if min(gains) < 0:
+    if guard and min(gains) < 0:
         return None
     return float(np.mean(gains))
 
@@ -262,7 +266,7 @@ def search(cfg: DelaySearchSettings, log: Callable[[str], None] = print) -> dict
         log(f"never holding, on validation seeds {list(cfg.val_seeds)}: reward by load {_fmt(never_val)}")
         if start is not None:
             start_val = validate(start)
-            start_gain = validation_gain(start_val, never_val)
+            start_gain = validation_gain(start_val, never_val, guard=cfg.fitness == "ranked")
             log(
                 f"the start head: {_fmt(start_val)}, "
                 + ("worse than never at some load" if start_gain is None else f"gain {start_gain:+.4f}")
@@ -276,7 +280,7 @@ def search(cfg: DelaySearchSettings, log: Callable[[str], None] = print) -> dict
             runs = pool.map(play, jobs, chunksize=1)
             rewards = np.array([r["reward"] for r in runs]).reshape(len(xs), -1)  # [candidate, (load, seed)]
             holds = np.array([r["holds"] for r in runs]).reshape(len(xs), -1).mean(axis=1)
-            fitness = shaped_fitness(rewards)
+            fitness = shaped_fitness(rewards) if cfg.fitness == "ranked" else rewards.mean(axis=1)
             elite = np.argsort(-fitness)[: cfg.elites]
             mean = cfg.smoothing * xs[elite].mean(axis=0) + (1 - cfg.smoothing) * mean
             std = np.maximum(cfg.smoothing * xs[elite].std(axis=0) + (1 - cfg.smoothing) * std, cfg.min_std)
@@ -294,7 +298,7 @@ def search(cfg: DelaySearchSettings, log: Callable[[str], None] = print) -> dict
             over = cfg.max_minutes > 0 and time.monotonic() - started > 60 * cfg.max_minutes
             if g % max(cfg.eval_every, 1) == 0 or g == cfg.generations or over:
                 val = validate(_head(mean, center, scale, cfg.hold_s))
-                gain = validation_gain(val, never_val)
+                gain = validation_gain(val, never_val, guard=cfg.fitness == "ranked")
                 row["val_reward"] = {str(k): v for k, v in val.items()}
                 row["val_gain"] = gain
                 if gain is not None and gain > best_gain:

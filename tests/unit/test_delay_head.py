@@ -217,6 +217,20 @@ def test_a_head_that_loses_at_any_load_is_not_chosen() -> None:
     never = {0.9: -64.5, 1.0: -95.0}
     assert validation_gain({0.9: -64.5, 1.0: -93.0}, never) == pytest.approx(1.0)
     assert validation_gain({0.9: -64.6, 1.0: -90.0}, never) is None
+    assert validation_gain({0.9: -64.6, 1.0: -90.0}, never, guard=False) == pytest.approx(2.45)
+
+
+def test_train_delay_refuses_bad_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rlsched.cli import main as rlsched_main
+
+    nodes, pods = write_openb(tmp_path, NODES, PODS)
+    start = write_model(tmp_path / "start.npz")
+    common = ["train-delay", "--nodes", str(nodes), "--pods", str(pods), "--start-model", str(start)]
+    assert rlsched_main([*common, "--fitness", "best"]) == 2 and "ranked or mean" in capsys.readouterr().err
+    assert rlsched_main([*common, "--loads", "0"]) == 2 and "loads in (0, 10]" in capsys.readouterr().err
+    assert rlsched_main([*common, "--elites", "20"]) == 2 and "elites" in capsys.readouterr().err
+    code = rlsched_main(["train-delay", "--nodes", str(tmp_path / "none.csv"), "--pods", str(pods)])
+    assert code == 2 and "no such file" in capsys.readouterr().err
 
 
 def test_the_bundled_delay_model_is_the_dynamic_model_plus_a_head_that_waits_only_when_full() -> None:

@@ -186,7 +186,7 @@ def shaped_fitness(rewards: np.ndarray) -> np.ndarray:
     """float[candidates]: each candidate's centered rank (−0.5 … +0.5) within every (load, seed) column
     of ``rewards`` [candidate, column], averaged over the columns.
 
-    Ranking per column is fitness shaping (Salimans et al. 2017, §2.2; Wierstra et al. 2014): at full load
+    Ranking per column is fitness shaping (Wierstra et al., JMLR 15, 2014; Salimans et al. 2017): at full load
     the candidates' rewards differ by points, below it by hundredths, and a plain mean would let the
     loud load decide alone. Per column, a consistent small loss where holds do not pay counts as much as
     a gain where they do. Ties share their rank."""

@@ -3,8 +3,9 @@
 A learned model may carry, beside its placement network, a small linear head that answers one
 question per pod: place it now, or hold it back ``hold_s`` seconds (the delay action: the extender
 answers "delayed by policy … until …", the operator requeues the pod, the living cluster holds it).
-Its inputs are seven columns the feature encoder already computes for every pod, with the same
-formulas (:data:`DELAY_INPUTS`; a test checks they agree with :class:`~rlsched.policy.features.FeatureEncoder`)::
+Its inputs are seven columns the feature encoder already computes for every pod, by the encoder's
+own functions (:data:`DELAY_INPUTS`; a test checks they agree with
+:class:`~rlsched.policy.features.FeatureEncoder`'s rows)::
 
     z     = (inputs − center) / scale                 center, scale: measured on the training runs
     logit = z · weights + bias                        hold when logit > 0
@@ -29,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from .cluster import ClusterState, PodRequest
-from .features import MAX_GPU
+from .features import POD_FEATURES, cluster_fill, pod_columns
 
 DELAY_INPUTS = (
     "pod_gpu_total",
@@ -42,25 +43,19 @@ DELAY_INPUTS = (
 )
 """The head's inputs: feature-encoder columns of the same names (docs/features.md)."""
 
+_FILL = ("cluster_gpu_alloc", "cluster_full_free", "cluster_cpu_free")
+"""The names of :func:`~rlsched.policy.features.cluster_fill`'s values."""
+
 ARRAYS = ("delay_center", "delay_scale", "delay_weights", "delay_bias")
 """The head's arrays in a model file (beside the network's)."""
 
 
 def delay_inputs(state: ClusterState, req: PodRequest) -> np.ndarray:
-    """float64[len(DELAY_INPUTS)]: the head's inputs for ``req`` in ``state`` (the encoder's formulas)."""
-    capacity = max(state.gpu_milli_capacity, 1)
-    return np.array(
-        [
-            req.gpu_total / MAX_GPU,
-            req.num_gpu / 8.0,
-            float(req.is_share),
-            float(not req.is_gpu),
-            state.gpu_milli_allocated / capacity,
-            float(state.full_free.sum()) / max(int(state.gpu_count.sum()), 1),
-            float(state.cpu_free.sum()) / max(float(state.cpu_cap.sum()), 1.0),
-        ],
-        dtype=np.float64,
-    )
+    """float64[len(DELAY_INPUTS)]: the head's inputs for ``req`` in ``state``, from the encoder's own
+    column functions (:func:`~rlsched.policy.features.pod_columns`, :func:`~rlsched.policy.features.cluster_fill`)."""
+    pod = dict(zip(POD_FEATURES, pod_columns(req), strict=True))
+    pod.update(zip(_FILL, cluster_fill(state), strict=True))
+    return np.array([pod[name] for name in DELAY_INPUTS], dtype=np.float64)
 
 
 @dataclass(frozen=True)

@@ -190,17 +190,7 @@ class FeatureEncoder:
         # pod
         gpu_total = req.gpu_total
         milli = req.gpu_milli if req.is_gpu else 0
-        cols += [
-            req.cpu_milli / MAX_CPU,
-            req.memory_mib / MAX_MEM,
-            req.num_gpu / 8.0,
-            milli / MILLI_PER_CARD,
-            gpu_total / MAX_GPU,
-            float(req.is_share),
-            float(req.is_gpu and not req.is_share),
-            float(not req.is_gpu),
-            float(req.constrained),
-        ]
+        cols += pod_columns(req)
         # node now
         cpu_cap = state.cpu_cap[n]
         mem_cap = state.mem_cap[n]
@@ -283,13 +273,13 @@ class FeatureEncoder:
         """float32[len(CLUSTER_FEATURES)]: the cluster-level columns for a pod with ``feasible``
         feasible nodes in ``groups`` groups (also what the value head sees when no node fits)."""
         fgd, _ = self.measures(state)
-        capacity = max(state.gpu_milli_capacity, 1)
+        gpu_alloc, full_free, cpu_free = cluster_fill(state)
         return np.array(
             [
-                state.gpu_milli_allocated / capacity,
-                float(state.full_free.sum()) / max(int(state.gpu_count.sum()), 1),
-                fgd.cluster_frag(state) / capacity,
-                float(state.cpu_free.sum()) / max(float(state.cpu_cap.sum()), 1.0),
+                gpu_alloc,
+                full_free,
+                fgd.cluster_frag(state) / max(state.gpu_milli_capacity, 1),
+                cpu_free,
                 feasible / state.num_nodes,
                 groups / max(feasible, 1),
             ],
@@ -317,6 +307,31 @@ class FeatureEncoder:
             want = cand.card_free[cand.group[position]]
             return (int((state.card_free[node] == want).argmax()),)
         return default_cards(state, req, node)
+
+
+def pod_columns(req: PodRequest) -> list[float]:
+    """The pod's own columns (:data:`POD_FEATURES`, in order): the same in every row of one pod."""
+    return [
+        req.cpu_milli / MAX_CPU,
+        req.memory_mib / MAX_MEM,
+        req.num_gpu / 8.0,
+        (req.gpu_milli if req.is_gpu else 0) / MILLI_PER_CARD,
+        req.gpu_total / MAX_GPU,
+        float(req.is_share),
+        float(req.is_gpu and not req.is_share),
+        float(not req.is_gpu),
+        float(req.constrained),
+    ]
+
+
+def cluster_fill(state: ClusterState) -> tuple[float, float, float]:
+    """How full the cluster is: ``cluster_gpu_alloc``, ``cluster_full_free`` and ``cluster_cpu_free``
+    (fractions of GPU milli allocated, of cards fully free, of CPU free)."""
+    return (
+        state.gpu_milli_allocated / max(state.gpu_milli_capacity, 1),
+        float(state.full_free.sum()) / max(int(state.gpu_count.sum()), 1),
+        float(state.cpu_free.sum()) / max(float(state.cpu_cap.sum()), 1.0),
+    )
 
 
 def _per_card(amount: np.ndarray, free_cards: np.ndarray, scale: float) -> np.ndarray:

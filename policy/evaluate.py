@@ -159,7 +159,17 @@ class Evaluation:
             "trace": trace_name(self.pods_path),
             "published_setup": self.published_setup,
             "inflation_target": self.target,
-            "summary": [s.to_json() for s in self.summaries()],
+            "summary": [
+                {
+                    **s.to_json(),
+                    "versus_first": (
+                        None
+                        if s.policy == self.runs[0].policy
+                        else paired_difference(self, s.policy, self.runs[0].policy).to_json()
+                    ),
+                }
+                for s in self.summaries()
+            ],
             "runs": [{**r.summary(), "curve": {str(k): round(v, 4) for k, v in r.curve.items()}} for r in self.runs],
         }
 
@@ -169,9 +179,49 @@ def paired_unallocated(evaluation: Evaluation, policy: str) -> dict[int, float]:
     return {r.seed: round(r.unallocated_at(100), 4) for r in evaluation.runs if r.policy == policy}
 
 
+@dataclass(frozen=True)
+class PairedDifference:
+    """``policy`` against ``baseline`` on the seeds both played: unallocated GPU % at 100 % arrival,
+    policy minus baseline, seed by seed (negative: the policy left less GPU unallocated).
+
+    Seeds counted, and the mean with its standard error: an effect of 0.01 points is invisible in ten
+    seeds' win counts and resolved by 60 (docs/ppo.md, "What has been tried since")."""
+
+    better: int
+    worse: int
+    equal: int
+    mean: float | None
+    """Mean of the differences; None without a common seed."""
+    standard_error: float | None
+    """Sample standard deviation of the differences / √seeds; None below two common seeds."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "better": self.better,
+            "worse": self.worse,
+            "equal": self.equal,
+            "mean_difference": None if self.mean is None else round(self.mean, 4),
+            "standard_error": None if self.standard_error is None else round(self.standard_error, 4),
+        }
+
+
+def paired_difference(evaluation: Evaluation, policy: str, baseline: str) -> PairedDifference:
+    mine, base = paired_unallocated(evaluation, policy), paired_unallocated(evaluation, baseline)
+    diffs = np.array([mine[seed] - base[seed] for seed in mine if seed in base])
+    better, worse = int((diffs < 0).sum()), int((diffs > 0).sum())
+    return PairedDifference(
+        better=better,
+        worse=worse,
+        equal=len(diffs) - better - worse,
+        mean=float(diffs.mean()) if len(diffs) else None,
+        standard_error=float(diffs.std(ddof=1) / np.sqrt(len(diffs))) if len(diffs) >= 2 else None,
+    )
+
+
 def format_table(evaluation: Evaluation) -> str:
-    """A plain-text table: one row per policy, with its per-seed wins against the first policy (lower
-    unallocated GPU is better; the same seed is the same arrivals and tie-break order)."""
+    """A plain-text table: one row per policy, with its paired difference from the first policy (mean
+    ± standard error, and seeds better/worse/equal; lower unallocated GPU is better; the same seed is
+    the same arrivals and tie-break order)."""
     rows = [
         (
             "policy",
@@ -181,16 +231,19 @@ def format_table(evaluation: Evaluation) -> str:
             "frag@100 med",
             "published@100",
             "s/run",
+            "mean diff vs first ± se",
             "seeds better/worse/equal vs first",
         )
     ]
-    first = paired_unallocated(evaluation, evaluation.runs[0].policy) if evaluation.runs else {}
     for s in evaluation.summaries():
-        mine = paired_unallocated(evaluation, s.policy)
-        common = [seed for seed in mine if seed in first]
-        better = sum(mine[seed] < first[seed] for seed in common)
-        worse = sum(mine[seed] > first[seed] for seed in common)
-        versus = "-" if s.policy == evaluation.runs[0].policy else f"{better}/{worse}/{len(common) - better - worse}"
+        mean, versus = "-", "-"
+        if s.policy != evaluation.runs[0].policy:
+            paired = paired_difference(evaluation, s.policy, evaluation.runs[0].policy)
+            versus = f"{paired.better}/{paired.worse}/{paired.equal}"
+            if paired.mean is not None:
+                mean = f"{paired.mean:+.4f}"
+            if paired.standard_error is not None:
+                mean += f" ± {paired.standard_error:.4f}"
         pub = "-"
         if s.published_100 is not None:
             mark = "ok" if s.within_tolerance else "MISS"
@@ -204,6 +257,7 @@ def format_table(evaluation: Evaluation) -> str:
                 f"{np.median(s.frag_100):6.2f}",
                 pub,
                 f"{np.median(s.seconds):.2f}",
+                mean,
                 versus,
             )
         )

@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 
 from rlsched.cli import main
-from rlsched.policy.evaluate import evaluate, format_table
+from rlsched.policy.evaluate import Evaluation, evaluate, format_table, paired_difference
 from rlsched.policy.published import (
     PUBLISHED_PODS_FINGERPRINTS,
     PUBLISHED_UNALLOCATED_AT_100,
     fingerprint_nodes,
     published_setup,
 )
+from rlsched.policy.simulator import RunResult
 from rlsched.policy.trace import load_nodes, load_pods
 
 
@@ -103,6 +104,42 @@ def test_the_table_counts_seeds_won_against_the_first_policy(repo_root: Path) ->
     better, worse = sum(fgd[s] < first[s] for s in first), sum(fgd[s] > first[s] for s in first)
     assert lines[2].endswith("-")
     assert lines[3].endswith(f"{better}/{worse}/{3 - better - worse}")
+
+
+def _run(policy: str, seed: int, unallocated: float) -> RunResult:
+    return RunResult(policy, seed, {100: 100.0 - unallocated}, 10, 0, 0, 0, 1000, 0.0, 1.0)
+
+
+def test_the_paired_difference_is_the_mean_of_per_seed_differences_with_its_standard_error() -> None:
+    """Golden arithmetic. Seeds 1–4, b − a: −0.02, −0.01, 0, +0.03 (seed 5 only a played: left out).
+    mean = 0 / 4 = 0; sample std = √((0.0004 + 0.0001 + 0 + 0.0009) / 3) = √(0.0014 / 3) = 0.021602;
+    standard error = 0.021602 / √4 = 0.010801."""
+    a = [4.10, 4.12, 4.15, 4.11, 4.50]
+    b = [4.08, 4.11, 4.15, 4.14]
+    evaluation = Evaluation("nodes", "pods", 1.3)
+    evaluation.runs = [_run("a", seed, u) for seed, u in enumerate(a, 1)] + [
+        _run("b", seed, u) for seed, u in enumerate(b, 1)
+    ]
+    paired = paired_difference(evaluation, "b", "a")
+    assert (paired.better, paired.worse, paired.equal) == (2, 1, 1)
+    assert paired.mean == pytest.approx(0.0, abs=1e-12)
+    assert paired.standard_error == pytest.approx(0.010801, abs=1e-6)
+    lines = format_table(evaluation).splitlines()
+    assert "mean diff vs first ± se" in lines[0]
+    assert lines[3].split()[-4:] == ["+0.0000", "±", "0.0108", "2/1/1"]
+    summary = evaluation.to_json()["summary"]
+    assert summary[0]["versus_first"] is None
+    assert summary[1]["versus_first"] == {
+        "better": 2,
+        "worse": 1,
+        "equal": 1,
+        "mean_difference": 0.0,
+        "standard_error": 0.0108,
+    }
+    evaluation.runs = [_run("a", 1, 4.1), _run("b", 1, 4.0)]
+    single = paired_difference(evaluation, "b", "a")
+    assert single.mean == pytest.approx(-0.1) and single.standard_error is None
+    assert format_table(evaluation).splitlines()[3].split()[-2:] == ["-0.1000", "1/0/0"]
 
 
 def test_published_fingerprints_cover_the_published_traces() -> None:

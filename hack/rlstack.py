@@ -13,7 +13,7 @@ plain processes on loopback, each with a pid file in ``<state>/run/`` and a log 
   ``default-scheduler``: kube-scheduler's ``extenders:`` apply to every profile of a process, so the
   two profiles cannot share one process without the default one calling our extender too.
 - ``rlsched-extender``: ``rlsched extender`` serving the bundled model when it is installed
-  (:data:`rlsched.policy.learned.DEFAULT_MODEL`), the FGD fallback otherwise. Its /status and
+  (:data:`rlsched.policy.learned.SERVED_MODEL`), the FGD fallback otherwise. Its /status and
   /decisions need a bearer token (``auth.mode: kubernetes``, the extender's default); it runs with
   the admin kubeconfig (group system:masters), which may create the TokenReviews and
   SubjectAccessReviews that checking takes (in a cluster: the ClusterRole system:auth-delegator).
@@ -122,12 +122,12 @@ def local_load_queries() -> dict[str, str]:
 
 
 def bundled_model() -> Path | None:
-    """The packaged PPO model if the trainer has shipped one (policy/models/), else None."""
+    """The packaged model the chart serves (policy/models/), else None."""
     try:
-        from rlsched.policy.learned import DEFAULT_MODEL
+        from rlsched.policy.learned import SERVED_MODEL
     except Exception:  # noqa: BLE001 - the policy package is importable in every supported setup
         return None
-    return DEFAULT_MODEL if DEFAULT_MODEL.is_file() else None
+    return SERVED_MODEL if SERVED_MODEL.is_file() else None
 
 
 # -- the cluster -------------------------------------------------------------------------------------

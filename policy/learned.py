@@ -35,11 +35,18 @@ __all__ = [
     "load_learned_scorer",
     "learned_policy_path",
     "DEFAULT_MODEL",
+    "SERVED_MODEL",
     "LEARNED_PREFIXES",
 ]
 
 DEFAULT_MODEL = Path(__file__).resolve().parent / "models" / "ppo-openb-default.npz"
-"""The bundled model (trained on the openb default trace; see docs/ppo.md)."""
+"""The bundled model (trained on the openb default trace; see docs/ppo.md): where training and the
+documented fine-tuning runs start."""
+
+SERVED_MODEL = DEFAULT_MODEL.with_name("ppo-openb-default-es.npz")
+"""The model the chart and the local stack serve: the bundled model with its network fine-tuned by
+evolution strategies on whole episodes, the same prior and rule (docs/ppo.md, "A network that
+matters on the FGD protocol")."""
 
 LEARNED_PREFIXES = {"ppo:": False, "ppo-prior:": True}
 """Policy-name prefixes of a model file, and whether the network's contribution is zeroed:

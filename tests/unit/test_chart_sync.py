@@ -222,7 +222,7 @@ def test_extender_settings_load_and_match_the_pod(tmp_path, values) -> None:
     env = {e["name"]: e.get("value") for e in ext["env"]}
     assert env["NUMBA_CACHE_DIR"].startswith(mounts["scratch"] + "/")  # writable under a read-only root
     if values is None:
-        assert s.policy.model_path == "/opt/rlsched/models/ppo-openb-default.npz" and not s.strict_model
+        assert s.policy.model_path == "/opt/rlsched/models/ppo-openb-default-es.npz" and not s.strict_model
         assert spec["initContainers"][0]["restartPolicy"] == "Always"  # native sidecar
 
 

@@ -16,7 +16,7 @@ from ppo_fixtures import filled_state, small_pods, small_typical
 from rlsched.policy import TieBreak, decide, feasible_nodes, make_scorer
 from rlsched.policy.export import MANIFEST_KEY, ModelFileError, build_manifest, file_digest, read_model, save_model
 from rlsched.policy.features import CLUSTER_FEATURES, FEATURES
-from rlsched.policy.learned import DEFAULT_MODEL, LearnedScorer, load_learned_scorer
+from rlsched.policy.learned import DEFAULT_MODEL, SERVED_MODEL, LearnedScorer, load_learned_scorer
 from rlsched.policy.network import param_shapes
 
 
@@ -154,6 +154,27 @@ def test_bundled_model_loads_and_serves_without_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert manifest["version"] in out.stdout and digest[:12] in out.stdout
+
+
+def test_the_served_model_is_the_bundled_prior_and_rule_with_a_fine_tuned_network() -> None:
+    """docs/ppo.md, "A network that matters on the FGD protocol": its ablation (``ppo-prior:``) is the
+    bundled model's, so what it adds over the bundled prior is its network alone."""
+    served, served_manifest, _ = read_model(SERVED_MODEL)
+    start, start_manifest, _ = read_model(DEFAULT_MODEL)
+    assert json.loads(SERVED_MODEL.with_suffix(".json").read_text())["version"] == served_manifest["version"]
+    for same in ("decision", "features", "typicalPods", "network", "actions"):
+        assert served_manifest[same] == start_manifest[same], same
+    assert set(served) == set(start)
+    changed = {name for name in served if not np.array_equal(served[name], start[name])}
+    assert changed == {"w_out"}, "evolution strategies search the score head's weights only"
+    assert np.abs(served["w_out"]).sum() > 10 * np.abs(start["w_out"]).sum()  # 0.57 -> ~26: it can move choices
+    training = served_manifest["training"]
+    assert training["method"] == "es" and len(training["stages"]) == 2
+    assert training["confirmation"]["exported"] and training["stages"][0]["exported"]["confirmation"]["exported"]
+    assert "--init policy/models/ppo-openb-default.npz" in training["stages"][0]["command"]
+    assert training["stages"][1]["command"] == training["command"]
+    assert "--init runs/es/stage1.npz" in training["command"]
+    assert training["init"]["sha256"] == training["stages"][0]["exported"]["sha256"]
 
 
 @pytest.mark.parametrize("policies", ["fgd,ppo:{model}", "ppo:{model},ppo-prior:{model}"])

@@ -12,7 +12,7 @@ plain processes on loopback, each with a pid file in ``<state>/run/`` and a log 
   the chart makes is applied here too). The cluster's own kube-scheduler keeps serving
   ``default-scheduler``: kube-scheduler's ``extenders:`` apply to every profile of a process, so the
   two profiles cannot share one process without the default one calling our extender too.
-- ``rlsched-extender``: ``rlsched extender`` serving the bundled model when it is installed
+- ``rlsched-extender``: ``rlsched extender`` serving the model the chart serves when it is installed
   (:data:`rlsched.policy.learned.SERVED_MODEL`), the FGD fallback otherwise. Its /status and
   /decisions need a bearer token (``auth.mode: kubernetes``, the extender's default); it runs with
   the admin kubeconfig (group system:masters), which may create the TokenReviews and

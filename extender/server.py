@@ -40,7 +40,7 @@ from .app import Health, make_app, make_status_app
 from .auth import Authenticator
 from .binder import Binder
 from .cache import ClusterCache
-from .decisions import DecisionRing
+from .decision_ring import DecisionRing
 from .kubeapi import NODES_PATH, PODS_PATH, ApiError, Informer, KubeApi, backoff_delay
 from .listener import ConnectionGuard, ConnectionMetrics, GuardedSite
 from .metrics import Metrics, gauge

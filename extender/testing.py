@@ -428,7 +428,7 @@ class Harness:
     ):
         from .binder import Binder
         from .cache import ClusterCache
-        from .decisions import DecisionRing
+        from .decision_ring import DecisionRing
         from .metrics import Metrics
         from .policy import PolicyEngine, load_model
         from .rejections import Rejections

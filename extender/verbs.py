@@ -31,7 +31,7 @@ from rlsched.policy.resources import MILLI_PER_CARD
 
 from .binder import Binder, BindResult
 from .cache import ClusterCache
-from .decisions import DecisionRing
+from .decision_ring import DecisionRing
 from .names import InvalidName, check_node_name, check_pod_ref, check_uid
 from .objects import ObjectError, PodInfo, pod_info
 from .policy import Outcome, PolicyEngine, Verdict

@@ -1,6 +1,6 @@
 """The decision log: an append-only, size-bounded, crash-safe JSON Lines dataset on a volume.
 
-Three parts (the format and its reader live in :mod:`rlsched.policy.decisions`, with the trainer):
+Three parts (the format and its reader live in :mod:`rlsched.policy.decision_dataset`, with the trainer):
 
 - :class:`DecisionLog` appends lines to the newest segment, fsyncs each batch, starts a new segment
   at ``segmentBytes`` and deletes the oldest segments beyond ``maxBytes``. On open it cuts a torn
@@ -29,7 +29,7 @@ from typing import Any
 
 import aiohttp
 
-from rlsched.policy.decisions import FORMAT, SEGMENT_GLOB
+from rlsched.policy.decision_dataset import FORMAT, SEGMENT_GLOB
 
 from .extender_client import ExtenderClient, ExtenderUnavailable
 from .sink import fsync_dir

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from rlsched.policy.decisions import REWARD_DEFAULTS
+from rlsched.policy.decision_dataset import REWARD_DEFAULTS
 from rlsched.policy.dynamic.objective_spec import Objective, parse_objective
 
 from .rebalance_spec import RebalanceSpec, parse_rebalance

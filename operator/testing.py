@@ -110,7 +110,7 @@ class EngineExtender:
     """``status()``/``decisions()`` over a real PolicyEngine that reads ``policy_file``."""
 
     def __init__(self, policy_file: str, loader: Any = fake_model_loader, fallback: str = "least-allocated"):
-        from rlsched.extender.decisions import DecisionRing
+        from rlsched.extender.decision_ring import DecisionRing
         from rlsched.extender.policy import PolicyEngine
         from rlsched.extender.settings import PolicySettings
 

@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--from-decisions",
         metavar="PATH",
         help="fine-tune on the workload in rlsched operator's decision log (folder or segment); it "
-        "replaces --traces; start from the served model with --init-model (rlsched.policy.decisions)",
+        "replaces --traces; start from the served model with --init-model (rlsched.policy.decision_dataset)",
     )
     for f in ARGS_FIELDS:
         flags = ["--" + f.name.replace("_", "-"), *FLAG_ALIASES.get(f.name, ())]
@@ -118,7 +118,7 @@ def run(ns: argparse.Namespace) -> int:
     if getattr(ns, "from_decisions", None):
         import dataclasses
 
-        from .decisions import prepare_fine_tune
+        from .decision_dataset import prepare_fine_tune
 
         try:
             trace, summary = prepare_fine_tune(ns.from_decisions, args.out_dir)

@@ -567,7 +567,7 @@ def test_rejected_pod_gets_an_event_and_an_annotation(stack: Stack) -> None:
 
 
 def test_decision_log_is_written_and_read_back_by_the_trainer(stack: Stack) -> None:
-    from rlsched.policy.decisions import load_examples, summarize
+    from rlsched.policy.decision_dataset import load_examples, summarize
 
     uid = stack.pod("delayed").metadata.uid
 
@@ -586,7 +586,7 @@ def test_decision_log_is_written_and_read_back_by_the_trainer(stack: Stack) -> N
     assert placed.features["pod"]["numGpu"] == 1 and placed.scores
     _, summary = summarize(stack.dlog)
     assert summary.rejects >= 1 and summary.bound >= 1 and summary.stats.bad_lines == 0
-    from rlsched.policy.decisions import prepare_fine_tune
+    from rlsched.policy.decision_dataset import prepare_fine_tune
     from rlsched.policy.trace import load_pods
 
     trace, _ = prepare_fine_tune(stack.dlog, stack.tmp / "train")  # what `rlsched train --from-decisions` trains on

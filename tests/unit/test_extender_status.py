@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 from aiohttp.test_utils import TestClient, TestServer
 
-from rlsched.extender.decisions import DecisionRing
+from rlsched.extender.decision_ring import DecisionRing
 from rlsched.extender.testing import Harness, make_node, make_pod
 
 NODES = [make_node(f"g{i}", gpus=2) for i in range(3)]

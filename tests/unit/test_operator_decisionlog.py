@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from rlsched.extender.decisions import DecisionRing
+from rlsched.extender.decision_ring import DecisionRing
 from rlsched.operator.decisionlog import DecisionLog, Drainer, OutcomeTracker, ended_how
 from rlsched.operator.extender_client import ExtenderUnavailable
-from rlsched.policy.decisions import (
+from rlsched.policy.decision_dataset import (
     FORMAT,
     ReadStats,
     iter_records,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rlsched.operator.decisionlog import DecisionLog
-from rlsched.policy.decisions import prepare_fine_tune
+from rlsched.policy.decision_dataset import prepare_fine_tune
 from rlsched.policy.trace import load_pods
 
 

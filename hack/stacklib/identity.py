@@ -1,0 +1,58 @@
+"""Who may read the extender's status listener: ServiceAccounts bound to a ClusterRole on its non-resource
+URLs, and their tokens from the TokenRequest API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .cluster import LocalCluster
+
+READER_ROLE = "rlsched-extender-reader"
+"""ClusterRole: ``get`` on the extender's /status, /decisions and /metrics (non-resource URLs, which the
+extender checks with a SubjectAccessReview)."""
+STACK_IDENTITY = "rlsched-stack"
+"""ServiceAccount of this harness's own reads (``Extender.status()`` …) and of the demo."""
+OPERATOR_IDENTITY = "rlsched-operator"
+"""ServiceAccount whose token the local operator sends to the extender."""
+IDENTITY_NAMESPACE = "kube-system"
+
+
+def reader_rbac(account: str, namespace: str = IDENTITY_NAMESPACE, grant: bool = True) -> list[dict]:
+    """The ServiceAccount ``account`` and, with ``grant``, a binding to :data:`READER_ROLE`."""
+    objs: list[dict] = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": namespace}}
+    ]
+    if grant:
+        objs += [
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": READER_ROLE},
+                "rules": [{"nonResourceURLs": ["/status", "/decisions", "/metrics"], "verbs": ["get"]}],
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": f"{READER_ROLE}-{account}"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": READER_ROLE},
+                "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+            },
+        ]
+    return objs
+
+
+def service_account_token(
+    cluster: LocalCluster, account: str, grant: bool = True, namespace: str = IDENTITY_NAMESPACE, duration: str = "24h"
+) -> Path:
+    """Create the ServiceAccount (bound to :data:`READER_ROLE` with ``grant``), request a token for it
+    (TokenRequest API) and write it to ``<state>/rlstack/tokens/<account>.token`` (mode 0600)."""
+    cluster.apply(reader_rbac(account, namespace, grant))
+    token = cluster.kubectl("create", "token", account, "-n", namespace, "--duration", duration).stdout.strip()
+    folder = cluster.stack_dir / "tokens"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{account}.token"
+    tmp = folder / f".{account}.token.tmp"
+    tmp.write_text(token + "\n")
+    tmp.chmod(0o600)
+    tmp.replace(path)  # atomic, like the kubelet's rotation: a reader sees the old token or the new one
+    return path

@@ -14,8 +14,8 @@ holding the nodes and ~45 % of the GPU capacity in bound pods), then:
 - full-node mode: the same with ``Nodes.items`` (the v1.Node objects, echoed back by filter);
 - throughput: 4 concurrent clients in cache-capable mode (filter + prioritize per pod).
 
-Policies: ``fgd`` — the fallback the extender serves without a model; ``ppo`` — the bundled export
-(``rlsched.policy.learned.DEFAULT_MODEL``) or ``--model PATH``; ``ppo-random`` — the real learned
+Policies: ``fgd`` — the fallback the extender serves without a model; ``ppo`` — the model the chart
+serves (``rlsched.policy.learned.SERVED_MODEL``) or ``--model PATH``; ``ppo-random`` — the real learned
 scorer (feature encoder + network of rlsched.policy) with random weights, i.e. the trained model's
 cost before one is trained; ``mlp`` — a bare numpy MLP 16→64→64→1 over per-node features (the
 floor prototype of docs/extender-protocol.md). The default is ``fgd,ppo`` when the bundled model is
@@ -324,10 +324,10 @@ def random_model(path: Path) -> Path:
 
 def bundled_model() -> Path | None:
     try:
-        from rlsched.policy.learned import DEFAULT_MODEL
+        from rlsched.policy.learned import SERVED_MODEL
     except ImportError:
         return None
-    return DEFAULT_MODEL if DEFAULT_MODEL.is_file() else None
+    return SERVED_MODEL if SERVED_MODEL.is_file() else None
 
 
 def bench(n: int, policy: str, args: argparse.Namespace) -> dict:

@@ -1,6 +1,6 @@
 """p50/p99 latency of numpy inference for the learned policy on one core.
 
-    python benchmarks/inference_latency.py [--model policy/models/ppo-openb-default.npz] [--nodes 100,1000,5000]
+    python benchmarks/inference_latency.py [--model policy/models/ppo-openb-default-es.npz] [--nodes 100,1000,5000]
 
 Two figures per cluster size K:
 
@@ -29,7 +29,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from rlsched.policy import ClusterState, NodeSpec, PodSpec, TieBreak, feasible_nodes  # noqa: E402
-from rlsched.policy.learned import DEFAULT_MODEL, load_learned_scorer  # noqa: E402
+from rlsched.policy.learned import SERVED_MODEL, load_learned_scorer  # noqa: E402
 
 KINDS = [
     (96_000, 393_216, 8, "G2"),
@@ -66,7 +66,7 @@ def percentiles(samples: list[float]) -> dict[str, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=str(DEFAULT_MODEL))
+    parser.add_argument("--model", default=str(SERVED_MODEL))
     parser.add_argument("--nodes", default="100,1000,5000")
     parser.add_argument("--repeat", type=int, default=2000, help="timed calls per size (network)")
     parser.add_argument("--repeat-score", type=int, default=300, help="timed calls per size (score)")

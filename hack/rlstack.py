@@ -35,12 +35,12 @@ Used by ``hack/demo.sh``, ``tests/e2e/test_extender_*.py``, ``benchmarks/schedul
     hack/rlstack.py down
 
 The parts live in ``hack/stacklib/``, one concern per module (the cluster's state folder, processes,
-identities, kube-scheduler, our services, certificates, objects, the API client); this module puts them
-together as :class:`Stack` and re-exports them, so callers import only ``rlstack``. Among them, the
-object builders every caller shares: :func:`kwok_node` (a fake
-node with cpu, memory, ``nvidia.com/gpu`` and a card model) and :func:`pod_manifest` (a pod asking
-whole cards, a share or a model in the conventions of docs/gpu-sharing.md), and a small asyncio
-client of the API server (:class:`Api`) for bulk creation and watches.
+identities, kube-scheduler, our services, certificates, objects, the API client); this module puts
+them together as :class:`Stack` and re-exports them, so callers import only ``rlstack``. Among them,
+the object builders every caller shares: :func:`kwok_node` (a fake node with cpu, memory,
+``nvidia.com/gpu`` and a card model) and :func:`pod_manifest` (a pod asking whole cards, a share or a
+model in the conventions of docs/gpu-sharing.md), and a small asyncio client of the API server
+(:class:`Api`) for bulk creation and watches.
 """
 
 from __future__ import annotations

@@ -285,24 +285,9 @@ def mean_nll(agent: Any, records: Sequence[Any]) -> float:
     """Mean −log π(teacher's group) of ``agent`` over ``records``."""
     import torch
 
-    from rlsched.policy.features import CLUSTER_FEATURES, CLUSTER_SLICE, FEATURES
-    from rlsched.policy.ppo.buffer import RolloutBuffer
+    from rlsched.policy.ppo.trainer import records_buffer
 
-    buf = RolloutBuffer(len(records), 1, len(FEATURES), len(CLUSTER_FEATURES))
-    for t, r in enumerate(records):
-        buf.add(
-            t,
-            0,
-            r.features,
-            r.prior,
-            r.offset,
-            r.count,
-            r.features[0, CLUSTER_SLICE],
-            np.zeros(2, bool),
-            r.action,
-            0.0,
-            0.0,
-        )
+    buf = records_buffer(records)
     total = 0.0
     with torch.no_grad():
         for s in range(0, len(records), 2048):

@@ -646,6 +646,27 @@ class DecisionRecord:
     """Tie-break offsets per row (default 0)."""
 
 
+def records_buffer(records: Sequence[DecisionRecord]) -> RolloutBuffer:
+    """The records as one rollout buffer (one decision per step), for :meth:`RolloutBuffer.batch`."""
+    buf = RolloutBuffer(len(records), 1, len(FEATURES), len(CLUSTER_FEATURES))
+    for t, r in enumerate(records):
+        g = len(r.features)
+        buf.add(
+            t,
+            0,
+            r.features,
+            r.prior,
+            r.offset if r.offset is not None else np.zeros(g),
+            r.count if r.count is not None else np.ones(g),
+            r.features[0, CLUSTER_SLICE] if g else np.zeros(len(CLUSTER_FEATURES)),
+            np.array([r.action == -1, r.action == -2]),
+            r.action,
+            0.0,
+            0.0,
+        )
+    return buf
+
+
 def fit_from_records(
     records: Sequence[DecisionRecord],
     args: Args | None = None,
@@ -672,23 +693,8 @@ def fit_from_records(
             raise ValueError(f"record {i}: action {r.action} out of range for {len(r.features)} rows")
     torch.manual_seed(args.seed)
     agent = init or Agent(len(FEATURES), len(CLUSTER_FEATURES), args.hidden, args.value_hidden, args.prior_scale)
-    buf = RolloutBuffer(len(records), 1, len(FEATURES), len(CLUSTER_FEATURES))
+    buf = records_buffer(records)
     rewards = np.array([r.reward for r in records], dtype=np.float64)
-    for t, r in enumerate(records):
-        g = len(r.features)
-        buf.add(
-            t,
-            0,
-            r.features,
-            r.prior,
-            r.offset if r.offset is not None else np.zeros(g),
-            r.count if r.count is not None else np.ones(g),
-            r.features[0, CLUSTER_SLICE] if g else np.zeros(len(CLUSTER_FEATURES)),
-            np.array([r.action == -1, r.action == -2]),
-            r.action,
-            0.0,
-            0.0,
-        )
     if advantage_weighted:
         z = (rewards - rewards.mean()) / (rewards.std() + 1e-8)
         weights = np.minimum(np.exp(beta * z), 20.0).astype(np.float32)

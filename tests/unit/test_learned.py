@@ -169,12 +169,17 @@ def test_the_served_model_is_the_bundled_prior_and_rule_with_a_fine_tuned_networ
     assert changed == {"w_out"}, "evolution strategies search the score head's weights only"
     assert np.abs(served["w_out"]).sum() > 10 * np.abs(start["w_out"]).sum()  # 0.57 -> ~26: it can move choices
     training = served_manifest["training"]
-    assert training["method"] == "es" and len(training["stages"]) == 2
-    assert training["confirmation"]["exported"] and training["stages"][0]["exported"]["confirmation"]["exported"]
-    assert "--init policy/models/ppo-openb-default.npz" in training["stages"][0]["command"]
-    assert training["stages"][1]["command"] == training["command"]
-    assert "--init runs/es/stage1.npz" in training["command"]
-    assert training["init"]["sha256"] == training["stages"][0]["exported"]["sha256"]
+    assert training["method"] == "es" and len(training["stages"]) == 3
+    first, second, third = training["stages"]
+    assert training["confirmation"]["exported"]
+    assert first["exported"]["confirmation"]["exported"] and second["exported"]["confirmation"]["exported"]
+    assert "--init policy/models/ppo-openb-default.npz" in first["command"]
+    assert "--init runs/es/stage1.npz" in second["command"]
+    assert third["command"] == training["command"]
+    # each stage starts from the one before: v1 (the second stage's export), then this file
+    assert training["init"]["sha256"] == second["exported"]["sha256"]
+    assert training["init"]["version"] == second["exported"]["version"] == "ppo-openb-default-es-v1"
+    assert training["traces"] == ["gpushare100", "default"]
 
 
 @pytest.mark.parametrize("policies", ["fgd,ppo:{model}", "ppo:{model},ppo-prior:{model}"])

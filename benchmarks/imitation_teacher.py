@@ -33,6 +33,7 @@ import numpy as np
 
 from rlsched.policy.cluster import ClusterState, NodeSpec, PodSpec
 from rlsched.policy.decision import decide
+from rlsched.policy.evaluate import parse_seeds
 from rlsched.policy.feasibility import feasible_nodes
 from rlsched.policy.learned import SERVED_MODEL, LearnedScorer, load_learned_scorer
 from rlsched.policy.network import group_offsets, rank_fraction
@@ -242,11 +243,6 @@ def _online(job: tuple[str, bool, int]) -> tuple[str, int, float]:
     )
 
 
-def seeds_arg(text: str) -> list[int]:
-    lo, _, hi = text.partition("-")
-    return list(range(int(lo), int(hi or lo) + 1))
-
-
 def fit_student(
     records: list[Any], model: str, out: Path, epochs: int, learning_rate: float, seed: int
 ) -> dict[str, Any]:
@@ -325,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    eval_seeds, train_seeds = seeds_arg(args.eval_seeds), seeds_arg(args.train_seeds)
+    eval_seeds, train_seeds = parse_seeds(args.eval_seeds), parse_seeds(args.train_seeds)
     with ProcessPoolExecutor(args.workers, initializer=_load, initargs=(args.nodes, args.pods, args.model)) as pool:
         teacher = dict(pool.map(_teacher_on, eval_seeds))
         print(f"teacher on {len(eval_seeds)} seeds: median {np.median(list(teacher.values())):.3f}", flush=True)

@@ -535,6 +535,9 @@ def test_delayed_pod_is_requeued_and_placed(stack: Stack) -> None:
     wait_for(lambda: stack.pod("delayed").spec.node_name, 90, "the delayed pod to be bound")
     pod = stack.pod("delayed")
     attempts = int(pod.metadata.annotations.get("rlsched.io/requeue-attempt", "0"))
+    # kube-scheduler records events asynchronously (a broadcaster), so "Scheduled" can land a moment
+    # after the binding itself: wait for it rather than read the list once.
+    wait_for(lambda: "Scheduled" in [e["reason"] for e in stack.events("delayed", "Pod")], 30, "the Scheduled event")
     events = stack.events("delayed", "Pod")
     reasons = [e["reason"] for e in events]
     scheduler = [r for r in reasons if r in ("FailedScheduling", "Scheduled")]

@@ -248,6 +248,13 @@ class Stack:
 
         return check
 
+    def policy_events_include(self, *reasons: str, name: str = "default") -> Callable[[], bool]:
+        def check() -> bool:
+            seen = {e["reason"] for e in self.events(name, "SchedulingPolicy")}
+            return all(r in seen for r in reasons)
+
+        return check
+
     def create_pod(self, name: str, cpu: str = "1", gpus: int = 1) -> None:
         res = {"cpu": cpu, "memory": "1Gi", **({"nvidia.com/gpu": str(gpus)} if gpus else {})}
         self.core.create_namespaced_pod(
@@ -471,8 +478,8 @@ def test_create_rolls_out_and_reports_what_the_extender_loaded(stack: Stack) -> 
     assert status["model"]["digest"] == ext["model"]["digest"] and status["lastGood"]["generation"] == 1
     assert ext["mode"] == "active" and ext["fallback"] == "least-allocated"
     assert stack.condition("Degraded")["status"] == "False"
-    reasons = [e["reason"] for e in stack.events("default", "SchedulingPolicy")]
-    assert "RollingOut" in reasons and "RolledOut" in reasons
+    # kopf posts events from a background queue, so they may land after the status: wait for them.
+    wait_for(stack.policy_events_include("RollingOut", "RolledOut"), 30, "the RollingOut and RolledOut events")
 
 
 def test_update_switches_model_and_mode_without_restart(stack: Stack) -> None:
@@ -504,7 +511,7 @@ def test_model_that_fails_to_load_rolls_back_and_degrades(stack: Stack) -> None:
     assert ext["model"]["version"] == "v2" and ext["mode"] == "shadow"  # the last good bundle, settings included
     status = stack.policy()["status"]
     assert status["model"]["version"] == "v2" and status["lastGood"]["generation"] == 2
-    assert "RolledBack" in [e["reason"] for e in stack.events("default", "SchedulingPolicy")]
+    wait_for(stack.policy_events_include("RolledBack"), 30, "the RolledBack event")
 
 
 def test_missing_model_source_is_reported_then_recovers(stack: Stack) -> None:

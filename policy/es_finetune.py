@@ -5,18 +5,18 @@ diagnosis in docs/ppo.md), and the decision rule's tie-break weight (``decision.
 hand-set number that no feature lets the network undo. On a cluster where that weight is wrong
 (docs/ppo.md, ``eight-cards-g2``), the fix has to move the rule as well as the network.
 
-What is searched: the score head (``w_out``, the network's last layer) and, with ``es_rank_sigma > 0``,
-the rank weight — the rest of the start model (its hidden layers, prior, features) is kept. Each
-iteration draws ``es_pairs`` directions ``u`` and plays the model at ``θ ± σ·u`` on the same fresh
-training workload seed (antithetic pairs with common random numbers: a pair's difference is its
-perturbation's alone), then takes an Adam step along ``Σ (F₊ − F₋)·u / (2·pairs·σ)`` with F the
-negative unallocated GPU % at 100 % arrival (Salimans et al. 2017, arXiv 1703.03864). Every
-``es_eval_every`` iterations and at the end, θ is validated on the held-out ``val_seeds``; the best
-validated θ is the candidate. The best of many validations on a few seeds is biased low (it picks
-lucky noise), so before export the candidate and the start model play ``es_confirm_seeds`` further
-held-out seeds, paired: the candidate is exported only if its mean there is lower and it is better on
-more of them than it is worse (one lucky seed can carry a mean of ten), else the start model is. A run
-never exports a model that did worse than its start on the seeds that chose it.
+What is searched: the score head (``w_out``, the network's last layer; with ``es_layers``, hidden layers
+too) and, with ``es_rank_sigma > 0``, the rank weight — the rest of the start model (prior, features,
+value and special heads) is kept. Each iteration draws ``es_pairs`` directions ``u`` and plays the model
+at ``θ ± σ·u`` on the same fresh training workload seed (antithetic pairs with common random numbers: a
+pair's difference is its perturbation's alone), then takes an Adam step along ``Σ (F₊ − F₋)·u /
+(2·pairs·σ)`` with F the negative unallocated GPU % at 100 % arrival (Salimans et al. 2017, arXiv
+1703.03864). Every ``es_eval_every`` iterations and at the end, θ is validated on the held-out
+``val_seeds``; the best validated θ is the candidate. The best of many validations on a few seeds is
+biased low (it picks lucky noise), so before export the candidate and the start model play
+``es_confirm_seeds`` further held-out seeds, paired: the candidate is exported only if its mean there is
+lower and it is better on more of them than it is worse (one lucky seed can carry a mean of ten), else
+the start model is. A run never exports a model that did worse than its start on the seeds that chose it.
 
 No torch: the episodes are numpy inference in the FGD-protocol simulator, ``workers`` processes wide.
 """
@@ -49,32 +49,58 @@ from .typical import typical_pods
 Progress = Callable[[dict[str, Any]], None]
 
 
+SEARCHABLE = ("w1", "b1", "w2", "b2", "w_out")
+"""The policy path's parameters (``b_out`` moves every node's logit alike, so it is never searched)."""
+
+
 @dataclass(frozen=True)
 class SearchSpace:
-    """θ = the head's weights, then (when searched) the rank weight, with a σ and a step size each."""
+    """θ = the searched parameters, flattened in ``layers`` order, then (when searched) the rank weight,
+    with a σ and a step size each."""
 
-    head_shape: tuple[int, ...]
+    layers: tuple[tuple[str, tuple[int, ...]], ...]
+    """(name, shape) of each searched parameter."""
     search_rank: bool
 
+    @classmethod
+    def of(cls, params: dict[str, np.ndarray], names: tuple[str, ...], search_rank: bool) -> SearchSpace:
+        unknown = sorted(set(names) - set(SEARCHABLE))
+        if unknown or not names:
+            raise ValueError(
+                f"--es-layers takes one or more of {' '.join(SEARCHABLE)}, got {' '.join(names) or 'none'}"
+            )
+        ordered = [n for n in SEARCHABLE if n in names]
+        return cls(tuple((n, tuple(params[n].shape)) for n in ordered), search_rank)
+
     @property
-    def n_head(self) -> int:
-        return int(np.prod(self.head_shape))
+    def n_layers(self) -> int:
+        return sum(int(np.prod(shape)) for _, shape in self.layers)
 
     def start(self, params: dict[str, np.ndarray], rank_scale: float) -> np.ndarray:
-        theta = params["w_out"].astype(np.float64).ravel()
+        theta = np.concatenate([params[n].astype(np.float64).ravel() for n, _ in self.layers])
         return np.append(theta, rank_scale) if self.search_rank else theta
 
     def scales(self, args: Args) -> tuple[np.ndarray, np.ndarray]:
-        sigma, lr = np.full(self.n_head, args.es_sigma), np.full(self.n_head, args.es_lr)
+        sigma = np.concatenate(
+            [
+                np.full(int(np.prod(shape)), args.es_sigma if n == "w_out" else args.es_hidden_sigma)
+                for n, shape in self.layers
+            ]
+        )
+        lr = sigma * (args.es_lr / args.es_sigma)
         if self.search_rank:
             sigma, lr = np.append(sigma, args.es_rank_sigma), np.append(lr, args.es_rank_lr)
         return sigma, lr
 
-    def split(self, theta: np.ndarray, model_rank: float) -> tuple[np.ndarray, float]:
-        """(head, rank weight): a searched rank weight is clipped at 0 (a negative one would spread pods
-        in reverse tie-break order, which no rule intends)."""
-        head = theta[: self.n_head].reshape(self.head_shape)
-        return head, (max(0.0, float(theta[self.n_head])) if self.search_rank else model_rank)
+    def split(self, theta: np.ndarray, model_rank: float) -> tuple[dict[str, np.ndarray], float]:
+        """(searched parameters by name, float32, rank weight): a searched rank weight is clipped at 0 (a
+        negative one would spread pods in reverse tie-break order, which no rule intends)."""
+        out, at = {}, 0
+        for name, shape in self.layers:
+            size = int(np.prod(shape))
+            out[name] = theta[at : at + size].reshape(shape).astype(np.float32)
+            at += size
+        return out, (max(0.0, float(theta[self.n_layers])) if self.search_rank else model_rank)
 
 
 class AntitheticAdam:
@@ -124,11 +150,12 @@ def _load_simulators(nodes: str, traces: tuple[str, ...], model: str, target: fl
     )
 
 
-def play_episode(job: tuple[np.ndarray, float, int, int]) -> float:
-    """Unallocated GPU % at 100 % arrival with score head ``head`` and rank weight ``rank`` on workload
-    ``seed`` of training trace ``trace``, decided as the model serves (its decision mode)."""
-    head, rank, trace, seed = job
-    net = PolicyNetwork({**_WORKER["params"], "w_out": head.astype(np.float32)}, prior_scale=_WORKER["prior_scale"])
+def play_episode(job: tuple[dict[str, np.ndarray], float, int, int]) -> float:
+    """Unallocated GPU % at 100 % arrival with the searched parameters ``searched`` and rank weight
+    ``rank`` on workload ``seed`` of training trace ``trace``, decided as the model serves (its decision
+    mode)."""
+    searched, rank, trace, seed = job
+    net = PolicyNetwork({**_WORKER["params"], **searched}, prior_scale=_WORKER["prior_scale"])
     core = _WORKER["cores"][trace]
     core.reset(seed)
     play_out(net, core, rank, _WORKER["mode"])
@@ -171,8 +198,8 @@ def _budget_left(args: Args, elapsed_s: float, per_iteration_s: float, validatio
 
 
 def finetune(args: Args, progress: Progress | None = None) -> TrainResult:
-    """Search the start model's head (and rank weight) on ``args.traces`` over ``args.nodes``; export the
-    best validated model to ``<out_dir>/<exp_name>-s<seed>/best.npz``."""
+    """Search the start model's ``es_layers`` (and rank weight) on ``args.traces`` over ``args.nodes``;
+    export the best validated model to ``<out_dir>/<exp_name>-s<seed>/best.npz``."""
     if args.mode != "fgd":
         raise ValueError("--method es fine-tunes on the FGD protocol only (--mode fgd)")
     if not args.max_minutes and not args.max_iterations:
@@ -180,12 +207,13 @@ def finetune(args: Args, progress: Progress | None = None) -> TrainResult:
     if (
         min(args.es_pairs, args.es_seeds_per_pair, args.es_eval_every) < 1
         or args.es_sigma <= 0
+        or args.es_hidden_sigma <= 0
         or args.es_rank_sigma < 0
         or args.es_confirm_seeds < 0
     ):
         raise ValueError(
-            "--es-pairs, --es-seeds-per-pair and --es-eval-every must be ≥ 1, --es-sigma > 0, --es-rank-sigma "
-            "and --es-confirm-seeds ≥ 0"
+            "--es-pairs, --es-seeds-per-pair and --es-eval-every must be ≥ 1, --es-sigma and --es-hidden-sigma "
+            "> 0, --es-rank-sigma and --es-confirm-seeds ≥ 0"
         )
     start_model = args.init_model or str(DEFAULT_MODEL)
     params, manifest, _ = read_model(start_model)
@@ -195,7 +223,7 @@ def finetune(args: Args, progress: Progress | None = None) -> TrainResult:
             "FGD protocol, without load: use --method ppo --mode dynamic"
         )
     model_rank = float(manifest["decision"]["rankScale"])
-    space = SearchSpace(tuple(params["w_out"].shape), args.es_rank_sigma > 0)
+    space = SearchSpace.of(params, tuple(args.es_layers), args.es_rank_sigma > 0)
     theta0 = space.start(params, model_rank)
     theta = theta0.copy()
     sigma, lr = space.scales(args)
@@ -222,8 +250,8 @@ def finetune(args: Args, progress: Progress | None = None) -> TrainResult:
         def play(t: np.ndarray, seeds: list[int] | tuple[int, ...]) -> list[float]:
             """θ on workload seeds of the first trace (validation and confirmation)."""
             nonlocal episodes
-            head, rank = space.split(t, model_rank)
-            results: list[float] = pool.map(play_episode, [(head, rank, 0, s) for s in seeds])
+            searched, rank = space.split(t, model_rank)
+            results: list[float] = pool.map(play_episode, [(searched, rank, 0, s) for s in seeds])
             episodes += len(results)
             return results
 
@@ -231,8 +259,9 @@ def finetune(args: Args, progress: Progress | None = None) -> TrainResult:
             return float(np.mean(play(t, args.val_seeds)))
 
         def describe(t: np.ndarray) -> dict[str, float]:
-            head, rank = space.split(t, model_rank)
-            return {"head_l1": float(np.abs(head).sum()), "rank_scale": rank}
+            searched, rank = space.split(t, model_rank)
+            moved = {f"{name}_moved": float(np.abs(searched[name] - params[name]).mean()) for name, _ in space.layers}
+            return {"head_l1": float(np.abs(searched.get("w_out", params["w_out"])).sum()), "rank_scale": rank, **moved}
 
         val = validate(theta)
         validation_s = time.monotonic() - t0
@@ -290,7 +319,7 @@ def finetune(args: Args, progress: Progress | None = None) -> TrainResult:
             report({"iteration": it, "confirmation": confirmation, "seconds": round(time.monotonic() - t0, 1)})
 
     best_val, best_it, best_theta = best
-    head, rank = space.split(best_theta, model_rank)
+    searched, rank = space.split(best_theta, model_rank)
     pods = load_pods(args.traces[0])
     exported = {
         **manifest,
@@ -318,6 +347,6 @@ def finetune(args: Args, progress: Progress | None = None) -> TrainResult:
         },
     }
     path = run_dir / "best.npz"
-    save_model(path, {**params, "w_out": head.astype(np.float32)}, exported)
+    save_model(path, {**params, **searched}, exported)
     path.with_suffix(".json").write_text(json.dumps(exported, indent=1, sort_keys=True) + "\n")
     return TrainResult(str(path), best_val, final_val, episodes, time.monotonic() - t0, str(run_dir), history)

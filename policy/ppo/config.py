@@ -110,6 +110,12 @@ class Args:
     """es: perturbation scale of each score-head weight."""
     es_lr: float = 0.1
     """es: Adam step size of the score head."""
+    es_layers: tuple[str, ...] = ("w_out",)
+    """es: the policy network's parameters searched (of ``w1 b1 w2 b2 w_out``): the score head alone by
+    default; adding the hidden layers lets the search change the features the head sees."""
+    es_hidden_sigma: float = 0.03
+    """es: perturbation scale of each searched parameter other than ``w_out`` (its step size keeps the
+    head's ratio, ``es_lr / es_sigma``)."""
     es_rank_sigma: float = 20.0
     """es: perturbation scale of the rank weight (``decision.rankScale``; 0 keeps the start model's)."""
     es_rank_lr: float = 5.0

@@ -15,7 +15,7 @@ from rlsched.cli import main as cli_main
 from rlsched.policy.cli_train import training_method
 from rlsched.policy.es_finetune import AntitheticAdam, SearchSpace, _budget_left, confirm, confirmation_seeds
 from rlsched.policy.export import read_model
-from rlsched.policy.learned import DEFAULT_MODEL, load_learned_scorer
+from rlsched.policy.learned import DEFAULT_MODEL, SERVED_MODEL, load_learned_scorer
 from rlsched.policy.ppo.config import Args
 from rlsched.policy.trace import load_pods
 from rlsched.policy.typical import typical_pods
@@ -44,13 +44,35 @@ def test_antithetic_gradient_is_the_finite_difference_along_each_direction() -> 
 
 def test_search_space_clips_the_rank_weight_and_keeps_the_model_s_when_not_searched() -> None:
     params = {"w_out": np.arange(4, dtype=np.float32)}
-    searched = SearchSpace((4,), True)
+    searched = SearchSpace.of(params, ("w_out",), True)
     theta = searched.start(params, 80.0)
     assert theta.tolist() == [0, 1, 2, 3, 80]
     assert searched.split(np.array([0, 1, 2, 3, -5.0]), 80.0)[1] == 0.0
-    kept = SearchSpace((4,), False)
-    head, rank = kept.split(kept.start(params, 80.0), 80.0)
-    assert head.tolist() == [0, 1, 2, 3] and rank == 80.0
+    kept = SearchSpace.of(params, ("w_out",), False)
+    layers, rank = kept.split(kept.start(params, 80.0), 80.0)
+    assert layers["w_out"].tolist() == [0, 1, 2, 3] and rank == 80.0
+
+
+def test_search_space_over_hidden_layers_round_trips_and_scales_each_layer() -> None:
+    """θ lays the searched layers out in the network's order, whatever order they are named in; the head
+    gets ``es_sigma``, the others ``es_hidden_sigma``, every step size the head's ratio (0.1 / 0.5)."""
+    params = {
+        "w2": np.arange(6, dtype=np.float32).reshape(2, 3),
+        "b2": np.array([7.0, 8.0, 9.0], dtype=np.float32),
+        "w_out": np.array([-1.0, -2.0, -3.0], dtype=np.float32),
+    }
+    space = SearchSpace.of(params, ("w_out", "w2"), False)
+    theta = space.start(params, 80.0)
+    assert theta.tolist() == [0, 1, 2, 3, 4, 5, -1, -2, -3]
+    layers, _ = space.split(theta, 80.0)
+    assert set(layers) == {"w2", "w_out"} and layers["w2"].shape == (2, 3) and layers["w2"].dtype == np.float32
+    assert np.array_equal(layers["w2"], params["w2"]) and np.array_equal(layers["w_out"], params["w_out"])
+    sigma, lr = space.scales(Args(es_sigma=0.5, es_lr=0.1, es_hidden_sigma=0.03))
+    assert np.allclose(sigma, [0.03] * 6 + [0.5] * 3) and np.allclose(lr, [0.006] * 6 + [0.1] * 3)
+    with pytest.raises(ValueError, match="--es-layers"):
+        SearchSpace.of(params, ("b_out",), False)
+    with pytest.raises(ValueError, match="--es-layers"):
+        SearchSpace.of(params, (), False)
 
 
 def test_the_time_budget_keeps_room_for_the_last_validation() -> None:
@@ -199,6 +221,35 @@ def test_es_runs_are_reproducible(tmp_path: Path) -> None:
     pb, mb, _ = read_model(tmp_path / "b" / "b-s2" / "best.npz")
     assert np.array_equal(pa["w_out"], pb["w_out"])
     assert ma["decision"] == mb["decision"]
+
+
+def test_es_over_a_hidden_layer_moves_it_and_nothing_outside_the_search(tmp_path: Path, capsys) -> None:
+    """On the tiny cluster no iterate validates better (seed 2), so the start is exported; the rows show
+    the search moving ``w2`` and the head, and the manifest records what was searched."""
+    rc, run_dir = _es_run(tmp_path, "hidden", 2, "--es-layers", "w_out", "w2", "--es-hidden-sigma", "0.5")
+    assert rc == 0
+    printed = json.loads(capsys.readouterr().out)
+    rows = [r for r in _rows(run_dir) if "train_seeds" in r]
+    assert len(rows) == 3 and all(r["w2_moved"] > 0 and r["w_out_moved"] > 0 for r in rows)
+    assert all("w1_moved" not in r and "b2_moved" not in r for r in rows)
+    # Adam's first step moves every coordinate by about its step size: 0.5 · (0.1 / 20) for w2
+    assert rows[0]["w2_moved"] == pytest.approx(0.5 * 0.1 / 20, rel=0.05)
+    params, manifest, _ = read_model(printed["model"])
+    assert manifest["training"]["args"]["es_layers"] == ["w_out", "w2"]
+    start, _, _ = read_model(DEFAULT_MODEL)
+    assert all(np.array_equal(params[key], start[key]) for key in start)
+    # From the served model (a head large enough for h2 to matter), a search of w2 alone changes episodes:
+    # the hidden layer reaches the simulations the workers play.
+    rc, run_dir = _es_run(
+        tmp_path, "w2-only", 2, "--init", str(SERVED_MODEL), "--es-layers", "w2", "--es-rank-sigma", "0"
+    )
+    assert rc == 0 and any(r.get("pair_diff_abs_mean", 0) > 0 for r in _rows(run_dir))
+    capsys.readouterr()
+    nodes, pods = write_workload(tmp_path / "again")
+    argv = ["train", "--nodes", nodes, "--pods", pods, "--init", str(DEFAULT_MODEL), "--max-iterations", "1"]
+    assert cli_main([*argv, "--es-layers", "b_out", "--out-dir", str(tmp_path / "never")]) == 2  # not searchable
+    assert not (tmp_path / "never").exists()
+    assert "--es-layers" in capsys.readouterr().err
 
 
 def test_es_refuses_bad_input_before_any_worker_starts(tmp_path: Path, capsys) -> None:

@@ -217,6 +217,8 @@ def plot_curves(
             pts = [(s, h[key]) for s, h in zip(steps, history, strict=True) if h.get(key) is not None]
             if pts:
                 ax.plot(*zip(*pts, strict=True), "-o" if key == "val_unallocated" else "-", markersize=3)
+            elif key == "val_unallocated":
+                ax.text(0.5, 0.5, "not validated in this run (--eval-every 0)", ha="center", transform=ax.transAxes)
         if key == "explained_variance":
             ax.set_ylim(-1.05, 1.05)  # the first iterations' values (before the critic fits) would hide the rest
         ax.set_title(title, fontsize=9)

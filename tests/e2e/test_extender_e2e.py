@@ -596,7 +596,15 @@ def test_node_load_comes_from_prometheus(local: Any, env: Env) -> None:
         return vals if vals and abs(vals[0] - 0.42) < 1e-3 else None
 
     wait_for(prom_memory, 30, "Prometheus to return the pinned memory load")
-    time.sleep(3)  # one more poll of the extender (intervalS 2)
+    confirmed = time.monotonic()
+
+    def polled_since() -> bool:
+        # A poll that finished ≥ 0.5 s after Prometheus answered with the pinned value was sent after
+        # it (a query takes milliseconds): waiting for one, not a fixed sleep, holds on a loaded machine.
+        age = local.extender.status()["load"]["columns"]["memory"]["ageSeconds"]
+        return age is not None and age < time.monotonic() - confirmed - 0.5
+
+    wait_for(polled_since, 30, "an extender poll after Prometheus returned the pinned load")
     env.submit([pod("load-probe", cpu=1000, hostname=host)])
     env.wait_bound(["load-probe"], timeout=60)
     rec = wait_for(

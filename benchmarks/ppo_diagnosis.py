@@ -20,6 +20,10 @@ share the future (common random numbers, :mod:`rlsched.policy.ppo.vine`). It rep
 
     python benchmarks/ppo_diagnosis.py --seeds 6000-6019 --points 16 --actions 3 --window 0.6 0.96 \\
         --workers 2 --fit --json docs/ppo-diagnosis.json
+
+Playing is the slow part (about 30 s per seed and core): ``--max-minutes`` stops it and keeps the seeds
+played, ``--save-points FILE`` keeps the branched states, and ``--from-points FILE`` reads them back to
+refit (``--fit-epochs``) without playing again.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import pickle
 import sys
 import time
 from pathlib import Path
@@ -166,6 +171,9 @@ def learnability(by_seed: dict[int, list[BranchPoint]], model: str, epochs: int)
     return {
         "train_states": len(train),
         "heldout_states": len(val),
+        "heldout_pairs": sum(
+            int(r[i] != r[j]) for r in (p.returns for p in val) for i in range(len(r)) for j in range(i + 1, len(r))
+        ),
         "heldout_pairs_accuracy_bundled": accuracy(agent(), val),
         "heldout_pairs_accuracy_prior_only": accuracy(agent(zero_head=True), val),
         "heldout_pairs_accuracy_fitted": accuracy(fitted, val),
@@ -173,6 +181,40 @@ def learnability(by_seed: dict[int, list[BranchPoint]], model: str, epochs: int)
         "train_pairs_accuracy_fitted": accuracy(fitted, train),
         "fit_epochs": epochs,
     }
+
+
+def collect(args: argparse.Namespace) -> tuple[dict[int, list[BranchPoint]], list[float]]:
+    """Play every seed and branch, in ``args.workers`` processes: (states by seed, each episode's unallocated %)."""
+    jobs = [
+        {
+            "seed": s,
+            "nodes": args.nodes,
+            "pods": args.pods,
+            "model": args.model,
+            "window": args.window,
+            "points": args.points,
+            "actions": args.actions,
+            "mode": args.mode,
+        }
+        for s in parse_seeds(args.seeds)
+    ]
+    by_seed: dict[int, list[BranchPoint]] = {}
+    unalloc: list[float] = []
+    deadline = time.time() + 60 * args.max_minutes if args.max_minutes > 0 else None
+    with multiprocessing.get_context("fork").Pool(max(1, args.workers)) as pool:
+        results = pool.imap_unordered(collect_seed, jobs)
+        while True:
+            try:
+                seed, pts, u, secs = results.next(None if deadline is None else max(0.0, deadline - time.time()))
+            except StopIteration:
+                break
+            except multiprocessing.TimeoutError:
+                print(f"--max-minutes reached: {len(by_seed)} of {len(jobs)} seeds played", file=sys.stderr, flush=True)
+                break
+            by_seed[seed] = pts
+            unalloc.append(u)
+            print(f"seed {seed}: unallocated {u:.3f} %, {len(pts)} states, {secs:.0f} s", file=sys.stderr, flush=True)
+    return by_seed, unalloc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,36 +230,41 @@ def main(argv: list[str] | None = None) -> int:
         "--mode", choices=("greedy", "sample"), default="greedy", help="how the model plays (default: %(default)s)"
     )
     p.add_argument("--workers", type=int, default=1, help="processes (default: %(default)s)")
+    p.add_argument(
+        "--max-minutes",
+        type=float,
+        default=0.0,
+        help="stop playing seeds after this long, keeping those done (0: none)",
+    )
     p.add_argument("--fit", action="store_true", help="also test whether the per-decision signal is learnable (torch)")
     p.add_argument("--fit-epochs", type=int, default=30, help="epochs of the --fit check (default: %(default)s)")
     p.add_argument("--json", help="write the figures here")
+    p.add_argument(
+        "--save-points", help="also pickle the branch states and the episodes' results here (for --from-points)"
+    )
+    p.add_argument(
+        "--from-points",
+        help="read the states of an earlier --save-points instead of playing (--nodes, --pods, --seeds and the "
+        "play settings are then that run's; --model must be the model that played them)",
+    )
     args = p.parse_args(argv)
 
     t0 = time.time()
-    jobs = [
-        {
-            "seed": s,
-            "nodes": args.nodes,
-            "pods": args.pods,
-            "model": args.model,
-            "window": args.window,
-            "points": args.points,
-            "actions": args.actions,
-            "mode": args.mode,
-        }
-        for s in parse_seeds(args.seeds)
-    ]
-    by_seed: dict[int, list[BranchPoint]] = {}
-    unalloc = []
-    with multiprocessing.get_context("fork").Pool(max(1, args.workers)) as pool:
-        for seed, pts, u, secs in pool.imap_unordered(collect_seed, jobs):
-            by_seed[seed] = pts
-            unalloc.append(u)
-            print(f"seed {seed}: unallocated {u:.3f} %, {len(pts)} states, {secs:.0f} s", file=sys.stderr, flush=True)
+    if args.from_points:
+        with open(args.from_points, "rb") as f:
+            saved = pickle.load(f)
+        by_seed, unalloc = saved["by_seed"], saved["unalloc"]
+        for key in ("seeds", "mode", "actions", "window"):
+            setattr(args, key, saved["args"][key])
+    else:
+        by_seed, unalloc = collect(args)
+    if args.save_points:
+        with open(args.save_points, "wb") as f:
+            pickle.dump({"by_seed": by_seed, "unalloc": unalloc, "args": vars(args)}, f, pickle.HIGHEST_PROTOCOL)
     points = [pt for s in sorted(by_seed) for pt in by_seed[s]]
     figures: dict[str, Any] = {
         "model": Path(args.model).name,
-        "seeds": args.seeds,
+        "seeds": f"{args.seeds} ({len(by_seed)} seeds played)",
         "mode": args.mode,
         "actions_per_state": args.actions,
         "window": list(args.window),

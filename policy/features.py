@@ -110,6 +110,20 @@ PRIOR_SCALE_MILLI = 1000.0
 """The prior (FGD-CPU's Frag_before − Frag_after) is given to the network in cards (milli / 1000)."""
 
 
+def _columns(first: str, last: str) -> slice:
+    return slice(FEATURES.index(first), FEATURES.index(last) + 1)
+
+
+_POD = _columns(POD_FEATURES[0], POD_FEATURES[-1])
+_NODE_HEAD = _columns("cpu_free", "gpu_free_total")
+_CARD_SLOTS = _columns("card_free_0", f"card_free_{CARD_SLOTS - 1}")
+_NODE_TAIL = _columns("cpu_per_free_card", "mem_per_free_card")
+_AFTER = _columns(AFTER_FEATURES[0], AFTER_FEATURES[-1])
+_FRAG = _columns(FRAG_FEATURES[0], FRAG_FEATURES[-1])
+_PRICE = FEATURES.index("price_rel")
+_LOAD = _columns("load_cpu", "load_known")
+
+
 @dataclass
 class Candidates:
     """One pod's feasible nodes, grouped into interchangeable nodes, with a feature row per group."""
@@ -161,21 +175,8 @@ class FeatureEncoder:
         keys = node_keys(state)[nodes]
         load_known = self.use_load and not np.isnan(state.load).all()
         if load_known:
-            load = np.nan_to_num(state.load[nodes], nan=-1.0)
-            _, first, inverse, count = np.unique(
-                np.column_stack([keys.astype(np.float64), load]),
-                axis=0,
-                return_index=True,
-                return_inverse=True,
-                return_counts=True,
-            )
-        else:
-            _, first, inverse, count = np.unique(keys, return_index=True, return_inverse=True, return_counts=True)
-        # np.unique orders groups by key; order them by their lowest node instead (stable, readable).
-        order = np.argsort(first, kind="stable")
-        remap = np.empty_like(order)
-        remap[order] = np.arange(len(order))
-        return first[order], remap[inverse.reshape(-1)], count[order], load_known
+            return (*_factorize(keys, np.nan_to_num(state.load[nodes], nan=-1.0)), load_known)
+        return (*_factorize(keys), load_known)
 
     def encode(self, state: ClusterState, req: PodRequest, nodes: np.ndarray) -> Candidates:
         """Feature rows for ``req`` on the feasible ``nodes`` (indices, ascending; at least one)."""
@@ -186,11 +187,11 @@ class FeatureEncoder:
         fgd, fgdcpu = self.measures(state)
         pf = fgd.placement(state, req, n)
         _, cpu_card, cpu_delta = fgdcpu.placement(state, req, n)
-        cols: list[Any] = []
+        x = np.empty((g, NUM_FEATURES), dtype=np.float32)
         # pod
+        x[:, _POD] = pod_columns(req)
         gpu_total = req.gpu_total
         milli = req.gpu_milli if req.is_gpu else 0
-        cols += pod_columns(req)
         # node now
         cpu_cap = state.cpu_cap[n]
         mem_cap = state.mem_cap[n]
@@ -199,10 +200,10 @@ class FeatureEncoder:
         cards = state.card_free[n]
         free_total = cards.sum(axis=1).astype(np.float64)
         full_free = state.full_free[n].astype(np.float64)
-        ordered = -np.sort(-cards, axis=1)[:, :CARD_SLOTS] / MILLI_PER_CARD
-        if ordered.shape[1] < CARD_SLOTS:
-            ordered = np.pad(ordered, ((0, 0), (0, CARD_SLOTS - ordered.shape[1])))
-        cols += [
+        slots = min(CARD_SLOTS, cards.shape[1])  # most free first; zeros where a cluster has fewer cards
+        x[:, _CARD_SLOTS] = 0.0
+        x[:, _CARD_SLOTS.start : _CARD_SLOTS.start + slots] = -np.sort(-cards, axis=1)[:, :slots] / MILLI_PER_CARD
+        cols: list[Any] = [
             cpu_free / MAX_CPU,
             cpu_free / cpu_cap,
             mem_free / MAX_MEM,
@@ -210,10 +211,11 @@ class FeatureEncoder:
             state.gpu_count[n] / 8.0,
             full_free / 8.0,
             free_total / MAX_GPU,
-            *ordered.T,
-            _per_card(cpu_free, full_free, CPU_PER_CARD),
-            _per_card(mem_free, full_free, MEM_PER_CARD),
         ]
+        _write(x, _NODE_HEAD, cols)
+        x[:, _NODE_TAIL] = np.column_stack(
+            [_per_card(cpu_free, full_free, CPU_PER_CARD), _per_card(mem_free, full_free, MEM_PER_CARD)]
+        )
         # after placing the pod (a share pod on FGD-CPU's card)
         cpu_left = cpu_free - req.cpu_milli
         mem_left = mem_free - req.memory_mib
@@ -226,7 +228,7 @@ class FeatureEncoder:
             full_after = full_free - req.num_gpu
             card_left = 0.0
         gpu_left = free_total - gpu_total
-        cols += [
+        cols = [
             cpu_left / MAX_CPU,
             cpu_left / cpu_cap,
             mem_left / mem_cap,
@@ -237,28 +239,29 @@ class FeatureEncoder:
             _per_card(mem_left, full_after, MEM_PER_CARD),
             0.5 * cpu_left / MAX_CPU + 0.5 * gpu_left / MAX_GPU,
         ]
-        # fragmentation (FGD and FGD-CPU), in cards
-        cols += [
+        _write(x, _AFTER, cols)
+        # fragmentation (FGD and FGD-CPU), in cards; the placements above brought both caches up to date
+        frag_now = fgd.node_frag(state)
+        cols = [
             pf.delta / PRIOR_SCALE_MILLI,
             pf.best_delta / PRIOR_SCALE_MILLI,
             pf.score / 100.0,
             cpu_delta / PRIOR_SCALE_MILLI,
-            fgd.node_frag(state)[n] / PRIOR_SCALE_MILLI,
+            frag_now[n] / PRIOR_SCALE_MILLI,
             fgdcpu.node_frag(state)[n] / PRIOR_SCALE_MILLI,
         ]
+        _write(x, _FRAG, cols)
         # cost and load
-        mean_price = float(state.price.mean())
-        cols.append(state.price[n] / mean_price if mean_price > 0 else 1.0)
+        mean_price = _capacity(state)[2]
+        x[:, _PRICE] = state.price[n] / mean_price if mean_price > 0 else 1.0
         if load_known:
             load = state.load[n]
-            cols += [np.nan_to_num(load[:, 0]), np.nan_to_num(load[:, 1]), (~np.isnan(load[:, 0])).astype(np.float64)]
+            x[:, _LOAD] = np.column_stack(
+                [np.nan_to_num(load[:, 0]), np.nan_to_num(load[:, 1]), (~np.isnan(load[:, 0])).astype(np.float64)]
+            )
         else:
-            cols += [0.0, 0.0, 0.0]
-        cols += list(self.cluster_context(state, len(nodes), g))
-        x = np.empty((g, NUM_FEATURES), dtype=np.float32)
-        assert len(cols) == NUM_FEATURES
-        for i, c in enumerate(cols):
-            x[:, i] = c
+            x[:, _LOAD] = 0.0
+        x[:, CLUSTER_SLICE] = self._cluster_columns(state, len(nodes), g, float(frag_now.sum()))
         return Candidates(
             nodes=nodes,
             group=group,
@@ -273,12 +276,16 @@ class FeatureEncoder:
         """float32[len(CLUSTER_FEATURES)]: the cluster-level columns for a pod with ``feasible``
         feasible nodes in ``groups`` groups (also what the value head sees when no node fits)."""
         fgd, _ = self.measures(state)
+        return self._cluster_columns(state, feasible, groups, fgd.cluster_frag(state))
+
+    @staticmethod
+    def _cluster_columns(state: ClusterState, feasible: int, groups: int, cluster_frag: float) -> np.ndarray:
         gpu_alloc, full_free, cpu_free = cluster_fill(state)
         return np.array(
             [
                 gpu_alloc,
                 full_free,
-                fgd.cluster_frag(state) / max(state.gpu_milli_capacity, 1),
+                cluster_frag / max(state.gpu_milli_capacity, 1),
                 cpu_free,
                 feasible / state.num_nodes,
                 groups / max(feasible, 1),
@@ -327,11 +334,59 @@ def pod_columns(req: PodRequest) -> list[float]:
 def cluster_fill(state: ClusterState) -> tuple[float, float, float]:
     """How full the cluster is: ``cluster_gpu_alloc``, ``cluster_full_free`` and ``cluster_cpu_free``
     (fractions of GPU milli allocated, of cards fully free, of CPU free)."""
+    cards, cpu_cap, _ = _capacity(state)
+    capacity = cards * MILLI_PER_CARD
     return (
-        state.gpu_milli_allocated / max(state.gpu_milli_capacity, 1),
-        float(state.full_free.sum()) / max(int(state.gpu_count.sum()), 1),
-        float(state.cpu_free.sum()) / max(float(state.cpu_cap.sum()), 1.0),
+        (capacity - int(state.card_free.sum())) / max(capacity, 1),
+        float(state.full_free.sum()) / max(cards, 1),
+        float(state.cpu_free.sum()) / max(cpu_cap, 1.0),
     )
+
+
+def _capacity(state: ClusterState) -> tuple[int, float, float]:
+    """(cards, cpu capacity in milli, mean node price): fixed for a state's life, so computed once."""
+    cached = state.caches.get("feature-capacity")
+    if cached is None:
+        cached = state.caches["feature-capacity"] = (
+            np.array([state.gpu_count.sum()], dtype=np.int64),
+            np.array([state.cpu_cap.sum(), state.price.mean()], dtype=np.float64),
+        )
+    cards, floats = cached
+    return int(cards[0]), float(floats[0]), float(floats[1])
+
+
+def _factorize(keys: np.ndarray, extra: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Groups of equal ``keys`` (and equal rows of ``extra``, float[K, M], if given), numbered by first
+    appearance: (first position of each group, group of each key, size of each group). What
+    ``np.unique(return_index, return_inverse, return_counts)`` gives, renumbered by first position,
+    without its general-purpose overhead (this runs per pod)."""
+    n = len(keys)
+    # A stable sort keeps equal keys in position order, so each group's first entry is its lowest.
+    perm = np.argsort(keys, kind="stable") if extra is None else np.lexsort((*extra.T[::-1], keys))
+    ordered = keys[perm]
+    starts_here = np.empty(n, dtype=np.bool_)
+    starts_here[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts_here[1:])
+    if extra is not None:
+        rows = extra[perm]
+        starts_here[1:] |= (rows[1:] != rows[:-1]).any(axis=1)
+    starts = starts_here.nonzero()[0]
+    first = perm[starts]
+    count = np.empty(len(starts), dtype=np.int64)
+    count[:-1] = starts[1:] - starts[:-1]
+    count[-1:] = n - starts[-1:]
+    order = first.argsort()
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    group = np.empty(n, dtype=np.int64)
+    group[perm] = rank[starts_here.cumsum() - 1]
+    return first[order], group, count[order]
+
+
+def _write(x: np.ndarray, columns: slice, values: list[Any]) -> None:
+    """``x[:, columns] = values``, one column per value (arrays of one value per row, or scalars)."""
+    for i, value in zip(range(columns.start, columns.stop), values, strict=True):
+        x[:, i] = value
 
 
 def _per_card(amount: np.ndarray, free_cards: np.ndarray, scale: float) -> np.ndarray:

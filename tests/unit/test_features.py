@@ -7,7 +7,15 @@ import pytest
 from ppo_fixtures import filled_state, small_pods, small_typical
 
 from rlsched.policy import ClusterState, Fragmentation, NodeSpec, PodSpec, feasible_nodes
-from rlsched.policy.features import CLUSTER_FEATURES, CLUSTER_SLICE, FEATURES, NUM_FEATURES, FeatureEncoder, node_keys
+from rlsched.policy.features import (
+    CLUSTER_FEATURES,
+    CLUSTER_SLICE,
+    FEATURES,
+    NUM_FEATURES,
+    FeatureEncoder,
+    _factorize,
+    node_keys,
+)
 from rlsched.policy.scorers.fgd_cpu import CpuFragmentation
 
 COL = {name: i for i, name in enumerate(FEATURES)}
@@ -42,6 +50,30 @@ def test_group_rows_equal_per_node_rows(seed: int) -> None:
             alone = enc.encode(state, req, np.array([n]))
             assert np.allclose(alone.features[0, node_cols], cand.features[cand.group[k], node_cols], atol=1e-6)
             assert alone.prior[0] == pytest.approx(cand.prior[cand.group[k]])
+
+
+def unique_by_first_position(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The reference: np.unique over rows, groups renumbered by their lowest position."""
+    _, first, inverse, count = np.unique(rows, axis=0, return_index=True, return_inverse=True, return_counts=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return first[order], rank[inverse.reshape(-1)], count[order]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_factorize_is_np_unique_renumbered_by_first_position(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    size = int(rng.integers(1, 400))
+    keys = rng.integers(0, int(rng.integers(1, 60)), size) * 7_919_000_003 - 10**12
+    load = rng.choice([-1.0, 0.0, 0.25, 0.5, 0.9], size=(size, 2))
+    first, group, count = _factorize(keys)
+    for got, want in zip((first, group, count), unique_by_first_position(keys[:, None]), strict=True):
+        assert got.dtype == np.int64 and (got == want).all()
+    both = np.column_stack([keys.astype(np.float64), load])
+    for got, want in zip(_factorize(keys, load), unique_by_first_position(both), strict=True):
+        assert (got == want).all()
+    assert (np.diff(first) > 0).all() and (group[first] == np.arange(len(first))).all()
 
 
 def test_interchangeable_nodes_share_a_group_and_cards_map_per_node() -> None:

@@ -26,7 +26,7 @@ import numpy as np
 
 from .cards import default_cards
 from .cluster import ClusterState, PodRequest
-from .fragmentation import Fragmentation
+from .fragmentation import Fragmentation, numpy_kernel
 from .resources import MILLI_PER_CARD
 from .scorers.fgd_cpu import DEFAULT_CPU_WEIGHT, CpuFragmentation
 from .typical import TypicalPods
@@ -115,10 +115,8 @@ def _columns(first: str, last: str) -> slice:
 
 
 _POD = _columns(POD_FEATURES[0], POD_FEATURES[-1])
-_NODE_HEAD = _columns("cpu_free", "gpu_free_total")
-_CARD_SLOTS = _columns("card_free_0", f"card_free_{CARD_SLOTS - 1}")
-_NODE_TAIL = _columns("cpu_per_free_card", "mem_per_free_card")
-_AFTER = _columns(AFTER_FEATURES[0], AFTER_FEATURES[-1])
+_NODE_AND_AFTER = _columns(NODE_FEATURES[0], AFTER_FEATURES[-1])  # written by _node_columns, in this order
+assert FEATURES[_NODE_AND_AFTER] == (*NODE_FEATURES, *AFTER_FEATURES)
 _FRAG = _columns(FRAG_FEATURES[0], FRAG_FEATURES[-1])
 _PRICE = FEATURES.index("price_rel")
 _LOAD = _columns("load_cpu", "load_known")
@@ -190,56 +188,27 @@ class FeatureEncoder:
         x = np.empty((g, NUM_FEATURES), dtype=np.float32)
         # pod
         x[:, _POD] = pod_columns(req)
-        gpu_total = req.gpu_total
-        milli = req.gpu_milli if req.is_gpu else 0
-        # node now
-        cpu_cap = state.cpu_cap[n]
-        mem_cap = state.mem_cap[n]
-        cpu_free = state.cpu_free[n].astype(np.float64)
-        mem_free = state.mem_free[n].astype(np.float64)
-        cards = state.card_free[n]
-        free_total = cards.sum(axis=1).astype(np.float64)
-        full_free = state.full_free[n].astype(np.float64)
-        slots = min(CARD_SLOTS, cards.shape[1])  # most free first; zeros where a cluster has fewer cards
-        x[:, _CARD_SLOTS] = 0.0
-        x[:, _CARD_SLOTS.start : _CARD_SLOTS.start + slots] = -np.sort(-cards, axis=1)[:, :slots] / MILLI_PER_CARD
-        cols: list[Any] = [
-            cpu_free / MAX_CPU,
-            cpu_free / cpu_cap,
-            mem_free / MAX_MEM,
-            mem_free / mem_cap,
-            state.gpu_count[n] / 8.0,
-            full_free / 8.0,
-            free_total / MAX_GPU,
-        ]
-        _write(x, _NODE_HEAD, cols)
-        x[:, _NODE_TAIL] = np.column_stack(
-            [_per_card(cpu_free, full_free, CPU_PER_CARD), _per_card(mem_free, full_free, MEM_PER_CARD)]
+        # node now, and after placing the pod (a share pod on FGD-CPU's card)
+        card_free = np.full(g, -1, dtype=np.int64)
+        _node_columns(
+            state.cpu_cap[n],
+            state.mem_cap[n],
+            state.cpu_free[n],
+            state.mem_free[n],
+            state.card_free[n],
+            state.full_free[n],
+            state.gpu_count[n],
+            req.cpu_milli,
+            req.memory_mib,
+            req.gpu_total,
+            req.gpu_milli if req.is_gpu else 0,
+            req.num_gpu,
+            req.is_share,
+            cpu_card,
+            x,
+            _NODE_AND_AFTER.start,
+            card_free,
         )
-        # after placing the pod (a share pod on FGD-CPU's card)
-        cpu_left = cpu_free - req.cpu_milli
-        mem_left = mem_free - req.memory_mib
-        if req.is_share:
-            card_free = cards[np.arange(g), cpu_card]
-            full_after = full_free - (card_free == MILLI_PER_CARD)
-            card_left = (card_free - milli) / MILLI_PER_CARD
-        else:
-            card_free = np.full(g, -1, dtype=np.int64)
-            full_after = full_free - req.num_gpu
-            card_left = 0.0
-        gpu_left = free_total - gpu_total
-        cols = [
-            cpu_left / MAX_CPU,
-            cpu_left / cpu_cap,
-            mem_left / mem_cap,
-            gpu_left / MAX_GPU,
-            full_after / 8.0,
-            card_left,
-            _per_card(cpu_left, full_after, CPU_PER_CARD),
-            _per_card(mem_left, full_after, MEM_PER_CARD),
-            0.5 * cpu_left / MAX_CPU + 0.5 * gpu_left / MAX_GPU,
-        ]
-        _write(x, _AFTER, cols)
         # fragmentation (FGD and FGD-CPU), in cards; the placements above brought both caches up to date
         frag_now = fgd.node_frag(state)
         cols = [
@@ -389,10 +358,81 @@ def _write(x: np.ndarray, columns: slice, values: list[Any]) -> None:
         x[:, i] = value
 
 
-def _per_card(amount: np.ndarray, free_cards: np.ndarray, scale: float) -> np.ndarray:
+@numpy_kernel
+def _node_columns(
+    cpu_cap: np.ndarray,
+    mem_cap: np.ndarray,
+    cpu_free: np.ndarray,
+    mem_free: np.ndarray,
+    cards: np.ndarray,
+    full_free: np.ndarray,
+    gpu_count: np.ndarray,
+    pod_cpu: int,
+    pod_mem: int,
+    pod_gpu_total: int,
+    pod_milli: int,
+    pod_num_gpu: int,
+    pod_is_share: bool,
+    share_card: np.ndarray,
+    x: np.ndarray,
+    start: int,
+    card_free: np.ndarray,
+) -> None:
+    """Columns :data:`NODE_FEATURES` then :data:`AFTER_FEATURES` of ``x``, from column ``start``, for
+    each row's node (arrays indexed by row); for a share pod also ``card_free[row]``, the free milli of
+    the card it would get (``share_card[row]``).
+
+    Value for value what the numpy expressions in the comments give, in float64 and then stored as
+    float32 (one kernel instead of ~40 small numpy operations per pod)."""
+    slots = min(CARD_SLOTS, cards.shape[1])
+    for r in range(x.shape[0]):
+        cpu = float(cpu_free[r])
+        mem = float(mem_free[r])
+        full = float(full_free[r])
+        total = float(cards[r].sum())
+        c = start
+        x[r, c] = cpu / MAX_CPU
+        x[r, c + 1] = cpu / cpu_cap[r]
+        x[r, c + 2] = mem / MAX_MEM
+        x[r, c + 3] = mem / mem_cap[r]
+        x[r, c + 4] = gpu_count[r] / 8.0
+        x[r, c + 5] = full / 8.0
+        x[r, c + 6] = total / MAX_GPU
+        ordered = np.sort(cards[r])  # card_free_i: the i-th most free card, in cards
+        for i in range(CARD_SLOTS):
+            x[r, c + 7 + i] = ordered[len(ordered) - 1 - i] / MILLI_PER_CARD if i < slots else 0.0
+        c += 7 + CARD_SLOTS
+        x[r, c] = _per_card(cpu, full, CPU_PER_CARD)
+        x[r, c + 1] = _per_card(mem, full, MEM_PER_CARD)
+        # after placing
+        cpu_left = cpu - pod_cpu
+        mem_left = mem - pod_mem
+        if pod_is_share:
+            card_free[r] = cards[r, share_card[r]]
+            full_after = full - (1.0 if card_free[r] == MILLI_PER_CARD else 0.0)
+            card_left = (card_free[r] - pod_milli) / MILLI_PER_CARD
+        else:
+            full_after = full - pod_num_gpu
+            card_left = 0.0
+        gpu_left = total - pod_gpu_total
+        c += 2
+        x[r, c] = cpu_left / MAX_CPU
+        x[r, c + 1] = cpu_left / cpu_cap[r]
+        x[r, c + 2] = mem_left / mem_cap[r]
+        x[r, c + 3] = gpu_left / MAX_GPU
+        x[r, c + 4] = full_after / 8.0
+        x[r, c + 5] = card_left
+        x[r, c + 6] = _per_card(cpu_left, full_after, CPU_PER_CARD)
+        x[r, c + 7] = _per_card(mem_left, full_after, MEM_PER_CARD)
+        x[r, c + 8] = 0.5 * cpu_left / MAX_CPU + 0.5 * gpu_left / MAX_GPU
+
+
+@numpy_kernel
+def _per_card(amount: float, free_cards: float, scale: float) -> float:
     """``amount`` per fully free card, scaled and capped; the cap where no card is free."""
-    per = amount / np.maximum(free_cards, 1) / scale
-    return np.where(free_cards > 0, np.minimum(per, PER_CARD_CAP), PER_CARD_CAP)
+    if free_cards > 0:
+        return min(amount / max(free_cards, 1.0) / scale, PER_CARD_CAP)
+    return PER_CARD_CAP
 
 
 def node_keys(state: ClusterState) -> np.ndarray:

@@ -35,6 +35,12 @@ def kernel(fn: _Kernel) -> _Kernel:
     return cast(_Kernel, numba.njit(cache=True, nogil=True)(fn))
 
 
+def numpy_kernel(fn: _Kernel) -> _Kernel:
+    """:func:`kernel` with numpy's float semantics: ``x / 0.0`` gives inf or nan, as in numpy, where
+    numba's default raises ``ZeroDivisionError`` (for kernels that replace numpy code value for value)."""
+    return cast(_Kernel, numba.njit(cache=True, nogil=True, error_model="numpy")(fn))
+
+
 @kernel
 def _node_frag(
     row: np.ndarray,

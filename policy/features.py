@@ -254,7 +254,7 @@ class FeatureEncoder:
             [
                 gpu_alloc,
                 full_free,
-                cluster_frag / max(state.gpu_milli_capacity, 1),
+                cluster_frag / max(_capacity(state)[0] * MILLI_PER_CARD, 1),
                 cpu_free,
                 feasible / state.num_nodes,
                 groups / max(feasible, 1),

@@ -133,6 +133,72 @@ def test_values_against_the_measures() -> None:
         assert np.allclose(x[:, COL["feasible_frac"]], len(nodes) / state.num_nodes)
 
 
+def node_and_after_columns(state: ClusterState, req, reps: np.ndarray, share_card: np.ndarray) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """The node and after-placing columns written as plain numpy (what the encoder's kernel replaces)."""
+
+    def per_card(amount: np.ndarray, free: np.ndarray, scale: float) -> np.ndarray:
+        return np.where(free > 0, np.minimum(amount / np.maximum(free, 1) / scale, 4.0), 4.0)
+
+    cpu, mem = state.cpu_free[reps].astype(np.float64), state.mem_free[reps].astype(np.float64)
+    cards = state.card_free[reps]
+    total = cards.sum(axis=1).astype(np.float64)
+    full = state.full_free[reps].astype(np.float64)
+    ordered = np.zeros((len(reps), 8))
+    slots = min(8, cards.shape[1])
+    ordered[:, :slots] = -np.sort(-cards, axis=1)[:, :slots] / 1000
+    cpu_left, mem_left = cpu - req.cpu_milli, mem - req.memory_mib
+    if req.is_share:
+        on_card = cards[np.arange(len(reps)), share_card]
+        full_after, card_left = full - (on_card == 1000), (on_card - req.gpu_milli) / 1000
+    else:
+        full_after, card_left = full - req.num_gpu, np.zeros(len(reps))
+    gpu_left = total - req.gpu_total
+    columns = [
+        cpu / 128_000,
+        cpu / state.cpu_cap[reps],
+        mem / 1_048_576,
+        mem / state.mem_cap[reps],
+        state.gpu_count[reps] / 8.0,
+        full / 8.0,
+        total / 8000,
+        *ordered.T,
+        per_card(cpu, full, 32_000),
+        per_card(mem, full, 131_072),
+        cpu_left / 128_000,
+        cpu_left / state.cpu_cap[reps],
+        mem_left / state.mem_cap[reps],
+        gpu_left / 8000,
+        full_after / 8.0,
+        card_left,
+        per_card(cpu_left, full_after, 32_000),
+        per_card(mem_left, full_after, 131_072),
+        0.5 * cpu_left / 128_000 + 0.5 * gpu_left / 8000,
+    ]
+    return np.column_stack(columns).astype(np.float32)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_node_and_after_columns_are_the_numpy_expressions_bit_for_bit(seed: int) -> None:
+    state = filled_state(seed)
+    typical = small_typical()
+    enc = FeatureEncoder(typical)
+    cpu = CpuFragmentation(typical, state.model_names)
+    first, last = FEATURES.index("cpu_free"), FEATURES.index("bestfit_left") + 1
+    shares = 0
+    for _, req, nodes in pods_with_candidates(state, seed + 20, 60):
+        cand = enc.encode(state, req, nodes)
+        reps = nodes[cand.rep]
+        _, share_card, _ = cpu.placement(state, req, reps)
+        want = node_and_after_columns(state, req, reps, share_card)
+        assert cand.features[:, first:last].tobytes() == want.tobytes()
+        if req.is_share:
+            shares += 1
+            assert (cand.card_free == state.card_free[reps, share_card]).all()
+        else:
+            assert (cand.card_free == -1).all()
+    assert shares >= 5
+
+
 def test_node_keys_follow_node_versions() -> None:
     state = filled_state(0, fills=5)
     keys = node_keys(state).copy()

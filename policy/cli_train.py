@@ -10,6 +10,7 @@ runs; ``--method es`` needs none (:mod:`rlsched.policy.es_finetune`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import sys
@@ -88,6 +89,12 @@ def build_args(ns: argparse.Namespace) -> Args:
         if v is not None:
             values[f.name] = v
     args = parse_tuple_fields(Args(**values))
+    if args.workers < 0:
+        raise ValueError(f"--workers must be 0 (one per core) or more, got {args.workers}")
+    if args.workers == 0:  # recorded in the model's manifest as the count that ran
+        from .evaluate import default_jobs
+
+        args = dataclasses.replace(args, workers=default_jobs())
     for path in (
         args.nodes,
         *args.traces,
@@ -116,8 +123,6 @@ def run(ns: argparse.Namespace) -> int:
         print(f"rlsched train: {exc}", file=sys.stderr)
         return 2
     if getattr(ns, "from_decisions", None):
-        import dataclasses
-
         from .decision_dataset import prepare_fine_tune
 
         try:

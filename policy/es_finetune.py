@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from .env import EnvConfig, RewardConfig, SchedulingCore
+from .evaluate import default_jobs
 from .export import file_digest, read_model, save_model, trained_with_load
 from .features import FeatureEncoder
 from .learned import DEFAULT_MODEL
@@ -245,7 +246,7 @@ def finetune(args: Args, progress: Progress | None = None) -> TrainResult:
         if progress is not None:
             progress(row)
 
-    with multiprocessing.get_context("fork").Pool(max(1, args.workers)) as pool:
+    with multiprocessing.get_context("fork").Pool(args.workers or default_jobs()) as pool:
 
         def play(t: np.ndarray, seeds: list[int] | tuple[int, ...]) -> list[float]:
             """θ on workload seeds of the first trace (validation and confirmation)."""

@@ -100,8 +100,9 @@ class Args:
     """vine: arrival fractions (of GPU capacity) between which branch states are taken."""
     rollout_mode: str = "greedy"
     """vine: how trunks and branches are played: ``greedy`` (the serving rule) or ``sample``."""
-    workers: int = 1
-    """vine and es: processes that play episodes."""
+    workers: int = 0
+    """vine and es: processes that play episodes; 0, the default, is one per core (as ``rlsched evaluate
+    --jobs``). Only the speed depends on it: episodes and search directions are seeded."""
     es_pairs: int = 4
     """es: antithetic pairs of perturbations per iteration (2 episodes each, on one fresh training seed)."""
     es_seeds_per_pair: int = 1

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from ..env import SchedulingCore
+from ..evaluate import default_jobs
 from ..network import PolicyNetwork
 from .config import Args
 from .trainer import (
@@ -97,9 +98,10 @@ def train_vine(args: Args) -> TrainResult:
         history.append({"iteration": 0, "val_unallocated": start_val, "elapsed_s": time.time() - start_time})
 
     pool = None
-    if args.workers > 1:
+    workers = args.workers or default_jobs()
+    if workers > 1:
         pool = multiprocessing.get_context("fork").Pool(
-            args.workers, initializer=set_worker_core, initargs=(pickle.dumps(core),)
+            workers, initializer=set_worker_core, initargs=(pickle.dumps(core),)
         )
     else:
         set_worker_core(pickle.dumps(core))

@@ -173,3 +173,20 @@ def test_train_takes_the_adaptation_spellings(tmp_path: Path) -> None:
     assert args.init_model == str(model)
     with pytest.raises(SystemExit):
         parser.parse_args(["--pods"])
+
+
+def test_train_plays_episodes_on_every_core_unless_told(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--workers`` left out (0) becomes one process per core, the count the manifest then records."""
+    import argparse
+
+    import rlsched.policy.evaluate
+    from rlsched.policy.cli_train import add_arguments, build_args
+
+    monkeypatch.setattr(rlsched.policy.evaluate, "default_jobs", lambda: 6)
+    nodes, pods = write_workload(tmp_path)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert build_args(parser.parse_args(["--nodes", nodes, "--pods", pods])).workers == 6
+    assert build_args(parser.parse_args(["--nodes", nodes, "--pods", pods, "--workers", "2"])).workers == 2
+    with pytest.raises(ValueError, match="--workers must be 0"):
+        build_args(parser.parse_args(["--nodes", nodes, "--pods", pods, "--workers", "-1"]))

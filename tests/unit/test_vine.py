@@ -140,6 +140,7 @@ def vine_args(tmp_path: Path, **kw) -> Args:
         progress=False,
         rank_scale=RANK,
         head_lr_scale=10.0,
+        workers=1,  # one process unless a test asks for more (the default is one per core)
     )
     base.update(kw)
     return Args(**base)

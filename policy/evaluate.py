@@ -7,6 +7,7 @@ independent, so ``jobs > 1`` spreads them over processes.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -364,9 +365,18 @@ def evaluate(
     return evaluation
 
 
-def default_jobs() -> int:
-    """One process per core."""
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+def default_jobs(cpu_max: str | Path = "/sys/fs/cgroup/cpu.max") -> int:
+    """One process per core this process may use: the cores it may run on, and no more than its
+    cgroup's CPU quota allows (a container limited to 2 CPUs on a 64-core node sees 64 cores but gets
+    the time of 2; 64 processes there would only share it, each with its own copy of the workload)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        quota, period = Path(cpu_max).read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):  # no cgroup v2 quota here (or an unreadable one): the cores decide
+        pass
+    return max(1, cores)
 
 
 def write_outputs(

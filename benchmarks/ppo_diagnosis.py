@@ -245,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--from-points",
         help="read the states of an earlier --save-points instead of playing (--nodes, --pods, --seeds and the "
-        "play settings are then that run's; --model must be the model that played them)",
+        "play settings are then that run's; --model must be the model that played them). A pickle: read only "
+        "files you wrote",
     )
     args = p.parse_args(argv)
 
@@ -256,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         by_seed, unalloc = saved["by_seed"], saved["unalloc"]
         for key in ("seeds", "mode", "actions", "window"):
             setattr(args, key, saved["args"][key])
+        if Path(saved["args"]["model"]).name != Path(args.model).name:
+            print(f"warning: the states were played by {saved['args']['model']}, not --model", file=sys.stderr)
     else:
         by_seed, unalloc = collect(args)
     if args.save_points:

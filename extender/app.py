@@ -71,7 +71,8 @@ class Health:
 
 
 class _GcPause:
-    """Pause the cyclic GC while any verb is in flight."""
+    """Pause the cyclic GC while any verb is being parsed and decided. Not while a body is still
+    arriving: a slow client would keep the GC off for as long as it liked."""
 
     def __init__(self) -> None:
         self.inflight = 0
@@ -90,8 +91,6 @@ class _GcPause:
 
 
 def _error_middleware(metrics: Metrics, verb_of: Callable[[str], str | None]) -> Middleware:
-    gc_pause = _GcPause()
-
     @web.middleware
     async def middleware(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -100,8 +99,7 @@ def _error_middleware(metrics: Metrics, verb_of: Callable[[str], str | None]) ->
         start = time.perf_counter()
         status = 500
         try:
-            with gc_pause:
-                response = await handler(request)
+            response = await handler(request)
             status = response.status
             return response
         except BadRequest as exc:
@@ -199,22 +197,27 @@ def make_app(
     app[EXTENDER] = extender
     app[METRICS] = metrics
     body_timeout = settings.server.body_timeout_s
+    gc_pause = _GcPause()
 
     async def filter_(request: web.Request) -> web.Response:
-        args = extender_args(loads(await read_body(request, body_timeout)))
-        return _json(await request.app[EXTENDER].filter(args))
+        body = await read_body(request, body_timeout)
+        with gc_pause:
+            return _json(await request.app[EXTENDER].filter(extender_args(loads(body))))
 
     async def prioritize(request: web.Request) -> web.Response:
-        args = extender_args(loads(await read_body(request, body_timeout)))
-        return _json(await request.app[EXTENDER].prioritize(args))
+        body = await read_body(request, body_timeout)
+        with gc_pause:
+            return _json(await request.app[EXTENDER].prioritize(extender_args(loads(body))))
 
     async def bind(request: web.Request) -> web.Response:
-        args = binding_args(loads(await read_body(request, body_timeout)))
-        return _json(await request.app[EXTENDER].bind(args))
+        body = await read_body(request, body_timeout)
+        with gc_pause:
+            return _json(await request.app[EXTENDER].bind(binding_args(loads(body))))
 
     async def preempt(request: web.Request) -> web.Response:
-        args = preemption_args(loads(await read_body(request, body_timeout)))
-        return _json(await request.app[EXTENDER].preempt(args))
+        body = await read_body(request, body_timeout)
+        with gc_pause:
+            return _json(await request.app[EXTENDER].preempt(preemption_args(loads(body))))
 
     for path, handler in (
         (f"{prefix}/filter", filter_),
@@ -276,20 +279,32 @@ def make_status_app(
             body=request.app[METRICS].render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
         )
 
-    async def healthz(request: web.Request) -> web.Response:
-        problems = request.app[HEALTH].problems(request.app[HEALTH].liveness)
-        return _json({"ok": not problems, "problems": problems}, 200 if not problems else 503)
-
-    async def readyz(request: web.Request) -> web.Response:
-        h = request.app[HEALTH]
+    def readiness(h: Health) -> dict[str, str]:
         problems = h.problems(h.checks)
         if not h.started:
             problems["startup"] = "still starting"
-        return _json({"ready": not problems, "problems": problems}, 200 if not problems else 503)
+        return problems
+
+    def shown(problems: dict[str, str]) -> dict[str, str]:
+        """The open probes name the failing checks; their text (an API server's error: its URL, our
+        ServiceAccount's name) is for /status, which needs a token, unless nothing is authenticated."""
+        if auth is None:
+            return problems
+        return {name: "failing (the reason is on /status)" for name in problems}
+
+    async def healthz(request: web.Request) -> web.Response:
+        problems = request.app[HEALTH].problems(request.app[HEALTH].liveness)
+        return _json({"ok": not problems, "problems": shown(problems)}, 200 if not problems else 503)
+
+    async def readyz(request: web.Request) -> web.Response:
+        problems = readiness(request.app[HEALTH])
+        return _json({"ready": not problems, "problems": shown(problems)}, 200 if not problems else 503)
 
     async def status(request: web.Request) -> web.Response:
         ext = request.app[EXTENDER]
+        h = request.app[HEALTH]
         body = {
+            "health": {"live": h.problems(h.liveness), "ready": readiness(h)},
             "policy": ext.engine.status(),
             "cache": ext.cache.summary(),
             "decisions": {

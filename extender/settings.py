@@ -14,6 +14,7 @@ polls that file and hot-reloads it (see :mod:`rlsched.extender.policy`).
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import re
 import types
@@ -58,7 +59,8 @@ class ServerSettings:
 
     host: str = "127.0.0.1"
     """Address of the verb listener (filter/prioritize/bind/preempt). Loopback by default: without
-    ``tls`` the protocol has no caller authentication, so run the extender as a sidecar of kube-scheduler."""
+    ``tls`` the protocol has no caller authentication, so run the extender as a sidecar of kube-scheduler.
+    Any other address needs ``tls`` (refused at start-up otherwise)."""
     port: int = 8888
     """Port of the verb listener."""
     path_prefix: str = ""
@@ -69,9 +71,12 @@ class ServerSettings:
     the Service, with ``auth`` guarding what reveals anything)."""
     status_port: int = 8889
     """Port of the status listener."""
-    max_body_bytes: int = 64 * 1024 * 1024
-    """Largest request body accepted (HTTP 413 above). Full-node mode sends every v1.Node: about
-    5 KB per node, so 5,000 nodes need ~26 MB."""
+    max_body_bytes: int = 8 * 1024 * 1024
+    """Largest request body accepted (HTTP 413 above). With ``nodeCacheCapable: true`` (the chart's
+    and ``--print-scheduler-config``'s setting) a body is the pod and the node names: ~0.1 MB at 5,000
+    nodes. Full-node mode sends every v1.Node, about 5 KB each, so 8 MiB covers ~1,500 nodes; raise it
+    for more. The body is parsed on the event loop (~20 ms per MB), so a larger limit lets one request
+    hold up the others for longer."""
     shutdown_timeout_s: float = 5.0
     """Seconds to let in-flight requests finish on SIGTERM; keep below the pod's grace period."""
     header_timeout_s: float = 10.0
@@ -466,9 +471,19 @@ def validate(obj: Any, where: str = "") -> None:
             raise ConfigError("policyPollS: must be positive")
 
 
+def is_loopback(host: str) -> bool:
+    """``host`` names this machine only: ``localhost`` or a loopback address (127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
 def check_complete(settings: ExtenderSettings) -> ExtenderSettings:
     """Checks across keys that may come from different sources (file, environment, flags), so they run
-    once everything is merged: the TLS files come as a set."""
+    once everything is merged: the TLS files come as a set, and the verbs leave loopback only with them."""
     tls = settings.server.tls
     given = {camel(n): getattr(tls, n) for n in ("cert_file", "key_file", "client_ca_file")}
     if any(given.values()) and not all(given.values()):
@@ -476,6 +491,14 @@ def check_complete(settings: ExtenderSettings) -> ExtenderSettings:
         raise ConfigError(
             f"{missing}: mutual TLS needs certFile, keyFile and clientCaFile together "
             "(a server certificate without client verification would authenticate no caller)"
+        )
+    if not tls.cert_file and not is_loopback(settings.server.host):
+        # bind changes the cluster, and without mutual TLS the verbs authenticate no caller: anyone who
+        # reached the port could place or bind pods.
+        raise ConfigError(
+            f"server.host: {settings.server.host!r} is not a loopback address, and without server.tls the "
+            "verbs (filter, prioritize, bind, preempt) authenticate no caller; keep them on 127.0.0.1 (a "
+            "sidecar of kube-scheduler) or set server.tls.certFile, keyFile and clientCaFile (mutual TLS)"
         )
     return settings
 

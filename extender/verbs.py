@@ -49,6 +49,17 @@ class UnreadablePod(BadRequest):
 MAX_EXTENDER_PRIORITY = 10
 """extenderv1.MaxExtenderPriority: prioritize scores are integers 0..10."""
 
+NODE_NAMES_SLACK = 1000
+"""A request may name at most 2 × the nodes in the cache + this many nodes. kube-scheduler sends the
+nodes it found feasible, each once; a few more than the cache knows is a watch that lags, far more is
+a broken or hostile caller, whose list would otherwise be answered with one reason per name."""
+
+UNKNOWN_NODE = "not in the extender's cache yet (its watch lags); considered once the watch delivers it"
+"""The reason for a node name the cache does not hold: one short sentence, sent once per such name."""
+
+MAX_REASON_CHARS = 256
+"""A reason copied to every node of the answer (an unreadable pod) is cut to this length."""
+
 
 @dataclass
 class Remembered:
@@ -208,15 +219,28 @@ class Extender:
         if self.metrics is not None:
             self.metrics.decisions.labels(outcome).inc()
 
+    def _check_count(self, count: int, field: str) -> None:
+        """BadRequest when a request names far more nodes than the cluster has (NODE_NAMES_SLACK)."""
+        state = self.cache.state
+        known = state.num_nodes if state is not None else 0
+        limit = 2 * known + NODE_NAMES_SLACK
+        if count > limit:
+            raise BadRequest(
+                field,
+                f"{count} node names, more than the {known} nodes the extender knows can explain (at most "
+                f"{limit}); send the nodes kube-scheduler found feasible, each once",
+            )
+
     # -- filter -------------------------------------------------------------------------------------
     async def filter(self, args: ExtenderArgs) -> dict[str, Any]:
+        self._check_count(len(args.node_names), "NodeNames")
         try:
             info = self._pod(args.pod)
         except UnreadablePod as exc:
             # A stored pod kube-apiserver accepted but we cannot read (a quantity beyond any node, a
             # field of an odd type): unschedulable with the reason, in its FailedScheduling event.
             self._count("invalid")
-            why = f"pod cannot be scheduled by {self.settings.kubernetes.scheduler_name}: {exc}"[:1000]
+            why = f"pod cannot be scheduled by {self.settings.kubernetes.scheduler_name}: {exc}"[:MAX_REASON_CHARS]
             return self._filter_result(args, [], {}, {n: why for n in args.node_names})
         names = args.node_names
         failed: dict[str, str] = {}
@@ -241,10 +265,7 @@ class Extender:
         else:  # pragma: no cover - the node set changed three times during one decision
             raise BadRequest("", "the node set kept changing during the decision; retry", 503)
         for i in np.flatnonzero(~known).tolist():
-            failed[names[i]] = (
-                f"node {names[i]} is not in the extender's cache yet (the watch lags); "
-                "it will be considered once the watch delivers it"
-            )
+            failed[names[i]] = UNKNOWN_NODE
         remembered = Remembered(info, epoch, outcome, self.cache.clock())
         self.memory.put(info.uid, remembered)
         if outcome.verdict is not None:
@@ -447,6 +468,7 @@ class Extender:
 
     # -- prioritize ---------------------------------------------------------------------------------
     async def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
+        self._check_count(len(args.node_names), "NodeNames")
         info = self._pod(args.pod)
         names = args.node_names
         state = self.cache.state
@@ -520,6 +542,7 @@ class Extender:
         the watch cache or the API server (not the request's copy), and a victim counts only when the
         cache holds it on that node — unknown victims are dropped (kube-scheduler would refuse them),
         a node left without victims is dropped. Victims go back by UID."""
+        self._check_count(len(args.victims), "NodeNameToMetaVictims")
         sent = self._pod(args.pod)
         try:
             check_pod_ref(sent.namespace, sent.name, "Pod.metadata.namespace", "Pod.metadata.name")

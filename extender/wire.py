@@ -212,6 +212,8 @@ def preemption_args(body: Any) -> PreemptionArgs:
             pdb = vf.get("numpdbviolations", 0) or 0
             if not isinstance(pdb, int) or isinstance(pdb, bool):
                 raise BadRequest(f"{where}.NumPDBViolations", f"expected an integer, got {_type(pdb)}")
+            if not 0 <= pdb < 2**63:  # echoed back: kube-scheduler reads it as an int64 count
+                raise BadRequest(f"{where}.NumPDBViolations", f"expected a count from 0 to 2^63-1, got {pdb}")
             victims[node] = (uids, pdb)
     return PreemptionArgs(pod, victims)
 

@@ -14,6 +14,9 @@ from rlsched.extender.settings import (
     ConfigError,
     ExtenderSettings,
     PolicySettings,
+    ServerSettings,
+    TlsSettings,
+    check_complete,
     env_overrides,
     load_policy_file,
     load_settings,
@@ -197,3 +200,24 @@ def test_cli_unreachable_api_server_exits_1(tmp_path, capsys) -> None:
         == 1
     )
     assert "cannot reach the API server at https://127.0.0.1:1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost"])
+def test_the_verbs_may_listen_on_loopback_without_tls(host) -> None:
+    s = ExtenderSettings(server=ServerSettings(host=host))
+    assert check_complete(s) is s
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "", "10.0.0.7", "scheduler.example.com"])
+def test_the_verbs_leave_loopback_only_with_mutual_tls(host) -> None:
+    """bind changes the cluster: off loopback, only callers with a client certificate may reach it."""
+    with pytest.raises(ConfigError, match=r"server\.host: .* is not a loopback address"):
+        check_complete(ExtenderSettings(server=ServerSettings(host=host)))
+    tls = TlsSettings(cert_file="tls.crt", key_file="tls.key", client_ca_file="ca.crt")
+    s = ExtenderSettings(server=ServerSettings(host=host, tls=tls))
+    assert check_complete(s) is s
+
+
+def test_the_cli_refuses_open_verbs_before_starting(capsys) -> None:
+    assert rlsched_main(["extender", "--host", "0.0.0.0", "--auth", "none"]) == 2
+    assert "is not a loopback address" in capsys.readouterr().err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import orjson
 from aiohttp.test_utils import TestClient, TestServer
 
+from rlsched.extender.app import HEALTH
 from rlsched.extender.decision_ring import DecisionRing
 from rlsched.extender.testing import Harness, make_node, make_pod
 
@@ -71,3 +72,26 @@ def test_lazy_records_take_their_cursor_and_time_at_once_and_are_built_once() ->
     out = ring.read(0)["records"]
     assert out == [{"i": 0, "seq": 1, "time": 5.0}, {"i": 1, "seq": 2, "time": 5.0}] and built == [1]
     assert ring.read(1)["records"][0] is out[1] and built == [1]
+
+
+async def test_open_probes_name_failing_checks_and_keep_their_reasons_for_status() -> None:
+    """With authentication on, /readyz and /healthz (open to anyone, for the kubelet) say which check
+    fails; the reason — an API server's error text, with its URL and our ServiceAccount — is on
+    /status, which needs a token."""
+    from test_extender_auth import FakeReviewApi, bearer, status_client
+
+    client, _ = status_client(FakeReviewApi())
+    secret = "pods is forbidden: User system:serviceaccount:ns:rl at https://10.0.0.1:6443"
+    health = client.server.app[HEALTH]
+    health.checks["watches"] = lambda: f"watch down: pods for 75 s ({secret})"
+    health.liveness["tasks"] = lambda: f"background task(s) stopped: watch-pods ({secret})"
+    async with client:
+        r = await client.get("/readyz")
+        body = await r.json()
+        assert r.status == 503 and set(body["problems"]) == {"watches"} and secret not in str(body)
+        r = await client.get("/healthz")
+        body = await r.json()
+        assert r.status == 503 and set(body["problems"]) == {"tasks"} and secret not in str(body)
+        assert (await client.get("/status")).status == 401
+        st = await (await client.get("/status", headers=bearer("op-token"))).json()
+    assert secret in st["health"]["ready"]["watches"] and secret in st["health"]["live"]["tasks"]

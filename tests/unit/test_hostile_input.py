@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from rlsched.extender.objects import MAX_QUANTITY, ObjectError, node_spec, pod_info
 from rlsched.extender.settings import ExtenderSettings, GpuConventions, ServerSettings
 from rlsched.extender.testing import Harness, make_node, make_pod
+from rlsched.extender.verbs import MAX_REASON_CHARS, NODE_NAMES_SLACK, UNKNOWN_NODE
 from rlsched.policy.resources import QuantityError, count, cpu_milli, memory_bytes, memory_mib
 from rlsched.policy.trace import TraceError, read_generic, read_openb_nodes
 
@@ -458,3 +459,63 @@ def test_trace_count_is_bounded(tmp_path: Path) -> None:
     path.write_text("pods:\n  - name: p\n    count: 1000000000000\n")
     outcome, took = _timed(lambda: read_generic(path))
     assert isinstance(outcome, TraceError) and "pods[0].count" in str(outcome) and took < PARSE_BOUND_S
+
+
+# -- requests that name far more nodes than the cluster has ---------------------------------------
+
+
+@pytest.mark.parametrize("verb", ["filter", "prioritize", "preempt"])
+def test_more_names_than_the_cluster_can_explain_are_400(server, verb) -> None:
+    """Five nodes in the cache: 2 × 5 + 1,000 names at most; one more is a 400 naming the field, not
+    an answer with a reason per made-up name."""
+    limit = 2 * len(NODES) + NODE_NAMES_SLACK
+    pod = make_pod("many", gpus=1, uid="many")
+    if verb == "preempt":
+        victims = {f"x{i}": {"Pods": [{"UID": "victim"}], "NumPDBViolations": 0} for i in range(limit + 1)}
+        status, answer, stall = server.post(verb, {"Pod": pod, "NodeNameToMetaVictims": victims})
+    else:
+        status, answer, stall = server.post(verb, {"Pod": pod, "NodeNames": [f"x{i}" for i in range(limit + 1)]})
+    check(verb, status, answer, stall)
+    assert status == 400 and f"at most {limit}" in answer["Error"], answer
+    if verb != "preempt":
+        names = [*NAMES, *(f"x{i}" for i in range(limit - len(NAMES)))]
+        status, answer, _ = server.post(verb, {"Pod": pod, "NodeNames": names})
+        assert status == 200, answer
+
+
+def test_unknown_names_get_one_short_reason_each(server) -> None:
+    unknown = [f"not-yet-{i}" for i in range(500)]
+    pod = make_pod("u", gpus=1, uid="u")
+    status, answer, stall = server.post("filter", {"Pod": pod, "NodeNames": [*NAMES, *unknown]})
+    check("filter", status, answer, stall)
+    assert status == 200 and set(unknown) <= set(answer["FailedNodes"])  # the known nodes may be full by now
+    assert {answer["FailedNodes"][n] for n in unknown} == {UNKNOWN_NODE} and len(UNKNOWN_NODE) < 100
+
+
+def test_a_reason_copied_to_every_node_is_short(server) -> None:
+    """An unreadable pod is unschedulable with its reason on every node: that reason is cut short."""
+    pod = _pod_with("cpu", "1" * 5000 + "Ki", name="long", uid="long")
+    status, answer, stall = server.post("filter", {"Pod": pod, "NodeNames": NAMES})
+    check("filter", status, answer, stall)
+    reasons = {**answer["FailedNodes"], **answer["FailedAndUnresolvableNodes"]}
+    assert status == 200 and set(reasons) == set(NAMES)
+    assert all(len(r) <= MAX_REASON_CHARS for r in reasons.values()), reasons
+
+
+@pytest.mark.parametrize("pdb", [-1, 2**63, 2**64 - 1])
+def test_pdb_violations_outside_an_int64_count_are_400(server, pdb) -> None:
+    victims = {"g0": {"Pods": [{"UID": "victim"}], "NumPDBViolations": pdb}}
+    status, answer, stall = server.post("preempt", {"Pod": make_pod("p", gpus=1), "NodeNameToMetaVictims": victims})
+    check("preempt", status, answer, stall)
+    assert status == 400 and "NumPDBViolations" in answer["Error"], answer
+
+
+async def test_the_default_body_limit_refuses_a_large_body_without_parsing_it() -> None:
+    """The default ``server.maxBodyBytes`` (8 MiB): a cache-capable request is ~0.1 MB at 5,000 nodes."""
+    assert ServerSettings().max_body_bytes == 8 * 1024 * 1024
+    h = Harness(copy.deepcopy(NODES), [], ExtenderSettings())
+    body = orjson.dumps({"Pod": make_pod("p", gpus=1), "NodeNames": [f"n{i:07d}" for i in range(900_000)]})
+    assert len(body) > 8 * 1024 * 1024
+    async with TestClient(TestServer(h.app())) as client:
+        r = await client.post("/filter", data=body, headers={"Content-Type": "application/json"})
+        assert r.status == 413 and "maxBodyBytes" in (await r.json())["Error"]

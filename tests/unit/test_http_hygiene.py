@@ -1,11 +1,12 @@
 """HTTP hygiene of both listeners, on real sockets through ``serve()`` with a fake API: slow clients
 are dropped (headers and bodies), idle kept-alive connections are not, a client that disconnects is
-no 500, open connections are capped, query parameters are bounded and blamed by name, and the verbs
-can require client certificates (mutual TLS)."""
+no 500, open connections are capped, query parameters are bounded and blamed by name, the garbage
+collector is not held off by a slow body, and the verbs can require client certificates (mutual TLS)."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib.util
 import logging
 import shutil
@@ -324,3 +325,20 @@ def test_cli_prints_the_mutual_tls_scheduler_config(capsys) -> None:
     )
     out = capsys.readouterr().out
     assert "urlPrefix: https://127.0.0.1:8888" in out and "enableHTTPS: true" in out and "caFile: /k/ca.crt" in out
+
+
+async def test_a_body_still_arriving_does_not_keep_the_garbage_collector_off() -> None:
+    """The GC pause covers parsing and deciding, not the wait for a slow body."""
+    assert gc.isenabled()
+    async with Running(settings(body_timeout_s=5.0)) as run:
+        reader, writer = await asyncio.open_connection(*run.verbs)
+        writer.write(request_head() + FILTER_BODY[:20])
+        await writer.drain()
+        await asyncio.sleep(0.3)  # the handler waits for the rest of the body
+        on_while_waiting = gc.isenabled()
+        writer.write(FILTER_BODY[20:])
+        await writer.drain()
+        answer = await reader.readuntil(b"\r\n\r\n")
+        writer.close()
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    assert on_while_waiting and gc.isenabled()

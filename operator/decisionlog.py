@@ -186,6 +186,22 @@ class DecisionLog:
 VerdictListener = Callable[[Mapping[str, Any]], None]
 
 
+def _count(body: Mapping[str, Any], key: str, default: int) -> int:
+    """A ``/decisions`` answer's count field (absent or 0: ``default``); ValueError when it is not one."""
+    value = body.get(key)
+    if not value:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"{key!r} is not a count: {value!r:.100}")
+    try:
+        count = int(value)
+    except ValueError:
+        raise ValueError(f"{key!r} is not a count: {value!r:.100}") from None
+    if count < 0:
+        raise ValueError(f"{key!r} is negative: {count}")
+    return count
+
+
 class Drainer:
     """Moves the extender's decision ring into the log (module docstring)."""
 
@@ -206,23 +222,45 @@ class Drainer:
         self.next: int = int(cursor.get("next") or 0)
         self.drained = 0
         self.dropped = 0
+        self.skipped = 0
+        """Records that were not JSON objects (skipped; the cursor moves past them)."""
+        self.bad_answers = 0
+        """Answers whose ``next``/``last``/``dropped`` was not a count (the poll fails, as if unavailable)."""
         self.last_error: str | None = None
+        self._reported: set[str] = set()
 
     async def drain_once(self) -> int:
         """One pull (following up while the ring has more); returns the records handled."""
         handled = 0
         for _ in range(100):
             body = await self.client.decisions(self.next, self.limit)
+            try:  # before anything is written: a bad answer is not logged, dispatched or acknowledged
+                dropped = _count(body, "dropped", 0)
+                next_ = _count(body, "next", self.next)
+                last = _count(body, "last", 0)
+            except ValueError as exc:
+                self.bad_answers += 1
+                raise ExtenderUnavailable(f"GET /decisions: {exc}") from None
             epoch = str(body.get("epoch"))
             if self.epoch is not None and epoch != self.epoch and self.next:
                 log.info("extender restarted (epoch %s → %s): reading its ring from the start", self.epoch, epoch)
                 self.epoch, self.next = epoch, 0
                 continue
             self.epoch = epoch
-            records = body.get("records") or []
+            received = body.get("records") or []
+            records = [r for r in received if isinstance(r, dict)]
+            if len(records) < len(received):
+                self.skipped += len(received) - len(records)
+                self._once(
+                    "skipped",
+                    logging.WARNING,
+                    "skipped %d decision records that are not JSON objects (the first: %.100r); "
+                    "later ones are only counted (Drainer.skipped)",
+                    len(received) - len(records),
+                    next(r for r in received if not isinstance(r, dict)),
+                )
             now = round(self.clock(), 3)
             lines: list[dict[str, Any]] = []
-            dropped = int(body.get("dropped") or 0)
             if dropped:
                 self.dropped += dropped
                 lines.append({"type": "gap", "epoch": epoch, "dropped": dropped, "after": self.next, "time": now})
@@ -242,14 +280,22 @@ class Drainer:
                             listener(rec)
                         except Exception:  # noqa: BLE001 - a listener bug must not stop the log
                             log.exception("decision listener failed")
-            self.next = int(body.get("next") or self.next)
+            self.next = next_
             if self.log is not None:
                 self.log.save_cursor({"epoch": self.epoch, "next": self.next})
             handled += len(records)
             self.drained += len(records)
-            if not records or self.next >= int(body.get("last") or 0):
+            if not received or self.next >= last:
                 break
         return handled
+
+    def _once(self, key: str, level: int, message: str, *args: Any, exc_info: bool = False) -> None:
+        """Log a recurring problem once per distinct ``key`` (the set of keys is bounded)."""
+        if key not in self._reported:
+            if len(self._reported) >= 100:
+                self._reported.clear()
+            self._reported.add(key)
+            log.log(level, message, *args, exc_info=exc_info)
 
     async def run(self) -> None:
         while True:
@@ -263,6 +309,15 @@ class Drainer:
             except OSError as exc:
                 log.error("cannot write the decision log: %s", exc)
                 self.last_error = str(exc)
+            except Exception as exc:  # noqa: BLE001 - one bad poll must not end the drain task
+                self.last_error = f"{type(exc).__name__}: {exc}"[:500]
+                self._once(
+                    self.last_error,
+                    logging.ERROR,
+                    "draining decisions failed (retrying every %.0fs)",
+                    self.interval_s,
+                    exc_info=True,
+                )
             await asyncio.sleep(self.interval_s)
 
 

@@ -459,6 +459,8 @@ def probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
         "requeued": rt.requeuer.requeued,
         "requeueScheduled": rt.requeuer.scheduled,
         "decisionsDrained": rt.drainer.drained,
+        "decisionsSkipped": rt.drainer.skipped,
+        "decisionAnswersRefused": rt.drainer.bad_answers,
         "drainError": rt.drainer.last_error,
         "rebalanced": dict(rt.rebalancer.totals) if rt.rebalancer is not None else None,
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -115,6 +116,100 @@ async def test_drainer_logs_dispatches_and_survives_restarts(tmp_path: Path) -> 
     with pytest.raises(ExtenderUnavailable):
         await d2.drain_once()
     log.close()
+
+
+class AnswerClient:
+    """/decisions answering the given bodies in turn (the last one again), or raising when a body is an exception."""
+
+    def __init__(self, *bodies: object) -> None:
+        self.bodies, self.calls = list(bodies), 0
+
+    async def decisions(self, after: int, limit: int = 1000) -> dict:
+        body = self.bodies[min(self.calls, len(self.bodies) - 1)]
+        self.calls += 1
+        if isinstance(body, Exception):
+            raise body
+        assert isinstance(body, dict)
+        return body
+
+
+def answer(records: list, next_: object = None, last: object = None, dropped: object = 0) -> dict:
+    n = len(records)
+    return {"epoch": "1", "next": n if next_ is None else next_, "last": n if last is None else last,
+            "dropped": dropped, "records": records}  # fmt: skip
+
+
+async def test_drainer_skips_records_that_are_not_objects(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    delayed = {**filter_record("b", node=None, verdict="delay"), "seq": 5}
+    client = AnswerClient(
+        answer([1, ["x"], {**filter_record("a"), "seq": 3}, "s", None, delayed]),
+        answer([2.5, True], next_=8, last=8),
+    )
+    log = DecisionLog(tmp_path / "log", segment_bytes=1 << 20, max_bytes=4 << 20)
+    seen: list[dict] = []
+    d = Drainer(client, log, [seen.append])
+    assert await d.drain_once() == 2 and d.skipped == 4 and d.next == 6
+    assert [r["pod"]["uid"] for r in seen] == ["b"]
+    assert await d.drain_once() == 0 and d.skipped == 6 and d.next == 8
+    assert [r["seq"] for r in iter_records(tmp_path / "log") if r["type"] == "decision"] == [3, 5]
+    assert log.load_cursor() == {"epoch": "1", "next": 8}  # the cursor moved past them: not read again
+    assert len([r for r in caplog.records if "not JSON objects" in r.getMessage()]) == 1  # once, not per poll
+    log.close()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        answer([filter_record("a")], next_="soon"),
+        answer([filter_record("a")], next_=-3),
+        answer([filter_record("a")], next_=[1]),
+        answer([filter_record("a")], last={"n": 1}),
+        answer([filter_record("a")], dropped="many"),
+        answer([filter_record("a")], dropped=True),
+        answer([], dropped=1.5),
+    ],
+    ids=["next-word", "next-negative", "next-list", "last-object", "dropped-word", "dropped-bool", "dropped-float"],
+)
+async def test_drainer_treats_a_bad_count_as_unavailable(tmp_path: Path, body: dict) -> None:
+    log = DecisionLog(tmp_path / "log", segment_bytes=1 << 20, max_bytes=4 << 20)
+    seen: list[dict] = []
+    d = Drainer(AnswerClient(body), log, [seen.append])
+    with pytest.raises(ExtenderUnavailable, match="GET /decisions: .* (not a count|negative)"):
+        await d.drain_once()
+    # Nothing of the answer was logged, dispatched or acknowledged.
+    assert d.bad_answers == 1 and d.next == 0 and d.drained == 0 and d.dropped == 0 and not seen
+    assert log.lines_written == 0 and log.load_cursor() == {}
+    log.close()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        answer([1]),
+        answer([["x"]]),
+        answer([{"seq": 1}], next_="soon"),
+        answer([], dropped="many"),
+        RuntimeError("a bug in a poll"),
+    ],
+    ids=["record-number", "record-list", "next-word", "dropped-word", "any-error"],
+)
+async def test_drainer_task_survives_a_bad_poll(body: object, caplog: pytest.LogCaptureFixture) -> None:
+    """/tmp/review/drainer_dies.py: one bad answer ended run() (an unsupervised task) for good."""
+    client = AnswerClient(body, body, body, answer([{**filter_record("z"), "seq": 1}]))
+    d = Drainer(client, None, interval_s=0.001)
+    task = asyncio.create_task(d.run())
+    for _ in range(500):
+        if client.calls >= 5 or task.done():
+            break
+        await asyncio.sleep(0.002)
+    assert not task.done(), task.exception()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert client.calls >= 5 and d.drained >= 1 and d.last_error is None  # it recovered once the answer did
+    if isinstance(body, RuntimeError):  # logged once with its traceback, not once per poll
+        failures = [r for r in caplog.records if "draining decisions failed" in r.getMessage()]
+        assert len(failures) == 1 and failures[0].exc_info is not None
 
 
 def pod(

@@ -32,6 +32,7 @@ watchNamespaces the operator can patch no pod outside those namespaces (docs/sec
 - apiGroups: [rlsched.io]
   resources: [schedulingpolicies]
   verbs: [get, list, watch, patch]
+# SchedulingPolicies' status: the operator reports each rollout's progress and conditions there.
 - apiGroups: [rlsched.io]
   resources: [schedulingpolicies/status]
   verbs: [get, patch]

@@ -92,6 +92,7 @@ class Verdict:
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+T = TypeVar("T")
 
 
 class TtlCache(Generic[K, V]):
@@ -262,7 +263,10 @@ class Authenticator:
             )
         return verdict
 
-    async def _call(self, kind: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def _call(self, kind: str, path: str, body: dict[str, Any], read: Callable[[dict[str, Any]], T]) -> T:
+        """POST a review and ``read`` its status; an answer that cannot be had or read (``read`` raises
+        ValueError for one of the wrong shape) is counted as an error and raised as _Unavailable."""
+        what = "TokenReview" if kind == "token" else "SubjectAccessReview"
         try:
             answer = await self.api.request("POST", path, body, timeout=self.settings.review_timeout_s)
         except (TimeoutError, ApiError, ValueError, OSError) as exc:  # ValueError: an answer that is not JSON
@@ -273,31 +277,25 @@ class Authenticator:
                 if getattr(exc, "status", None) == 403
                 else ""
             )
-            what = "TokenReview" if kind == "token" else "SubjectAccessReview"
             raise _Unavailable(f"{what}: {str(exc)[:300] or type(exc).__name__}{hint}") from None
         status = answer.get("status") if isinstance(answer, dict) else None
-        if not isinstance(status, dict):
+        try:
+            if not isinstance(status, dict):
+                raise ValueError("the API server's answer has no status")
+            result = read(status)
+        except ValueError as exc:
             self.reviews.labels(kind, "error").inc()
-            raise _Unavailable(f"{kind} review: the API server's answer has no status")
+            raise _Unavailable(f"{what}: {exc}") from None
         self.reviews.labels(kind, "ok").inc()
-        return status
+        return result
 
     async def _token_review(self, token: str) -> User | str:
-        status = await self._call(
+        return await self._call(
             "token",
             TOKENREVIEWS_PATH,
             {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}},
+            _token_user,
         )
-        if status.get("authenticated") is not True:
-            return str(status.get("error") or "unknown or expired token")[:300]
-        u = status.get("user")
-        if not isinstance(u, dict) or not isinstance(u.get("username"), str) or not u["username"]:
-            return "the TokenReview names no user"
-        groups = tuple(str(g) for g in u.get("groups") or () if isinstance(g, str))
-        extra = tuple(
-            sorted((str(k), tuple(str(x) for x in v)) for k, v in (u.get("extra") or {}).items() if isinstance(v, list))
-        )
-        return User(u["username"], str(u.get("uid") or ""), groups, extra)
 
     async def _access_review(self, user: User, path: str, verb: str) -> tuple[bool, str]:
         spec: dict[str, Any] = {
@@ -309,12 +307,41 @@ class Authenticator:
             spec["uid"] = user.uid
         if user.extra:
             spec["extra"] = {k: list(v) for k, v in user.extra}
-        status = await self._call(
+        return await self._call(
             "access",
             SUBJECTACCESSREVIEWS_PATH,
             {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec},
+            lambda status: (status.get("allowed") is True, str(status.get("reason") or "")[:300]),
         )
-        return status.get("allowed") is True, str(status.get("reason") or "")[:300]
+
+
+def _token_user(status: dict[str, Any]) -> User | str:
+    """Whose token a TokenReview's status says it is, or why the token was refused. An answer of the
+    wrong shape is the API server's (or an authentication webhook's) fault, not the caller's: ValueError,
+    never a guess at what was meant (a dropped group or extra value changes what the user may do)."""
+    if status.get("authenticated") is not True:
+        return str(status.get("error") or "unknown or expired token")[:300]
+    u = status.get("user")
+    if not isinstance(u, dict) or not isinstance(u.get("username"), str) or not u["username"]:
+        return "the TokenReview names no user"
+    uid, groups, extra = u.get("uid"), u.get("groups"), u.get("extra")
+    if uid is not None and not isinstance(uid, str):
+        raise ValueError("user.uid is not a string")
+    if groups is not None and not _strings(groups):
+        raise ValueError("user.groups is not a list of strings")
+    # Go encodes a nil ExtraValue as null.
+    if extra is not None and not (isinstance(extra, dict) and all(v is None or _strings(v) for v in extra.values())):
+        raise ValueError("user.extra is not an object of string lists")
+    return User(
+        u["username"],
+        uid or "",
+        tuple(groups or ()),
+        tuple(sorted((k, tuple(v or ())) for k, v in (extra or {}).items())),
+    )
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(x, str) for x in value)
 
 
 def bearer_token(authorization: str | None) -> str | Verdict:

@@ -30,6 +30,11 @@ from .settings import KubeSettings
 
 log = logging.getLogger("rlsched.extender.kubeapi")
 
+MAX_WATCH_LINE_BYTES = 16 << 20
+"""The longest watch event (one line) read: 16 MiB. kube-apiserver stores no object larger than etcd's
+default request limit (~1.5 MiB), and an event is one object, so a line far longer is a broken stream
+(a proxy, a hostile endpoint): it ends the watch as a bad event instead of filling memory."""
+
 
 class ApiError(Exception):
     """The API server answered an error (``status`` is the HTTP code; 0: not reachable)."""
@@ -195,14 +200,16 @@ class KubeApi:
                     raise _api_error(resp.status, await resp.read())
                 if on_open is not None:
                     on_open()
-                buf = b""
+                buf = bytearray()
                 async for chunk in resp.content.iter_any():
-                    if b"\n" not in chunk:
-                        buf += chunk  # part of a line: wait for its end
+                    buf += chunk
+                    if b"\n" not in chunk:  # part of a line: wait for its end
+                        if len(buf) > MAX_WATCH_LINE_BYTES:
+                            raise BadWatchLine(f"watch {path}: an event longer than {MAX_WATCH_LINE_BYTES:,} bytes")
                         continue
                     # One split per chunk (a chunk often holds many events; cutting one line at a time
                     # copied the rest of the buffer for every line).
-                    lines = (buf + chunk).split(b"\n")
+                    lines = buf.split(b"\n")
                     buf = lines.pop()
                     for line in lines:
                         if line.strip():
@@ -388,9 +395,8 @@ class Informer:
                     continue
                 await self._failed("error", str(exc), relist=False)
             except Exception as exc:  # noqa: BLE001 - a broken stream or a bug: relist, never die
-                await self._failed(
-                    "bad-event" if isinstance(exc, orjson.JSONDecodeError) else "unexpected", describe(exc), relist=True
-                )
+                bad = isinstance(exc, (orjson.JSONDecodeError, BadWatchLine))
+                await self._failed("bad-event" if bad else "unexpected", describe(exc), relist=True)
 
     def _handle(self, event: Any) -> None:
         if type(event) is not dict and not isinstance(event, Mapping):
@@ -467,6 +473,10 @@ class Informer:
 
 class Gone(Exception):
     """The watch's resourceVersion is too old (410): relist."""
+
+
+class BadWatchLine(ValueError):
+    """A watch line longer than :data:`MAX_WATCH_LINE_BYTES`: the stream is broken (relist)."""
 
 
 PODS_PATH = "/api/v1/pods?" + urlencode({"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"})

@@ -26,9 +26,20 @@ from prometheus_client.metrics_core import Metric
 
 from rlsched.policy.cluster import LOAD_METRICS
 
+from .rejections import describe
 from .settings import PrometheusSettings
 
 log = logging.getLogger("rlsched.extender.prometheus")
+
+SERIES_PER_NODE = 4
+SERIES_SLACK = 1000
+"""A load column's answer may hold ``SERIES_PER_NODE × nodes + SERIES_SLACK`` series: one per node is
+what a query aggregated per node returns; far more is a query that is not (per CPU, per device)."""
+BYTES_PER_SERIES = 512
+"""Bytes allowed per allowed series (one with a few labels is ~150): the cap on a load answer's size,
+checked before it is read, so a wrong query cannot stall the event loop decoding tens of megabytes."""
+MAX_ANSWER_BYTES = 64 << 20
+"""The cap on other queries' answers (:meth:`LoadPoller.query`: one series per pod)."""
 
 
 @dataclass
@@ -84,23 +95,31 @@ class LoadPoller:
         self.sink = sink
         self.metrics = metrics
         self.clock = clock
+        self._custom_query = query
+        """Answers a query with the decoded JSON (tests, the rebalancer's ``load_query``); no byte cap applies."""
         self._query = query or self._http_query
         self._session: aiohttp.ClientSession | None = None
         self.values: dict[str, dict[str, tuple[float, float]]] = {c: {} for c in LOAD_METRICS}
         """column → node → (value, fetched at)."""
         self.columns = {c: ColumnStatus() for c in LOAD_METRICS}
+        self._refresh_error: str | None = None
 
-    async def _http_query(self, promql: str) -> Any:
+    async def _http_query(self, promql: str, max_bytes: int = MAX_ANSWER_BYTES) -> Any:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession()
         url = self.settings.url.rstrip("/") + "/api/v1/query"  # type: ignore[union-attr]
         async with self._session.get(
             url, params={"query": promql}, timeout=aiohttp.ClientTimeout(total=self.settings.timeout_s)
         ) as resp:
-            body = await resp.read()
             if resp.status != 200:
-                raise RuntimeError(f"HTTP {resp.status}: {body[:200].decode('utf-8', 'replace')}")
-            return orjson.loads(body)
+                head = await resp.content.read(200)
+                raise RuntimeError(f"HTTP {resp.status}: {head.decode('utf-8', 'replace')}")
+            return orjson.loads(await read_capped(resp, max_bytes))
+
+    async def _fetch(self, promql: str, max_bytes: int) -> Any:
+        if self._custom_query is not None:
+            return await self._custom_query(promql)
+        return await self._http_query(promql, max_bytes)
 
     async def query(self, promql: str) -> Any:
         """One instant query (the decoded JSON answer), with the settings' timeout: for other readers
@@ -120,10 +139,10 @@ class LoadPoller:
             aliases[name] = name
         return aliases
 
-    def _match(self, labels: Mapping[str, str], aliases: Mapping[str, str]) -> str | None:
+    def _match(self, labels: Mapping[str, Any], aliases: Mapping[str, str]) -> str | None:
         for key in self.settings.node_labels:
             value = labels.get(key)
-            if not value:
+            if not value or not isinstance(value, str):
                 continue
             if value in aliases:
                 return aliases[value]
@@ -134,52 +153,69 @@ class LoadPoller:
         return None
 
     async def refresh(self) -> None:
-        """One round over every configured column; results go to ``sink``."""
+        """One round over every configured column; results go to ``sink``. A column that fails keeps
+        its previous values (to age out) and says why in its status; the others go on."""
         aliases = self._aliases()
         now = self.clock()
+        max_series = SERIES_PER_NODE * len(self.nodes()) + SERIES_SLACK
         for column in LOAD_METRICS:
             promql = self.settings.queries.get(column)
             status = self.columns[column]
             if not promql:
                 continue
             try:
-                body = await asyncio.wait_for(self._query(promql), self.settings.timeout_s)
-                samples, _ = vector_samples(body)
-            except Exception as exc:  # noqa: BLE001 - a failed query only ages the column out
-                error = f"{type(exc).__name__}: {exc}"
-                # Once per new failure, not every interval while Prometheus stays down.
-                level = logging.WARNING if error != status.last_error else logging.DEBUG
-                status.last_error = error
-                self._count(column, "error")
-                log.log(
-                    level,
-                    "load query %s failed: %s (values age out after %.0f s)",
-                    column,
-                    error,
-                    self.settings.stale_after_s,
-                    extra={"event": "load_query_failed", "column": column},
+                body = await asyncio.wait_for(
+                    self._fetch(promql, max_series * BYTES_PER_SERIES), self.settings.timeout_s
                 )
+                samples, cut = vector_samples(body, max_series)
+                if cut:
+                    raise ValueError(
+                        f"more than {max_series:,} series: aggregate the query per node (e.g. avg by (instance))"
+                    )
+                fresh, unmatched = self._read(samples, aliases)
+            except Exception as exc:  # noqa: BLE001 - a failed query only ages the column out
+                self._failed(column, describe(exc))
                 continue
-            matched = 0
-            unmatched: list[str] = []
-            values = self.values[column]
-            for labels, value in samples:
-                if math.isnan(value):
-                    continue
-                node = self._match(labels, aliases)
-                if node is None:
-                    if len(unmatched) < 5:
-                        unmatched.append(",".join(f"{k}={v}" for k, v in sorted(labels.items()))[:120])
-                    continue
-                if math.isfinite(value):
-                    values[node] = (min(max(value, 0.0), 1.0), now)
-                    matched += 1
+            self.values[column].update((node, (value, now)) for node, value in fresh.items())
             if status.last_error is not None:
                 log.info("load query %s works again", column, extra={"event": "load_query_recovered", "column": column})
             status.last_success, status.last_error = now, None
-            status.series, status.matched, status.unmatched = len(samples), matched, unmatched
+            status.series, status.matched, status.unmatched = len(samples), len(fresh), unmatched
             self._count(column, "ok")
         self.publish()
+
+    def _read(
+        self, samples: list[tuple[Mapping[str, Any], float]], aliases: Mapping[str, str]
+    ) -> tuple[dict[str, float], list[str]]:
+        """node → value (clamped to 0..1) of the series that name a node, and the first few that do not."""
+        fresh: dict[str, float] = {}
+        unmatched: list[str] = []
+        for labels, value in samples:
+            if math.isnan(value):
+                continue
+            node = self._match(labels, aliases)
+            if node is None:
+                if len(unmatched) < 5:
+                    unmatched.append(",".join(f"{k}={v}" for k, v in sorted(labels.items()))[:120])
+                continue
+            if math.isfinite(value):
+                fresh[node] = min(max(value, 0.0), 1.0)
+        return fresh, unmatched
+
+    def _failed(self, column: str, error: str) -> None:
+        status = self.columns[column]
+        # Once per new failure, not every interval while Prometheus stays down.
+        level = logging.WARNING if error != status.last_error else logging.DEBUG
+        status.last_error = error
+        self._count(column, "error")
+        log.log(
+            level,
+            "load query %s failed: %s (values age out after %.0f s)",
+            column,
+            error,
+            self.settings.stale_after_s,
+            extra={"event": "load_query_failed", "column": column},
+        )
 
     def publish(self) -> None:
         """Hand the fresh values to the sink (stale ones as NaN)."""
@@ -204,8 +240,12 @@ class LoadPoller:
         while True:
             try:
                 await self.refresh()
-            except Exception:  # noqa: BLE001 - the poller must survive anything
-                log.exception("load refresh failed", extra={"event": "load_refresh_failed"})
+                self._refresh_error = None
+            except Exception as exc:  # noqa: BLE001 - the poller must survive anything
+                error = describe(exc)
+                if error != self._refresh_error:  # once per new failure, not every interval
+                    log.exception("load refresh failed", extra={"event": "load_refresh_failed"})
+                self._refresh_error = error
             await asyncio.sleep(self.settings.interval_s)
 
     def status(self) -> dict[str, Any]:
@@ -253,3 +293,16 @@ class LoadPoller:
     def _count(self, column: str, result: str) -> None:
         if self.metrics is not None:
             self.metrics.load_refreshes.labels(column, result).inc()
+
+
+async def read_capped(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes:
+    """The body of ``resp``, or ValueError when it is longer than ``max_bytes``: refused unread when
+    Content-Length says so, else read no further than the cap."""
+    if resp.content_length is not None and resp.content_length > max_bytes:
+        raise ValueError(f"the answer has {resp.content_length:,} bytes, over the cap of {max_bytes:,}")
+    body = bytearray()
+    async for chunk in resp.content.iter_chunked(1 << 16):
+        body += chunk
+        if len(body) > max_bytes:
+            raise ValueError(f"the answer is longer than the cap of {max_bytes:,} bytes")
+    return bytes(body)

@@ -278,3 +278,58 @@ def test_ttl_cache_is_bounded_lru() -> None:
     assert cache.get("b") is None
     cache.put("z", 9, 0.0)  # TTL 0: not cached at all
     assert cache.get("z") is None
+
+
+@pytest.mark.parametrize(
+    "user, why",
+    [
+        ({"extra": ["x"]}, "user.extra"),
+        ({"extra": {"k": "v"}}, "user.extra"),
+        ({"extra": {"k": [1]}}, "user.extra"),
+        ({"groups": 5}, "user.groups"),
+        ({"groups": ["a", None]}, "user.groups"),
+        ({"uid": {"a": 1}}, "user.uid"),
+    ],
+)
+async def test_a_token_review_of_the_wrong_shape_is_503_counted_and_logged_once(user, why, caplog) -> None:
+    api = FakeReviewApi()
+    request = api.request
+
+    async def misshapen(method: str, path: str, body: Any = None, content_type: str = "", timeout: float = 10.0) -> Any:
+        answer = await request(method, path, body, content_type, timeout)
+        if path == TOKENREVIEWS_PATH:
+            answer["status"]["user"].update(user)
+        return answer
+
+    api.request = misshapen  # type: ignore[method-assign]
+    client, _ = status_client(api)
+    async with client:
+        with caplog.at_level(logging.WARNING, logger="rlsched.extender.auth"):
+            for _ in range(2):
+                r = await client.get("/status", headers=bearer("op-token"))
+                assert r.status == 503 and r.headers["Retry-After"]
+                assert f"TokenReview: {why}" in (await r.json())["Error"]
+        metrics = await (await client.get("/metrics")).text()
+    assert 'rlsched_extender_auth_reviews_total{kind="token",result="error"} 2.0' in metrics
+    assert 'rlsched_extender_auth_reviews_total{kind="token",result="ok"}' not in metrics
+    assert 'rlsched_extender_auth_requests_total{result="unavailable"} 2.0' in metrics
+    assert api.count(TOKENREVIEWS_PATH) == 2 and api.count(SUBJECTACCESSREVIEWS_PATH) == 0  # 503 is not cached
+    assert len([r for r in caplog.records if why in r.getMessage()]) == 1
+
+
+async def test_a_token_review_with_go_nulls_is_read() -> None:
+    specs = []
+
+    class Api:
+        async def request(
+            self, method: str, path: str, body: Any = None, content_type: str = "", timeout: float = 10.0
+        ) -> Any:
+            if path == TOKENREVIEWS_PATH:  # nil slices as Go encodes them
+                user = {"username": OPERATOR, "uid": None, "groups": None, "extra": {"k": ["v"], "nil": None}}
+                return {"status": {"authenticated": True, "user": user}}
+            specs.append(body["spec"])
+            return {"status": {"allowed": True}}
+
+    auth = Authenticator(Api(), AuthSettings(), CollectorRegistry())
+    assert (await auth.check("Bearer op-token", "/status")).allowed
+    assert specs[0]["groups"] == [] and "uid" not in specs[0] and specs[0]["extra"] == {"k": ["v"], "nil": []}

@@ -9,7 +9,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from rlsched.extender.kubeapi import ApiError, Informer, KubeApi
+from rlsched.extender.kubeapi import MAX_WATCH_LINE_BYTES, ApiError, BadWatchLine, Informer, KubeApi
+from rlsched.extender.metrics import Metrics
 from rlsched.extender.settings import KubeSettings
 from rlsched.extender.testing import ScriptedWatchApi, make_node, make_pod
 
@@ -174,3 +175,37 @@ async def test_informer_resumes_and_relists_on_410() -> None:
     assert seen == [("replace", ["a"]), ("ADDED", "b"), ("MODIFIED", "b"), ("replace", ["c"]), ("DELETED", "c")]
     assert [c[1] for c in api.calls if c[0] == "watch"] == ["10", "15", "15", "20", "21"]
     assert sleeps == [1.0] and inf.resource_version == "21"
+
+
+async def test_watch_refuses_a_line_longer_than_the_cap(server) -> None:
+    fake, api = server
+    pad = b"x" * (1 << 16)
+    chunks = MAX_WATCH_LINE_BYTES // len(pad) * 3  # a valid event three times the cap, never read whole
+    fake.watch_events = [b'{"type":"ADDED","object":{"pad":"'] + [pad] * chunks + [b'"}}\n']
+    with pytest.raises(BadWatchLine, match="longer than"):
+        async for _ in api.watch("/api/v1/nodes", "77", 5):
+            pass
+
+
+async def test_informer_relists_after_an_overlong_watch_line() -> None:
+    api = ScriptedWatchApi(
+        [
+            ("list", [make_node("a", rv="1")], "10"),
+            ("watch", [ev("ADDED", "b", "11"), BadWatchLine("watch /api/v1/nodes: an event longer than 16 MiB")]),
+            ("list", [make_node("c", rv="20")], "20"),
+        ]
+    )
+    metrics = Metrics()
+    sleeps = []
+
+    async def sleep(s):
+        sleeps.append(s)
+
+    inf = Informer(
+        api, "nodes", "/api/v1/nodes", lambda items: None, lambda kind, obj: None, KubeSettings(), metrics, sleep=sleep
+    )
+    with pytest.raises(asyncio.CancelledError):
+        await inf.run()
+    assert api.calls == [("list",), ("watch", "10"), ("list",), ("watch", "20")] and len(sleeps) == 1
+    restarts = {"resource": "nodes", "reason": "bad-event"}
+    assert metrics.registry.get_sample_value("rlsched_extender_watch_restarts_total", restarts) == 1

@@ -218,8 +218,14 @@ class Drainer:
         self.listeners = list(listeners)
         self.interval_s, self.limit, self.clock = interval_s, limit, clock
         cursor = log_.load_cursor() if log_ is not None else {}
-        self.epoch: str | None = cursor.get("epoch")
-        self.next: int = int(cursor.get("next") or 0)
+        try:
+            self.next: int = _count(cursor, "next", 0)
+        except ValueError as exc:  # a cursor edited by hand: read the ring from the start (at-least-once)
+            log.warning("ignoring %s in the decision log's %s: reading the ring from the start", exc, CURSOR_FILE)
+            cursor = {}
+            self.next = 0
+        epoch = cursor.get("epoch")
+        self.epoch: str | None = epoch if isinstance(epoch, str) else None
         self.drained = 0
         self.dropped = 0
         self.skipped = 0

@@ -299,3 +299,13 @@ def test_ended_how() -> None:
     assert ended_how(pod("x", "n", phase="Succeeded"), False) == "succeeded"
     assert ended_how(pod("x", "n", phase="Running"), True) == "deleted"
     assert ended_how(pod("x", "n", phase="Running"), False) is None
+
+
+@pytest.mark.parametrize("cursor", ['{"epoch": "1", "next": "soon"}', '{"epoch": 7, "next": -3}', '{"next": [1]}'])
+def test_a_cursor_edited_by_hand_restarts_from_the_ring_start(tmp_path: Path, cursor: str) -> None:
+    (tmp_path / "cursor.json").write_text(cursor)
+    drainer = Drainer(AnswerClient(answer([])), DecisionLog(tmp_path))
+    assert drainer.next == 0 and drainer.epoch is None
+    (tmp_path / "cursor.json").write_text('{"epoch": "1", "next": 42}')
+    drainer = Drainer(AnswerClient(answer([])), DecisionLog(tmp_path))
+    assert drainer.next == 42 and drainer.epoch == "1"

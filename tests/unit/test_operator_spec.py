@@ -161,3 +161,24 @@ def test_crd_is_structural_with_status_and_printer_columns() -> None:
         "kopfpeerings.kopf.dev",
     ]
     assert all(m["apiVersion"] == "apiextensions.k8s.io/v1" for m in crd_manifests())
+
+
+def test_a_spec_full_of_junk_gives_a_bounded_message() -> None:
+    """The problems become a condition, an event and kopf's progress annotation: values are cut, and
+    only the first unknown keys are listed."""
+    junk = {f"junk{i}": i for i in range(5000)}
+    spec = {
+        "mode": "x" * 300_000,
+        "fallback": ["y"] * 10_000,
+        "model": {"url": "z" * 4000, **junk},
+        "rewardWeights": {**junk, "placed": "q" * 100_000},
+        "objective": {**junk, "beta": "b" * 100_000},
+        **junk,
+    }
+    with pytest.raises(SpecError) as err:
+        parse_spec(spec)
+    problems = err.value.problems
+    assert len(problems) <= 60 and max(map(len, problems)) <= 300, max(map(len, problems))
+    assert len(str(err.value)) <= 4000
+    assert any(p.startswith("spec.mode: 'xxx") for p in problems)
+    assert sum("unknown" in p for p in problems) <= 40

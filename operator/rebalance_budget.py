@@ -9,17 +9,32 @@ Where it lives: in memory, and mirrored into the SchedulingPolicy's ``status.reb
 evictions still inside either window, at most :data:`MAX_RECENT`) after every cycle that evicted;
 :meth:`Ledger.restore` reads it back on the first cycle after a restart, so neither the hourly nor the
 per-owner budget resets when the operator restarts. Dry-run moves are never recorded: they move nothing.
+An eviction whose answer was lost (the rebalancer's ``unknown``) is recorded like one that was answered:
+the API server may have carried it out, and the budget errs on the side of fewer moves.
+
+The restored list is read from an object anyone with write access to the status can edit, so
+:meth:`Ledger.restore` keeps only entries that are well-formed and inside the windows: an entry dated
+more than :data:`MAX_CLOCK_SKEW_S` ahead would never be pruned and would count in every hour (the
+hourly budget exhausted for good, and written back by every cycle); those are dropped and logged.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+log = logging.getLogger("rlsched.operator.rebalancer")  # the rebalancer's concern, its logger
+
 HOUR_S = 3600.0
 MAX_RECENT = 1000
 """Evictions kept (in memory and in the status); the hourly budget is at most 1000."""
+MAX_CLOCK_SKEW_S = 300.0
+"""How far ahead of this operator's clock a restored eviction may be dated and still be taken. The
+status was written by an earlier operator process, perhaps on another node whose clock runs a little
+ahead; beyond a few minutes the date is not skew but a bad entry (module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -35,26 +50,43 @@ class Ledger:
         self.records: list[Record] = []
         self.restored = False
 
-    def restore(self, recent: Any) -> int:
-        """Records from ``status.rebalance.recent`` (``[{at, owner}]``); bad entries are skipped.
-        Only the first call does anything; returns how many were taken."""
+    def restore(self, recent: Any, now: float, owner_window_s: float) -> int:
+        """Records from ``status.rebalance.recent`` (``[{at, owner}]``); bad entries are skipped, and so
+        are those already outside both windows and those dated more than :data:`MAX_CLOCK_SKEW_S` after
+        ``now`` (logged, with how many). Only the first call does anything; returns how many were taken."""
         if self.restored:
             return 0
         self.restored = True
-        taken = 0
+        taken = future = 0
+        keep = _keep_s(owner_window_s)
         if isinstance(recent, list):
             for item in recent[:MAX_RECENT]:
                 if not isinstance(item, Mapping):
                     continue
                 at, owner = item.get("at"), item.get("owner")
-                if isinstance(at, (int, float)) and not isinstance(at, bool) and at == at and isinstance(owner, str):
-                    self.records.append(Record(float(at), owner[:400]))
-                    taken += 1
+                if not (isinstance(at, (int, float)) and not isinstance(at, bool) and isinstance(owner, str)):
+                    continue
+                if math.isnan(at):
+                    continue
+                if at > now + MAX_CLOCK_SKEW_S:  # +inf too
+                    future += 1
+                    continue
+                if now - at >= keep:  # outside both windows already (-inf too)
+                    continue
+                self.records.append(Record(float(at), owner[:400]))
+                taken += 1
+        if future:
+            log.warning(
+                "rebalancer: %d eviction(s) in status.rebalance.recent are dated more than %.0f s in the future; "
+                "dropped (not counted against the budget)",
+                future,
+                MAX_CLOCK_SKEW_S,
+            )
         self.records.sort(key=lambda r: r.at)
         return taken
 
     def prune(self, now: float, owner_window_s: float) -> None:
-        keep = max(HOUR_S, owner_window_s)
+        keep = _keep_s(owner_window_s)
         self.records = [r for r in self.records if now - r.at < keep][-MAX_RECENT:]
 
     def in_last_hour(self, now: float) -> int:
@@ -69,6 +101,11 @@ class Ledger:
 
     def dump(self) -> list[dict[str, Any]]:
         return [{"at": round(r.at, 3), "owner": r.owner} for r in self.records]
+
+
+def _keep_s(owner_window_s: float) -> float:
+    """How long a record matters: the longer of the hour and the owner window."""
+    return max(HOUR_S, owner_window_s)
 
 
 @dataclass

@@ -18,9 +18,12 @@ One cycle (:meth:`Rebalancer.cycle`, driven by a kopf timer on the served Schedu
    would place the pod now), run off the event loop;
 5. each move: a policy/v1 Eviction (dry-run: with ``dryRun: [All]``, which checks everything and
    changes nothing). A PodDisruptionBudget that refuses (429) is counted ``blocked_by_pdb`` and the
-   next move is tried. Every move gets an Event on the pod, a count in
-   ``rlsched_operator_rebalance_evictions_total{result}`` and a ``rebalance`` line in the decision log,
-   each with the planner's reason and gain.
+   next move is tried. An eviction whose answer is lost (no HTTP answer: a timeout, a dropped
+   connection — :class:`.kube.KubeError` status 0 — or a 5xx) may have been carried out by the API
+   server all the same: it is ``unknown``, and it is charged to the cycle, hourly and per-owner budgets
+   exactly like an eviction (the safe side: at worst a move fewer), logged once. Every move gets an
+   Event on the pod, a count in ``rlsched_operator_rebalance_evictions_total{result}`` and a
+   ``rebalance`` line in the decision log, each with the planner's reason and gain.
 
 The cycle's summary goes to ``status.rebalance`` (the handler patches it), with the evictions inside
 the budget windows so a restarted operator keeps honouring them.
@@ -57,14 +60,28 @@ from .settings import RebalancerSettings
 
 log = logging.getLogger("rlsched.operator.rebalancer")
 
-RESULTS = ("evicted", "dry_run", "blocked_by_pdb", "throttled", "gone", "forbidden", "error", "invalid_move")
+RESULTS = (
+    "evicted",
+    "unknown",
+    "dry_run",
+    "blocked_by_pdb",
+    "throttled",
+    "gone",
+    "forbidden",
+    "error",
+    "invalid_move",
+)
 """``result`` label values of the evictions counter: a small fixed set.
 
-evicted: the Eviction was accepted; dry_run: it would have been (dry-run mode); blocked_by_pdb: a
+evicted: the Eviction was accepted; unknown: its answer was lost (status 0 or 5xx), so it may have
+been carried out — charged to the budget like ``evicted`` (:data:`CHARGED`); dry_run: it would have been
+accepted (dry-run mode; a lost dry-run answer is ``error``: a dry run changes nothing); blocked_by_pdb: a
 PodDisruptionBudget refused it (429); throttled: a 429 that is not a PDB (API priority and fairness);
 gone: the pod was deleted or replaced meanwhile (404, or 409 on the UID precondition); forbidden: the
 operator may not evict (403: RBAC or the chart's admission policy — operator.rebalancer.enabled);
 error: any other failure; invalid_move: the planner named a pod or node that is not a candidate."""
+CHARGED = frozenset({"evicted", "unknown"})
+"""Results that may have moved a pod: each is recorded in the ledger and spends the budget."""
 MAX_STATUS_MOVES = 50
 """Moves listed in ``status.rebalance.moves`` (the cycle's, at most)."""
 
@@ -201,7 +218,7 @@ class Rebalancer:
         policy's ``spec.fallback`` (:meth:`scorer`)."""
         now = self.clock()
         self.last_cycle = now
-        self.ledger.restore((status or {}).get("recent"))
+        self.ledger.restore((status or {}).get("recent"), now, spec.owner_window_s)
         self.ledger.prune(now, spec.owner_window_s)
         report = CycleReport(at=now, dry_run=spec.dry_run, outcome="planned")
         try:
@@ -330,7 +347,7 @@ class Rebalancer:
             seen.add(move.key)
             entry, pod, owner = target
             result, detail = await self._evict(pod, spec.dry_run)
-            if result == "evicted":
+            if result in CHARGED:
                 self.ledger.add(owner, now)
                 budget.spend()
             elif result == "dry_run":
@@ -358,6 +375,14 @@ class Rebalancer:
                     text,
                 )
                 return "forbidden", text
+            if not dry_run and (exc.status == 0 or exc.status >= 500):
+                self._once(
+                    "unknown",
+                    "rebalancer: an eviction's answer was lost (%s); the API server may have carried it out, "
+                    "so it is charged to the budget as an eviction (result unknown)",
+                    text,
+                )
+                return "unknown", text
             return "error", text
         return ("dry_run" if dry_run else "evicted"), ""
 
@@ -402,6 +427,12 @@ class Rebalancer:
         reason_event, type_, text = {
             "evicted": ("Rebalanced", "Normal", f"evicted by the rl-scheduler rebalancer to move it {where}"),
             "dry_run": ("RebalanceDryRun", "Normal", f"the rl-scheduler rebalancer would move it {where} (dry run)"),
+            "unknown": (
+                "RebalanceUnknown",
+                "Warning",
+                f"the rl-scheduler rebalancer asked to evict it to move it {where}; the answer was lost, "
+                f"it may have been evicted: {detail}",
+            ),
             "blocked_by_pdb": (
                 "RebalanceBlocked",
                 "Normal",

@@ -286,6 +286,73 @@ async def test_the_hour_budget_zero_moves_nothing() -> None:
     assert report.outcome == "budget_exhausted" and kube.evictions == [] and kube.lists == []
 
 
+class LostAnswerKube(FakeKube):
+    """The API server carries the eviction out, but its answer never arrives (kube._call: status 0)."""
+
+    def __init__(self, *args: Any, status: int = 0, **kw: Any):
+        super().__init__(*args, **kw)
+        self.status = status
+
+    async def evict_pod(self, namespace: str, name: str, uid: str, dry_run: bool = False) -> None:
+        await super().evict_pod(namespace, name, uid, dry_run)
+        raise KubeError(self.status, "ReadTimeoutError" if self.status == 0 else "InternalError", "read timed out")
+
+
+def same_owner_pods() -> list[dict[str, Any]]:
+    return [pod(x, "n0" if i % 2 else "n1", gpus=1, owner_name="same-rs") for i, x in enumerate("abcdef")]
+
+
+@pytest.mark.parametrize(
+    "budget",
+    [
+        {"maxMovesPerCycle": 1, "maxMovesPerHour": 1, "maxMovesPerOwner": 100},  # the hourly budget binds
+        {"maxMovesPerCycle": 1, "maxMovesPerHour": 100, "maxMovesPerOwner": 1},  # the per-owner budget binds
+    ],
+)
+async def test_an_eviction_whose_answer_is_lost_spends_the_budget(
+    budget: dict[str, int], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A timeout may hide an eviction the API server carried out: it is ``unknown``, and charged to the
+    budgets like an eviction — not retried on the next pod every cycle."""
+    kube = LostAnswerKube([node("n0"), node("n1"), node("n2")], same_owner_pods())
+    clock = Clock()
+    rb, lines = make(kube, fake_planner(*(f"team/{x}" for x in "abcdef")), clock)
+    s = spec(intervalSeconds=10, budget=budget)
+    status = None
+    with caplog.at_level("WARNING", logger="rlsched.operator.rebalancer"):
+        for _ in range(4):
+            report = await rb.cycle(s, status)
+            status = rb.as_status(report)
+            clock.t += 60
+    assert [e[0] for e in kube.evictions] == ["team/a"]
+    assert status is not None and status["totals"] == {"unknown": 1}
+    assert status["recent"] == [{"at": NOW, "owner": "team/ReplicaSet/same-rs"}]
+    assert counter(rb, "unknown") == 1 and counter(rb, "evicted") == 0 and counter(rb, "error") == 0
+    assert [(e[0], e[1], e[2]) for e in kube.events] == [("a", "Warning", "RebalanceUnknown")]
+    assert "may have been evicted" in kube.events[0][3]
+    (line,) = lines
+    assert line["result"] == "unknown" and line["owner"] == "team/ReplicaSet/same-rs"
+    assert sum("answer was lost" in r.getMessage() for r in caplog.records) == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "dry_run", "result"),
+    [
+        (0, False, "unknown"),
+        (500, False, "unknown"),
+        (503, False, "unknown"),
+        (400, False, "error"),  # refused: nothing happened
+        (0, True, "error"),  # a dry run changes nothing, answered or not
+    ],
+)
+async def test_which_failures_may_have_evicted(status: int, dry_run: bool, result: str) -> None:
+    kube = LostAnswerKube([node("n0"), node("n1"), node("n2")], [pod("a", "n0", gpus=1)], status=status)
+    rb, _ = make(kube, fake_planner("team/a"))
+    report = await rb.cycle(spec(dryRun=dry_run), None)
+    assert [m["result"] for m in report.moves] == [result]
+    assert len(rb.ledger.records) == (1 if result == "unknown" else 0)
+
+
 # -- opting in -------------------------------------------------------------------------------------
 
 

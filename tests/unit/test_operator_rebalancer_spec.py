@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from rlsched.operator.rebalance_budget import Ledger
+from rlsched.operator.rebalance_budget import HOUR_S, MAX_CLOCK_SKEW_S, Ledger, allowance
 from rlsched.operator.rebalance_spec import LabelSelector, RebalanceSpec, Requirement, schema_defaults
 from rlsched.operator.settings import SettingsError, load_settings
 from rlsched.operator.spec import SpecError, crd_manifest, parse_spec
@@ -154,11 +154,45 @@ def test_settings() -> None:
 def test_the_ledger_reads_back_only_what_makes_sense() -> None:
     ledger = Ledger()
     taken = ledger.restore(
-        [{"at": 100.0, "owner": "a"}, {"at": "x", "owner": "b"}, "junk", {"at": float("nan"), "owner": "c"}, {"at": 50}]
+        [
+            {"at": 100.0, "owner": "a"},
+            {"at": "x", "owner": "b"},
+            "junk",
+            {"at": float("nan"), "owner": "c"},
+            {"at": 50},
+        ],
+        100.0,
+        60.0,
     )
-    assert taken == 1 and ledger.restore([{"at": 1.0, "owner": "z"}]) == 0  # only once
+    assert taken == 1 and ledger.restore([{"at": 1.0, "owner": "z"}], 100.0, 60.0) == 0  # only once
     ledger.add("a", 200.0)
     assert ledger.owner_moves("a", 300.0, 150.0) == 1 and ledger.in_last_hour(300.0) == 2
     ledger.prune(100.0 + 3600.0, 60.0)
     assert ledger.dump() == [{"at": 200.0, "owner": "a"}]
-    assert Ledger().restore({"not": "a list"}) == 0
+    assert Ledger().restore({"not": "a list"}, 100.0, 60.0) == 0
+
+
+def test_the_ledger_drops_restored_evictions_dated_in_the_future_or_outside_the_windows(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An entry dated far ahead would never be pruned and would count in every hour: the hourly budget
+    exhausted for good. Dropped on restore (logged once, with how many); a little clock skew is kept."""
+    now, day = 1_800_000_000.0, 86_400.0
+    recent = [
+        {"at": 1e18, "owner": "ns/ReplicaSet/x"},
+        {"at": float("inf"), "owner": "ns/ReplicaSet/x"},
+        {"at": now + MAX_CLOCK_SKEW_S + 1, "owner": "ns/ReplicaSet/x"},
+        {"at": now + MAX_CLOCK_SKEW_S / 2, "owner": "ns/ReplicaSet/skewed"},  # kept: another node's clock
+        {"at": now - 60, "owner": "ns/ReplicaSet/recent"},
+        {"at": now - 2 * day, "owner": "ns/ReplicaSet/old"},  # outside the hour and the owner window
+        {"at": float("-inf"), "owner": "ns/ReplicaSet/old"},
+    ]
+    ledger = Ledger()
+    with caplog.at_level("WARNING", logger="rlsched.operator.rebalancer"):
+        assert ledger.restore(recent, now, day) == 2
+    assert [r.owner for r in ledger.records] == ["ns/ReplicaSet/recent", "ns/ReplicaSet/skewed"]
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert "3 eviction(s)" in warning and "future" in warning
+    assert allowance(ledger, now + HOUR_S + MAX_CLOCK_SKEW_S, 1, 1).left == 1  # the hour does pass
+    ledger.prune(now + day + MAX_CLOCK_SKEW_S, day)
+    assert ledger.dump() == []  # and nothing is written back for ever

@@ -23,7 +23,7 @@ watchNamespaces the operator can patch no pod outside those namespaces (docs/sec
   verbs: [create]
 {{- end }}
 # events: RejectedByPolicy and RequeueGaveUp on pods (and the rebalancer's Rebalanced, RebalanceDryRun,
-# RebalanceBlocked, RebalanceFailed); rollout events on SchedulingPolicies (kopf).
+# RebalanceBlocked, RebalanceFailed, RebalanceUnknown); rollout events on SchedulingPolicies (kopf).
 - apiGroups: [""]
   resources: [events]
   verbs: [create]

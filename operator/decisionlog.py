@@ -32,6 +32,7 @@ import aiohttp
 from rlsched.policy.decision_dataset import FORMAT, SEGMENT_GLOB
 
 from .extender_client import ExtenderClient, ExtenderUnavailable
+from .log_once import LogOnce
 from .sink import fsync_dir
 
 log = logging.getLogger("rlsched.operator.decisions")
@@ -233,7 +234,7 @@ class Drainer:
         self.bad_answers = 0
         """Answers whose ``next``/``last``/``dropped`` was not a count (the poll fails, as if unavailable)."""
         self.last_error: str | None = None
-        self._reported: set[str] = set()
+        self._once = LogOnce(log, 100).log
 
     async def drain_once(self) -> int:
         """One pull (following up while the ring has more); returns the records handled."""
@@ -294,14 +295,6 @@ class Drainer:
             if not received or self.next >= last:
                 break
         return handled
-
-    def _once(self, key: str, level: int, message: str, *args: Any, exc_info: bool = False) -> None:
-        """Log a recurring problem once per distinct ``key`` (the set of keys is bounded)."""
-        if key not in self._reported:
-            if len(self._reported) >= 100:
-                self._reported.clear()
-            self._reported.add(key)
-            log.log(level, message, *args, exc_info=exc_info)
 
     async def run(self) -> None:
         while True:

@@ -458,6 +458,7 @@ def probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
     return {
         "requeued": rt.requeuer.requeued,
         "requeueScheduled": rt.requeuer.scheduled,
+        "requeueFailed": rt.requeuer.failed,
         "decisionsDrained": rt.drainer.drained,
         "decisionsSkipped": rt.drainer.skipped,
         "decisionAnswersRefused": rt.drainer.bad_answers,

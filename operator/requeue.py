@@ -17,6 +17,12 @@ the pod would sit for ``podMaxInUnschedulablePodsDuration`` (5 min) without the 
 ``max(retryAfterSeconds, min(initialS · 2^n, maxS))`` where n is the requeues done so far (read
 back from the annotation, so the count survives restarts), and gives up with a ``RequeueGaveUp``
 event after ``maxAttempts``. Pods that were bound, deleted or recreated meanwhile are dropped.
+
+Both inputs come from outside, so neither may stall the others: a ``retryAfterSeconds`` that is not
+a finite number within ``[0, RETRY_AFTER_FACTOR · maxS]`` (``json.loads`` reads ``NaN`` as nan and
+``1e400`` as inf) counts as absent, condition messages are read only up to
+``MAX_CONDITION_MESSAGE`` characters, and one pod whose requeue fails is logged, counted
+(``failed``) and skipped.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+import math
 import re
 import time
 from collections import OrderedDict
@@ -31,13 +38,37 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .log_once import LogOnce
 from .settings import RequeueSettings
 
 log = logging.getLogger("rlsched.operator.requeue")
 
 DELAYED = re.compile(r"delayed by policy[^(]*(?:\(retry in (\d+(?:\.\d+)?)s\))?")
 """The extender's filter reason for a delayed pod (rlsched.extender.verbs, ``_verdict``)."""
-REJECTED = re.compile(r"rejected by policy[^:.]*:?\s*(.*?)(?:\.?\s*preemption:.*)?$", re.DOTALL)
+REJECTED = re.compile(r"rejected by policy[^:.]*:?\s*")
+"""Where the policy's reason for a rejected pod starts; it runs to kube-scheduler's "preemption:"
+or the end. Only the prefix is matched and the rest cut with ``str.partition``: one pattern that
+also matched the end with a lazy group took quadratic time on long whitespace runs."""
+MAX_CONDITION_MESSAGE = 4096
+"""Characters of a PodScheduled message that are parsed: the extender's reasons sit at its start,
+and pending_pod runs on every pod watch event, so a huge message must not cost more than this."""
+RETRY_AFTER_FACTOR = 10.0
+"""A policy's ``retryAfterSeconds`` is cut to this many times ``requeue.maxS``: kube-scheduler retries
+the pod itself every 5 minutes anyway, and the policy may delay it again when it is asked."""
+
+
+def retry_after(value: object, limit: float = math.inf) -> float | None:
+    """``value`` as a retry delay in seconds, at most ``limit`` (a longer one is cut to it: the pod is
+    asked again then, and the policy may delay it again); None (the default backoff applies) when it is
+    not a number, not finite or negative. Booleans are not numbers here; an int too large for a float
+    is not finite."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:
+        return None
+    return min(seconds, limit) if math.isfinite(seconds) and seconds >= 0.0 else None
 
 
 @dataclass(frozen=True)
@@ -70,14 +101,17 @@ def pending_pod(body: Mapping[str, Any], annotation: str) -> PendingPod | None:
     delayed, retry, rejected = False, None, None
     for c in status.get("conditions") or []:
         if c.get("type") == "PodScheduled" and c.get("status") == "False":
-            msg = c.get("message") or ""
+            msg = str(c.get("message") or "")[:MAX_CONDITION_MESSAGE]
             m = DELAYED.search(msg)
             if m:
                 delayed = True
-                retry = float(m.group(1)) if m.group(1) else None
+                retry = retry_after(float(m.group(1))) if m.group(1) else None  # 400 digits: inf
             r = REJECTED.search(msg)
             if r:
-                rejected = r.group(1).strip().rstrip(".") or "rejected by policy"
+                reason, cut, _ = msg[r.end() :].partition("preemption:")
+                if cut:  # kube-scheduler's addition, after ". "
+                    reason = reason.rstrip().removesuffix(".")
+                rejected = reason.strip().rstrip(".") or "rejected by policy"
     return PendingPod(
         uid=meta.get("uid", ""),
         namespace=meta.get("namespace", ""),
@@ -114,13 +148,22 @@ class Requeuer:
         self._last: OrderedDict[str, float] = OrderedDict()
         self._gave_up: OrderedDict[str, None] = OrderedDict()
         self._wake = asyncio.Event()
+        self._once = LogOnce(log).log
         self.requeued = 0
         self.given_up = 0
+        self.failed = 0
+        """Pods whose scheduling or requeue raised (skipped; the others go on)."""
+
+    @property
+    def max_retry_after_s(self) -> float:
+        """The largest ``retryAfterSeconds`` honoured (``RETRY_AFTER_FACTOR`` · ``maxS``)."""
+        return RETRY_AFTER_FACTOR * self.settings.max_s
 
     def backoff(self, done: int, retry_after_s: float | None = None) -> float:
-        """Seconds before requeue number ``done + 1``."""
+        """Seconds before requeue number ``done + 1`` (finite: a bad ``retry_after_s`` is ignored)."""
         s = self.settings
-        return max(retry_after_s or 0.0, min(s.initial_s * (2.0 ** min(done, 30)), s.max_s))
+        retry = retry_after(retry_after_s, self.max_retry_after_s)
+        return max(retry or 0.0, min(s.initial_s * (2.0 ** min(done, 30)), s.max_s))
 
     # -- inputs -------------------------------------------------------------------------------------
     def on_verdict(self, record: Mapping[str, Any]) -> None:
@@ -129,13 +172,18 @@ class Requeuer:
             return
         pod = record.get("pod") or {}
         if pod.get("uid"):
-            retry = record.get("retryAfterSeconds")
-            self.delayed(
-                pod["uid"],
-                pod.get("namespace", ""),
-                pod.get("name", ""),
-                float(retry) if isinstance(retry, (int, float)) else None,
-            )
+            asked = record.get("retryAfterSeconds")
+            retry = retry_after(asked, self.max_retry_after_s)
+            if retry is None and asked is not None:
+                self._once(
+                    f"retry:{pod['uid']}",
+                    logging.WARNING,
+                    "pod %s/%s: ignoring retryAfterSeconds=%.40r (not a finite number of seconds); using the backoff",
+                    pod.get("namespace", ""),
+                    pod.get("name", ""),
+                    asked,
+                )
+            self.delayed(pod["uid"], pod.get("namespace", ""), pod.get("name", ""), retry)
 
     def delayed(self, uid: str, namespace: str, name: str, retry_after_s: float | None) -> None:
         if not self.settings.enabled or uid in self._due or uid in self._gave_up:
@@ -145,13 +193,16 @@ class Requeuer:
         if done >= self.settings.max_attempts:
             self._give_up(uid, namespace, name, done)
             return
+        # Everything that can raise before the heap changes: a half-scheduled pod would block the rest.
         wait = self.backoff(done, retry_after_s)
         due = self.clock() + wait
+        until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.wall() + wait))
+        if not math.isfinite(due):
+            raise ValueError(f"requeue time {due!r} of {namespace}/{name} is not finite")
         self._due[uid] = (due, namespace, name)
         heapq.heappush(self._heap, (due, uid))
         self._wake.set()
         log.debug("pod %s/%s delayed: requeue %d in %.1fs", namespace, name, done + 1, wait)
-        until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.wall() + wait))
         self._post(
             uid,
             namespace,
@@ -169,10 +220,14 @@ class Requeuer:
         for pod in self.pending():
             if not pod.delayed or pod.uid in self._due or pod.uid in self._gave_up:
                 continue
-            last = self._last.get(pod.uid)
-            if last is not None and now - last < self.backoff(pod.attempt, pod.retry_after_s):
-                continue  # requeued recently: the scheduler has not re-evaluated it yet
-            self.delayed(pod.uid, pod.namespace, pod.name, pod.retry_after_s)
+            try:
+                last = self._last.get(pod.uid)
+                if last is not None and now - last < self.backoff(pod.attempt, pod.retry_after_s):
+                    continue  # requeued recently: the scheduler has not re-evaluated it yet
+                self.delayed(pod.uid, pod.namespace, pod.name, pod.retry_after_s)
+            except Exception:  # noqa: BLE001 - one bad pod must not keep the others from being scheduled
+                self._failed(pod.uid, "scheduling the requeue of %s/%s failed", pod.namespace, pod.name)
+                continue
             added += 1
         return added
 
@@ -200,13 +255,19 @@ class Requeuer:
 
     async def process_due(self) -> int:
         done = 0
-        while self._heap and self._heap[0][0] <= self.clock():
+        # "not due > now" rather than "due <= now": an entry that compares false both ways (nan) is
+        # popped and dropped below (nan != nan) instead of blocking every pod behind it.
+        while self._heap and not self._heap[0][0] > self.clock():
             due, uid = heapq.heappop(self._heap)
             entry = self._due.get(uid)
             if entry is None or entry[0] != due:
                 continue
             del self._due[uid]
-            await self._requeue(uid, entry[1], entry[2])
+            try:
+                await self._requeue(uid, entry[1], entry[2])
+            except Exception:  # noqa: BLE001 - one bad pod must not stop the requeue of the others
+                self._failed(uid, "requeue of %s/%s failed", entry[1], entry[2])
+                continue
             done += 1
         return done
 
@@ -253,6 +314,11 @@ class Requeuer:
         )
         log.warning("pod %s/%s: %s", namespace, name, message, extra={"event": "requeue_gave_up"})
         self._post(uid, namespace, name, "Warning", "RequeueGaveUp", message)
+
+    def _failed(self, uid: str, message: str, *args: Any) -> None:
+        """Count a pod whose scheduling or requeue raised, and log it (with the traceback) once per pod."""
+        self.failed += 1
+        self._once(f"failed:{uid}", logging.ERROR, message, *args, exc_info=True)
 
     def _post(self, uid: str, namespace: str, name: str, kind: str, reason: str, message: str) -> None:
         """An event on the pod, in the background (best effort: its failure is the event sink's to log)."""

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 
 import pytest
 
+from rlsched.operator import requeue
 from rlsched.operator.kube import KubeError
 from rlsched.operator.requeue import PendingPod, Rejections, Requeuer, pending_pod
 from rlsched.operator.settings import RequeueSettings
@@ -224,3 +227,118 @@ async def test_each_delay_says_until_when_in_an_event() -> None:
         "the scheduling policy delayed this pod; rlsched operator requeues it at 2026-11-18T11:06:50Z "
         "(in 10s; requeue 2 of 3)"
     )
+
+
+# -- hostile inputs: one bad pod must never stop the others ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "retry",
+    ["NaN", "Infinity", "-Infinity", "1e400", "-5", "1" + "0" * 400, "true", '"30"'],
+    ids=["nan", "inf", "-inf", "1e400", "negative", "int-400-digits", "bool", "string"],
+)
+async def test_a_bad_retry_after_is_ignored_and_does_not_poison_the_heap(retry: str) -> None:
+    # What the drainer hands the listener: json.loads reads NaN as nan and 1e400 as inf.
+    h = Harness()
+    for uid in ("bad", "good1", "good2"):
+        h.add(uid)
+    bad = json.loads(
+        f'{{"verdict": "delay", "pod": {{"uid": "bad", "namespace": "ns", "name": "pod-bad"}}, '
+        f'"retryAfterSeconds": {retry}}}'
+    )
+    h.r.on_verdict(bad)  # must not raise
+    h.r.on_verdict(h.record("good1", retry=1.0))
+    h.r.on_verdict(h.record("good2", retry=8.0))
+    assert h.r.scheduled == 3
+    h.now = 5.0  # the default backoff (initial 5 s) for the bad pod and good1; good2 asked 8 s
+    assert await h.r.process_due() == 2
+    assert sorted(c[2] for c in h.kube.calls if c[0] == "patch_pod") == ["pod-bad", "pod-good1"]
+    h.now = 8.0
+    assert await h.r.process_due() == 1
+    assert h.r.requeued == 3 and h.r.scheduled == 0
+
+
+async def test_a_retry_after_is_honoured_up_to_the_bound() -> None:
+    h = Harness()  # maxS 20 s: up to 200 s honoured, a longer one cut to 200 s
+    assert h.r.max_retry_after_s == requeue.RETRY_AFTER_FACTOR * 20.0 == 200.0
+    assert h.r.backoff(0, 200.0) == 200.0 and h.r.backoff(0, 200.5) == h.r.backoff(0, 1e9) == 200.0
+    assert h.r.backoff(0, float("nan")) == h.r.backoff(0, float("inf")) == h.r.backoff(0, -1.0) == 5.0
+
+
+def test_a_condition_with_a_400_digit_retry_is_read_as_no_retry() -> None:
+    msg = f"0/1 nodes are available: 1 delayed by policy rl (retry in {'9' * 400}s)"
+    p = pending_pod(pod_body(message=msg), ANN)
+    assert p is not None and p.delayed and p.retry_after_s is None
+
+
+async def test_a_sweep_over_a_pod_with_a_400_digit_retry_schedules_everyone() -> None:
+    h = Harness()
+    for uid, retry in (("bad", "9" * 400), ("good", "3")):
+        h.add(uid)
+        msg = f"0/1 nodes are available: 1 delayed by policy rl (retry in {retry}s)"
+        h.index[uid] = pending_pod(pod_body(uid, message=msg), ANN)
+    assert h.r.sweep() == 2 and h.r.scheduled == 2
+    h.now = 5.0
+    assert await h.r.process_due() == 2
+    assert h.patched() == [{ANN: "1"}, {ANN: "1"}]
+
+
+async def test_one_pod_that_fails_does_not_stop_the_sweep_or_the_requeues(caplog) -> None:
+    h = Harness()
+    for uid in ("a", "bad", "c"):
+        h.add(uid, delayed=True)
+    lookup = h.r.lookup
+
+    def exploding(uid: str) -> PendingPod | None:
+        if uid == "bad":
+            raise RuntimeError("index mid-update")
+        return lookup(uid)
+
+    h.r.lookup = exploding
+    with caplog.at_level(logging.ERROR, logger="rlsched.operator.requeue"):
+        assert h.r.sweep() == 2  # "bad" skipped, the pods after it still scheduled
+        assert h.r.sweep() == 0
+    assert h.r.scheduled == 2 and h.r.failed == 2
+    assert len([r for r in caplog.records if "pod-bad" in r.getMessage()]) == 1  # logged once
+    # A requeue that raises something unexpected: that pod is dropped, the others go on.
+    h.r.lookup = lookup
+    patch = h.r.patch
+
+    async def failing_patch(namespace: str, name: str, uid: str, annotations: dict) -> None:
+        if name == "pod-a":
+            raise RuntimeError("boom")
+        await patch(namespace, name, uid, annotations)
+
+    h.r.patch = failing_patch
+    h.now = 5.0
+    assert await h.r.process_due() == 1
+    assert h.r.requeued == 1 and h.r.failed == 3 and h.r.scheduled == 0
+
+
+class SpyPattern:
+    """Wraps a compiled pattern and records the length of every string it is asked to search."""
+
+    def __init__(self, pattern) -> None:
+        self.pattern, self.lengths = pattern, []
+
+    def search(self, text: str, *args):
+        self.lengths.append(len(text))
+        return self.pattern.search(text, *args)
+
+
+def test_a_huge_condition_message_is_parsed_only_up_to_the_cap(monkeypatch) -> None:
+    delayed, rejected = SpyPattern(requeue.DELAYED), SpyPattern(requeue.REJECTED)
+    monkeypatch.setattr(requeue, "DELAYED", delayed)
+    monkeypatch.setattr(requeue, "REJECTED", rejected)
+    msg = "0/3 nodes are available: rejected by policy x: a" + " " * 40_000 + "b" + ("\t" * 1000 + "c") * 10
+    p = pending_pod(pod_body(message=msg), ANN)
+    assert delayed.lengths and rejected.lengths
+    assert max(delayed.lengths + rejected.lengths) <= requeue.MAX_CONDITION_MESSAGE == 4096
+    assert p is not None and p.rejected == "a"  # the reason is read from the first characters only
+
+
+def test_the_rejected_reason_is_cut_at_preemption_without_backtracking() -> None:
+    msg = "0/4 nodes are available: 4 rejected by policy rl: too big" + " " * 3000 + ". preemption: not helpful."
+    assert pending_pod(pod_body(message=msg), ANN).rejected == "too big"
+    m = requeue.REJECTED.search(msg)
+    assert m is not None and m.end() == msg.index("too big")  # the pattern matches only the prefix

@@ -14,8 +14,9 @@ name, and ``__manifest__``: the UTF-8 bytes of a JSON object::
     typicalPods: [...],                            (the workload model the features were computed with)
     training: {...}                                (provenance: command, seed, traces, time, metrics)
 
-:func:`read_model` checks all of it and raises :class:`ModelFileError` saying what is wrong and what
-to do; :func:`file_digest` is the sha256 the extender and operator report.
+:func:`read_model` checks all of it (each member's name, size and ``.npy`` header before its data: the files
+come from users) and raises :class:`ModelFileError` saying what is wrong and what to do; :func:`file_digest` is
+the sha256 the extender and operator report.
 """
 
 from __future__ import annotations
@@ -23,22 +24,46 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import tempfile
 import zipfile
+import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .delay_head import ARRAYS as DELAY_ARRAYS
-from .delay_head import check_manifest_entry
+from .delay_head import DELAY_INPUTS, DelayHead, check_manifest_entry
 from .features import CLUSTER_FEATURES, FEATURE_VERSION, FEATURES
 from .network import DECISION_MODES, NETWORK_VERSION, SPECIAL_ACTIONS, param_shapes
 
 MODEL_FORMAT = "rlsched-policy"
 FORMAT_VERSION = 1
 MANIFEST_KEY = "__manifest__"
+
+MAX_MODEL_BYTES = 64 * 1024 * 1024
+"""The most a model file may hold, its members' uncompressed sizes summed (and the largest file read): 64 MiB,
+the operator's download limit (``ModelFetcher.max_bytes``, operator/rollout.py). The bundled models are ~50 KB.
+The extender and operator read files users supply (a path, a URL, a ConfigMap of up to 1 MiB), and a deflated
+member inflates a thousandfold: without this bound a 900 KB file costs ~900 MiB of memory."""
+
+_DELAY_SHAPES = {
+    k: tuple(v.shape)
+    for k, v in DelayHead.never(np.zeros(len(DELAY_INPUTS)), np.ones(len(DELAY_INPUTS))).arrays().items()
+}
+"""The shapes of the delay head's arrays (:data:`DELAY_ARRAYS`), as the head writes them."""
+
+_MEMBERS = frozenset(
+    f"{name}.npy"
+    for name in (*param_shapes(len(FEATURES), len(CLUSTER_FEATURES), (1, 1), 1), *DELAY_ARRAYS, MANIFEST_KEY)
+)
+"""The member names a model file may hold (the arrays' names do not depend on the layer sizes)."""
+
+_NPY: Any = np.lib.format
+"""numpy's ``.npy`` reader, which numpy leaves unannotated."""
 
 
 class ModelFileError(ValueError):
@@ -137,29 +162,104 @@ def read_model(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any],
             f"model file {path}: no such file (train one with `rlsched train` or use the bundled "
             "model, rlsched/policy/models/)"
         )
+    if path.stat().st_size > MAX_MODEL_BYTES:
+        raise ModelFileError(f"model file {path}: larger than {MAX_MODEL_BYTES:,} bytes; it is not an rlsched model")
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            arrays, manifest = _read_members(z, str(path))
+    except ModelFileError:
+        raise
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, MemoryError, NotImplementedError, zlib.error) as exc:
         raise ModelFileError(
             f"model file {path}: not a readable .npz model ({exc}); re-export it with `rlsched train`"
         ) from None
-    if MANIFEST_KEY not in arrays:
-        raise ModelFileError(
-            f"model file {path}: no manifest ({MANIFEST_KEY}); it was not written by rlsched's exporter"
-        )
-    try:
-        manifest = json.loads(arrays.pop(MANIFEST_KEY).tobytes().decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ModelFileError(f"model file {path}: the manifest is not valid JSON ({exc})") from None
     validate(manifest, arrays, str(path))
     return arrays, manifest, digest
 
 
+def _read_members(z: zipfile.ZipFile, where: str) -> tuple[dict[str, np.ndarray], Any]:
+    """(arrays, manifest) of an open model file, every member's name, size and ``.npy`` header checked before
+    its data is read: numpy allocates the shape a header claims before reading a byte, and a deflated member
+    can inflate far beyond the file, so a small file could otherwise cost gigabytes or raise MemoryError."""
+
+    def fail(msg: str) -> ModelFileError:
+        return ModelFileError(f"model file {where}: {msg}")
+
+    members: dict[str, zipfile.ZipInfo] = {}
+    for info in z.infolist():
+        if info.filename not in _MEMBERS or info.filename[:-4] in members:
+            raise fail(
+                f"unexpected or repeated member {info.filename!r} (a model holds {MANIFEST_KEY} and the arrays of "
+                "the network and delay head); it was not written by rlsched's exporter"
+            )
+        members[info.filename[:-4]] = info
+    total = sum(info.file_size for info in members.values())
+    if total > MAX_MODEL_BYTES:
+        raise fail(f"its members hold {total:,} bytes uncompressed, more than a model's {MAX_MODEL_BYTES:,}")
+    if MANIFEST_KEY not in members:
+        raise fail(f"no manifest ({MANIFEST_KEY}); it was not written by rlsched's exporter")
+    raw = _read_npy(z, members.pop(MANIFEST_KEY), None, fail)
+    try:
+        manifest = json.loads(raw.tobytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise fail(f"the manifest is not valid JSON ({exc})") from None
+    shapes = {**_layout(manifest, where), **_DELAY_SHAPES}
+    return {name: _read_npy(z, info, shapes[name], fail) for name, info in members.items()}, manifest
+
+
+def _read_npy(
+    z: zipfile.ZipFile, info: zipfile.ZipInfo, shape: tuple[int, ...] | None, fail: Callable[[str], ModelFileError]
+) -> np.ndarray:
+    """One ``.npy`` member: floating point of ``shape``, or (``shape`` None) the manifest's 1-D bytes —
+    refused from its header when it is not, or claims more data than the member holds."""
+    name = info.filename[:-4]
+    with z.open(info) as f:
+        version = _NPY.read_magic(f)
+        if version not in ((1, 0), (2, 0)):
+            raise fail(f"array {name}: .npy format version {version} is not 1.0 or 2.0")
+        header = _NPY.read_array_header_1_0(f) if version == (1, 0) else _NPY.read_array_header_2_0(f)
+    found: tuple[int, ...] = tuple(header[0])
+    dtype: np.dtype[Any] = header[2]
+    if shape is None:
+        if len(found) != 1 or dtype != np.uint8:
+            raise fail(f"the manifest is {dtype} of shape {found}, not the bytes of a JSON object")
+    elif found != shape:
+        raise fail(f"array {name} has shape {found}, the layout says {shape}")
+    elif not np.issubdtype(dtype, np.floating):
+        raise fail(f"array {name} is {dtype}, not floating point")
+    if math.prod(found) * dtype.itemsize > info.file_size:
+        raise fail(f"array {name}: its header claims more data than the member's {info.file_size:,} bytes")
+    with z.open(info) as f:
+        array: np.ndarray = _NPY.read_array(f, allow_pickle=False)
+    return array
+
+
 def validate(manifest: Any, arrays: dict[str, np.ndarray], where: str) -> None:
     """Check a manifest against this code's schema and the arrays against the manifest."""
+    shapes = _layout(manifest, where)
+
+    def fail(msg: str) -> ModelFileError:
+        return ModelFileError(f"model file {where}: {msg}")
+
+    missing = sorted(set(shapes) - set(arrays))
+    extra = sorted(set(arrays) - set(shapes) - set(DELAY_ARRAYS))
+    if missing or extra:
+        raise fail(f"arrays do not match the layout (missing {missing}, unexpected {extra})")
+    for name, shape in shapes.items():
+        a = arrays[name]
+        if tuple(a.shape) != tuple(shape):
+            raise fail(f"array {name} has shape {tuple(a.shape)}, the layout says {tuple(shape)}")
+        if not np.issubdtype(a.dtype, np.floating) or not np.isfinite(a).all():
+            raise fail(f"array {name} is not finite floating point")
+    problem = check_manifest_entry(manifest.get("delayHead"), arrays)
+    if problem is not None:
+        raise fail(f"delay head: {problem}")
+
+
+def _layout(manifest: Any, where: str) -> dict[str, tuple[int, ...]]:
+    """Check a manifest against this code's schema; the shape of every network array it describes."""
 
     def fail(msg: str) -> ModelFileError:
         return ModelFileError(f"model file {where}: {msg}")
@@ -195,17 +295,4 @@ def validate(manifest: Any, arrays: dict[str, np.ndarray], where: str) -> None:
         raise fail(f"special actions {net.get('specialActions')} differ from {list(SPECIAL_ACTIONS)}")
     if decision.get("mode") not in DECISION_MODES:
         raise fail(f"decision mode {decision.get('mode')!r} is not one of {', '.join(DECISION_MODES)}")
-    shapes = param_shapes(len(FEATURES), len(CLUSTER_FEATURES), hidden, value_hidden)
-    missing = sorted(set(shapes) - set(arrays))
-    extra = sorted(set(arrays) - set(shapes) - set(DELAY_ARRAYS))
-    if missing or extra:
-        raise fail(f"arrays do not match the layout (missing {missing}, unexpected {extra})")
-    for name, shape in shapes.items():
-        a = arrays[name]
-        if tuple(a.shape) != tuple(shape):
-            raise fail(f"array {name} has shape {tuple(a.shape)}, the layout says {tuple(shape)}")
-        if not np.issubdtype(a.dtype, np.floating) or not np.isfinite(a).all():
-            raise fail(f"array {name} is not finite floating point")
-    problem = check_manifest_entry(manifest.get("delayHead"), arrays)
-    if problem is not None:
-        raise fail(f"delay head: {problem}")
+    return param_shapes(len(FEATURES), len(CLUSTER_FEATURES), hidden, value_hidden)

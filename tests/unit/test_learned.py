@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from ppo_fixtures import filled_state, small_pods, small_typical
 
-from rlsched.policy import TieBreak, decide, feasible_nodes, make_scorer
+from rlsched.policy import TieBreak, decide, export, feasible_nodes, make_scorer
 from rlsched.policy.export import MANIFEST_KEY, ModelFileError, build_manifest, file_digest, read_model, save_model
 from rlsched.policy.features import CLUSTER_FEATURES, FEATURES
 from rlsched.policy.learned import DEFAULT_MODEL, SERVED_MODEL, LearnedScorer, load_learned_scorer
@@ -134,6 +134,97 @@ def test_save_refuses_a_bad_manifest(tmp_path: Path) -> None:
     with pytest.raises(ModelFileError):
         save_model(tmp_path / "x.npz", {}, {"format": "rlsched-policy"})
     assert not (tmp_path / "x.npz").exists()
+
+
+def npy_header(shape: tuple[int, ...], descr: str = "<f4") -> bytes:
+    """A .npy magic and header claiming ``shape``, written by hand: no data follows."""
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": descr, "fortran_order": False, "shape": shape})
+    return buf.getvalue()
+
+
+def repack(
+    src: Path,
+    dest: Path,
+    replace: dict[str, bytes] | None = None,
+    add: dict[str, bytes] | None = None,
+    compression: int = zipfile.ZIP_STORED,
+) -> Path:
+    """Copy a model file member by member, replacing some members' bytes and appending others."""
+    with zipfile.ZipFile(src) as old, zipfile.ZipFile(dest, "w", compression) as new:
+        for info in old.infolist():
+            new.writestr(info.filename, (replace or {}).get(info.filename, old.read(info)))
+        for name, data in (add or {}).items():
+            new.writestr(name, data)
+    return dest
+
+
+@pytest.mark.parametrize("path", sorted(DEFAULT_MODEL.parent.glob("*.npz")), ids=lambda p: p.name)
+def test_every_bundled_model_loads(path: Path) -> None:
+    params, manifest, _ = read_model(path)
+    assert manifest["version"] and set(param_shapes(1, 1, (1, 1), 1)) <= set(params)
+
+
+@pytest.mark.filterwarnings("ignore:Duplicate name")  # zipfile's, when the test writes w1.npy twice
+@pytest.mark.parametrize("name", ["junk.npy", "notes.txt", "w1.npy"])
+def test_unknown_or_repeated_members_are_refused_before_reading(tmp_path: Path, name: str) -> None:
+    """A member the layout does not name (or a second copy of one it does) is refused from the
+    archive's directory, its data unread: here a header claiming a petabyte."""
+    good = write_model(tmp_path / "m.npz")
+    bad = repack(good, tmp_path / "bad.npz", add={name: npy_header((10**15,))})
+    with pytest.raises(ModelFileError, match=f"unexpected or repeated member '{name}'"):
+        read_model(bad)
+
+
+@pytest.mark.parametrize(
+    "member, shape, hidden, message",
+    [
+        ("w1.npy", (10**15,), None, r"array w1 has shape \(1000000000000000,\)"),  # not the layout's shape
+        ("__manifest__.npy", (10**15,), None, "array __manifest__: its header claims more data"),
+        # the shape a (hostile) manifest asks for: refused as more than the member holds
+        ("w1.npy", (len(FEATURES), 10**12), [10**12, 8], "array w1: its header claims more data"),
+    ],
+    ids=["array", "manifest", "manifest-agrees"],
+)
+def test_a_header_claiming_a_huge_array_is_refused_from_it(
+    tmp_path: Path, member: str, shape: tuple[int, ...], hidden: list[int] | None, message: str
+) -> None:
+    """numpy allocates what a header claims before reading: such a member must be refused from its
+    header with the model-file error, not by a MemoryError (or gigabytes of memory)."""
+    good = write_model(tmp_path / "m.npz")
+    if hidden is not None:
+        good = rewrite(good, tmp_path / "hostile.npz", lambda a, m: m["network"].update(hidden=hidden))
+    descr = "|u1" if member == MANIFEST_KEY + ".npy" else "<f4"
+    bad = repack(good, tmp_path / "bad.npz", replace={member: npy_header(shape, descr) + bytes(64)})
+    with pytest.raises(ModelFileError, match=message):
+        read_model(bad)
+
+
+def test_a_wrong_shape_is_refused_from_the_header(tmp_path: Path) -> None:
+    """The header alone decides: the member holds no data, yet the message names both shapes."""
+    bad = repack(
+        write_model(tmp_path / "m.npz"), tmp_path / "bad.npz", replace={"w1.npy": npy_header((len(FEATURES), 9))}
+    )
+    with pytest.raises(
+        ModelFileError, match=rf"array w1 has shape \({len(FEATURES)}, 9\), the layout says \({len(FEATURES)}, 8\)"
+    ):
+        read_model(bad)
+
+
+def test_a_file_inflating_past_the_cap_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cap is on the members' uncompressed sizes, so a small deflated file cannot inflate past it."""
+    zeros = rewrite(
+        write_model(tmp_path / "m.npz"), tmp_path / "zeros.npz", lambda a, m: [v.fill(0) for v in a.values()]
+    )
+    packed = repack(zeros, tmp_path / "deflated.npz", compression=zipfile.ZIP_DEFLATED)
+    read_model(packed)  # a deflated model under the cap loads
+    with zipfile.ZipFile(packed) as z:
+        total = sum(info.file_size for info in z.infolist())
+    cap = packed.stat().st_size + 1
+    assert total > cap
+    monkeypatch.setattr(export, "MAX_MODEL_BYTES", cap)
+    with pytest.raises(ModelFileError, match=f"hold {total:,} bytes uncompressed, more than a model's {cap:,}"):
+        read_model(packed)
 
 
 def test_bundled_model_loads_and_serves_without_torch() -> None:

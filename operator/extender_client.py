@@ -7,11 +7,18 @@ policy engine's view under ``policy`` (mode, fallback, model path/version/digest
 Both need ``Authorization: Bearer <token>`` when the extender runs with ``auth.mode: kubernetes`` (its
 default): the operator sends its ServiceAccount token (:class:`TokenFile`), read again whenever the
 file changes — the kubelet rotates projected tokens — and never logged.
+
+Answers are untrusted input (a wrong URL, another service, an extender of another version): each is
+read up to a byte cap (:data:`STATUS_MAX_BYTES`, :data:`DECISION_RECORD_BYTES`), and
+:meth:`ExtenderView.from_status` keeps only fields of the expected type, so the rollout compares
+well-typed values; anything unreadable is :class:`ExtenderUnavailable`, the one error callers handle.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +29,26 @@ log = logging.getLogger("rlsched.operator.extender")
 
 MAX_TOKEN_FILE_BYTES = 65536
 """A token file larger than this is not a token (and is not read whole)."""
+
+STATUS_MAX_BYTES = 1024 * 1024
+"""Most bytes read of a ``/status`` answer: the extender's is ~1 KB (a 50-node cluster, measured), its
+longest parts error texts; a thousand times that bounds what a wrong or hostile listener makes the
+operator buffer and parse (a 100 MiB answer cost ~200 MiB of memory when read whole)."""
+
+DECISION_RECORD_BYTES = 16 * 1024
+"""Byte budget per record asked for from ``/decisions`` (an answer may hold ``limit`` times this; the
+operator asks for ``decisionLog.drainLimit``, 1000 by default: 16 MiB): a filter record is ~1.2 KB with
+topK 1 (measured: 40-character pod and node names) and each kept node adds its name, so a topK of ~300
+fits. A larger page (records keeping many more nodes) is asked for again with half as many records,
+under the same cap."""
+
+ERROR_TEXT_BYTES = 1024
+"""Most bytes read of a non-200 answer (the message quotes its first 300 characters)."""
+
+_READ_CHUNK = 1 << 16
+
+_INT64_MAX = 2**63 - 1
+"""Counters beyond this do not fit the policy's status (an int64 in the API server)."""
 
 
 class TokenFile:
@@ -68,6 +95,34 @@ class ExtenderUnavailable(Exception):
     """The status port did not answer (or answered garbage); the message says how."""
 
 
+class AnswerTooLarge(ExtenderUnavailable):
+    """The answer is longer than the cap for its path (the rest was not read)."""
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _float(value: Any) -> float | None:
+    """A finite number (JSON reads ``NaN``, ``Infinity`` and ``1e400`` as floats too)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _int(value: Any) -> int | None:
+    """An integer within int64 (a float with an integral value counts)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    return value if isinstance(value, int) and abs(value) <= _INT64_MAX else None
+
+
 @dataclass(frozen=True)
 class ExtenderView:
     """What the extender says it serves (``/status`` → ``policy``)."""
@@ -95,25 +150,42 @@ class ExtenderView:
             raise ExtenderUnavailable(
                 "GET /status: no 'policy' object in the answer (is this the extender's status port?)"
             )
+        # Every field is checked for its type: one of another type reads as absent (None, False, no counter).
         p = body["policy"]
-        m = p.get("model") or {}
+        m = p.get("model")
+        if not isinstance(m, dict):
+            m = {}
+        counters = p.get("counters")
+        if not isinstance(counters, dict):
+            counters = {}
         return cls(
-            mode=p.get("mode"),
-            fallback=p.get("fallback"),
-            deadline_ms=p.get("deadlineMs"),
-            top_k=p.get("topK"),
-            policy_file_error=p.get("policyFileError"),
-            model_path=m.get("path"),
-            model_loaded=bool(m.get("loaded")),
-            version=m.get("version"),
-            digest=m.get("digest"),
-            file_digest=m.get("fileDigest"),
-            loaded_at=m.get("loadedAt"),
-            error=m.get("error"),
-            error_at=m.get("errorAt"),
-            error_path=m.get("errorPath"),
-            counters={k: int(v) for k, v in (p.get("counters") or {}).items() if isinstance(v, (int, float))},
+            mode=_str(p.get("mode")),
+            fallback=_str(p.get("fallback")),
+            deadline_ms=_float(p.get("deadlineMs")),
+            top_k=_int(p.get("topK")),
+            policy_file_error=_str(p.get("policyFileError")),
+            model_path=_str(m.get("path")),
+            model_loaded=m.get("loaded") is True,
+            version=_str(m.get("version")),
+            digest=_str(m.get("digest")),
+            file_digest=_str(m.get("fileDigest")),
+            loaded_at=_float(m.get("loadedAt")),
+            error=_str(m.get("error")),
+            error_at=_float(m.get("errorAt")),
+            error_path=_str(m.get("errorPath")),
+            counters={k: n for k, v in counters.items() if (n := _int(v)) is not None and n >= 0},
         )
+
+
+async def _read_at_most(resp: aiohttp.ClientResponse, max_bytes: int) -> tuple[bytes, bool]:
+    """The answer's first ``max_bytes`` bytes, and whether it is longer (the rest is not read: the
+    connection is closed instead of reused)."""
+    data = bytearray()
+    async for chunk in resp.content.iter_chunked(_READ_CHUNK):
+        data += chunk
+        if len(data) > max_bytes:
+            return bytes(data[:max_bytes]), True
+    return bytes(data), False
 
 
 class ExtenderClient:
@@ -132,14 +204,16 @@ class ExtenderClient:
             self._session = aiohttp.ClientSession(timeout=self.timeout)
         return self._session
 
-    async def _get(self, path: str, params: dict[str, str] | None = None) -> Any:
+    async def _get(self, path: str, params: dict[str, str] | None, max_bytes: int) -> Any:
+        """The JSON answer of ``GET path``, read up to ``max_bytes`` (:class:`AnswerTooLarge` beyond)."""
         url = f"{self.base_url}{path}"
         token = self.token.token()
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         try:
             async with self._get_session().get(url, params=params, headers=headers) as resp:
                 if resp.status != 200:
-                    text = (await resp.text())[:300]
+                    head, _ = await _read_at_most(resp, ERROR_TEXT_BYTES)
+                    text = head.decode("utf-8", errors="replace")[:300]
                     hint = ""
                     if resp.status == 401:
                         hint = (
@@ -150,15 +224,30 @@ class ExtenderClient:
                     elif resp.status == 403:
                         hint = f" (the operator's identity needs get on the non-resource URL {path})"
                     raise ExtenderUnavailable(f"GET {url}: HTTP {resp.status}: {text}{hint}")
-                return await resp.json(content_type=None)
-        except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
+                too_long = resp.content_length is not None and resp.content_length > max_bytes
+                raw, longer = (b"", True) if too_long else await _read_at_most(resp, max_bytes)
+                if longer:
+                    raise AnswerTooLarge(f"GET {url}: the answer is larger than {max_bytes:,} bytes")
+                return json.loads(raw)
+        # ValueError: not JSON (or not UTF-8); RecursionError: JSON nested thousands deep
+        except (TimeoutError, aiohttp.ClientError, ValueError, RecursionError) as exc:
             raise ExtenderUnavailable(f"GET {url}: {type(exc).__name__}: {exc}") from None
 
     async def status(self) -> ExtenderView:
-        return ExtenderView.from_status(await self._get("/status"))
+        return ExtenderView.from_status(await self._get("/status", None, STATUS_MAX_BYTES))
 
     async def decisions(self, after: int, limit: int = 1000) -> dict[str, Any]:
-        body = await self._get("/decisions", {"after": str(after), "limit": str(limit)})
+        """Records after cursor ``after``: at most ``limit``, fewer when that many do not fit the cap."""
+        max_bytes = max(1, limit) * DECISION_RECORD_BYTES
+        while True:
+            try:
+                body = await self._get("/decisions", {"after": str(after), "limit": str(limit)}, max_bytes)
+                break
+            except AnswerTooLarge:
+                if limit <= 1:
+                    raise
+                limit //= 2
+                log.debug("GET /decisions: the page is larger than %d bytes; asking for %d records", max_bytes, limit)
         if not isinstance(body, dict) or not isinstance(body.get("records"), list):
             raise ExtenderUnavailable("GET /decisions: no 'records' list in the answer")
         return body

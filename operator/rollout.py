@@ -9,8 +9,9 @@ its :class:`RolloutResult` into status, conditions and events):
 3. the extender's ``GET /status`` is polled until it serves exactly that bundle (mode, fallback,
    model path, model loaded without a newer error) — success: the bundle becomes ``last-good``;
 4. a model load error newer than the publication, a rejected policy file, or no confirmation within
-   ``rolloutTimeoutS`` → the ``last-good`` bundle is published again (or, with none, the same
-   settings without a model: the fallback serves) and the result says what failed and why;
+   ``rolloutTimeoutS`` → the ``last-good`` bundle is published again (or, with none — or one that
+   cannot be read —, the same settings without a model: the fallback serves) and the result says
+   what failed and why;
 5. an extender that does not answer at all is *not* a reason to roll back: the bundle stays
    published (the extender picks it up when it is back) and the caller retries the verification.
 """
@@ -111,6 +112,14 @@ class ModelFetcher:
                                 "ModelTooLarge", f"GET {url}: larger than {self.max_bytes:,} bytes", False
                             )
                     return bytes(data)
+        # Before ClientError: InvalidURL is one too. ValueError includes UnicodeError (a DNS label over
+        # 63 characters). A URL that cannot be requested stays so: no point retrying.
+        except (aiohttp.InvalidURL, ValueError) as exc:
+            raise SourceError(
+                "InvalidSpec",
+                f"spec.model.url {url!r:.200} cannot be requested ({type(exc).__name__}: {exc!s:.200}): fix it",
+                False,
+            ) from None
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise SourceError("ModelSourceUnavailable", f"GET {url}: {type(exc).__name__}: {exc}", True) from None
 
@@ -306,7 +315,11 @@ class Rollout:
             if outcome == "failed"
             else "RolloutTimeout"
         )
-        target = await self.sink.read(LAST_GOOD)
+        try:
+            target = await self.sink.read(LAST_GOOD)
+        except SinkError as exc:  # the rollback must still happen: to the fallback, as with no last good
+            log.warning("cannot read the last-good slot, rolling back to no model: %s", exc)
+            target = None
         if target is None or target.same_content(bundle):
             # No earlier good bundle: the same settings without the model — the fallback serves.
             target = Bundle(

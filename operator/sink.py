@@ -16,19 +16,28 @@ survive an operator restart.
   name, fsync'd and renamed; the model before ``policy.yaml``, so the extender never reads a policy
   file whose model is missing. The previous model file is kept one generation longer, because the
   extender may still be reading it.
+
+A slot is read back for rollbacks and drift checks, and may have been truncated or edited by hand:
+:meth:`Bundle.from_files` checks what it parses (:class:`CorruptBundle`), and ``read`` reports such a
+slot once (a warning per distinct problem) and answers "empty"; a failed API call or file read is a
+:class:`SinkError`, like a failed write.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import yaml
+
+log = logging.getLogger("rlsched.operator.sink")
 
 CURRENT = "current"
 LAST_GOOD = "last-good"
@@ -45,6 +54,48 @@ class SinkError(Exception):
 
 class ModelTooLarge(SinkError):
     """The model does not fit the sink (a ConfigMap holds at most 1 MiB)."""
+
+
+class CorruptBundle(ValueError):
+    """A slot's files are not a bundle the operator wrote (truncated, edited by hand); says why."""
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_file_name(value: Any) -> bool:
+    """A file name inside the slot (not a path that leads out of it)."""
+    return isinstance(value, str) and value not in ("", ".", "..") and os.path.basename(value) == value
+
+
+_SETTINGS_TYPES = {"modelPath": _is_str, "deadlineMs": _is_number, "topK": _is_int}
+"""The policy file's keys the rollout computes with, and their types (``PolicySpec.extender_settings``)."""
+_META_TYPES = {"digest": _is_str, "modelName": _is_file_name}
+
+
+def _check(settings: Any, meta: Any) -> None:
+    """A parsed slot holds what the operator writes; raises :class:`CorruptBundle` naming what does not."""
+    if not isinstance(settings, dict):
+        raise CorruptBundle(f"{POLICY_FILE} holds a {type(settings).__name__}, not a mapping")
+    if not isinstance(meta, dict):
+        raise CorruptBundle(f"{META_FILE} holds a {type(meta).__name__}, not an object")
+    problems = [
+        f"{file}: {key} is {values[key]!r:.60}"
+        for file, values, types in ((POLICY_FILE, settings, _SETTINGS_TYPES), (META_FILE, meta, _META_TYPES))
+        for key, ok in types.items()
+        if values.get(key) is not None and not ok(values[key])
+    ]
+    if problems:
+        raise CorruptBundle("; ".join(problems))
 
 
 @dataclass(frozen=True)
@@ -81,8 +132,14 @@ class Bundle:
 
     @classmethod
     def from_files(cls, files: dict[str, bytes]) -> Bundle:
-        settings = yaml.safe_load(files.get(POLICY_FILE, b"") or b"") or {}
-        meta = json.loads(files[META_FILE]) if META_FILE in files else {}
+        """The bundle a slot's files hold; raises :class:`CorruptBundle`."""
+        try:
+            settings = yaml.safe_load(files.get(POLICY_FILE, b"") or b"") or {}
+            meta = json.loads(files[META_FILE]) if META_FILE in files else {}
+        # JSONDecodeError and UnicodeDecodeError are ValueErrors; RecursionError: nested thousands deep
+        except (yaml.YAMLError, ValueError, RecursionError) as exc:
+            raise CorruptBundle(f"{type(exc).__name__}: {exc}") from None
+        _check(settings, meta)
         models = [k for k in files if k not in (POLICY_FILE, META_FILE)]
         name = meta.get("modelName") or (models[0] if models else None)
         return cls(
@@ -119,6 +176,23 @@ class PolicySink(Protocol):
         """For messages: ``configmap ns/name`` or ``directory /path``."""
 
 
+class _CorruptSlots:
+    """Reports a corrupt slot once per distinct problem: it is read again on every refresh tick."""
+
+    def __init__(self) -> None:
+        self._reported: dict[str, str] = {}
+
+    def empty(self, where: str, slot: str, exc: CorruptBundle) -> None:
+        """Report ``slot`` (at ``where``) as corrupt; a corrupt slot reads as empty."""
+        problem = str(exc)
+        if self._reported.get(slot) != problem:
+            log.warning("%s (slot %s) is corrupt, read as empty: %s", where, slot, problem)
+            self._reported[slot] = problem
+
+    def fine(self, slot: str) -> None:
+        self._reported.pop(slot, None)
+
+
 # -- directory ------------------------------------------------------------------------------------
 
 
@@ -146,6 +220,7 @@ class DirectorySink:
     def __init__(self, directory: str | Path, mount_path: str | None = None):
         self.directory = Path(directory)
         self.mount_path = mount_path or str(self.directory.resolve())
+        self._corrupt = _CorruptSlots()
 
     def describe(self) -> str:
         return f"directory {self.directory}"
@@ -159,7 +234,16 @@ class DirectorySink:
         return str(Path(self.mount_path) / model_name)
 
     async def read(self, slot: str) -> Bundle | None:
-        return await asyncio.to_thread(self._read, slot)
+        """The bundle in ``slot``: None if empty or corrupt; raises :class:`SinkError` if unreadable."""
+        try:
+            bundle = await asyncio.to_thread(self._read, slot)
+        except CorruptBundle as exc:
+            self._corrupt.empty(str(self._slot_dir(slot)), slot, exc)
+            return None
+        except OSError as exc:
+            raise SinkError(f"cannot read {self._slot_dir(slot)}: {exc.strerror or exc}") from None
+        self._corrupt.fine(slot)
+        return bundle
 
     def _read(self, slot: str) -> Bundle | None:
         d = self._slot_dir(slot)
@@ -168,7 +252,7 @@ class DirectorySink:
         files = {POLICY_FILE: (d / POLICY_FILE).read_bytes()}
         if (d / META_FILE).is_file():
             files[META_FILE] = (d / META_FILE).read_bytes()
-            name = json.loads(files[META_FILE]).get("modelName")
+            name = Bundle.from_files(files).meta.get("modelName")  # checked: a file name in the slot
             if name and (d / name).is_file():
                 files[name] = (d / name).read_bytes()
         return Bundle.from_files(files)
@@ -185,8 +269,8 @@ class DirectorySink:
         previous = None
         if (d / META_FILE).is_file():
             try:
-                previous = json.loads((d / META_FILE).read_bytes()).get("modelName")
-            except ValueError:
+                previous = Bundle.from_files({META_FILE: (d / META_FILE).read_bytes()}).meta.get("modelName")
+            except CorruptBundle:
                 previous = None
         meta = dict(bundle.meta, modelName=bundle.model_name if bundle.model is not None else None)
         files = Bundle(bundle.settings, bundle.model_name, bundle.model, meta).files()
@@ -227,6 +311,7 @@ class ConfigMapSink:
         self.kube, self.namespace, self.name = kube, namespace, name
         self.mount_path = mount_path
         self.max_model_bytes = min(max_model_bytes, CONFIGMAP_LIMIT)
+        self._corrupt = _CorruptSlots()
 
     def describe(self) -> str:
         return f"configmap {self.namespace}/{self.name}"
@@ -240,14 +325,18 @@ class ConfigMapSink:
         return f"{self.mount_path.rstrip('/')}/{model_name}"
 
     async def read(self, slot: str) -> Bundle | None:
-        cm = await self.kube.get_configmap(self.namespace, self._name(slot))
-        if cm is None:
+        """The bundle in ``slot``: None if empty or corrupt; raises :class:`SinkError` if the API fails."""
+        try:
+            cm = await self.kube.get_configmap(self.namespace, self._name(slot))
+        except Exception as exc:  # KubeError and transport errors alike: the caller retries
+            raise SinkError(f"cannot read ConfigMap {self.namespace}/{self._name(slot)}: {exc}") from None
+        try:
+            bundle = _configmap_bundle(cm)
+        except CorruptBundle as exc:
+            self._corrupt.empty(f"ConfigMap {self.namespace}/{self._name(slot)}", slot, exc)
             return None
-        files = {k: v.encode() for k, v in (cm.get("data") or {}).items()}
-        files.update({k: base64.b64decode(v) for k, v in (cm.get("binaryData") or {}).items()})
-        if POLICY_FILE not in files:
-            return None
-        return Bundle.from_files(files)
+        self._corrupt.fine(slot)
+        return bundle
 
     async def write(self, slot: str, bundle: Bundle) -> None:
         meta = dict(bundle.meta, modelName=bundle.model_name if bundle.model is not None else None)
@@ -275,3 +364,24 @@ class ConfigMapSink:
 
     async def clear(self, slot: str) -> None:
         await self.kube.delete_configmap(self.namespace, self._name(slot))
+
+
+def _configmap_bundle(cm: Any) -> Bundle | None:
+    """The bundle a slot's ConfigMap holds (None: no ConfigMap, or no policy file in it)."""
+    if cm is None:
+        return None
+    if not isinstance(cm, dict):
+        raise CorruptBundle(f"the ConfigMap is a {type(cm).__name__}")
+    data, binary = cm.get("data") or {}, cm.get("binaryData") or {}
+    if not (isinstance(data, dict) and isinstance(binary, dict)):
+        raise CorruptBundle("data or binaryData is not a map")
+    if not all(isinstance(v, str) for v in (*data.values(), *binary.values())):
+        raise CorruptBundle("a data or binaryData value is not a string")
+    try:
+        files = {k: v.encode() for k, v in data.items()}
+        files.update({k: base64.b64decode(v, validate=True) for k, v in binary.items()})
+    except (binascii.Error, UnicodeEncodeError) as exc:  # both ValueErrors
+        raise CorruptBundle(f"{type(exc).__name__}: {exc}") from None
+    if POLICY_FILE not in files:
+        return None
+    return Bundle.from_files(files)

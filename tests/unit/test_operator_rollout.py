@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import base64
+import logging
 from pathlib import Path
 
 import pytest
 
+from rlsched.operator.kube import KubeError
 from rlsched.operator.rollout import ModelFetcher, Rollout, SourceError, serves
-from rlsched.operator.sink import CURRENT, LAST_GOOD, Bundle, ConfigMapSink, DirectorySink, ModelTooLarge
+from rlsched.operator.sink import CURRENT, LAST_GOOD, Bundle, ConfigMapSink, DirectorySink, ModelTooLarge, SinkError
 from rlsched.operator.spec import parse_spec
 from rlsched.operator.testing import EngineExtender, FakeKube, fake_model
 
@@ -100,6 +102,32 @@ async def test_bad_first_model_falls_back_to_the_heuristic(setup) -> None:
     assert ext.engine.model is None and ext.engine.settings.model_path is None
 
 
+@pytest.mark.parametrize("trouble", ["corrupt", "unreadable"])
+async def test_a_last_good_slot_that_cannot_be_read_rolls_back_to_no_model(setup, trouble, monkeypatch) -> None:
+    sink, kube, ext, rollout = setup
+    model_cm(kube, "m1", fake_model("v1"))
+    good = await rollout.build(
+        NS, "default", 1, parse_spec(spec(model={"configMapKeyRef": {"name": "m1", "key": "model.npz"}}))
+    )
+    assert (await rollout.apply(good)).ok
+    if trouble == "corrupt":
+        (sink.directory / ".last-good" / "bundle.json").write_text("{truncated")
+    else:  # the API call failed (ConfigMapSink) or the folder cannot be read
+
+        async def read(slot: str) -> Bundle | None:
+            raise SinkError(f"cannot read {slot}: 503 ServiceUnavailable")
+
+        monkeypatch.setattr(sink, "read", read)
+    model_cm(kube, "m2", b"\x00garbage, not a model")
+    bad = await rollout.build(
+        NS, "default", 2, parse_spec(spec(model={"configMapKeyRef": {"name": "m2", "key": "model.npz"}}))
+    )
+    result = await rollout.apply(bad)
+    assert not result.ok and result.reason == "ModelLoadFailed" and result.rollback_ok
+    assert result.rolled_back_to.settings["modelPath"] is None and "rolled back to no model" in result.message
+    assert ext.engine.model is None and ext.engine.settings.model_path is None
+
+
 async def test_unreachable_extender_keeps_the_bundle_published(setup) -> None:
     sink, kube, ext, rollout = setup
     ext.reachable = False
@@ -143,6 +171,21 @@ async def test_source_errors(setup) -> None:
     assert err.value.reason == "DigestMismatch" and not err.value.temporary
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://example.invalid:99999/m.npz",  # port out of range
+        "http://[::1/m.npz",  # unclosed IPv6 literal
+        "http://:80/x",  # no host
+        "http://" + "a" * 300 + ".com/m.npz",  # a DNS label over 63 characters: UnicodeError from idna
+    ],
+)
+async def test_a_url_that_cannot_be_requested_is_not_retried(url: str) -> None:
+    with pytest.raises(SourceError) as err:
+        await ModelFetcher(None, timeout_s=2.0)._url(url)
+    assert not err.value.temporary and err.value.reason == "InvalidSpec" and "spec.model.url" in str(err.value)
+
+
 async def test_path_model_is_not_copied(setup) -> None:
     _, _, _, rollout = setup
     b = await rollout.build(NS, "p", 3, parse_spec(spec(model={"path": "/models/p.npz"})))
@@ -178,6 +221,54 @@ async def test_directory_sink_roundtrip_and_gc(tmp_path: Path) -> None:
     assert (await sink.read(LAST_GOOD)).model == bundles[1].model
     await sink.clear(LAST_GOOD)
     assert await sink.read(LAST_GOOD) is None
+
+
+async def test_corrupt_directory_slots_read_as_empty_and_are_reported_once(tmp_path: Path, caplog, monkeypatch) -> None:
+    sink = DirectorySink(tmp_path / "d")
+    good = Bundle({"mode": "active", "modelPath": sink.model_path("model-01.npz")}, "model-01.npz", b"m", {})
+    slot = tmp_path / "d" / ".last-good"
+    outside = tmp_path / "secret.npz"
+    outside.write_bytes(b"not the slot's")
+    corruptions = {
+        "bundle.json": ["{truncated", "[1, 2]", '{"modelName": "../../secret.npz"}', '{"digest": 5}'],
+        "policy.yaml": ["- a list\n", "mode: [unclosed\n", "modelPath: 5\n", "deadlineMs: fast\n", "topK: true\n"],
+    }
+    for name, texts in corruptions.items():
+        for text in texts:
+            await sink.write(LAST_GOOD, good)
+            (slot / name).write_text(text)
+            with caplog.at_level(logging.WARNING, "rlsched.operator.sink"):
+                caplog.clear()
+                assert await sink.read(LAST_GOOD) is None, (name, text)
+                assert await sink.read(LAST_GOOD) is None
+            assert len(caplog.records) == 1 and "corrupt, read as empty" in caplog.text, (name, text)
+    await sink.write(LAST_GOOD, good)
+    assert (await sink.read(LAST_GOOD)).same_content(good)
+
+    def denied(self: Path) -> bytes:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_bytes", denied)  # a file that cannot be read is not "corrupt": retried
+    with pytest.raises(SinkError, match="cannot read .*Permission denied"):
+        await sink.read(LAST_GOOD)
+
+
+async def test_configmap_slots_corrupt_or_unreadable() -> None:
+    kube = FakeKube()
+    sink = ConfigMapSink(kube, "sched", "p")
+    await sink.write(LAST_GOOD, Bundle({"mode": "active"}, "model-ab.npz", b"\x00\x01", {"digest": "ab"}))
+    cm = kube.configmaps[("sched", "p-last-good")]
+    for field, value in (
+        ("binaryData", {"model-ab.npz": "not base64!"}),
+        ("binaryData", {"model-ab.npz": 5}),
+        ("data", ["policy.yaml"]),
+        ("data", {"policy.yaml": "{}\n", "bundle.json": "{truncated"}),
+    ):
+        kube.configmaps[("sched", "p-last-good")] = dict(cm, **{field: value})
+        assert await sink.read(LAST_GOOD) is None, (field, value)
+    kube.fail["get_configmap"] = KubeError(503, "ServiceUnavailable", "etcd leader changed")
+    with pytest.raises(SinkError, match="cannot read ConfigMap sched/p-last-good: 503"):
+        await sink.read(LAST_GOOD)
 
 
 def test_policy_yaml_quotes_off() -> None:

@@ -31,7 +31,7 @@ import aiohttp
 
 from rlsched.policy.decision_dataset import FORMAT, SEGMENT_GLOB
 
-from .extender_client import ExtenderClient, ExtenderUnavailable
+from .extender_client import ExtenderClient, ExtenderUnavailable, read_at_most
 from .log_once import LogOnce
 from .sink import fsync_dir
 
@@ -356,6 +356,11 @@ def ended_how(pod: Mapping[str, Any], deleted: bool) -> str | None:
     return "deleted" if deleted else None
 
 
+LOAD_ANSWER_BYTES = 1 << 20
+"""The most of a Prometheus answer :class:`LoadProbe` reads: its queries select one node (one series,
+~200 bytes); a query that is not aggregated must not make it read megabytes."""
+
+
 class LoadProbe:
     """A node's load from Prometheus (instant queries, one per column)."""
 
@@ -372,11 +377,22 @@ class LoadProbe:
                 q = query.replace("NODE_SELECTOR", selector)
                 try:
                     async with session.get(f"{self.url}/api/v1/query", params={"query": q}) as resp:
-                        body = await resp.json(content_type=None)
+                        raw, longer = await read_at_most(resp, LOAD_ANSWER_BYTES)
+                    if longer:
+                        raise ValueError(f"answer longer than {LOAD_ANSWER_BYTES:,} bytes")
+                    body = json.loads(raw)
                     result = body["data"]["result"]
                     if result:
                         out[column] = round(float(result[0]["value"][1]), 4)
-                except (TimeoutError, aiohttp.ClientError, KeyError, IndexError, TypeError, ValueError) as exc:
+                except (
+                    TimeoutError,
+                    aiohttp.ClientError,
+                    KeyError,
+                    IndexError,
+                    TypeError,
+                    ValueError,
+                    RecursionError,
+                ) as exc:
                     log.debug("load query %s for %s failed: %s", column, node, exc)
         return out
 

@@ -177,7 +177,7 @@ class ExtenderView:
         )
 
 
-async def _read_at_most(resp: aiohttp.ClientResponse, max_bytes: int) -> tuple[bytes, bool]:
+async def read_at_most(resp: aiohttp.ClientResponse, max_bytes: int) -> tuple[bytes, bool]:
     """The answer's first ``max_bytes`` bytes, and whether it is longer (the rest is not read: the
     connection is closed instead of reused)."""
     data = bytearray()
@@ -212,7 +212,7 @@ class ExtenderClient:
         try:
             async with self._get_session().get(url, params=params, headers=headers) as resp:
                 if resp.status != 200:
-                    head, _ = await _read_at_most(resp, ERROR_TEXT_BYTES)
+                    head, _ = await read_at_most(resp, ERROR_TEXT_BYTES)
                     text = head.decode("utf-8", errors="replace")[:300]
                     hint = ""
                     if resp.status == 401:
@@ -225,7 +225,7 @@ class ExtenderClient:
                         hint = f" (the operator's identity needs get on the non-resource URL {path})"
                     raise ExtenderUnavailable(f"GET {url}: HTTP {resp.status}: {text}{hint}")
                 too_long = resp.content_length is not None and resp.content_length > max_bytes
-                raw, longer = (b"", True) if too_long else await _read_at_most(resp, max_bytes)
+                raw, longer = (b"", True) if too_long else await read_at_most(resp, max_bytes)
                 if longer:
                     raise AnswerTooLarge(f"GET {url}: the answer is larger than {max_bytes:,} bytes")
                 return json.loads(raw)

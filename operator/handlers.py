@@ -156,7 +156,11 @@ async def reconcile(
         patch.status["extender"] = {"mode": ps.mode, "fallback": ps.fallback, "extenderWeight": ps.extender_weight}
 
         if cause == "resume":
-            current = await rt.sink.read(CURRENT)
+            try:
+                current = await rt.sink.read(CURRENT)
+            except SinkError as exc:  # unknown: publish it again below, as for a changed spec
+                log.warning("resume: cannot read the served bundle (%s); publishing it again", exc)
+                current = None
             if bundle.same_content(current):
                 try:
                     view = await rt.extender.status()
@@ -340,7 +344,11 @@ async def refresh(
     patch.status["counts"] = _counts(view)
     if not watching or observed != generation:
         return
-    expected = await rt.sink.read(CURRENT)
+    try:
+        expected = await rt.sink.read(CURRENT)
+    except SinkError as exc:  # the next tick tries again; the sink logs what is wrong with the slot
+        log.debug("refresh: cannot read the served bundle: %s", exc)
+        return
     if expected is None:
         return
     ok = serves(view, expected)

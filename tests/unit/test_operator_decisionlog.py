@@ -309,3 +309,29 @@ def test_a_cursor_edited_by_hand_restarts_from_the_ring_start(tmp_path: Path, cu
     (tmp_path / "cursor.json").write_text('{"epoch": "1", "next": 42}')
     drainer = Drainer(AnswerClient(answer([])), DecisionLog(tmp_path))
     assert drainer.next == 42 and drainer.epoch == "1"
+
+
+async def test_load_probe_reads_a_bounded_answer() -> None:
+    """One node's load from Prometheus: a normal answer gives its value; one far larger than a single
+    series, or malformed, leaves that column out (nothing raised, the rest read)."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    from rlsched.operator.decisionlog import LOAD_ANSWER_BYTES, LoadProbe
+
+    answers = {
+        "cpu": {"status": "success", "data": {"result": [{"metric": {}, "value": [0, "0.25"]}]}},
+        "memory": {"status": "success", "data": {"result": [{"metric": {"x": "y" * 1000}, "value": [0, "1"]}] * 2000}},
+        "network": "[" * 100_000 + "]" * 100_000,
+    }
+
+    async def query(request: web.Request) -> web.Response:
+        answer = answers[request.query["query"].split("{")[0]]
+        return web.Response(text=answer if isinstance(answer, str) else json.dumps(answer))
+
+    app = web.Application()
+    app.router.add_get("/api/v1/query", query)
+    async with TestServer(app) as server:
+        probe = LoadProbe(str(server.make_url("")), {c: c + "{NODE_SELECTOR}" for c in answers})
+        assert len(json.dumps(answers["memory"])) > LOAD_ANSWER_BYTES
+        assert await probe.sample("n1") == {"cpu": 0.25}

@@ -14,7 +14,7 @@ from rlsched.operator.requeue import Rejections, Requeuer
 from rlsched.operator.rollout import ModelFetcher, Rollout
 from rlsched.operator.runtime import Runtime
 from rlsched.operator.settings import OperatorSettings, load_settings
-from rlsched.operator.sink import DirectorySink
+from rlsched.operator.sink import CURRENT, DirectorySink, SinkError
 from rlsched.operator.testing import EngineExtender, FakeKube, fake_model
 
 
@@ -249,3 +249,27 @@ async def test_probe_reports_and_fails_on_dead_tasks(env) -> None:
     with pytest.raises(kopf.PermanentError, match="background task drain stopped"):
         handlers.probe(memo=memo)
     memo.runtime.tasks.clear()
+
+
+async def test_an_unreadable_served_slot_neither_stops_resume_nor_refresh(env, monkeypatch) -> None:
+    """The served slot cannot be read (an API error): on a refresh tick nothing is concluded (the next
+    tick tries again); on resume the bundle is published again and rolled out as for a changed spec."""
+    memo, kube, ext, events = env
+    add_model(kube, "models", fake_model("v1"))
+    spec = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "models", "key": "m.npz"}}}
+    first = await call(handlers.reconcile, body(spec), memo)
+    sink = memo.runtime.sink
+    real_read = sink.read
+
+    async def current_unreadable(slot: str):
+        if slot == CURRENT:
+            raise SinkError(f"cannot read {slot}: HTTP 503")
+        return await real_read(slot)
+
+    monkeypatch.setattr(sink, "read", current_unreadable)
+    status = {"conditions": first.status["conditions"], "observedGeneration": 1}
+    p = await call(handlers.refresh, body({}, status=status), memo)
+    assert "conditions" not in p["status"]
+    events.clear()
+    patch = await call(handlers.reconcile, body(spec), memo, reason="resume")
+    assert cond(patch, "Ready")["status"] == "True" and [e[1] for e in events] == ["RollingOut", "RolledOut"]

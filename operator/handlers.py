@@ -470,7 +470,9 @@ def probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
         "decisionsDrained": rt.drainer.drained,
         "decisionsSkipped": rt.drainer.skipped,
         "decisionAnswersRefused": rt.drainer.bad_answers,
-        "drainError": rt.drainer.last_error,
+        # Whether draining fails, not why: this endpoint is open (kubelet probes carry no token) and the
+        # error names the extender's URL; the reason is in the operator's log (once per outage).
+        "drainFailing": rt.drainer.last_error is not None,
         "rebalanced": dict(rt.rebalancer.totals) if rt.rebalancer is not None else None,
     }
 

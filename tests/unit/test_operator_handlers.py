@@ -242,7 +242,12 @@ async def test_probe_reports_and_fails_on_dead_tasks(env) -> None:
     import asyncio
 
     memo, _, _, _ = env
-    assert handlers.probe(memo=memo)["requeued"] == 0
+    answer = handlers.probe(memo=memo)
+    assert answer["requeued"] == 0 and answer["drainFailing"] is False
+    memo.runtime.drainer.last_error = "GET http://rl-scheduler.sched.svc:8889/decisions: HTTP 401"
+    answer = handlers.probe(memo=memo)
+    assert answer["drainFailing"] is True and "rl-scheduler.sched.svc" not in str(answer)  # open endpoint
+    memo.runtime.drainer.last_error = None
     task = asyncio.get_running_loop().create_future()
     task.set_result(None)
     memo.runtime.tasks["drain"] = task

@@ -26,6 +26,7 @@ from prometheus_client.metrics_core import Metric
 
 from rlsched.policy.cluster import LOAD_METRICS
 
+from .bounded_read import read_capped
 from .rejections import describe
 from .settings import PrometheusSettings
 
@@ -293,16 +294,3 @@ class LoadPoller:
     def _count(self, column: str, result: str) -> None:
         if self.metrics is not None:
             self.metrics.load_refreshes.labels(column, result).inc()
-
-
-async def read_capped(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes:
-    """The body of ``resp``, or ValueError when it is longer than ``max_bytes``: refused unread when
-    Content-Length says so, else read no further than the cap."""
-    if resp.content_length is not None and resp.content_length > max_bytes:
-        raise ValueError(f"the answer has {resp.content_length:,} bytes, over the cap of {max_bytes:,}")
-    body = bytearray()
-    async for chunk in resp.content.iter_chunked(1 << 16):
-        body += chunk
-        if len(body) > max_bytes:
-            raise ValueError(f"the answer is longer than the cap of {max_bytes:,} bytes")
-    return bytes(body)

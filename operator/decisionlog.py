@@ -29,9 +29,10 @@ from typing import Any
 
 import aiohttp
 
+from rlsched.extender.bounded_read import AnswerTooLong, read_capped
 from rlsched.policy.decision_dataset import FORMAT, SEGMENT_GLOB
 
-from .extender_client import ExtenderClient, ExtenderUnavailable, read_at_most
+from .extender_client import ExtenderClient, ExtenderUnavailable
 from .log_once import LogOnce
 from .sink import fsync_dir
 
@@ -377,16 +378,14 @@ class LoadProbe:
                 q = query.replace("NODE_SELECTOR", selector)
                 try:
                     async with session.get(f"{self.url}/api/v1/query", params={"query": q}) as resp:
-                        raw, longer = await read_at_most(resp, LOAD_ANSWER_BYTES)
-                    if longer:
-                        raise ValueError(f"answer longer than {LOAD_ANSWER_BYTES:,} bytes")
-                    body = json.loads(raw)
+                        body = json.loads(await read_capped(resp, LOAD_ANSWER_BYTES))
                     result = body["data"]["result"]
                     if result:
                         out[column] = round(float(result[0]["value"][1]), 4)
                 except (
                     TimeoutError,
                     aiohttp.ClientError,
+                    AnswerTooLong,
                     KeyError,
                     IndexError,
                     TypeError,

@@ -25,6 +25,8 @@ from typing import Any
 
 import aiohttp
 
+from rlsched.extender.bounded_read import AnswerTooLong, read_at_most, read_capped
+
 log = logging.getLogger("rlsched.operator.extender")
 
 MAX_TOKEN_FILE_BYTES = 65536
@@ -44,8 +46,6 @@ under the same cap."""
 
 ERROR_TEXT_BYTES = 1024
 """Most bytes read of a non-200 answer (the message quotes its first 300 characters)."""
-
-_READ_CHUNK = 1 << 16
 
 _INT64_MAX = 2**63 - 1
 """Counters beyond this do not fit the policy's status (an int64 in the API server)."""
@@ -177,17 +177,6 @@ class ExtenderView:
         )
 
 
-async def read_at_most(resp: aiohttp.ClientResponse, max_bytes: int) -> tuple[bytes, bool]:
-    """The answer's first ``max_bytes`` bytes, and whether it is longer (the rest is not read: the
-    connection is closed instead of reused)."""
-    data = bytearray()
-    async for chunk in resp.content.iter_chunked(_READ_CHUNK):
-        data += chunk
-        if len(data) > max_bytes:
-            return bytes(data[:max_bytes]), True
-    return bytes(data), False
-
-
 class ExtenderClient:
     """One aiohttp session to the status port."""
 
@@ -224,10 +213,10 @@ class ExtenderClient:
                     elif resp.status == 403:
                         hint = f" (the operator's identity needs get on the non-resource URL {path})"
                     raise ExtenderUnavailable(f"GET {url}: HTTP {resp.status}: {text}{hint}")
-                too_long = resp.content_length is not None and resp.content_length > max_bytes
-                raw, longer = (b"", True) if too_long else await read_at_most(resp, max_bytes)
-                if longer:
-                    raise AnswerTooLarge(f"GET {url}: the answer is larger than {max_bytes:,} bytes")
+                try:
+                    raw = await read_capped(resp, max_bytes)
+                except AnswerTooLong:
+                    raise AnswerTooLarge(f"GET {url}: the answer is larger than {max_bytes:,} bytes") from None
                 return json.loads(raw)
         # ValueError: not JSON (or not UTF-8); RecursionError: JSON nested thousands deep
         except (TimeoutError, aiohttp.ClientError, ValueError, RecursionError) as exc:

@@ -31,6 +31,8 @@ from typing import Any
 
 import aiohttp
 
+from rlsched.extender.bounded_read import AnswerTooLong, read_capped
+
 from .extender_client import ExtenderClient, ExtenderUnavailable, ExtenderView
 from .sink import CURRENT, LAST_GOOD, Bundle, ModelTooLarge, PolicySink, SinkError
 from .spec import PolicySpec
@@ -104,14 +106,12 @@ class ModelFetcher:
                             f"GET {url}: HTTP {resp.status}",
                             resp.status >= 500 or resp.status in (404, 429),
                         )
-                    data = bytearray()
-                    async for chunk in resp.content.iter_chunked(1 << 16):
-                        data += chunk
-                        if len(data) > self.max_bytes:
-                            raise SourceError(
-                                "ModelTooLarge", f"GET {url}: larger than {self.max_bytes:,} bytes", False
-                            )
-                    return bytes(data)
+                    try:
+                        return await read_capped(resp, self.max_bytes)
+                    except AnswerTooLong:
+                        raise SourceError(
+                            "ModelTooLarge", f"GET {url}: larger than {self.max_bytes:,} bytes", False
+                        ) from None
         # Before ClientError: InvalidURL is one too. ValueError includes UnicodeError (a DNS label over
         # 63 characters). A URL that cannot be requested stays so: no point retrying.
         except (aiohttp.InvalidURL, ValueError) as exc:

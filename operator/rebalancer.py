@@ -52,6 +52,7 @@ from rlsched.policy.typical import TypicalPods
 
 from .conditions import now_iso
 from .kube import KubeError
+from .log_once import LogOnce
 from .pod_usage import read_pod_cpu
 from .rebalance_budget import Ledger, allowance, owners_over_budget
 from .rebalance_select import REASONS, namespace_filter, namespace_labels, owner_key, why_not
@@ -172,7 +173,7 @@ class Rebalancer:
         self.totals: Counter[str] = Counter()
         self.last_cycle: float | None = None
         self._typical: TypicalPods | None = None
-        self._reported: set[str] = set()
+        self._log_once = LogOnce(log)
         self._scorers: dict[str, Any] = {}
         self._usage_failing = False
 
@@ -195,9 +196,7 @@ class Rebalancer:
 
     def _once(self, key: str, message: str, *args: Any) -> None:
         """Log a recurring problem once (until it changes)."""
-        if key not in self._reported:
-            self._reported.add(key)
-            log.warning(message, *args)
+        self._log_once.log(key, logging.WARNING, message, *args)
 
     # -- the cycle --------------------------------------------------------------------------------
     def scorer(self, fallback: str | None) -> Any:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlsched.policy.rebalance_weights import WEIGHTS, weight_problems
+from rlsched.policy.spec_problems import unknown_keys
 
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 MAX_SELECTOR_TERMS = 32
@@ -114,8 +115,8 @@ def _is_number(value: Any) -> bool:
 
 
 def _unknown(raw: Mapping[str, Any], known: set[str], where: str, problems: list[str]) -> None:
-    for key in sorted(set(raw) - known, key=str)[:10]:
-        problems.append(f"{where}.{str(key)[:64]}: unknown field; valid fields: {', '.join(sorted(known))}")
+    for key in unknown_keys(set(raw) - known):
+        problems.append(f"{where}.{key}: unknown field; valid fields: {', '.join(sorted(known))}")
 
 
 def _ints(

@@ -19,6 +19,7 @@ import yaml
 
 from rlsched.policy.decision_dataset import REWARD_DEFAULTS
 from rlsched.policy.dynamic.objective_spec import Objective, parse_objective
+from rlsched.policy.spec_problems import shown, unknown_keys
 
 from .rebalance_spec import RebalanceSpec, parse_rebalance
 
@@ -31,24 +32,8 @@ MODES = ("active", "shadow", "off")
 
 _SHA256 = re.compile(r"^[a-f0-9]{64}$")
 _KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
-MAX_SHOWN_CHARS = 64
-"""A value or key echoed in a problem is cut to this length; at most MAX_UNKNOWN unknown keys are listed
-per object. The problems become a condition, an event and kopf's progress annotation, so a spec full of
-junk must not make them as large as itself."""
-MAX_UNKNOWN = 10
 MAX_MESSAGE_CHARS = 4000
-"""SpecError's message (all the problems joined) is cut to this length."""
-
-
-def _shown(value: Any) -> str:
-    """``value`` as a problem echoes it: its repr, cut to MAX_SHOWN_CHARS."""
-    text = repr(value)
-    return text if len(text) <= MAX_SHOWN_CHARS else text[: MAX_SHOWN_CHARS - 1] + "…"
-
-
-def _unknown(keys: Any) -> list[str]:
-    """The first MAX_UNKNOWN of ``keys`` (any type), sorted, each cut to MAX_SHOWN_CHARS."""
-    return [str(key)[:MAX_SHOWN_CHARS] for key in sorted(keys, key=str)[:MAX_UNKNOWN]]
+"""SpecError's message (all the problems joined) is cut to this length (rlsched.policy.spec_problems)."""
 
 
 _URL = re.compile(r"^https?://[^\s]+$")
@@ -137,46 +122,46 @@ def parse_spec(spec: Mapping[str, Any] | None) -> PolicySpec:
         "rebalance",
         "objective",
     }
-    for key in _unknown(set(spec) - known):
+    for key in unknown_keys(set(spec) - known):
         problems.append(f"spec.{key}: unknown field; valid fields: {', '.join(sorted(known))}")
 
     mode = spec.get("mode", "active")
     if mode is False:  # unquoted `off` in YAML 1.1 parsers
         problems.append('spec.mode: got a boolean; write "off" in quotes')
     elif mode not in MODES:
-        problems.append(f"spec.mode: {_shown(mode)} is not one of {', '.join(MODES)}")
+        problems.append(f"spec.mode: {shown(mode)} is not one of {', '.join(MODES)}")
 
     fallback = spec.get("fallback", "fgd")
     names = fallback_names()
     if fallback not in names:
-        problems.append(f"spec.fallback: {_shown(fallback)} is not a known heuristic; choose one of {', '.join(names)}")
+        problems.append(f"spec.fallback: {shown(fallback)} is not a known heuristic; choose one of {', '.join(names)}")
 
     deadline = spec.get("deadlineMs", 100)
     if not _number(deadline) or not 1 <= deadline <= 5000:
-        problems.append(f"spec.deadlineMs: {_shown(deadline)} must be a number from 1 to 5000 (milliseconds)")
+        problems.append(f"spec.deadlineMs: {shown(deadline)} must be a number from 1 to 5000 (milliseconds)")
     top_k = spec.get("topK", 1)
     if not isinstance(top_k, int) or isinstance(top_k, bool) or not 0 <= top_k <= 1000:
-        problems.append(f"spec.topK: {_shown(top_k)} must be an integer from 0 to 1000")
+        problems.append(f"spec.topK: {shown(top_k)} must be an integer from 0 to 1000")
     weight = spec.get("extenderWeight")
     if weight is not None and (not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= 100000):
-        problems.append(f"spec.extenderWeight: {_shown(weight)} must be an integer from 1 to 100000")
+        problems.append(f"spec.extenderWeight: {shown(weight)} must be an integer from 1 to 100000")
 
     rewards = dict(REWARD_DEFAULTS)
     raw_rewards = spec.get("rewardWeights") or {}
     if not isinstance(raw_rewards, Mapping):
         problems.append("spec.rewardWeights: expected an object")
         raw_rewards = {}
-    for key in _unknown(set(raw_rewards) - set(REWARD_DEFAULTS)):
+    for key in unknown_keys(set(raw_rewards) - set(REWARD_DEFAULTS)):
         problems.append(f"spec.rewardWeights.{key}: unknown weight; valid: {', '.join(REWARD_DEFAULTS)}")
     for key, value in raw_rewards.items():
         if key not in REWARD_DEFAULTS:
             continue
         elif not _number(value):
-            problems.append(f"spec.rewardWeights.{key}: {_shown(value)} is not a number")
+            problems.append(f"spec.rewardWeights.{key}: {shown(value)} is not a number")
         elif key == "placed" and not -1000 <= value <= 1000:
-            problems.append(f"spec.rewardWeights.{key}: {_shown(value)} must be from -1000 to 1000")
+            problems.append(f"spec.rewardWeights.{key}: {shown(value)} must be from -1000 to 1000")
         elif key != "placed" and not 0 <= value <= 1000:
-            problems.append(f"spec.rewardWeights.{key}: {_shown(value)} must be from 0 to 1000 (it is a penalty)")
+            problems.append(f"spec.rewardWeights.{key}: {shown(value)} must be from 0 to 1000 (it is a penalty)")
         else:
             rewards[key] = float(value)
 
@@ -209,7 +194,7 @@ def _parse_model(raw: Any, problems: list[str]) -> ModelSource | None:
         problems.append("spec.model: expected an object with one of configMapKeyRef, path or url")
         return None
     known = {"configMapKeyRef", "path", "url", "sha256"}
-    for key in _unknown(set(raw) - known):
+    for key in unknown_keys(set(raw) - known):
         problems.append(f"spec.model.{key}: unknown field; valid fields: {', '.join(sorted(known))}")
     given = [k for k in ("configMapKeyRef", "path", "url") if k in raw]
     if len(given) != 1:
@@ -237,13 +222,13 @@ def _parse_model(raw: Any, problems: list[str]) -> ModelSource | None:
     if "path" in raw:
         path = raw["path"]
         if not isinstance(path, str) or not path.startswith("/") or len(path) < 2 or len(path) > 4096:
-            problems.append(f"spec.model.path: {_shown(path)} must be an absolute path the extender can read")
+            problems.append(f"spec.model.path: {shown(path)} must be an absolute path the extender can read")
         else:
             source = ModelSource(path=path, sha256=sha)
     if "url" in raw:
         url = raw["url"]
         if not isinstance(url, str) or len(url) > 4096 or not _URL.match(url):
-            problems.append(f"spec.model.url: {_shown(url)} must be an http:// or https:// URL")
+            problems.append(f"spec.model.url: {shown(url)} must be an http:// or https:// URL")
         else:
             source = ModelSource(url=url, sha256=sha)
     return source

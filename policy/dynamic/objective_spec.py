@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..spec_problems import shown, unknown_keys
 from .objective import ObjectiveWeights, SlaSettings
 
 FIELDS: dict[str, tuple[float, float, bool]] = {
@@ -67,8 +68,8 @@ def parse_objective(raw: Any, where: str = "spec.objective") -> tuple[Objective,
         return Objective(), [f"{where}: expected an object with any of {', '.join(FIELDS)}"]
     problems: list[str] = []
     values: dict[str, float] = {}
-    for key in sorted(set(raw) - set(FIELDS), key=str)[:10]:  # a junk object must not make a junk-sized message
-        problems.append(f"{where}.{str(key)[:64]}: unknown field; valid fields: {', '.join(FIELDS)}")
+    for key in unknown_keys(set(raw) - set(FIELDS)):
+        problems.append(f"{where}.{key}: unknown field; valid fields: {', '.join(FIELDS)}")
     for key, (low, high, low_included) in FIELDS.items():
         if key not in raw:
             continue
@@ -76,7 +77,7 @@ def parse_objective(raw: Any, where: str = "spec.objective") -> tuple[Objective,
         ok = _number(value) and (low <= value if low_included else low < value) and value <= high
         if not ok:
             bound = "from" if low_included else "above"
-            problems.append(f"{where}.{key}: {repr(value)[:64]} must be a number {bound} {low:g} to {high:g}")
+            problems.append(f"{where}.{key}: {shown(value)} must be a number {bound} {low:g} to {high:g}")
         else:
             values[key] = float(value)
     if problems:

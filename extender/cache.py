@@ -419,7 +419,13 @@ class ClusterCache:
             p = entry.placement
             if p is not None and entry.node in carried:
                 entry.placement = Placement(
-                    state.index[entry.node], p.cards, p.milli_per_card, p.cpu_milli, p.memory_mib, p.kind
+                    state.index[entry.node],
+                    p.cards,
+                    p.milli_per_card,
+                    p.cpu_milli,
+                    p.memory_mib,
+                    p.kind,
+                    p.latency_sensitive,
                 )
             else:
                 replaced.append(entry)

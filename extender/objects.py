@@ -280,6 +280,7 @@ def pod_info(pod: Any, gpu: GpuConventions, where: str = "Pod") -> PodInfo:
     uid = _str(meta.get("uid"), f"{where}.metadata.uid") or f"{namespace}/{name}"
     rv = _str(meta.get("resourceVersion"), f"{where}.metadata.resourceVersion")
     annotations = _str_map(meta.get("annotations"), f"{where}.metadata.annotations")
+    labels = _str_map(meta.get("labels"), f"{where}.metadata.labels")
     spec = _mapping(pod.get("spec"), f"{where}.spec")
     status = _mapping(pod.get("status"), f"{where}.status")
     node_name = _str(spec.get("nodeName"), f"{where}.spec.nodeName")
@@ -334,6 +335,7 @@ def pod_info(pod: Any, gpu: GpuConventions, where: str = "Pod") -> PodInfo:
                 num_gpu=n,
                 gpu_milli=m,
                 gpu_models=models if n else (),
+                qos=qos_class(labels.get(gpu.qos_label, ""), _str(status.get("qosClass"), f"{where}.status.qosClass")),
             )
     cards = None
     if node_name and annotations.get(gpu.assigned_node_annotation) == node_name:
@@ -350,6 +352,20 @@ def pod_info(pod: Any, gpu: GpuConventions, where: str = "Pod") -> PodInfo:
         cards=cards,
         scheduler_name=scheduler,
     )
+
+
+KOORDINATOR_LATENCY_SENSITIVE = frozenset({"LSE", "LSR", "LS"})
+"""Koordinator's latency-sensitive QoS classes (koordinator.sh/qosClass)."""
+
+
+def qos_class(label: str, kubernetes_qos: str) -> str:
+    """A pod's QoS class in the policy's terms (``PodSpec.qos``: ``LS`` latency-sensitive, ``BE``, or
+    Kubernetes' ``Guaranteed`` / ``Burstable`` / ``BestEffort``) from its QoS label and
+    ``status.qosClass``. The label wins; an unknown label value counts as not latency-sensitive."""
+    label = label.strip()
+    if label:
+        return "LS" if label in KOORDINATOR_LATENCY_SENSITIVE else "BE"
+    return kubernetes_qos if kubernetes_qos in ("Guaranteed", "Burstable", "BestEffort") else ""
 
 
 def parse_cards(text: str) -> tuple[int, ...] | None:

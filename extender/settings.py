@@ -177,6 +177,11 @@ class GpuConventions:
     """Pod annotation bind writes: milli taken on each of those cards (1000 for whole cards)."""
     assigned_node_annotation: str = "rlsched.io/gpu-node"
     """Pod annotation bind writes: the node the cards belong to (cards are only trusted on that node)."""
+    qos_label: str = "koordinator.sh/qosClass"
+    """Pod label naming its QoS class, Koordinator's convention: ``LSE``, ``LSR`` and ``LS`` are
+    latency-sensitive, ``BE`` best-effort. Without it, a pod whose Kubernetes QoS class
+    (``status.qosClass``) is ``Guaranteed`` counts as latency-sensitive. Only a model trained with the
+    QoS features reads it (docs/dynamic.md)."""
 
 
 DEFAULT_QUERIES: dict[str, str] = {

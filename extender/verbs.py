@@ -701,6 +701,7 @@ def _features(req: PodRequest, seen: _Seen) -> dict[str, Any]:
             "numGpu": req.num_gpu,
             "gpuMilli": req.gpu_milli,
             "constrained": req.constrained,
+            "latencySensitive": req.latency_sensitive,
         }
     }
     if seen.node is not None:

@@ -35,6 +35,10 @@ def nonzero_mem_bytes(memory_mib: int) -> int:
     return memory_mib * MIB if memory_mib > 0 else DEFAULT_MEMORY_REQUEST_BYTES
 
 
+LATENCY_SENSITIVE = frozenset({"LS", "Guaranteed"})
+"""QoS classes counted as latency-sensitive (openb's ``LS``; Kubernetes' ``Guaranteed``): what the
+living-cluster SLA count follows and what the ``pod_latency_sensitive`` feature says."""
+
 LOAD_METRICS = ("cpu", "memory", "network", "disk")
 """Columns of :attr:`ClusterState.load`."""
 
@@ -81,8 +85,8 @@ class PodSpec:
     deletion_time: float | None = None
     qos: str = ""
     """The trace's QoS class (openb: ``LS`` latency-sensitive, ``BE`` best-effort, ``Burstable``,
-    ``Guaranteed``); empty when unknown. Placement ignores it; the living-cluster mode uses it for
-    usage and SLA."""
+    ``Guaranteed``); empty when unknown. The living-cluster mode draws usage and counts SLA by it, and
+    a model trained with the QoS features sees whether it is :data:`LATENCY_SENSITIVE`."""
 
     def __post_init__(self) -> None:
         problem = pod_request_problem(self.cpu_milli, self.memory_mib, self.num_gpu, self.gpu_milli)
@@ -133,6 +137,8 @@ class PodRequest:
     CPU-only nodes) is always False for GPU pods."""
     constrained: bool
     """True when the pod restricts the GPU model."""
+    latency_sensitive: bool = False
+    """The pod's QoS class is one of :data:`LATENCY_SENSITIVE`."""
 
     @property
     def is_gpu(self) -> bool:
@@ -164,6 +170,7 @@ class Placement:
     cpu_milli: int
     memory_mib: int
     kind: int
+    latency_sensitive: bool = False
 
 
 class ClusterState:
@@ -201,6 +208,10 @@ class ClusterState:
         # GPU pods per affinity kind (0 share, k = k whole cards), for GpuClustering.
         self.kind_count = np.zeros((n, self.max_cards + 1), dtype=np.int64)
         self.gpu_pods = np.zeros(n, dtype=np.int64)
+        self.pods = np.zeros(n, dtype=np.int64)
+        """Pods placed per node (every kind)."""
+        self.ls_pods = np.zeros(n, dtype=np.int64)
+        """Latency-sensitive pods placed per node (:attr:`PodRequest.latency_sensitive`)."""
         self.price = np.array([node.price for node in nodes], dtype=np.float64)
         self.load = np.full((n, len(LOAD_METRICS)), np.nan, dtype=np.float64)
         """Measured utilization per node and :data:`LOAD_METRICS` entry, 0..1; NaN where unknown
@@ -252,6 +263,7 @@ class ClusterState:
             gpu_milli=pod.gpu_milli,
             model_ok=model_ok,
             constrained=bool(pod.gpu_models) and pod.num_gpu > 0,
+            latency_sensitive=pod.qos in LATENCY_SENSITIVE,
         )
 
     def place(self, req: PodRequest, node: int, cards: Iterable[int]) -> Placement:
@@ -278,8 +290,10 @@ class ClusterState:
         if req.is_gpu:
             self.kind_count[node, req.kind] += 1
             self.gpu_pods[node] += 1
+        self.pods[node] += 1
+        self.ls_pods[node] += int(req.latency_sensitive)
         self._node_changed(node)
-        return Placement(node, cards, milli, req.cpu_milli, req.memory_mib, req.kind)
+        return Placement(node, cards, milli, req.cpu_milli, req.memory_mib, req.kind, req.latency_sensitive)
 
     def release(self, placement: Placement) -> None:
         """Undo :meth:`place` (a pod left the node)."""
@@ -291,6 +305,8 @@ class ClusterState:
             or self.nonzero_cpu_used[node] < nonzero_cpu(placement.cpu_milli)
             or (self.card_free[node, cards] + placement.milli_per_card > MILLI_PER_CARD).any()
             or (placement.kind >= 0 and self.kind_count[node, placement.kind] < 1)
+            or self.pods[node] < 1
+            or self.ls_pods[node] < int(placement.latency_sensitive)
         ):
             # Checked before changing anything, so a bad release leaves the state as it was.
             raise ValueError(f"node {self.names[node]}: released more than was placed")
@@ -303,6 +319,8 @@ class ClusterState:
         if placement.kind >= 0:
             self.kind_count[node, placement.kind] -= 1
             self.gpu_pods[node] -= 1
+        self.pods[node] -= 1
+        self.ls_pods[node] -= int(placement.latency_sensitive)
         self._node_changed(node)
 
     def _node_changed(self, node: int) -> None:
@@ -331,6 +349,8 @@ MUTABLE_ARRAYS = (  # the per-node arrays that change as pods come and go (copy(
     "max_card_free",
     "kind_count",
     "gpu_pods",
+    "pods",
+    "ls_pods",
     "node_version",
     "load",
     "load_std",

@@ -156,6 +156,7 @@ class DecisionExample:
                 gpu_milli=int(p.get("gpuMilli", 0)),
                 creation_time=self.time,
                 deletion_time=(self.time + self.outcome.lifetime_seconds) if self.outcome.lifetime_seconds else None,
+                qos="LS" if p.get("latencySensitive") is True else "",
             )
         except (KeyError, TypeError, ValueError):
             return None

@@ -301,7 +301,9 @@ class SchedulingCore:
         d = dict(self.__dict__)
         if d.get("state") is not None:
             d["state"] = d["state"].copy()
-        d["encoder"] = FeatureEncoder(self.encoder.typical, self.encoder.cpu_weight)
+        d["encoder"] = FeatureEncoder(
+            self.encoder.typical, self.encoder.cpu_weight, self.encoder.use_load, self.encoder.use_qos
+        )
         return d
 
     def __setstate__(self, d: dict) -> None:

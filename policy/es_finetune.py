@@ -37,7 +37,7 @@ import numpy as np
 
 from .env import EnvConfig, RewardConfig, SchedulingCore
 from .evaluate import default_jobs
-from .export import file_digest, read_model, save_model, trained_with_load
+from .export import file_digest, read_model, save_model, trained_with_load, trained_with_qos
 from .features import FeatureEncoder
 from .learned import DEFAULT_MODEL
 from .network import PolicyNetwork
@@ -142,7 +142,8 @@ def _load_simulators(nodes: str, traces: tuple[str, ...], model: str, target: fl
     for path in traces:
         pods = load_pods(path)
         typical = typical_pods(pods)
-        cores.append(SchedulingCore(node_specs, pods, typical, config, FeatureEncoder(typical, cpu_weight)))
+        encoder = FeatureEncoder(typical, cpu_weight, use_qos=trained_with_qos(manifest))
+        cores.append(SchedulingCore(node_specs, pods, typical, config, encoder))
     _WORKER.update(
         cores=cores,
         params=params,

@@ -4,7 +4,9 @@ Layout: every parameter of :func:`rlsched.policy.network.param_shapes` as a floa
 name, and ``__manifest__``: the UTF-8 bytes of a JSON object::
 
     format: "rlsched-policy", formatVersion: 1, version: "<model version>",
-    features: {version, names[], fgdCpuWeight, load: "live" | "unknown"}   (whether node load was known in training),
+    features: {version, names[], fgdCpuWeight,
+               load: "live" | "unknown",      (whether node load was known in training)
+               qos: "live" | "unknown"},      (whether the QoS columns were filled in training)
     network:  {version, activation: "tanh", hidden: [h1, h2], valueHidden, priorScale, specialActions[],
                arrays{name: shape}},
     decision: {rankScale, mode},
@@ -16,7 +18,9 @@ name, and ``__manifest__``: the UTF-8 bytes of a JSON object::
 
 :func:`read_model` checks all of it (each member's name, size and ``.npy`` header before its data: the files
 come from users) and raises :class:`ModelFileError` saying what is wrong and what to do; :func:`file_digest` is
-the sha256 the extender and operator report.
+the sha256 the extender and operator report. A file written with feature schema v1 is read as v2
+(:func:`upgrade_v1`): v2 only added the QoS columns, and a v1 network reads them with zero weights,
+so it scores every node exactly as before.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import numpy as np
 
 from .delay_head import ARRAYS as DELAY_ARRAYS
 from .delay_head import DELAY_INPUTS, DelayHead, check_manifest_entry
-from .features import CLUSTER_FEATURES, FEATURE_VERSION, FEATURES
+from .features import CLUSTER_FEATURES, FEATURE_VERSION, FEATURES, FEATURES_V1
 from .network import DECISION_MODES, NETWORK_VERSION, SPECIAL_ACTIONS, param_shapes
 
 MODEL_FORMAT = "rlsched-policy"
@@ -93,11 +97,13 @@ def build_manifest(
     allow_delay: bool = False,
     allow_reject: bool = False,
     load_live: bool = False,
+    qos_live: bool = False,
 ) -> dict[str, Any]:
     """The manifest for a model trained with the current feature schema and network layout.
 
     ``load_live``: node load was known in training (the living cluster); a model trained without it
-    is served with load unknown (:func:`trained_with_load`)."""
+    is served with load unknown (:func:`trained_with_load`). ``qos_live``: the QoS columns were filled
+    in training; a model trained without them is served with them 0 (:func:`trained_with_qos`)."""
     h1, h2 = hidden  # a list from JSON too
     shapes = param_shapes(len(FEATURES), len(CLUSTER_FEATURES), (h1, h2), value_hidden)
     return {
@@ -109,6 +115,7 @@ def build_manifest(
             "names": list(FEATURES),
             "fgdCpuWeight": float(fgd_cpu_weight),
             "load": "live" if load_live else "unknown",
+            "qos": "live" if qos_live else "unknown",
         },
         "network": {
             "version": NETWORK_VERSION,
@@ -133,6 +140,34 @@ def trained_with_load(manifest: dict[str, Any]) -> bool:
     if load is not None:
         return bool(load == "live")
     return bool(((manifest.get("training") or {}).get("args") or {}).get("mode") == "dynamic")
+
+
+def trained_with_qos(manifest: dict[str, Any]) -> bool:
+    """Whether the QoS columns were filled in training (``features.qos``; never for a v1 model)."""
+    return bool((manifest.get("features") or {}).get("qos") == "live")
+
+
+def upgrade_v1(manifest: Any) -> bool:
+    """Turn a feature-schema v1 manifest into v2, in place; False, and nothing changed, for anything else.
+
+    v2 inserted the QoS columns; every other column keeps its meaning and scale. With the first layer
+    grown by :func:`v1_first_layer` the network computes what it did, and the model is served with the
+    QoS columns 0 (``qos: unknown``), as it was trained."""
+    feats = manifest.get("features") if isinstance(manifest, dict) else None
+    if not isinstance(feats, dict) or feats.get("version") != 1 or list(feats.get("names") or []) != list(FEATURES_V1):
+        return False
+    feats.update(version=FEATURE_VERSION, names=list(FEATURES), qos="unknown", upgradedFrom=1)
+    net = manifest.get("network")
+    if isinstance(net, dict) and isinstance(net.get("arrays"), dict) and isinstance(net["arrays"].get("w1"), list):
+        net["arrays"]["w1"] = [len(FEATURES), *net["arrays"]["w1"][1:]]
+    return True
+
+
+def v1_first_layer(w1: np.ndarray) -> np.ndarray:
+    """A v1 model's ``w1`` (one row per v1 feature) with a zero row inserted for each new column."""
+    grown = np.zeros((len(FEATURES), *w1.shape[1:]), dtype=w1.dtype)
+    grown[[FEATURES.index(name) for name in FEATURES_V1]] = w1
+    return grown
 
 
 def save_model(path: str | Path, params: dict[str, np.ndarray], manifest: dict[str, Any]) -> str:
@@ -205,8 +240,14 @@ def _read_members(z: zipfile.ZipFile, where: str) -> tuple[dict[str, np.ndarray]
         manifest = json.loads(raw.tobytes().decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise fail(f"the manifest is not valid JSON ({exc})") from None
+    v1 = upgrade_v1(manifest)
     shapes = {**_layout(manifest, where), **_DELAY_SHAPES}
-    return {name: _read_npy(z, info, shapes[name], fail) for name, info in members.items()}, manifest
+    if v1 and "w1" in shapes:
+        shapes["w1"] = (len(FEATURES_V1), *shapes["w1"][1:])
+    arrays = {name: _read_npy(z, info, shapes[name], fail) for name, info in members.items()}
+    if v1 and "w1" in arrays:
+        arrays["w1"] = v1_first_layer(arrays["w1"])
+    return arrays, manifest
 
 
 def _read_npy(

@@ -7,14 +7,16 @@ card, load): their rows, their scores and the state after placing the pod there 
 renaming nodes. On openb a pod has ~600 feasible nodes but only ~50 groups, so grouping makes
 training storage and inference an order of magnitude cheaper without changing the policy.
 
-Every row is ``[pod | node now | after placing | fragmentation | cost and load | cluster]`` (see
+Every row is ``[pod | node now | after placing | fragmentation | cost and load | QoS | cluster]`` (see
 :data:`FEATURES`, in order); all values are scaled to roughly 0..1 by fixed constants, so one model
 serves clusters of any size. The prior the network adds its correction to is FGD-CPU's
 fragmentation change (:mod:`rlsched.policy.scorers.fgd_cpu`), and the card a share pod gets on a
 node is FGD-CPU's card.
 
 Bump :data:`FEATURE_VERSION` whenever a feature's meaning, order or scaling changes: model files
-record the schema they were trained with, and the loader refuses a mismatch.
+record the schema they were trained with, and the loader refuses a mismatch — except a v1 model,
+which :func:`rlsched.policy.export.read_model` upgrades exactly (v2 only added the QoS columns, and
+a v1 network reads them with zero weights).
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from .resources import MILLI_PER_CARD
 from .scorers.fgd_cpu import DEFAULT_CPU_WEIGHT, CpuFragmentation
 from .typical import TypicalPods
 
-FEATURE_VERSION = 1
-"""Version of the feature schema below."""
+FEATURE_VERSION = 2
+"""Version of the feature schema below (v2 added :data:`QOS_FEATURES`)."""
 
 MAX_CPU = 128_000.0
 """cpu scale (millicores): the largest node spec in the FGD simulator."""
@@ -49,6 +51,8 @@ MEM_PER_CARD = 131_072.0
 """Scale of "memory per free card" (MiB)."""
 PER_CARD_CAP = 4.0
 """Cap on the per-free-card features (nodes with no free card get this value)."""
+QOS_POD_CAP = 8
+"""Pod counts per node (``node_ls_pods``, ``node_other_pods``) are capped here and divided by it."""
 
 POD_FEATURES = (
     "pod_cpu",
@@ -86,6 +90,9 @@ AFTER_FEATURES = (
 )
 FRAG_FEATURES = ("fgd_delta", "fgd_best_delta", "fgd_score", "fgdcpu_delta", "frag_before", "fragcpu_before")
 COST_FEATURES = ("price_rel", "load_cpu", "load_mem", "load_known")
+QOS_FEATURES = ("pod_latency_sensitive", "node_ls_pods", "node_other_pods")
+"""Whether the pod is latency-sensitive, and how many latency-sensitive and other pods the node runs
+(capped at :data:`QOS_POD_CAP`). Zero for a model trained without them (``use_qos`` False)."""
 CLUSTER_FEATURES = (
     "cluster_gpu_alloc",
     "cluster_full_free",
@@ -100,9 +107,12 @@ FEATURES: tuple[str, ...] = (
     *AFTER_FEATURES,
     *FRAG_FEATURES,
     *COST_FEATURES,
+    *QOS_FEATURES,
     *CLUSTER_FEATURES,
 )
 """Column names of a feature row, in order."""
+FEATURES_V1: tuple[str, ...] = tuple(name for name in FEATURES if name not in QOS_FEATURES)
+"""The v1 schema: the same columns, in the same order, without :data:`QOS_FEATURES`."""
 NUM_FEATURES = len(FEATURES)
 CLUSTER_SLICE = slice(NUM_FEATURES - len(CLUSTER_FEATURES), NUM_FEATURES)
 """The cluster-level columns (the same in every row of one pod); the value head reads them."""
@@ -120,6 +130,7 @@ assert FEATURES[_NODE_AND_AFTER] == (*NODE_FEATURES, *AFTER_FEATURES)
 _FRAG = _columns(FRAG_FEATURES[0], FRAG_FEATURES[-1])
 _PRICE = FEATURES.index("price_rel")
 _LOAD = _columns("load_cpu", "load_known")
+_QOS = _columns(QOS_FEATURES[0], QOS_FEATURES[-1])
 
 
 @dataclass
@@ -150,12 +161,21 @@ class Candidates:
 class FeatureEncoder:
     """Builds :class:`Candidates` for a pod; one per typical-pod distribution (FGD's workload model)."""
 
-    def __init__(self, typical: TypicalPods, cpu_weight: float = DEFAULT_CPU_WEIGHT, use_load: bool = True):
+    def __init__(
+        self,
+        typical: TypicalPods,
+        cpu_weight: float = DEFAULT_CPU_WEIGHT,
+        use_load: bool = True,
+        use_qos: bool = False,
+    ):
         self.typical = typical
         self.cpu_weight = float(cpu_weight)
         self.use_load = use_load
         """Read ``state.load``. False for a model trained where load was never known (the FGD protocol):
         it then sees load as unknown, as in training, wherever it serves."""
+        self.use_qos = use_qos
+        """Fill :data:`QOS_FEATURES` (and tell nodes apart by their pod counts). False for a model
+        trained without them (every v1 model): the columns stay 0, as its network was trained."""
         self._frag: dict[tuple[str, ...], tuple[Fragmentation, CpuFragmentation]] = {}
 
     def measures(self, state: ClusterState) -> tuple[Fragmentation, CpuFragmentation]:
@@ -171,6 +191,8 @@ class FeatureEncoder:
     def group(self, state: ClusterState, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
         """(rep positions, group per node, count per group, any load known) for ``nodes``."""
         keys = node_keys(state)[nodes]
+        if self.use_qos:
+            keys = _with_counts(keys, state, nodes)
         load_known = self.use_load and not np.isnan(state.load).all()
         if load_known:
             return (*_factorize(keys, np.nan_to_num(state.load[nodes], nan=-1.0)), load_known)
@@ -230,6 +252,10 @@ class FeatureEncoder:
             )
         else:
             x[:, _LOAD] = 0.0
+        if self.use_qos:
+            _write(x, _QOS, qos_columns(req.latency_sensitive, state.ls_pods[n], state.pods[n]))
+        else:
+            x[:, _QOS] = 0.0
         x[:, CLUSTER_SLICE] = self._cluster_columns(state, len(nodes), g, float(frag_now.sum()))
         return Candidates(
             nodes=nodes,
@@ -298,6 +324,21 @@ def pod_columns(req: PodRequest) -> list[float]:
         float(not req.is_gpu),
         float(req.constrained),
     ]
+
+
+def qos_columns(latency_sensitive: bool, ls_pods: np.ndarray, pods: np.ndarray) -> list[Any]:
+    """:data:`QOS_FEATURES` for a pod on nodes running ``ls_pods`` latency-sensitive pods of ``pods``."""
+    ls = np.minimum(ls_pods, QOS_POD_CAP)
+    other = np.minimum(pods - ls_pods, QOS_POD_CAP)
+    return [float(latency_sensitive), ls / QOS_POD_CAP, other / QOS_POD_CAP]
+
+
+def _with_counts(keys: np.ndarray, state: ClusterState, nodes: np.ndarray) -> np.ndarray:
+    """``keys`` that also tell apart nodes whose capped QoS pod counts differ (the QoS columns)."""
+    ls = np.minimum(state.ls_pods[nodes], QOS_POD_CAP)
+    other = np.minimum(state.pods[nodes] - state.ls_pods[nodes], QOS_POD_CAP)
+    mixed: np.ndarray = keys * np.int64(1_000_003) + ls * np.int64(QOS_POD_CAP + 1) + other
+    return mixed
 
 
 def cluster_fill(state: ClusterState) -> tuple[float, float, float]:

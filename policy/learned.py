@@ -22,7 +22,7 @@ import numpy as np
 
 from .cluster import ClusterState, PodRequest
 from .delay_head import DelayHead
-from .export import ModelFileError, read_model, trained_with_load
+from .export import ModelFileError, read_model, trained_with_load, trained_with_qos
 from .feasibility import feasible_mask
 from .features import CLUSTER_SLICE, Candidates, FeatureEncoder
 from .network import DecisionRule, PolicyNetwork, choose_node, node_logits, rank_fraction
@@ -187,7 +187,10 @@ def load_learned_scorer(
         manifest = {**manifest, "version": f"{manifest.get('version', 'unversioned')}+prior-only"}
     network = PolicyNetwork(params, prior_scale=float(net["priorScale"]))
     encoder = FeatureEncoder(
-        typical, cpu_weight=float(manifest["features"]["fgdCpuWeight"]), use_load=trained_with_load(manifest)
+        typical,
+        cpu_weight=float(manifest["features"]["fgdCpuWeight"]),
+        use_load=trained_with_load(manifest),
+        use_qos=trained_with_qos(manifest),
     )
     scorer = LearnedScorer(network, encoder, rule, manifest, digest, str(path))
     if prior_only:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .cluster import ClusterState, NodeSpec, PodRequest, PodSpec
+from .cluster import LATENCY_SENSITIVE, ClusterState, NodeSpec, PodRequest, PodSpec
 from .decision import decide
 from .fragmentation import Fragmentation
 from .scorers import Scorer, TieBreak, make_scorer
@@ -76,7 +76,7 @@ class RequestCache:
         self._cache: dict[tuple[Any, ...], PodRequest] = {}
 
     def __call__(self, pod: PodSpec) -> PodRequest:
-        key = (pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli, pod.gpu_models)
+        key = (pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli, pod.gpu_models, pod.qos in LATENCY_SENSITIVE)
         req = self._cache.get(key)
         if req is None:
             req = self._cache[key] = self.state.request(pod)

@@ -19,7 +19,17 @@ decision's credit is not drowned by thousands of others (the lesson of ``docs/pp
     r = − sla · [the pod pushes its node over the SLA threshold: below before, above after, true usage]
         + frag · (FGD fragmentation of that node before − after) / GPU capacity · 100
         − cost · [the node was idle before] · price / mean price
+        − ls · (risk after · LS pods after − risk before · LS pods before) · hours the pod stays
         − delay · hold_s / latency_scale_s        (for a hold)
+
+The ``ls`` term is the decision's expected share of the latency-sensitive SLA count (LS pod-hours on
+hot nodes): ``risk`` is the chance a scrape finds the node hot, from its pods' true mean usage and
+spread (:meth:`~rlsched.policy.dynamic.simulator.LivingCluster.hot_risk`), times the LS pods it
+runs, before and after the pod lands, over the part of the pod's lifetime inside the window. It
+charges both ways a decision adds to that count: an LS pod landing where bursts are likely, and any
+pod making a node that runs LS pods more likely to burst. What the pod and its neighbours will use
+is the simulator's knowledge; the agent sees requests, scraped load and (with the QoS features)
+who is latency-sensitive, so it learns what those predict.
 
 The fragmentation term is potential-based shaping (it telescopes to the final fragmentation); the
 SLA term is a difference reward: it charges the decision for the change it made to the number of
@@ -62,6 +72,8 @@ class LivingReward:
     cost: float = 0.0
     """Per decision that puts a pod on an idle node (it starts costing money), times the node's price
     relative to the mean price."""
+    ls: float = 0.0
+    """Per expected latency-sensitive pod-hour on hot nodes the decision adds (see the module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +127,8 @@ class LivingCore:
         self.episode_return = 0.0
         self.decisions = 0
         self.sla_hits = 0
+        self.ls_exposure = 0.0
+        """Expected LS pod-hours on hot nodes the agent's decisions added this episode (the ``ls`` term)."""
         self.failed_pods = 0
         self.result = None
         self.done = False
@@ -138,9 +152,10 @@ class LivingCore:
         before = float(frag[node])
         was_idle = bool(self.state.cpu_free[node] == self.state.cpu_cap[node])
         hot_before = self.cluster.hot_after(node)
+        w = self.config.reward
+        exposure_before = self._ls_exposure(node) if w.ls else 0.0
         self.cluster.place(self.pod_index, node, cards)
         after = float(self.cluster.measure.node_frag(self.state)[node])
-        w = self.config.reward
         # The difference this pod makes: the node was below the threshold and is above it now. A node
         # already hot counts as hot whatever lands on it, so charging that would not cut hot time.
         hot = self.cluster.hot_after(node) and not hot_before
@@ -149,7 +164,19 @@ class LivingCore:
         if was_idle and w.cost:
             mean_price = float(self.state.price.mean())
             reward -= w.cost * (float(self.state.price[node]) / mean_price if mean_price > 0 else 1.0)
+        if w.ls:
+            cluster = self.cluster
+            hours = (
+                min(float(cluster.remaining[self.pod_index]), cluster.settings.arrivals.window_s - cluster.now) / 3600
+            )
+            added = (self._ls_exposure(node) - exposure_before) * max(hours, 0.0)
+            self.ls_exposure += added
+            reward -= w.ls * added
         return self._finish(reward)
+
+    def _ls_exposure(self, node: int) -> float:
+        """Expected latency-sensitive pods on a hot node at a scrape, for ``node`` as it is now."""
+        return self.cluster.hot_risk(node) * float(self.state.ls_pods[node])
 
     def step_delay(self) -> tuple[float, bool]:
         if not self.special_mask()[0]:
@@ -213,6 +240,8 @@ class LivingCore:
     def __setstate__(self, d: dict[str, Any]) -> None:
         seed = d.pop("_resume_seed")
         self.__dict__.update(d)
-        self.encoder = FeatureEncoder(self.encoder.typical, self.encoder.cpu_weight)
+        self.encoder = FeatureEncoder(
+            self.encoder.typical, self.encoder.cpu_weight, self.encoder.use_load, self.encoder.use_qos
+        )
         if seed is not None and not self.done:
             self.reset(seed)

@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from ..cluster import NodeSpec, PodSpec
+from ..cluster import LATENCY_SENSITIVE, NodeSpec, PodSpec
 from ..feasibility import unresolvable_mask
 from ..typical import TypicalPods
 from .objective import wait_summary
-from .simulator import LATENCY_SENSITIVE, DynamicSettings, LivingCluster
+from .simulator import DynamicSettings, LivingCluster
 from .usage import PodUsage
 
 USAGE_ANNOTATION = "rlsched.io/usage"

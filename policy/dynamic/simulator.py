@@ -26,6 +26,7 @@ the latency-sensitive pods on such nodes), cost (price × busy node time) and re
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ..cluster import ClusterState, NodeSpec, Placement, PodRequest, PodSpec
+from ..cluster import LATENCY_SENSITIVE, ClusterState, NodeSpec, Placement, PodRequest, PodSpec
 from ..decision import decide
 from ..feasibility import fits_on, unresolvable_mask
 from ..fragmentation import Fragmentation
@@ -50,8 +51,6 @@ DEPART, SCRAPE, ARRIVE, RETURN = 0, 1, 2, 3
 """Event kinds, in the order they apply at equal times (RETURN: a held pod comes back)."""
 MAX_HOLDS = 3
 """A policy may hold one pod back at most this often (as in training, rlsched.policy.dynamic.env)."""
-LATENCY_SENSITIVE = frozenset({"LS", "Guaranteed"})
-"""QoS classes counted as latency-sensitive for SLA purposes (openb's LS; Kubernetes' Guaranteed)."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +122,19 @@ class LivingCluster:
         self.true_cpu = np.zeros(self.state.num_nodes)
         self.true_gpu = np.zeros(self.state.num_nodes)
         """True per-node utilization at the latest scrape, kept up to date as pods come and go."""
+        u = self.usage
+        self.pod_moments = np.stack(
+            [
+                u.cpu_mean * self.cpu_req,
+                (u.cpu_std * self.cpu_req) ** 2,
+                u.gpu_mean * self.gpu_req,
+                (u.gpu_std * self.gpu_req) ** 2,
+            ]
+        )
+        """float[4, pods]: each pod's lifetime-mean CPU use (millicores) and its scrape-to-scrape variance,
+        then the same for GPU (milli)."""
+        self.node_moments = np.zeros((4, self.state.num_nodes))
+        """float[4, nodes]: :attr:`pod_moments` summed over each node's running pods (:meth:`hot_risk`)."""
         self.result = DynamicResult.start(policy_name, seed, self.state, self.rate)
 
     def request(self, i: int) -> PodRequest:
@@ -167,6 +179,17 @@ class LivingCluster:
         """Whether ``node``'s true utilization is now above the SLA threshold (CPU or GPU)."""
         sla = self.settings.sla
         return bool(self.true_cpu[node] > sla.cpu_threshold or self.true_gpu[node] > sla.gpu_threshold)
+
+    def hot_risk(self, node: int) -> float:
+        """The chance that a scrape finds ``node`` above the SLA threshold (CPU or GPU), from its running
+        pods' lifetime-mean usage and spread (the usage model's truth, which no policy sees): each sum
+        taken as normal, CPU and GPU as independent, clipping at the pods' caps ignored. Training's
+        latency-sensitive reward reads it (rlsched.policy.dynamic.env)."""
+        sla = self.settings.sla
+        cpu_mean, cpu_var, gpu_mean, gpu_var = self.node_moments[:, node]
+        p_cpu = _above(sla.cpu_threshold * self.cpu_cap[node], cpu_mean, cpu_var)
+        p_gpu = _above(sla.gpu_threshold * self.gpu_cap[node], gpu_mean, gpu_var) if gpu_mean > 0 else 0.0
+        return 1.0 - (1.0 - p_cpu) * (1.0 - p_gpu)
 
     # -- the clock -----------------------------------------------------------------------------
     def decisions(self) -> Iterator[int]:
@@ -227,6 +250,7 @@ class LivingCluster:
         cpu_f, _, gpu_f = self.pod_now
         self.true_cpu[node] += sign * cpu_f[i] * self.cpu_req[i] / self.cpu_cap[node]
         self.true_gpu[node] += sign * gpu_f[i] * self.gpu_req[i] / self.gpu_cap[node]
+        self.node_moments[:, node] += sign * self.pod_moments[:, i]
 
     def _scrape(self, tick: int, record: bool) -> None:
         """True usage now (every pod drawn, running or not, so a pod's usage at a tick is the same
@@ -277,6 +301,13 @@ class LivingCluster:
             seconds=seconds,
         )
         return self.result
+
+
+def _above(threshold: float, mean: float, var: float) -> float:
+    """P(X > threshold) for X normal with this mean and variance (a step when the variance is 0)."""
+    if var <= 0.0:
+        return float(mean > threshold)
+    return 0.5 * math.erfc((threshold - mean) / math.sqrt(2.0 * var))
 
 
 def run_dynamic(

@@ -173,6 +173,12 @@ class Args:
     """dynamic: reward per percent of GPU capacity of FGD fragmentation removed on the chosen node."""
     dynamic_cost_weight: float = 0.0
     """dynamic: reward penalty per decision that starts an idle node, × its price / mean price."""
+    dynamic_ls_weight: float = 0.0
+    """dynamic: reward penalty per expected latency-sensitive pod-hour on hot nodes that the decision adds
+    (rlsched.policy.dynamic.env, ``LivingReward.ls``)."""
+    qos_features: bool = False
+    """Fill the QoS feature columns (is the pod latency-sensitive, how many such pods a node runs) in
+    training; the exported model is then served with them."""
     hold_s: float = 60.0
     """dynamic: how long the delay action holds a pod back (with allow_delay)."""
     init_model: str = ""

@@ -65,7 +65,8 @@ def make_cores(args: Args, end_at: float) -> list[Any]:
     cores = []
     for e in range(args.num_envs):
         pods, typical, name = workloads[e % len(workloads)]
-        cores.append(SchedulingCore(nodes, pods, typical, config, FeatureEncoder(typical, args.fgd_cpu_weight), name))
+        encoder = FeatureEncoder(typical, args.fgd_cpu_weight, use_qos=args.qos_features)
+        cores.append(SchedulingCore(nodes, pods, typical, config, encoder, name))
     return cores
 
 
@@ -87,7 +88,9 @@ def make_living_cores(args: Args) -> list[Any]:
             arrivals=ArrivalSettings(load=args.dynamic_load, window_s=args.dynamic_window_s),
             sla=objective.sla,
         ),
-        reward=LivingReward(sla=args.sla_weight, frag=args.dynamic_frag_weight, cost=args.dynamic_cost_weight),
+        reward=LivingReward(
+            sla=args.sla_weight, frag=args.dynamic_frag_weight, cost=args.dynamic_cost_weight, ls=args.dynamic_ls_weight
+        ),
         weights=objective.weights,
         allow_delay=args.allow_delay,
         hold_s=args.hold_s,
@@ -99,7 +102,8 @@ def make_living_cores(args: Args) -> list[Any]:
     cores: list[Any] = []
     for e in range(args.num_envs):
         pods, typical, name = workloads[e % len(workloads)]
-        cores.append(LivingCore(nodes, pods, typical, config, FeatureEncoder(typical, args.fgd_cpu_weight), name))
+        encoder = FeatureEncoder(typical, args.fgd_cpu_weight, use_qos=args.qos_features)
+        cores.append(LivingCore(nodes, pods, typical, config, encoder, name))
     return cores
 
 
@@ -253,6 +257,7 @@ def export(
         training=training,
         allow_delay=args.allow_delay,
         load_live=args.mode == "dynamic",
+        qos_live=args.qos_features,
         allow_reject=args.allow_reject,
     )
     digest = save_model(path, agent.to_arrays(), manifest)

@@ -269,3 +269,20 @@ def test_node_version_moves_only_for_the_changed_node() -> None:
     assert state.node_version.tolist() == [0, 1, 0]
     state.release(p)
     assert state.node_version.tolist() == [0, 2, 0]
+
+
+def test_pods_and_latency_sensitive_pods_are_counted_per_node() -> None:
+    state = ClusterState(NODES)
+    ls = state.request(PodSpec("ls", 1000, 1024, qos="LS"))
+    guaranteed = state.request(PodSpec("g", 1000, 1024, 1, 500, qos="Guaranteed"))
+    be = state.request(PodSpec("be", 1000, 1024, qos="BE"))
+    assert ls.latency_sensitive and guaranteed.latency_sensitive and not be.latency_sensitive
+    placed = [state.place(r, 0, default_cards(state, r, 0)) for r in (ls, guaranteed, be)]
+    placed.append(state.place(be, 1, ()))
+    assert state.pods.tolist()[:2] == [3, 1] and state.ls_pods.tolist()[:2] == [2, 0]
+    assert [p.latency_sensitive for p in placed] == [True, True, False, False]
+    state.release(placed[0])
+    assert state.pods[0] == 2 and state.ls_pods[0] == 1
+    with pytest.raises(ValueError, match="released more"):
+        state.release(placed[3].__class__(**{**placed[3].__dict__, "latency_sensitive": True}))  # node 1 runs no LS pod
+    assert state.pods[1] == 1 and state.ls_pods[1] == 0

@@ -167,3 +167,33 @@ def test_training_takes_the_objective_from_a_scheduling_policy(tmp_path: Path) -
     policy.write_text("kind: SchedulingPolicy\nspec: {objective: {latencyScaleSeconds: -1}}\n")
     with pytest.raises(ValueError, match="latencyScaleSeconds"):
         make_living_cores(Args(**common, objective_from=str(policy)))  # type: ignore[arg-type]
+
+
+def test_the_ls_reward_charges_the_expected_latency_sensitive_exposure_a_decision_adds() -> None:
+    """``ls``: −(risk · LS pods after − before) × hours the pod stays; 0 weight changes nothing."""
+    base, charged = core(reward=LivingReward(sla=0.0, frag=0.0)), core(reward=LivingReward(sla=0.0, frag=0.0, ls=2.0))
+    base.reset(3)
+    charged.reset(3)
+    a, b = play(base), play(charged)
+    assert set(a) == {0.0} and charged.ls_exposure > 0.0 and base.ls_exposure == 0.0
+    assert -sum(b) == pytest.approx(2.0 * charged.ls_exposure)
+    assert any(r < 0 for r in b)
+    risks = [charged.cluster.hot_risk(n) for n in range(len(NODES))]
+    assert all(0.0 <= r <= 1.0 for r in risks) and max(risks) > 0.0
+
+
+def test_hot_risk_is_the_normal_tail_of_the_node_pods_usage() -> None:
+    import math
+
+    c = core()
+    c.reset(3)
+    cluster = c.cluster
+    node = int(np.argmax(cluster.node_moments[0]))
+    cpu_mean, cpu_var, gpu_mean, gpu_var = cluster.node_moments[:, node]
+    running = [i for i in cluster.running() if cluster.node_of[i] == node]
+    assert cpu_mean == pytest.approx(sum(cluster.pod_moments[0, i] for i in running))
+    t_cpu = 0.3 * cluster.cpu_cap[node]
+    t_gpu = 0.3 * cluster.gpu_cap[node]
+    p_cpu = 0.5 * math.erfc((t_cpu - cpu_mean) / math.sqrt(2 * cpu_var))
+    p_gpu = 0.5 * math.erfc((t_gpu - gpu_mean) / math.sqrt(2 * gpu_var)) if gpu_mean > 0 else 0.0
+    assert cluster.hot_risk(node) == pytest.approx(1 - (1 - p_cpu) * (1 - p_gpu))

@@ -254,3 +254,20 @@ def test_node_heartbeats_skip_parsing_label_changes_do_not(monkeypatch) -> None:
     c.delete_node("g")
     c.set_node(beat)  # back after a delete: read in full
     assert calls == [1, 1] and "g" in c.nodes
+
+
+def test_latency_sensitive_pods_are_counted_per_node_and_survive_a_rebuild() -> None:
+    """What a model trained with the QoS features reads (state.pods, state.ls_pods): the pods' QoS label
+    (Koordinator's koordinator.sh/qosClass), counted as they come, go, and across a node-list rebuild."""
+    ls = bound("ls", "g", (0,))
+    ls["metadata"]["labels"] = {GPU.qos_label: "LS"}
+    be = bound("be", "g", (1,))
+    be["metadata"]["labels"] = {GPU.qos_label: "BE"}
+    c = cache_with([make_node("g", gpus=2), make_node("h", gpus=2)], [ls, be])
+    g = c.state.index["g"]
+    assert c.state.pods[g] == 2 and c.state.ls_pods[g] == 1
+    c.set_node(make_node("i", gpus=8))  # a rebuild: node g is carried over with its counts
+    g = c.state.index["g"]
+    assert c.state.pods[g] == 2 and c.state.ls_pods[g] == 1
+    c.delete_pod("uid-ls")
+    assert c.state.pods[g] == 1 and c.state.ls_pods[g] == 0

@@ -287,3 +287,41 @@ def test_long_map_keys_are_cut_in_field_paths() -> None:
     with pytest.raises(ObjectError) as info:
         pod_info(pod, GPU, "Pod")
     assert info.value.field.startswith("Pod.metadata.annotations.kkk") and len(str(info.value)) < 200
+
+
+@pytest.mark.parametrize(
+    "label, kubernetes_qos, expected",
+    [
+        ("LS", "", "LS"),
+        ("LSR", "Burstable", "LS"),  # the label wins
+        ("LSE", "", "LS"),
+        ("BE", "Guaranteed", "BE"),
+        ("SYSTEM", "", "BE"),  # a class that is not latency-sensitive
+        ("", "Guaranteed", "Guaranteed"),
+        ("", "Burstable", "Burstable"),
+        ("", "BestEffort", "BestEffort"),
+        ("", "", ""),
+        ("", "Gold", ""),  # not a Kubernetes class: unknown
+    ],
+)
+def test_qos_class_from_the_label_or_kubernetes(label: str, kubernetes_qos: str, expected: str) -> None:
+    from rlsched.extender.objects import qos_class
+    from rlsched.policy.cluster import LATENCY_SENSITIVE
+
+    assert qos_class(label, kubernetes_qos) == expected
+    pod = make_pod("p", cpu="1", memory="1Gi")
+    if label:
+        pod["metadata"].setdefault("labels", {})[GPU.qos_label] = label
+    pod.setdefault("status", {}).pop("qosClass", None)
+    if kubernetes_qos:
+        pod["status"]["qosClass"] = kubernetes_qos
+    spec = pod_info(pod, GPU).spec
+    assert spec is not None and spec.qos == expected
+    assert (spec.qos in LATENCY_SENSITIVE) is (expected in ("LS", "Guaranteed"))
+
+
+def test_a_non_string_qos_label_is_an_object_error() -> None:
+    pod = make_pod("p")
+    pod["metadata"]["labels"] = {GPU.qos_label: 3}
+    with pytest.raises(ObjectError, match="labels"):
+        pod_info(pod, GPU)

@@ -208,3 +208,26 @@ def test_node_keys_follow_node_versions() -> None:
     assert after[n] != keys[n]
     others = np.arange(state.num_nodes) != n
     assert (after[others] == keys[others]).all()
+
+
+def test_qos_columns_and_groups_only_with_use_qos() -> None:
+    from rlsched.policy.features import QOS_POD_CAP
+
+    state = ClusterState([NodeSpec(f"n{i}", 32_000, 65_536, 2, "T4") for i in range(3)])
+    for spec, node in ((PodSpec("ls", 100, 64, qos="LS"), 1), (PodSpec("be", 100, 64, qos="BE"), 2)):
+        state.place(state.request(spec), node, ())
+    req = state.request(PodSpec("p", 100, 64, 1, 1000, qos="Guaranteed"))
+    plain = FeatureEncoder(small_typical()).encode(state, req, np.arange(3))
+    assert plain.features[:, COL["pod_latency_sensitive"] : COL["node_other_pods"] + 1].sum() == 0
+    cand = FeatureEncoder(small_typical(), use_qos=True).encode(state, req, np.arange(3))
+    assert cand.num_groups == 3 and plain.num_groups == 2  # nodes 1 and 2 differ only in their pods' classes
+    rows = cand.features[cand.group]
+    assert rows[:, COL["pod_latency_sensitive"]].tolist() == [1.0, 1.0, 1.0]
+    assert rows[:, COL["node_ls_pods"]].tolist() == [0.0, 1 / QOS_POD_CAP, 0.0]
+    assert rows[:, COL["node_other_pods"]].tolist() == [0.0, 0.0, 1 / QOS_POD_CAP]
+    # nodes equal in everything but their QoS counts: one group without QoS, two with
+    twin = ClusterState([NodeSpec(f"n{i}", 32_000, 65_536, 2, "T4") for i in range(2)])
+    twin.place(twin.request(PodSpec("ls", 100, 64, qos="LS")), 0, ())
+    twin.place(twin.request(PodSpec("be", 100, 64, qos="BE")), 1, ())
+    assert FeatureEncoder(small_typical()).encode(twin, req, np.arange(2)).num_groups == 1
+    assert FeatureEncoder(small_typical(), use_qos=True).encode(twin, req, np.arange(2)).num_groups == 2

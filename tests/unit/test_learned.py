@@ -379,3 +379,67 @@ def test_trained_with_load_reads_the_field_or_the_training_mode() -> None:
     bundled = Path(__file__).parents[2] / "policy" / "models"
     assert not load_learned_scorer(bundled / "ppo-openb-default.npz").sees_load
     assert load_learned_scorer(bundled / "ppo-openb-dynamic.npz").sees_load
+
+
+def _as_v1(arrays: dict, manifest: dict) -> None:
+    """Turn a v2 model file into the v1 file it would have been: no QoS columns anywhere."""
+    from rlsched.policy.features import FEATURES_V1
+
+    keep = [FEATURES.index(name) for name in FEATURES_V1]
+    arrays["w1"] = arrays["w1"][keep]
+    manifest["features"].update(version=1, names=list(FEATURES_V1))
+    manifest["features"].pop("qos", None)
+    manifest["network"]["arrays"]["w1"] = [len(FEATURES_V1), manifest["network"]["arrays"]["w1"][1]]
+
+
+def test_a_v1_model_file_is_read_as_v2_and_scores_exactly_as_before(tmp_path: Path) -> None:
+    """Feature schema v2 only added the QoS columns: a v1 file gets zero weights for them and serves with
+    them 0, so every node scores as it did (here against the same network with those rows zeroed)."""
+    from rlsched.policy.features import QOS_FEATURES
+
+    qos_rows = [FEATURES.index(name) for name in QOS_FEATURES]
+    original = write_model(tmp_path / "m.npz", seed=5)
+    zeroed = rewrite(original, tmp_path / "zeroed.npz", lambda a, m: a["w1"].__setitem__(qos_rows, 0.0))
+    v1 = rewrite(zeroed, tmp_path / "v1.npz", _as_v1)
+    params, manifest, _ = read_model(v1)
+    assert manifest["features"]["version"] == 2 and manifest["features"]["upgradedFrom"] == 1
+    assert manifest["features"]["qos"] == "unknown" and list(manifest["features"]["names"]) == list(FEATURES)
+    assert params["w1"].shape == (len(FEATURES), 8) and not params["w1"][qos_rows].any()
+    old, new = load_learned_scorer(zeroed, small_typical()), load_learned_scorer(v1, small_typical())
+    assert not new.encoder.use_qos
+    state = filled_state(2)
+    for pod in small_pods(20, 8):
+        req = state.request(pod)
+        nodes = feasible_nodes(state, req)
+        if len(nodes):
+            assert np.array_equal(old.score(state, req, nodes).values, new.score(state, req, nodes).values)
+    # a v1 file whose names are not exactly v1's is refused as before
+    renamed = rewrite(v1, tmp_path / "renamed.npz", lambda a, m: m["features"]["names"].reverse())
+    with pytest.raises(ModelFileError, match="feature schema v1"):
+        read_model(renamed)
+
+
+@pytest.mark.parametrize("live", [False, True])
+def test_the_qos_class_reaches_only_a_model_trained_with_it(tmp_path: Path, live: bool) -> None:
+    """``features.qos: live`` (``rlsched train --qos-features``): the pod's class and the nodes' counts of
+    latency-sensitive pods reach the network; any other model sees them as 0, as trained."""
+    from dataclasses import replace
+
+    path = tmp_path / "m.npz"
+    write_model(path, seed=6)
+    if live:
+        rewrite(path, path, lambda arrays, manifest: manifest["features"].update(qos="live"))
+    scorer = load_learned_scorer(path, small_typical())
+    assert scorer.encoder.use_qos is live
+    state = filled_state(3)
+    changed = 0
+    for pod in small_pods(30, 9):
+        plain, sensitive = state.request(pod), state.request(replace(pod, qos="LS"))
+        assert sensitive.latency_sensitive and not plain.latency_sensitive
+        nodes = feasible_nodes(state, plain)
+        if len(nodes) < 2:
+            continue
+        a = scorer.score(state, plain, nodes).values
+        b = scorer.score(state, sensitive, nodes).values
+        changed += not np.array_equal(a, b)
+    assert (changed > 0) is live, changed

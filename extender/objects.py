@@ -335,7 +335,7 @@ def pod_info(pod: Any, gpu: GpuConventions, where: str = "Pod") -> PodInfo:
                 num_gpu=n,
                 gpu_milli=m,
                 gpu_models=models if n else (),
-                qos=qos_class(labels.get(gpu.qos_label, ""), _str(status.get("qosClass"), f"{where}.status.qosClass")),
+                qos=qos_class(labels, _str(status.get("qosClass"), f"{where}.status.qosClass"), gpu),
             )
     cards = None
     if node_name and annotations.get(gpu.assigned_node_annotation) == node_name:
@@ -358,11 +358,15 @@ KOORDINATOR_LATENCY_SENSITIVE = frozenset({"LSE", "LSR", "LS"})
 """Koordinator's latency-sensitive QoS classes (koordinator.sh/qosClass)."""
 
 
-def qos_class(label: str, kubernetes_qos: str) -> str:
+def qos_class(labels: Mapping[str, str], kubernetes_qos: str, gpu: GpuConventions) -> str:
     """A pod's QoS class in the policy's terms (``PodSpec.qos``: ``LS`` latency-sensitive, ``BE``, or
-    Kubernetes' ``Guaranteed`` / ``Burstable`` / ``BestEffort``) from its QoS label and
-    ``status.qosClass``. The label wins; an unknown label value counts as not latency-sensitive."""
-    label = label.strip()
+    Kubernetes' ``Guaranteed`` / ``Burstable`` / ``BestEffort``), first match wins: the
+    latency-sensitive label (``"true"`` or not), the QoS label (Koordinator's classes), then
+    ``status.qosClass``."""
+    explicit = labels.get(gpu.latency_sensitive_label)
+    if explicit is not None:
+        return "LS" if explicit == "true" else "BE"
+    label = labels.get(gpu.qos_label, "").strip()
     if label:
         return "LS" if label in KOORDINATOR_LATENCY_SENSITIVE else "BE"
     return kubernetes_qos if kubernetes_qos in ("Guaranteed", "Burstable", "BestEffort") else ""

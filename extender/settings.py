@@ -177,11 +177,14 @@ class GpuConventions:
     """Pod annotation bind writes: milli taken on each of those cards (1000 for whole cards)."""
     assigned_node_annotation: str = "rlsched.io/gpu-node"
     """Pod annotation bind writes: the node the cards belong to (cards are only trusted on that node)."""
+    latency_sensitive_label: str = "rlsched.io/latency-sensitive"
+    """Pod label saying outright whether a pod is latency-sensitive (``"true"``; any other value: it is
+    not). It wins over :attr:`qos_label`; the operator's rebalancer reads the same label
+    (``rebalancer.latencySensitiveLabel``). Only a model trained with the QoS features reads the class."""
     qos_label: str = "koordinator.sh/qosClass"
     """Pod label naming its QoS class, Koordinator's convention: ``LSE``, ``LSR`` and ``LS`` are
-    latency-sensitive, ``BE`` best-effort. Without it, a pod whose Kubernetes QoS class
-    (``status.qosClass``) is ``Guaranteed`` counts as latency-sensitive. Only a model trained with the
-    QoS features reads it (docs/dynamic.md)."""
+    latency-sensitive, any other value is not. A pod with neither label counts as latency-sensitive
+    when its Kubernetes QoS class (``status.qosClass``) is ``Guaranteed``."""
 
 
 DEFAULT_QUERIES: dict[str, str] = {

@@ -290,28 +290,35 @@ def test_long_map_keys_are_cut_in_field_paths() -> None:
 
 
 @pytest.mark.parametrize(
-    "label, kubernetes_qos, expected",
+    "explicit, label, kubernetes_qos, expected",
     [
-        ("LS", "", "LS"),
-        ("LSR", "Burstable", "LS"),  # the label wins
-        ("LSE", "", "LS"),
-        ("BE", "Guaranteed", "BE"),
-        ("SYSTEM", "", "BE"),  # a class that is not latency-sensitive
-        ("", "Guaranteed", "Guaranteed"),
-        ("", "Burstable", "Burstable"),
-        ("", "BestEffort", "BestEffort"),
-        ("", "", ""),
-        ("", "Gold", ""),  # not a Kubernetes class: unknown
+        ("true", "BE", "BestEffort", "LS"),  # the rlsched label wins
+        ("false", "LS", "Guaranteed", "BE"),
+        ("yes", "", "", "BE"),  # only "true" says latency-sensitive
+        (None, "LS", "", "LS"),
+        (None, "LSR", "Burstable", "LS"),  # the label wins
+        (None, "LSE", "", "LS"),
+        (None, "BE", "Guaranteed", "BE"),
+        (None, "SYSTEM", "", "BE"),  # a class that is not latency-sensitive
+        (None, "", "Guaranteed", "Guaranteed"),
+        (None, "", "Burstable", "Burstable"),
+        (None, "", "BestEffort", "BestEffort"),
+        (None, "", "", ""),
+        (None, "", "Gold", ""),  # not a Kubernetes class: unknown
     ],
 )
-def test_qos_class_from_the_label_or_kubernetes(label: str, kubernetes_qos: str, expected: str) -> None:
+def test_qos_class_from_the_labels_or_kubernetes(
+    explicit: str | None, label: str, kubernetes_qos: str, expected: str
+) -> None:
     from rlsched.extender.objects import qos_class
     from rlsched.policy.cluster import LATENCY_SENSITIVE
 
-    assert qos_class(label, kubernetes_qos) == expected
+    labels = {GPU.qos_label: label} if label else {}
+    if explicit is not None:
+        labels[GPU.latency_sensitive_label] = explicit
+    assert qos_class(labels, kubernetes_qos, GPU) == expected
     pod = make_pod("p", cpu="1", memory="1Gi")
-    if label:
-        pod["metadata"].setdefault("labels", {})[GPU.qos_label] = label
+    pod["metadata"]["labels"] = labels
     pod.setdefault("status", {}).pop("qosClass", None)
     if kubernetes_qos:
         pod["status"]["qosClass"] = kubernetes_qos

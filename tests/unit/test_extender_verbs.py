@@ -30,6 +30,11 @@ NODES = [make_node(f"v100-{i}", gpus=4, model="V100M16") for i in range(6)] + [
 NAMES = [n["metadata"]["name"] for n in NODES]
 
 
+SEEN: list[tuple[bool, dict[str, int]]] = []
+"""What FakeModel.score was given on a real cluster: whether the pod is latency-sensitive, and the
+latency-sensitive pods on each candidate node."""
+
+
 class FakeModel(Scorer):
     """A stand-in for the exported PPO policy: prefers one node, or misbehaves on request."""
 
@@ -46,6 +51,8 @@ class FakeModel(Scorer):
             time.sleep(self.spec["sleep"])
         if self.spec.get("fail") and real:
             raise RuntimeError("the model exploded")
+        if real:
+            SEEN.append((req.latency_sensitive, {state.names[n]: int(state.ls_pods[n]) for n in nodes}))
         values = np.array([1.0 if state.names[n] == self.spec.get("prefer") else 0.0 for n in nodes])
         if self.spec.get("nan") and real:
             values[:] = np.nan
@@ -404,6 +411,26 @@ async def test_learned_policy_serves(tmp_path) -> None:
     rec = served(h)
     assert (rec["servedBy"], rec["scorer"], rec["modelVersion"], rec["fallbackReason"]) == ("policy", "ppo", "m7", None)
     assert rec["topScores"][0] == {"node": "v100-4", "score": 1.0} and rec["features"]["pod"]["numGpu"] == 1
+
+
+async def test_the_policy_sees_latency_sensitive_pods_by_their_labels(tmp_path) -> None:
+    """What a model trained with the QoS features reads: the pod's class (Koordinator's label here) and
+    the latency-sensitive pods bound on each node (the rlsched label, and a Guaranteed pod's class)."""
+    ls = make_pod("ls", gpus=1, node="v100-1", uid="ls")
+    ls["metadata"]["labels"] = {"rlsched.io/latency-sensitive": "true"}
+    guaranteed = make_pod("g", gpus=1, node="v100-2", uid="g")
+    guaranteed["status"]["qosClass"] = "Guaranteed"
+    be = make_pod("be", gpus=1, node="v100-3", uid="be")
+    be["metadata"]["labels"] = {"koordinator.sh/qosClass": "BE"}
+    h = harness([ls, guaranteed, be], model_path=model_file(tmp_path, prefer="v100-4"))
+    pod = make_pod("p", gpus=1)
+    pod["metadata"]["labels"] = {"koordinator.sh/qosClass": "LSR"}
+    pod["status"].pop("qosClass", None)
+    SEEN.clear()
+    async with TestClient(TestServer(h.app())) as c:
+        await call(c, "filter", {"Pod": pod, "NodeNames": NAMES})
+    sensitive, counts = SEEN[-1]
+    assert sensitive and counts["v100-1"] == counts["v100-2"] == 1 and counts["v100-3"] == counts["v100-0"] == 0
 
 
 @pytest.mark.parametrize(

@@ -443,3 +443,11 @@ def test_the_qos_class_reaches_only_a_model_trained_with_it(tmp_path: Path, live
         b = scorer.score(state, sensitive, nodes).values
         changed += not np.array_equal(a, b)
     assert (changed > 0) is live, changed
+
+
+def test_only_the_bundled_qos_model_reads_the_qos_columns() -> None:
+    bundled = Path(__file__).parents[2] / "policy" / "models"
+    for path in sorted(bundled.glob("*.npz")):
+        scorer = load_learned_scorer(path)
+        assert scorer.encoder.use_qos is (path.name == "ppo-openb-dynamic-qos.npz"), path.name
+    assert load_learned_scorer(bundled / "ppo-openb-dynamic-qos.npz").sees_load

@@ -549,9 +549,9 @@ def _digest(parts: tuple[Any, ...]) -> bytes | None:
 
 def pod_digest(pod: Any) -> tuple[str, str, Any, bytes] | None:
     """(UID, resourceVersion, phase, digest of what :func:`~.objects.pod_info` and
-    :func:`~.node_rules.pod_rules` read: namespace, name, annotations, spec, whether the phase is
-    terminal — kwok's Pending → Running is not a change); None when the object is not plain enough
-    to tell (it then takes the full path, errors included)."""
+    :func:`~.node_rules.pod_rules` read: namespace, name, labels, annotations, spec, the QoS class,
+    whether the phase is terminal — kwok's Pending → Running is not a change); None when the object
+    is not plain enough to tell (it then takes the full path, errors included)."""
     if type(pod) is not dict:
         return None
     meta, status = pod.get("metadata"), pod.get("status")
@@ -564,7 +564,18 @@ def pod_digest(pod: Any) -> tuple[str, str, Any, bytes] | None:
     if phase is not None and type(phase) is not str:
         return None
     terminal = phase in ("Succeeded", "Failed")
-    digest = _digest((meta.get("namespace"), meta.get("name"), meta.get("annotations"), pod.get("spec"), terminal))
+    qos = status.get("qosClass") if status is not None else None
+    digest = _digest(
+        (
+            meta.get("namespace"),
+            meta.get("name"),
+            meta.get("labels"),
+            meta.get("annotations"),
+            pod.get("spec"),
+            qos,
+            terminal,
+        )
+    )
     return None if digest is None else (uid, rv, phase, digest)
 
 

@@ -280,7 +280,6 @@ def pod_info(pod: Any, gpu: GpuConventions, where: str = "Pod") -> PodInfo:
     uid = _str(meta.get("uid"), f"{where}.metadata.uid") or f"{namespace}/{name}"
     rv = _str(meta.get("resourceVersion"), f"{where}.metadata.resourceVersion")
     annotations = _str_map(meta.get("annotations"), f"{where}.metadata.annotations")
-    labels = _str_map(meta.get("labels"), f"{where}.metadata.labels")
     spec = _mapping(pod.get("spec"), f"{where}.spec")
     status = _mapping(pod.get("status"), f"{where}.status")
     node_name = _str(spec.get("nodeName"), f"{where}.spec.nodeName")
@@ -335,7 +334,7 @@ def pod_info(pod: Any, gpu: GpuConventions, where: str = "Pod") -> PodInfo:
                 num_gpu=n,
                 gpu_milli=m,
                 gpu_models=models if n else (),
-                qos=qos_class(labels, _str(status.get("qosClass"), f"{where}.status.qosClass"), gpu),
+                qos=qos_class(meta.get("labels"), status.get("qosClass"), gpu),
             )
     cards = None
     if node_name and annotations.get(gpu.assigned_node_annotation) == node_name:
@@ -358,17 +357,19 @@ KOORDINATOR_LATENCY_SENSITIVE = frozenset({"LSE", "LSR", "LS"})
 """Koordinator's latency-sensitive QoS classes (koordinator.sh/qosClass)."""
 
 
-def qos_class(labels: Mapping[str, str], kubernetes_qos: str, gpu: GpuConventions) -> str:
+def qos_class(labels: Any, kubernetes_qos: Any, gpu: GpuConventions) -> str:
     """A pod's QoS class in the policy's terms (``PodSpec.qos``: ``LS`` latency-sensitive, ``BE``, or
-    Kubernetes' ``Guaranteed`` / ``Burstable`` / ``BestEffort``), first match wins: the
-    latency-sensitive label (``"true"`` or not), the QoS label (Koordinator's classes), then
-    ``status.qosClass``."""
-    explicit = labels.get(gpu.latency_sensitive_label)
-    if explicit is not None:
-        return "LS" if explicit == "true" else "BE"
-    label = labels.get(gpu.qos_label, "").strip()
-    if label:
-        return "LS" if label in KOORDINATOR_LATENCY_SENSITIVE else "BE"
+    Kubernetes' ``Guaranteed`` / ``Burstable`` / ``BestEffort``; ``""`` unknown), first match wins:
+    the latency-sensitive label (``"true"`` or not), the QoS label (Koordinator's classes), then
+    ``status.qosClass``. Only those two labels are read, and a value that is not a string counts as
+    absent: the class never makes a pod unreadable (most models do not read it)."""
+    if isinstance(labels, Mapping):
+        explicit = labels.get(gpu.latency_sensitive_label)
+        if isinstance(explicit, str):
+            return "LS" if explicit == "true" else "BE"
+        label = labels.get(gpu.qos_label)
+        if isinstance(label, str) and label.strip():
+            return "LS" if label.strip() in KOORDINATOR_LATENCY_SENSITIVE else "BE"
     return kubernetes_qos if kubernetes_qos in ("Guaranteed", "Burstable", "BestEffort") else ""
 
 

@@ -317,8 +317,9 @@ def _layout(manifest: Any, where: str) -> dict[str, tuple[int, ...]]:
         hidden = tuple(int(h) for h in net["hidden"])
         value_hidden = int(net["valueHidden"])
         float(net["priorScale"]), float(decision["rankScale"]), float(feats["fgdCpuWeight"])
-        if feats.get("load", "unknown") not in ("live", "unknown"):
-            raise ValueError(f"features.load is {feats.get('load')!r}, not 'live' or 'unknown'")
+        for key in ("load", "qos"):
+            if feats.get(key, "unknown") not in ("live", "unknown"):
+                raise ValueError(f"features.{key} is {feats.get(key)!r}, not 'live' or 'unknown'")
         manifest["typicalPods"], manifest["version"]
     except (KeyError, TypeError, ValueError) as exc:
         raise fail(f"manifest is missing or has a malformed field ({exc!r})") from None

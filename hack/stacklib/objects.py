@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rlsched.policy.cluster import LATENCY_SENSITIVE
-
 from .common import SCHEDULER_NAME
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -108,12 +106,13 @@ def pod_manifest(
 
 
 def pod_from_spec(spec: Any, name: str | None = None, **kwargs: Any) -> dict[str, Any]:
-    """:func:`pod_manifest` for a :class:`rlsched.policy.cluster.PodSpec` (trace pods). A pod with a
-    trace QoS class carries it as the QoS label (``LS`` for openb's ``LS`` and ``Guaranteed``, ``BE``
-    for the rest), so the extender reads the class the simulator used: every replay pod's requests
-    equal its limits, which Kubernetes alone would call Guaranteed."""
-    if spec.qos:
-        kwargs["labels"] = {**(kwargs.get("labels") or {}), QOS_LABEL: "LS" if spec.qos in LATENCY_SENSITIVE else "BE"}
+    """:func:`pod_manifest` for a :class:`rlsched.policy.cluster.PodSpec` (trace pods). Every pod carries
+    its trace QoS class as the QoS label (``LS`` for openb's ``LS`` and ``Guaranteed``, ``BE`` for the
+    rest, an empty class included), so the extender reads the class the simulator used: every
+    replay pod's requests equal its limits, which Kubernetes alone would call Guaranteed."""
+    from rlsched.policy.cluster import LATENCY_SENSITIVE
+
+    kwargs["labels"] = {**(kwargs.get("labels") or {}), QOS_LABEL: "LS" if spec.qos in LATENCY_SENSITIVE else "BE"}
     return pod_manifest(
         name or k8s_name(spec.name),
         spec.cpu_milli,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from rlsched.extender.cache import ASSUMED, BOUND, UNCERTAIN, ClusterCache
@@ -222,10 +224,14 @@ def test_status_only_pod_updates_skip_parsing_but_keep_the_version(monkeypatch) 
     real = cache_module.pod_info
     monkeypatch.setattr(cache_module, "pod_info", lambda *a, **k: calls.append(1) or real(*a, **k))
     pending2 = {**pending, "metadata": {**pending["metadata"], "resourceVersion": "12"}}
-    pending2["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]}
+    pending2["status"] = {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "False"}],
+        "qosClass": "Guaranteed",  # set at creation, never changed
+    }
     c.set_pod(pending2)  # kube-scheduler's condition: nothing the cache reads
     running2 = {**running, "metadata": {**running["metadata"], "resourceVersion": "13"}}
-    running2["status"] = {"phase": "Running", "podIP": "10.0.0.1"}  # kwok's Pending → Running
+    running2["status"] = {"phase": "Running", "podIP": "10.0.0.1", "qosClass": "Guaranteed"}  # kwok's Pending → Running
     c.set_pod(running2)
     assert calls == [] and c.pending["p"].resource_version == "12" and c.state.full_free[0] == 1
     resized = {**pending2, "metadata": {**pending2["metadata"], "resourceVersion": "14"}}
@@ -271,3 +277,27 @@ def test_latency_sensitive_pods_are_counted_per_node_and_survive_a_rebuild() -> 
     assert c.state.pods[g] == 2 and c.state.ls_pods[g] == 1
     c.delete_pod("uid-ls")
     assert c.state.pods[g] == 1 and c.state.ls_pods[g] == 0
+
+
+def test_a_label_change_alone_updates_the_pods_class() -> None:
+    """Labels are part of what the cache reads (the class): a change of labels alone is not skipped
+    as a no-op update, for a bound pod (the node's count) or a pending one (its class)."""
+    pod = bound("a", "g", (0,))
+    pod["metadata"]["labels"] = {GPU.latency_sensitive_label: "false"}  # its Kubernetes class is Guaranteed
+    c = cache_with([make_node("g", gpus=2)], [pod])
+    assert c.state.ls_pods[0] == 0
+    relabelled = copy.deepcopy(pod)
+    relabelled["metadata"]["labels"] = {GPU.latency_sensitive_label: "true"}
+    relabelled["metadata"]["resourceVersion"] = "2001"
+    c.set_pod(relabelled)
+    assert c.state.pods[0] == 1 and c.state.ls_pods[0] == 1
+    pending = make_pod("p", uid="p", scheduler="rl-scheduler")
+    pending["status"].pop("qosClass")
+    c.set_pod(pending)
+    assert c.pending["p"].spec is not None and c.pending["p"].spec.qos == ""
+    again = copy.deepcopy(pending)
+    again["metadata"]["labels"] = {GPU.qos_label: "LS"}
+    again["metadata"]["resourceVersion"] = "2002"
+    c.set_pod(again)
+    info = c.pending["p"]
+    assert info.spec is not None and info.spec.qos == "LS"

@@ -327,8 +327,19 @@ def test_qos_class_from_the_labels_or_kubernetes(
     assert (spec.qos in LATENCY_SENSITIVE) is (expected in ("LS", "Guaranteed"))
 
 
-def test_a_non_string_qos_label_is_an_object_error() -> None:
+@pytest.mark.parametrize(
+    "labels, kubernetes_qos",
+    [
+        ({GPU.latency_sensitive_label: True, GPU.qos_label: ["LS"], "other": 3}, {"class": "Guaranteed"}),
+        ("not a map", 7),
+        (None, None),
+    ],
+)
+def test_malformed_qos_labels_or_class_count_as_unknown(labels, kubernetes_qos) -> None:
+    """The class is read from two labels and status.qosClass only; anything malformed there is unknown,
+    and the pod stays readable (most models never read the class)."""
     pod = make_pod("p")
-    pod["metadata"]["labels"] = {GPU.qos_label: 3}
-    with pytest.raises(ObjectError, match="labels"):
-        pod_info(pod, GPU)
+    pod["metadata"]["labels"] = labels
+    pod["status"]["qosClass"] = kubernetes_qos
+    spec = pod_info(pod, GPU).spec
+    assert spec is not None and spec.qos == "" and spec.cpu_milli == 4000

@@ -103,6 +103,7 @@ def test_typical_pods_default_to_the_manifest(tmp_path: Path) -> None:
         ("mode", lambda a, m: m["decision"].update(mode="argmax"), "decision mode"),
         ("field", lambda a, m: m["network"].pop("priorScale"), "malformed field"),
         ("load", lambda a, m: m["features"].update(load="sometimes"), "features.load is 'sometimes'"),
+        ("qos", lambda a, m: m["features"].update(qos="Live"), "features.qos is 'Live'"),
     ],
 )
 def test_incompatible_files_are_refused(tmp_path: Path, what: str, change, message: str) -> None:

@@ -272,7 +272,7 @@ class LivingCluster:
                 allocated_gpu_milli=state.gpu_milli_allocated,
                 frag_milli=self.measure.cluster_frag(state),
                 hot=(self.true_cpu > sla.cpu_threshold) | (self.true_gpu > sla.gpu_threshold),
-                ls_pods_per_node=np.bincount(self.node_of[self.latency_sensitive & (self.node_of >= 0)], minlength=n),
+                ls_pods_per_node=state.ls_pods,
                 busy=state.cpu_free < state.cpu_cap,
                 waiting=len(self.waiting),
                 price=state.price,

@@ -328,17 +328,21 @@ def pod_columns(req: PodRequest) -> list[float]:
 
 def qos_columns(latency_sensitive: bool, ls_pods: np.ndarray, pods: np.ndarray) -> list[Any]:
     """:data:`QOS_FEATURES` for a pod on nodes running ``ls_pods`` latency-sensitive pods of ``pods``."""
-    ls = np.minimum(ls_pods, QOS_POD_CAP)
-    other = np.minimum(pods - ls_pods, QOS_POD_CAP)
+    ls, other = _capped_counts(ls_pods, pods)
     return [float(latency_sensitive), ls / QOS_POD_CAP, other / QOS_POD_CAP]
 
 
 def _with_counts(keys: np.ndarray, state: ClusterState, nodes: np.ndarray) -> np.ndarray:
-    """``keys`` that also tell apart nodes whose capped QoS pod counts differ (the QoS columns)."""
-    ls = np.minimum(state.ls_pods[nodes], QOS_POD_CAP)
-    other = np.minimum(state.pods[nodes] - state.ls_pods[nodes], QOS_POD_CAP)
+    """``keys`` that also tell apart nodes whose capped QoS pod counts differ (what :func:`qos_columns`
+    reads, so a group's nodes share their QoS columns)."""
+    ls, other = _capped_counts(state.ls_pods[nodes], state.pods[nodes])
     mixed: np.ndarray = keys * np.int64(1_000_003) + ls * np.int64(QOS_POD_CAP + 1) + other
     return mixed
+
+
+def _capped_counts(ls_pods: np.ndarray, pods: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(latency-sensitive pods, other pods) per node, each capped at :data:`QOS_POD_CAP`."""
+    return np.minimum(ls_pods, QOS_POD_CAP), np.minimum(pods - ls_pods, QOS_POD_CAP)
 
 
 def cluster_fill(state: ClusterState) -> tuple[float, float, float]:

@@ -45,6 +45,16 @@ def _dumps(obj: Mapping[str, Any]) -> bytes:
     return json.dumps(obj, separators=(",", ":"), default=str, allow_nan=False).encode() + b"\n"
 
 
+def _writable(record: Mapping[str, Any]) -> bool:
+    """Whether :func:`_dumps` can write ``record``: the extender's JSON may hold NaN or 1e400 (Python's
+    parser reads them), which one line would otherwise turn into a failed batch, retried forever."""
+    try:
+        _dumps(record)
+    except (ValueError, TypeError, RecursionError):
+        return False
+    return True
+
+
 class DecisionLog:
     """Append-only segments under ``directory`` (module docstring)."""
 
@@ -231,7 +241,8 @@ class Drainer:
         self.drained = 0
         self.dropped = 0
         self.skipped = 0
-        """Records that were not JSON objects (skipped; the cursor moves past them)."""
+        """Records that were not JSON objects, or that JSON cannot write (NaN, infinities): skipped,
+        and the cursor moves past them."""
         self.bad_answers = 0
         """Answers whose ``next``/``last``/``dropped`` was not a count (the poll fails, as if unavailable)."""
         self.last_error: str | None = None
@@ -249,23 +260,35 @@ class Drainer:
             except ValueError as exc:
                 self.bad_answers += 1
                 raise ExtenderUnavailable(f"GET /decisions: {exc}") from None
+            received = body.get("records") or []
             epoch = str(body.get("epoch"))
             if self.epoch is not None and epoch != self.epoch and self.next:
                 log.info("extender restarted (epoch %s → %s): reading its ring from the start", self.epoch, epoch)
                 self.epoch, self.next = epoch, 0
                 continue
             self.epoch = epoch
-            received = body.get("records") or []
-            records = [r for r in received if isinstance(r, dict)]
+            if received and next_ <= self.next:
+                # Records, but a cursor that does not move: nothing past what was handled (a misbehaving
+                # answer). Logging them would repeat them on every poll, and 100 times in this loop.
+                self._once(
+                    "stale",
+                    logging.WARNING,
+                    "GET /decisions answered %d records but next %d does not move past %d: not logged again",
+                    len(received),
+                    next_,
+                    self.next,
+                )
+                break
+            records = [r for r in received if isinstance(r, dict) and _writable(r)]
             if len(records) < len(received):
                 self.skipped += len(received) - len(records)
                 self._once(
                     "skipped",
                     logging.WARNING,
-                    "skipped %d decision records that are not JSON objects (the first: %.100r); "
-                    "later ones are only counted (Drainer.skipped)",
+                    "skipped %d decision records that are not JSON objects or hold what JSON cannot write "
+                    "(NaN, infinities; the first: %.100r); later ones are only counted (Drainer.skipped)",
                     len(received) - len(records),
-                    next(r for r in received if not isinstance(r, dict)),
+                    next(r for r in received if not (isinstance(r, dict) and _writable(r))),
                 )
             now = round(self.clock(), 3)
             lines: list[dict[str, Any]] = []

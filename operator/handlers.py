@@ -408,7 +408,9 @@ async def rebalance(spec: kopf.Spec, status: kopf.Status, patch: kopf.Patch, mem
     except SpecError:
         return
     rs = ps.rebalance
-    previous: Mapping[str, Any] = (status.get("rebalance") if status else None) or {}
+    previous: Any = (status.get("rebalance") if status else None) or {}
+    if not isinstance(previous, Mapping):  # a status edited by hand (the CRD does not fix its shape)
+        previous = {}
     if not rs.enabled:
         if previous.get("outcome") not in (None, "disabled"):
             patch.status["rebalance"] = {"outcome": "disabled", "message": "spec.rebalance.enabled is false"}

@@ -233,6 +233,26 @@ class Kube:
         }
         await self._call(self.core.create_namespaced_pod_eviction, name, namespace, body)
 
+    # -- the served SchedulingPolicy ------------------------------------------------------------------
+    async def patch_policy_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """Merge-patch a SchedulingPolicy's ``status`` (kopf patches it after each handler; the
+        rebalancer writes each eviction there before making it, :mod:`.rebalance_budget`)."""
+        import kubernetes
+
+        from .spec import GROUP, PLURAL, VERSION
+
+        api = kubernetes.client.CustomObjectsApi(self.api_client)
+        await self._call(
+            api.patch_namespaced_custom_object_status,
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            name,
+            {"status": dict(status)},
+            _content_type="application/merge-patch+json",
+        )
+
     # -- CRDs ---------------------------------------------------------------------------------------
     async def apply_crd(self, manifest: Mapping[str, Any]) -> None:
         """Create the CRD, or replace it when it exists (keeping its resourceVersion)."""

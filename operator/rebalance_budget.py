@@ -6,9 +6,12 @@ Per pod the budget is one by construction: an evicted pod is gone, its controlle
 younger than ``minPodAgeSeconds`` for a while, which keeps the same workload from bouncing.
 
 Where it lives: in memory, and mirrored into the SchedulingPolicy's ``status.rebalance.recent`` (the
-evictions still inside either window, at most :data:`MAX_RECENT`) after every cycle that evicted;
+evictions still inside either window, at most :data:`MAX_RECENT`) before every eviction (written
+ahead: an operator killed between an eviction and the end of its cycle has recorded it) and after
+every cycle;
 :meth:`Ledger.restore` reads it back on the first cycle after a restart, so neither the hourly nor the
-per-owner budget resets when the operator restarts. Dry-run moves are never recorded: they move nothing.
+per-owner budget resets when the operator restarts. Dry-run moves go to a ledger of their own, in
+memory only (they move nothing), so that a dry run shows what the budgets would let a real one do.
 An eviction whose answer was lost (the rebalancer's ``unknown``) is recorded like one that was answered:
 the API server may have carried it out, and the budget errs on the side of fewer moves.
 
@@ -30,7 +33,9 @@ log = logging.getLogger("rlsched.operator.rebalancer")  # the rebalancer's conce
 
 HOUR_S = 3600.0
 MAX_RECENT = 1000
-"""Evictions kept (in memory and in the status); the hourly budget is at most 1000."""
+"""Evictions kept (in memory and in the status). A record leaves only when it is outside both windows,
+never to make room: when the ledger is full the budget is spent (:class:`Allowance`), so the per-owner
+budget cannot forget a move it still counts."""
 MAX_CLOCK_SKEW_S = 300.0
 """How far ahead of this operator's clock a restored eviction may be dated and still be taken. The
 status was written by an earlier operator process, perhaps on another node whose clock runs a little
@@ -87,7 +92,7 @@ class Ledger:
 
     def prune(self, now: float, owner_window_s: float) -> None:
         keep = _keep_s(owner_window_s)
-        self.records = [r for r in self.records if now - r.at < keep][-MAX_RECENT:]
+        self.records = [r for r in self.records if now - r.at < keep]
 
     def in_last_hour(self, now: float) -> int:
         return sum(1 for r in self.records if now - r.at < HOUR_S)
@@ -95,9 +100,17 @@ class Ledger:
     def owner_moves(self, owner: str, now: float, owner_window_s: float) -> int:
         return sum(1 for r in self.records if r.owner == owner and now - r.at < owner_window_s)
 
-    def add(self, owner: str, now: float) -> None:
-        self.records.append(Record(now, owner))
-        del self.records[:-MAX_RECENT]
+    def add(self, owner: str, now: float) -> Record:
+        record = Record(now, owner)
+        self.records.append(record)
+        return record
+
+    def discard(self, record: Record) -> None:
+        """Take back a record added ahead of an eviction that did not happen (this very object)."""
+        for i, r in enumerate(self.records):
+            if r is record:
+                del self.records[i]
+                return
 
     def dump(self) -> list[dict[str, Any]]:
         return [{"at": round(r.at, 3), "owner": r.owner} for r in self.records]
@@ -114,18 +127,21 @@ class Allowance:
 
     cycle: int
     hour: int
+    room: int = MAX_RECENT
+    """Records the ledger can still take (:data:`MAX_RECENT`)."""
 
     @property
     def left(self) -> int:
-        return max(0, min(self.cycle, self.hour))
+        return max(0, min(self.cycle, self.hour, self.room))
 
     def spend(self) -> None:
         self.cycle -= 1
         self.hour -= 1
+        self.room -= 1
 
 
 def allowance(ledger: Ledger, now: float, per_cycle: int, per_hour: int) -> Allowance:
-    return Allowance(cycle=per_cycle, hour=per_hour - ledger.in_last_hour(now))
+    return Allowance(cycle=per_cycle, hour=per_hour - ledger.in_last_hour(now), room=MAX_RECENT - len(ledger.records))
 
 
 def owners_over_budget(ledger: Ledger, owners: Iterable[str], now: float, per_owner: int, window_s: float) -> set[str]:

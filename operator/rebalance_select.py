@@ -41,8 +41,10 @@ REASONS = (
     "not-opted-in",
     "too-young",
     "owner-budget",
+    "recently-refused",
 )
-"""Every answer of :func:`why_not` (and the caller's owner budget): a small fixed set for counting."""
+"""Every answer of :func:`why_not` (and the caller's two: the owner budget, and an eviction of the pod
+refused in a recent cycle): a small fixed set for counting."""
 
 
 def _map(value: Any) -> Mapping[str, Any]:

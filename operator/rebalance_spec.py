@@ -153,9 +153,9 @@ def parse_selector(raw: Any, where: str, problems: list[str]) -> LabelSelector |
         return None
     pairs: list[tuple[str, str]] = []
     for key, value in labels.items():
-        if not isinstance(key, str) or len(key) > 317 or not _LABEL_KEY.match(key):
+        if not isinstance(key, str) or len(key) > 317 or not _LABEL_KEY.fullmatch(key):
             problems.append(f"{where}.matchLabels: {str(key)[:64]!r} is not a label key")
-        elif not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
+        elif not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
             problems.append(f"{where}.matchLabels.{key}: {str(value)[:64]!r} is not a label value")
         else:
             pairs.append((key, value))
@@ -167,7 +167,7 @@ def parse_selector(raw: Any, where: str, problems: list[str]) -> LabelSelector |
             continue
         _unknown(term, {"key", "operator", "values"}, w, problems)
         key, op, values = term.get("key"), term.get("operator"), term.get("values") or []
-        if not isinstance(key, str) or len(key) > 317 or not _LABEL_KEY.match(key):
+        if not isinstance(key, str) or len(key) > 317 or not _LABEL_KEY.fullmatch(key):
             problems.append(f"{w}.key: {str(key)[:64]!r} is not a label key")
             continue
         if op not in OPERATORS:
@@ -176,7 +176,7 @@ def parse_selector(raw: Any, where: str, problems: list[str]) -> LabelSelector |
         if not isinstance(values, list) or len(values) > MAX_SELECTOR_VALUES:
             problems.append(f"{w}.values: expected a list of at most {MAX_SELECTOR_VALUES} label values")
             continue
-        if any(not isinstance(v, str) or len(v) > 63 or not _LABEL_VALUE.match(v) for v in values):
+        if any(not isinstance(v, str) or len(v) > 63 or not _LABEL_VALUE.fullmatch(v) for v in values):
             problems.append(f"{w}.values: every value must be a label value (63 characters at most)")
             continue
         if op in ("In", "NotIn") and not values:

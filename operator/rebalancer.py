@@ -18,7 +18,10 @@ One cycle (:meth:`Rebalancer.cycle`, driven by a kopf timer on the served Schedu
    would place the pod now), run off the event loop;
 5. each move: a policy/v1 Eviction (dry-run: with ``dryRun: [All]``, which checks everything and
    changes nothing). A PodDisruptionBudget that refuses (429) is counted ``blocked_by_pdb`` and the
-   next move is tried. An eviction whose answer is lost (no HTTP answer: a timeout, a dropped
+   next move is tried; a refused pod is not a candidate for :data:`REFUSAL_COOLDOWN_S`, and when every
+   move of a plan was refused the planner is asked again without those pods (:data:`MAX_REPLANS`). A
+   move whose controller already used its budget in this cycle is skipped (the planner does not know
+   controllers). An eviction whose answer is lost (no HTTP answer: a timeout, a dropped
    connection — :class:`.kube.KubeError` status 0 — or a 5xx) may have been carried out by the API
    server all the same: it is ``unknown``, and it is charged to the cycle, hourly and per-owner budgets
    exactly like an eviction (the safe side: at worst a move fewer), logged once. Every move gets an
@@ -54,7 +57,7 @@ from .conditions import now_iso
 from .kube import KubeError
 from .log_once import LogOnce
 from .pod_usage import read_pod_cpu
-from .rebalance_budget import Ledger, allowance, owners_over_budget
+from .rebalance_budget import MAX_RECENT, Ledger, allowance, owners_over_budget
 from .rebalance_select import REASONS, namespace_filter, namespace_labels, owner_key, why_not
 from .rebalance_spec import RebalanceSpec
 from .settings import RebalancerSettings
@@ -85,6 +88,18 @@ CHARGED = frozenset({"evicted", "unknown"})
 """Results that may have moved a pod: each is recorded in the ledger and spends the budget."""
 MAX_STATUS_MOVES = 50
 """Moves listed in ``status.rebalance.moves`` (the cycle's, at most)."""
+COOLDOWN_RESULTS = frozenset({"blocked_by_pdb", "forbidden", "error"})
+"""Refusals that keep the pod out of the candidates for :data:`REFUSAL_COOLDOWN_S` (a PodDisruptionBudget
+that does not allow a disruption now, an eviction the operator may not make in that namespace, any
+other failure): the planner is deterministic, and without the pause it would pick the same pod every cycle."""
+REFUSAL_COOLDOWN_S = 900.0
+"""How long a pod whose eviction was refused is not a candidate (15 minutes: long enough for the next
+cycles to try other pods, short enough for a PodDisruptionBudget that allows a disruption again)."""
+MAX_REFUSED = 10_000
+"""Pods on that cooldown remembered at most (the oldest forgotten first)."""
+MAX_REPLANS = 4
+"""Plans after the first in one cycle, made only when every move of the previous plan was refused or
+skipped (without them, one refused pod at the top of the plan ends the cycle with nothing moved)."""
 
 
 class Metrics:
@@ -158,8 +173,12 @@ class Rebalancer:
         policy_ref: str = "",
         clock: Callable[[], float] = time.time,
         load_query: Callable[[str], Awaitable[Any]] | None = None,
+        persist: Callable[[list[dict[str, Any]]], Awaitable[object]] | None = None,
     ):
         self.settings, self.scheduler_name, self.kube = settings, scheduler_name, kube
+        self.persist = persist
+        """Writes the ledger (``status.rebalance.recent``) before each eviction; None: only the handler's
+        patch after the cycle (tests, and callers without a SchedulingPolicy to write to)."""
         self.write_log, self.policy_ref, self.clock = write_log, policy_ref, clock
         self._planner = planner
         self.metrics = metrics or Metrics()
@@ -170,6 +189,11 @@ class Rebalancer:
                 settings.prometheus, lambda: self.cache.addresses, self.cache.set_load, query=load_query
             )
         self.ledger = Ledger()
+        self.dry_ledger = Ledger()
+        """What dry runs would have moved: the same budgets apply to the preview (memory only)."""
+        self.dry_ledger.restored = True
+        self.refused: dict[str, float] = {}
+        """UID → until when a pod whose eviction was refused is not a candidate (:meth:`_refuse`)."""
         self.totals: Counter[str] = Counter()
         self.last_cycle: float | None = None
         self._typical: TypicalPods | None = None
@@ -219,6 +243,8 @@ class Rebalancer:
         self.last_cycle = now
         self.ledger.restore((status or {}).get("recent"), now, spec.owner_window_s)
         self.ledger.prune(now, spec.owner_window_s)
+        self.dry_ledger.prune(now, spec.owner_window_s)
+        self.refused = {uid: until for uid, until in self.refused.items() if until > now}
         report = CycleReport(at=now, dry_run=spec.dry_run, outcome="planned")
         try:
             await self._cycle(spec, now, report, fallback)
@@ -238,13 +264,20 @@ class Rebalancer:
         if planner is None:
             report.outcome, report.message = "error", "the planner rlsched.policy.rebalance is not installed"
             return
-        budget = allowance(self.ledger, now, spec.max_moves_per_cycle, spec.max_moves_per_hour)
+        ledger = self.dry_ledger if spec.dry_run else self.ledger
+        budget = allowance(ledger, now, spec.max_moves_per_cycle, spec.max_moves_per_hour)
         if budget.left <= 0:
             report.outcome = "budget_exhausted"
-            report.message = (
-                f"{self.ledger.in_last_hour(now)} evictions in the last hour "
-                f"(maxMovesPerHour {spec.max_moves_per_hour})"
-            )
+            what = "dry-run moves" if spec.dry_run else "evictions"
+            if budget.room <= 0:
+                report.message = (
+                    f"{len(ledger.records)} {what} inside ownerWindowSeconds, as many as the operator keeps "
+                    f"({MAX_RECENT}): no more until the oldest leave it"
+                )
+            else:
+                report.message = (
+                    f"{ledger.in_last_hour(now)} {what} in the last hour (maxMovesPerHour {spec.max_moves_per_hour})"
+                )
             return
         s = self.settings
         nodes = await self.kube.list_all("nodes", max_items=100_000)
@@ -286,13 +319,16 @@ class Rebalancer:
                 continue
             eligible[uid] = (entry, pod, owner_key(pod))
         full = owners_over_budget(
-            self.ledger, (o for _, _, o in eligible.values()), now, spec.max_moves_per_owner, spec.owner_window_s
+            ledger, (o for _, _, o in eligible.values()), now, spec.max_moves_per_owner, spec.owner_window_s
         )
         candidates = []
         by_key: dict[str, tuple[Any, Mapping[str, Any], str]] = {}
-        for entry, pod, owner in eligible.values():
+        for uid, (entry, pod, owner) in eligible.items():
             if owner in full:
                 report.skipped["owner-budget"] += 1
+                continue
+            if self.refused.get(uid, 0.0) > now:
+                report.skipped["recently-refused"] += 1
                 continue
             labels = (pod.get("metadata") or {}).get("labels") or {}
             candidates.append(
@@ -310,24 +346,54 @@ class Rebalancer:
         if not candidates:
             report.outcome, report.message = "no_candidates", "no pod may be moved (status.rebalance.skipped says why)"
             return
-        settings = planner.RebalanceSettings(
-            max_moves_per_cycle=budget.left,
-            min_gain=spec.min_gain,
-            hot_threshold=spec.hot_threshold,
-            fragmentation_weight=spec.fragmentation_weight,
-            hot_weight=spec.hot_weight,
-            migration_cost=spec.migration_cost,
-            latency_sensitive_hot_weight=spec.latency_sensitive_hot_weight,
-            latency_sensitive_weight=spec.latency_sensitive_weight,
-            pod_gpu_weight=spec.pod_gpu_weight,
-            destination_load_weight=spec.destination_load_weight,
-        )
         scorer = self.scorer(fallback)
-        # The planner runs off the event loop on a snapshot: nothing may change its arrays meanwhile.
-        snapshot = state.copy()
-        moves = await asyncio.to_thread(planner.plan_moves, snapshot, candidates, self.typical, settings, scorer)
-        report.planned = len(moves)
-        seen: set[str] = set()
+        excluded: set[str] = set()  # candidates out of this cycle's later plans: tried, moved or over budget
+        for _plan in range(1 + MAX_REPLANS):
+            pool = [c for c in candidates if c.key not in excluded]
+            if not pool or budget.left <= 0:
+                break
+            settings = planner.RebalanceSettings(
+                max_moves_per_cycle=budget.left,
+                min_gain=spec.min_gain,
+                hot_threshold=spec.hot_threshold,
+                fragmentation_weight=spec.fragmentation_weight,
+                hot_weight=spec.hot_weight,
+                migration_cost=spec.migration_cost,
+                latency_sensitive_hot_weight=spec.latency_sensitive_hot_weight,
+                latency_sensitive_weight=spec.latency_sensitive_weight,
+                pod_gpu_weight=spec.pod_gpu_weight,
+                destination_load_weight=spec.destination_load_weight,
+            )
+            # The planner runs off the event loop on a snapshot: nothing may change its arrays meanwhile.
+            snapshot = state.copy()
+            moves = await asyncio.to_thread(planner.plan_moves, snapshot, pool, self.typical, settings, scorer)
+            report.planned += len(moves)
+            moved = await self._carry_out(moves, by_key, excluded, ledger, budget, spec, now, report, state)
+            # Plan again only when every move of this plan was refused or skipped: the cluster is then
+            # as this plan saw it, less those pods. After a move it is not (the next cycle reads it).
+            if moved or not excluded:
+                break
+        if not report.moves:
+            report.outcome = "no_moves"
+            report.message = report.message or "the planner found no move worth its cost"
+
+    async def _carry_out(
+        self,
+        moves: Any,
+        by_key: Mapping[str, tuple[Any, Mapping[str, Any], str]],
+        excluded: set[str],
+        ledger: Ledger,
+        budget: Any,
+        spec: RebalanceSpec,
+        now: float,
+        report: CycleReport,
+        state: Any,
+    ) -> int:
+        """Evict (or dry-run) one plan's moves within the budget; returns how many were carried out or
+        may have been (charged). A refused move puts its pod on :data:`REFUSAL_COOLDOWN_S`; a move whose
+        controller has used its budget in this cycle is skipped (``owner-budget``). Each of those
+        leaves the pod in ``excluded``, and so does every move tried, for the caller's next plan."""
+        moved = 0
         for move in list(moves)[: max(0, budget.left) + 10]:
             if budget.left <= 0:
                 break
@@ -336,25 +402,64 @@ class Rebalancer:
             to_node = getattr(move, "to_node", -1)
             if (
                 target is None
-                or move.key in seen
+                or move.key in excluded
                 or not isinstance(to_node, int)
                 or not 0 <= to_node < state.num_nodes
                 or to_node == target[0].placement.node
             ):
                 await self._record(report, spec, None, move, "invalid_move", "", state)
                 continue
-            seen.add(move.key)
             entry, pod, owner = target
+            if ledger.owner_moves(owner, now, spec.owner_window_s) >= spec.max_moves_per_owner:
+                # Its controller was moved earlier in this cycle: the planner does not know controllers.
+                report.skipped["owner-budget"] += 1
+                excluded.update(k for k, (_, _, o) in by_key.items() if o == owner)
+                continue
+            excluded.add(move.key)
+            ahead = None
+            if not spec.dry_run:  # written ahead: a kill after the eviction must not forget it
+                ahead = ledger.add(owner, now)
+                if not await self._persist(ledger):
+                    ledger.discard(ahead)
+                    detail = "not evicted: it could not be recorded in status.rebalance.recent first"
+                    await self._record(report, spec, (entry, pod, owner), move, "error", detail, state)
+                    budget.cycle = 0  # the status cannot be written: no eviction this cycle
+                    break
             result, detail = await self._evict(pod, spec.dry_run)
-            if result in CHARGED:
-                self.ledger.add(owner, now)
+            if result in CHARGED or result == "dry_run":  # a dry run spends its own ledger (dry_ledger)
+                if ahead is None:
+                    ledger.add(owner, now)
                 budget.spend()
-            elif result == "dry_run":
-                budget.spend()  # what it would do stays within what it may do
+                moved += 1
+            else:
+                if ahead is not None:
+                    ledger.discard(ahead)  # the status keeps it until the cycle's patch: fewer moves, never more
+                if result in COOLDOWN_RESULTS:
+                    self._refuse(entry.uid, now)
             await self._record(report, spec, (entry, pod, owner), move, result, detail, state)
-        if not report.moves:
-            report.outcome = "no_moves"
-            report.message = report.message or "the planner found no move worth its cost"
+            if result == "throttled":  # the API server asks for fewer requests: no more this cycle
+                budget.cycle = 0
+                break
+        return moved
+
+    async def _persist(self, ledger: Ledger) -> bool:
+        """Write the ledger to the status ahead of an eviction; False (logged once) when that fails."""
+        if self.persist is None:
+            return True
+        try:
+            await self.persist(ledger.dump())
+        except Exception as exc:  # noqa: BLE001 - whatever the write raised, the eviction waits
+            self._once("persist", "rebalancer: cannot write status.rebalance.recent before an eviction: %s", exc)
+            return False
+        return True
+
+    def _refuse(self, uid: str, now: float) -> None:
+        """Keep a pod whose eviction was refused out of the candidates for a while (the planner is
+        deterministic: it would pick the same pod again, and the same refusal would block every cycle)."""
+        self.refused.pop(uid, None)
+        self.refused[uid] = now + REFUSAL_COOLDOWN_S
+        while len(self.refused) > MAX_REFUSED:
+            del self.refused[next(iter(self.refused))]
 
     async def _evict(self, pod: Mapping[str, Any], dry_run: bool) -> tuple[str, str]:
         meta = pod.get("metadata") or {}

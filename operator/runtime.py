@@ -155,6 +155,9 @@ def start_runtime(
             write_log=decision_log.awrite if decision_log is not None else None,
             metrics=Metrics(rt.registry),
             policy_ref=f"{settings.policy.namespace}/{settings.policy.name}",
+            persist=lambda recent: kube.patch_policy_status(
+                settings.policy.namespace, settings.policy.name, {"rebalance": {"recent": recent}}
+            ),
         )
     if decision_log is not None:
         decision_log.open()

@@ -203,7 +203,7 @@ def _parse_model(raw: Any, problems: list[str]) -> ModelSource | None:
             + (f" (got {', '.join(given)})" if given else "")
         )
     sha = raw.get("sha256")
-    if sha is not None and (not isinstance(sha, str) or not _SHA256.match(sha)):
+    if sha is not None and (not isinstance(sha, str) or not _SHA256.fullmatch(sha)):
         problems.append("spec.model.sha256: expected 64 lowercase hex digits (sha256sum of the .npz)")
     source = ModelSource(sha256=sha)
     if "configMapKeyRef" in raw:
@@ -214,7 +214,7 @@ def _parse_model(raw: Any, problems: list[str]) -> ModelSource | None:
             name, key = ref["name"], ref["key"]
             if not isinstance(name, str) or len(name) > 253:
                 problems.append("spec.model.configMapKeyRef.name: expected a ConfigMap name")
-            if not isinstance(key, str) or len(key) > 253 or not _KEY.match(key):
+            if not isinstance(key, str) or len(key) > 253 or not _KEY.fullmatch(key):
                 problems.append(
                     "spec.model.configMapKeyRef.key: expected a ConfigMap key (letters, digits, '-', '_', '.')"
                 )
@@ -227,7 +227,7 @@ def _parse_model(raw: Any, problems: list[str]) -> ModelSource | None:
             source = ModelSource(path=path, sha256=sha)
     if "url" in raw:
         url = raw["url"]
-        if not isinstance(url, str) or len(url) > 4096 or not _URL.match(url):
+        if not isinstance(url, str) or len(url) > 4096 or not _URL.fullmatch(url):
             problems.append(f"spec.model.url: {shown(url)} must be an http:// or https:// URL")
         else:
             source = ModelSource(url=url, sha256=sha)

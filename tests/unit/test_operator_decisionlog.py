@@ -157,6 +157,35 @@ async def test_drainer_skips_records_that_are_not_objects(tmp_path: Path, caplog
     log.close()
 
 
+async def test_a_record_json_cannot_write_is_skipped_not_retried_forever(tmp_path: Path) -> None:
+    """The extender client parses with Python's json, which reads NaN and 1e400; the log writes strict
+    JSON. One such record made the whole batch fail, before the cursor moved, on every poll."""
+    raw = json.loads(
+        '{"epoch": "1", "next": 3, "last": 3, "dropped": 0, "records": ['
+        '{"seq": 1, "verdict": "delay", "pod": {"uid": "u1"}}, {"seq": 2, "score": NaN}, '
+        '{"seq": 3, "verdict": "delay", "pod": {"uid": "u3"}, "retryAfterSeconds": 1e400}]}'
+    )
+    log = DecisionLog(tmp_path / "log", segment_bytes=1 << 20, max_bytes=4 << 20)
+    seen: list[dict] = []
+    d = Drainer(AnswerClient(raw, answer([], next_=3, last=3)), log, [seen.append])
+    assert await d.drain_once() == 1 and d.skipped == 2 and d.next == 3
+    assert [r["pod"]["uid"] for r in seen] == ["u1"]
+    assert [r["seq"] for r in iter_records(tmp_path / "log") if r["type"] == "decision"] == [1]
+    log.close()
+
+
+async def test_an_answer_whose_cursor_does_not_move_is_not_logged_again_and_again(tmp_path: Path) -> None:
+    """An answer that keeps repeating the same records with the same ``next``, while ``last`` says there
+    is more: written 100 times in one drain, and again on every poll."""
+    log = DecisionLog(tmp_path / "log", segment_bytes=1 << 20, max_bytes=4 << 20)
+    seen: list[dict] = []
+    stuck = answer([{**filter_record("a", node=None, verdict="delay"), "seq": 1}], next_=1, last=5)
+    d = Drainer(AnswerClient(stuck), log, [seen.append])
+    assert await d.drain_once() == 1 and await d.drain_once() == 0
+    assert log.lines_written == 1 and len(seen) == 1 and d.next == 1
+    log.close()
+
+
 @pytest.mark.parametrize(
     "body",
     [
@@ -195,7 +224,7 @@ async def test_drainer_treats_a_bad_count_as_unavailable(tmp_path: Path, body: d
 )
 async def test_drainer_task_survives_a_bad_poll(body: object, caplog: pytest.LogCaptureFixture) -> None:
     """/tmp/review/drainer_dies.py: one bad answer ended run() (an unsupervised task) for good."""
-    client = AnswerClient(body, body, body, answer([{**filter_record("z"), "seq": 1}]))
+    client = AnswerClient(body, body, body, answer([{**filter_record("z"), "seq": 9}], next_=9, last=9))
     d = Drainer(client, None, interval_s=0.001)
     task = asyncio.create_task(d.run())
     for _ in range(500):

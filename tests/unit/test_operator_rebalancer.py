@@ -3,6 +3,7 @@ dry-run, PodDisruptionBudget refusals, and what each move leaves behind (event, 
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import math
 from types import SimpleNamespace
@@ -11,8 +12,9 @@ from typing import Any
 import pytest
 
 from rlsched.operator.kube import KubeError
+from rlsched.operator.rebalance_budget import MAX_RECENT, Ledger, allowance, owners_over_budget
 from rlsched.operator.rebalance_spec import RebalanceSpec, parse_rebalance
-from rlsched.operator.rebalancer import Rebalancer
+from rlsched.operator.rebalancer import MAX_REPLANS, REFUSAL_COOLDOWN_S, Rebalancer
 from rlsched.operator.settings import RebalancerSettings
 from rlsched.policy import rebalance as planner
 
@@ -234,6 +236,83 @@ async def test_a_throttling_429_is_not_a_pdb() -> None:
     assert report.moves[0]["result"] == "throttled" and counter(rb, "blocked_by_pdb") == 0
 
 
+def four_shares() -> FakeKube:
+    """Half cards on n0 and n1, 300 milli on n3, a full n2: the real planner's best move is a."""
+    return FakeKube(
+        [node("n0"), node("n1"), node("n2"), node("n3")],
+        [
+            pod("a", "n0", milli=500, cards=[0]),
+            pod("b", "n1", milli=500, cards=[0]),
+            pod("c", "n3", milli=300, cards=[0]),
+            pod("w", "n2", gpus=2, cards=[0, 1]),
+        ],
+    )
+
+
+async def test_a_refused_best_move_does_not_block_the_next_best() -> None:
+    """One move per cycle, and a PodDisruptionBudget on the pod the planner likes best: the planner is
+    asked again without it in the same cycle, and later cycles leave it alone for the cooldown."""
+    unblocked, _ = make(four_shares())
+    assert [m["pod"] for m in (await unblocked.cycle(spec(), None)).moves] == ["team/a"]
+    kube = four_shares()
+    kube.pdb.add("a")
+    clock = Clock()
+    rb, _ = make(kube, clock=clock)
+    s = spec(intervalSeconds=10)
+    first = await rb.cycle(s, None)
+    assert [(m["pod"], m["result"]) for m in first.moves] == [("team/a", "blocked_by_pdb"), ("team/b", "evicted")]
+    assert first.planned == 2 and len(rb.ledger.records) == 1
+    clock.t += 3700  # past the hour's budget and a's cooldown; its PodDisruptionBudget allows it now
+    kube.pdb.clear()
+    later = await rb.cycle(s, None)
+    assert later.skipped["recently-refused"] == 0 and "team/a" in [m["pod"] for m in later.moves]
+
+
+async def test_a_refused_pod_waits_out_its_cooldown() -> None:
+    kube = FakeKube([node("n0"), node("n1"), node("n2")], [pod("a", "n0", gpus=1), pod("b", "n1", gpus=1)])
+    kube.pdb.update({"a", "b"})
+    clock = Clock()
+    rb, _ = make(kube, fake_planner("team/a", "team/b"), clock)
+    s = spec(intervalSeconds=10)
+    first = await rb.cycle(s, None)  # a refused, then b (the second plan), refused too
+    assert [(m["pod"], m["result"]) for m in first.moves] == [
+        ("team/a", "blocked_by_pdb"),
+        ("team/b", "blocked_by_pdb"),
+    ]
+    clock.t += 60
+    second = await rb.cycle(s, None)
+    assert second.outcome == "no_candidates" and second.skipped["recently-refused"] == 2 and len(kube.evictions) == 2
+    clock.t += REFUSAL_COOLDOWN_S
+    kube.pdb.clear()
+    third = await rb.cycle(s, None)
+    assert [(m["pod"], m["result"]) for m in third.moves] == [("team/a", "evicted")]
+
+
+async def test_replanning_is_bounded() -> None:
+    pods = [pod(f"p{i}", "n0", gpus=1) for i in range(10)]
+    kube = FakeKube([node("n0", 10), node("n1", 4), node("n2", 8)], pods)
+    kube.pdb.update(f"p{i}" for i in range(10))
+    rb, _ = make(kube, fake_planner(*(f"team/p{i}" for i in range(10))))
+    report = await rb.cycle(spec(), None)
+    assert len(kube.evictions) == 1 + MAX_REPLANS and report.planned == 1 + MAX_REPLANS
+    assert all(m["result"] == "blocked_by_pdb" for m in report.moves) and report.outcome == "planned"
+
+
+async def test_a_throttling_429_ends_the_cycle() -> None:
+    kube = FakeKube([node("n0"), node("n1"), node("n2")], [pod("a", "n0", gpus=1), pod("b", "n1", gpus=1)])
+    rb, _ = make(kube, fake_planner("team/a", "team/b"))
+    calls: list[str] = []
+
+    async def throttled(namespace: str, name: str, *_: Any, **__: Any) -> None:
+        calls.append(name)
+        raise KubeError(429, "TooManyRequests", "too many requests, please try again later")
+
+    kube.evict_pod = throttled  # type: ignore[method-assign]
+    report = await rb.cycle(spec(budget={"maxMovesPerCycle": 2}), None)
+    assert calls == ["a"] and [m["result"] for m in report.moves] == ["throttled"]
+    assert rb.refused == {}  # not the pod's fault: no cooldown
+
+
 # -- the budget ------------------------------------------------------------------------------------
 
 
@@ -267,6 +346,48 @@ async def test_one_move_per_cycle_and_per_owner() -> None:
     assert [m["pod"] for m in second.moves] == ["team/q"] and second.skipped["owner-budget"] == 1
 
 
+async def test_a_controller_is_moved_once_per_cycle_whatever_the_plan() -> None:
+    """The planner does not know controllers: four pods of one ReplicaSet in one plan, one evicted."""
+    kube = FakeKube(
+        [node(f"n{i}") for i in range(5)],
+        [pod(x, f"n{i}", milli=500, cards=[0], owner_name="web-rs") for i, x in enumerate("abcd")]
+        + [pod("w", "n4", gpus=2, cards=[0, 1])],
+    )
+    rb, _ = make(kube)
+    report = await rb.cycle(spec(budget={"maxMovesPerCycle": 4, "maxMovesPerOwner": 1}), None)
+    assert sum(1 for e in kube.evictions if not e[2]) == 1
+    assert [r.owner for r in rb.ledger.records] == ["team/ReplicaSet/web-rs"]
+    assert report.skipped["owner-budget"] >= 1
+
+
+async def test_a_dry_run_keeps_to_the_budgets_it_previews() -> None:
+    pods = [pod(f"p{i}", f"n{i % 2}", gpus=1) for i in range(4)]
+    kube = FakeKube([node("n0", 4), node("n1", 4), node("n2", 8)], pods)
+    clock = Clock()
+    rb, _ = make(kube, fake_planner(*(f"team/p{i}" for i in range(4))), clock)
+    s = spec(dryRun=True, intervalSeconds=10, budget={"maxMovesPerCycle": 3, "maxMovesPerHour": 2})
+    for _ in range(20):
+        report = await rb.cycle(s, None)
+        clock.t += 10
+    assert len(kube.evictions) == 2 and all(e[2] for e in kube.evictions)  # dry runs, and only two
+    assert len(kube.events) == 2 and report.outcome == "budget_exhausted" and "dry-run" in report.message
+    assert rb.ledger.records == [] and rb.as_status(report)["recent"] == []  # the real budget is untouched
+
+
+def test_a_full_ledger_spends_the_budget_instead_of_forgetting() -> None:
+    ledger = Ledger()
+    ledger.add("team/ReplicaSet/web", NOW)
+    for i in range(MAX_RECENT - 1):
+        ledger.add(f"team/ReplicaSet/other-{i}", NOW + 1 + i)
+    later = NOW + 2 * 3600
+    ledger.prune(later, 86400)
+    assert owners_over_budget(ledger, ["team/ReplicaSet/web"], later, 1, 86400) == {"team/ReplicaSet/web"}
+    budget = allowance(ledger, later, 5, 100)
+    assert budget.left == 0 and budget.room == 0
+    ledger.prune(NOW + 86400 + MAX_RECENT + 2, 86400)  # every record outside both windows
+    assert allowance(ledger, NOW + 86400 + MAX_RECENT + 2, 5, 100).left == 5
+
+
 async def test_the_budget_survives_a_restart_through_the_status() -> None:
     pods = [pod(f"p{i}", "n0", gpus=1) for i in range(3)]
     kube = FakeKube([node("n0", 4), node("n1", 4), node("n2", 8)], pods)
@@ -277,6 +398,60 @@ async def test_the_budget_survives_a_restart_through_the_status() -> None:
     restarted, _ = make(kube, fake_planner("team/p1", "team/p2"), Clock(NOW + 60))
     report = await restarted.cycle(s, status)
     assert report.outcome == "budget_exhausted" and len(kube.evictions) == 1
+
+
+async def test_each_eviction_is_written_to_the_status_before_it_is_made() -> None:
+    """An operator killed after an eviction but before its cycle's status patch (OOM, SIGKILL, a failed
+    patch) still has it counted after the restart."""
+    pods = [pod(f"p{i}", "n0", gpus=1) for i in range(3)]
+    kube = FakeKube([node("n0", 4), node("n1", 4), node("n2", 8)], pods)
+    written: list[tuple[int, list[dict]]] = []
+
+    async def persist(recent: list[dict]) -> None:
+        written.append((len(kube.evictions), recent))
+
+    async def killed(*_: Any) -> None:  # the operator is stopped while it reports the eviction
+        raise asyncio.CancelledError
+
+    kube.post_event = killed  # type: ignore[method-assign]
+    rb, _ = make(kube, fake_planner("team/p0", "team/p1"))
+    rb.persist = persist
+    s = spec(budget={"maxMovesPerHour": 1})
+    with pytest.raises(asyncio.CancelledError):
+        await rb.cycle(s, None)
+    assert len(kube.evictions) == 1
+    assert written == [(0, [{"at": NOW, "owner": "team/ReplicaSet/p0-rs"}])]  # before the eviction
+    restarted, _ = make(kube, fake_planner("team/p1", "team/p2"), Clock(NOW + 60))
+    report = await restarted.cycle(s, {"recent": written[-1][1]})
+    assert report.outcome == "budget_exhausted" and len(kube.evictions) == 1
+
+
+async def test_no_eviction_when_the_status_cannot_be_written_first() -> None:
+    kube = FakeKube([node("n0"), node("n1"), node("n2")], [pod("a", "n0", gpus=1), pod("b", "n1", gpus=1)])
+
+    async def persist(recent: list[dict]) -> None:
+        raise KubeError(403, "Forbidden", "cannot patch schedulingpolicies/status")
+
+    rb, _ = make(kube, fake_planner("team/a", "team/b"))
+    rb.persist = persist
+    report = await rb.cycle(spec(budget={"maxMovesPerCycle": 2}), None)
+    assert kube.evictions == [] and rb.ledger.records == [] and rb.refused == {}
+    assert [(m["pod"], m["result"]) for m in report.moves] == [("team/a", "error")]
+
+
+async def test_a_refused_eviction_takes_back_its_record() -> None:
+    kube = FakeKube([node("n0"), node("n1"), node("n2")], [pod("a", "n0", gpus=1)])
+    kube.pdb.add("a")
+    written: list[list[dict]] = []
+
+    async def persist(recent: list[dict]) -> None:
+        written.append(recent)
+
+    rb, _ = make(kube, fake_planner("team/a"))
+    rb.persist = persist
+    report = await rb.cycle(spec(), None)
+    assert [m["result"] for m in report.moves] == ["blocked_by_pdb"] and len(written) == 1
+    assert rb.ledger.records == [] and rb.as_status(report)["recent"] == []
 
 
 async def test_the_hour_budget_zero_moves_nothing() -> None:

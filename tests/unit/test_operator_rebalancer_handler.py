@@ -61,6 +61,13 @@ async def test_a_due_cycle_patches_the_status_and_waits_for_the_interval() -> No
     assert "rebalance" in (await call(rt, ON)).status
 
 
+@pytest.mark.parametrize("previous", ["planned", ["x"], 7])
+async def test_a_status_edited_into_another_shape_is_read_as_empty(previous: Any) -> None:
+    rt, kube, _ = runtime()
+    patch = await call(rt, ON, {"rebalance": previous})
+    assert patch.status["rebalance"]["outcome"] == "planned" and len(kube.evictions) == 1
+
+
 @pytest.mark.parametrize(
     "spec", [{}, {"rebalance": {"enabled": False}}, {"rebalance": {"enabled": True, "intervalSeconds": 1}}]
 )

@@ -110,6 +110,13 @@ def test_a_full_spec() -> None:
         ({"dryrun": False}, "spec.rebalance.dryrun: unknown field"),
         ({"namespaceSelector": {"matchLabels": {"bad key!": "x"}}}, "is not a label key"),
         ({"namespaceSelector": {"matchLabels": {"k": "x" * 64}}}, "is not a label value"),
+        # a trailing newline is not a label key or value (``$`` would let it through)
+        ({"namespaceSelector": {"matchLabels": {"team\n": "x"}}}, "is not a label key"),
+        ({"namespaceSelector": {"matchLabels": {"team": "x\n"}}}, "is not a label value"),
+        (
+            {"namespaceSelector": {"matchExpressions": [{"key": "team\n", "operator": "DoesNotExist"}]}},
+            "is not a label key",
+        ),
         ({"namespaceSelector": {"matchExpressions": [{"key": "k", "operator": "Near"}]}}, "operator"),
         ({"namespaceSelector": {"matchExpressions": [{"key": "k", "operator": "In"}]}}, "needs at least one value"),
         (

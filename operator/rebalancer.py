@@ -48,8 +48,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client import Counter as PromCounter
 
 from rlsched.extender.cache import BOUND, ClusterCache
+from rlsched.extender.objects import qos_class
 from rlsched.extender.policy import default_typical, load_typical
 from rlsched.extender.prometheus import LoadPoller
+from rlsched.extender.settings import GpuConventions
 from rlsched.policy.scorers import make_scorer
 from rlsched.policy.typical import TypicalPods
 
@@ -133,6 +135,20 @@ class Metrics:
         )
         for r in RESULTS:
             self.evictions.labels(result=r)
+
+
+def latency_sensitive(pod: Mapping[str, Any], label: str, gpu: GpuConventions) -> bool:
+    """Whether the planner treats ``pod`` as latency-sensitive: its ``label`` (``"true"`` or not) when
+    the pod has it, else the extender's reading of the class (:func:`~rlsched.extender.objects.qos_class`:
+    ``gpu.latencySensitiveLabel``, then Koordinator's ``LSE``/``LSR``/``LS``). Kubernetes' own
+    ``Guaranteed`` does not count here: most GPU pods are, and the planner's weights are for the few."""
+    meta = pod.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    if isinstance(labels, Mapping):
+        own = labels.get(label)
+        if isinstance(own, str):
+            return own == "true"
+    return qos_class(labels, None, gpu) == "LS"
 
 
 def load_planner() -> Any:
@@ -330,14 +346,13 @@ class Rebalancer:
             if self.refused.get(uid, 0.0) > now:
                 report.skipped["recently-refused"] += 1
                 continue
-            labels = (pod.get("metadata") or {}).get("labels") or {}
             candidates.append(
                 planner.Candidate(
                     key=entry.key,
                     node=entry.placement.node,
                     request=state.request(entry.spec),
                     placement=entry.placement,
-                    latency_sensitive=isinstance(labels, Mapping) and labels.get(s.latency_sensitive_label) == "true",
+                    latency_sensitive=latency_sensitive(pod, s.latency_sensitive_label, s.gpu),
                     cpu_usage_milli=usage.get(entry.key),
                 )
             )

@@ -189,7 +189,9 @@ class RebalancerSettings:
     """Typical pods for the fragmentation measure (a JSON file as the extender's ``typicalPodsPath``);
     unset: the built-in ones the extender ships. Use the extender's file when it has one."""
     latency_sensitive_label: str = "rlsched.io/latency-sensitive"
-    """Pod label whose value ``"true"`` marks a latency-sensitive pod for the planner."""
+    """Pod label whose value ``"true"`` marks a latency-sensitive pod for the planner (any other value:
+    not); a pod without it is read as the extender reads it: ``gpu.latencySensitiveLabel``, then
+    Koordinator's ``koordinator.sh/qosClass`` (``gpu.qosLabel``: ``LSE``, ``LSR``, ``LS``)."""
     max_pods: int = 200_000
     """A cycle lists at most this many pods (pages of 2,000); a larger cluster is skipped with an error."""
     gpu: GpuConventions = field(default_factory=GpuConventions)

@@ -671,6 +671,36 @@ async def test_the_planner_asks_the_served_fallback_where_a_pod_goes() -> None:
     assert type(got[0]).__name__ == "LeastAllocatedScorer" and got[1] is None
 
 
+@pytest.mark.parametrize(
+    "labels, expected",
+    [
+        ({"rlsched.io/latency-sensitive": "true"}, True),
+        ({"koordinator.sh/qosClass": "LSR"}, True),
+        ({"koordinator.sh/qosClass": "LSE"}, True),
+        ({"koordinator.sh/qosClass": "BE"}, False),
+        ({"rlsched.io/latency-sensitive": "false", "koordinator.sh/qosClass": "LS"}, False),  # the label decides
+        ({"koordinator.sh/qosClass": ["LS"]}, False),  # malformed: not latency-sensitive, never unreadable
+        ({}, False),  # Guaranteed by Kubernetes (requests only here, but the planner never counts that)
+    ],
+)
+async def test_latency_sensitive_is_read_as_the_extender_reads_it(labels: dict, expected: bool) -> None:
+    seen: list[Any] = []
+
+    def plan_moves(state, candidates, typical, settings, scorer=None):  # noqa: ANN001, ANN202
+        seen.extend(candidates)
+        return []
+
+    plan = SimpleNamespace(
+        Candidate=planner.Candidate, RebalanceSettings=planner.RebalanceSettings, plan_moves=plan_moves
+    )
+    kube = FakeKube(
+        [node("n0"), node("n1")], [pod("a", "n0", gpus=1, labels={"rlsched.io/rebalance": "true", **labels})]
+    )
+    rb, _ = make(kube, plan)
+    await rb.cycle(spec(), None)
+    assert [c.latency_sensitive for c in seen] == [expected]
+
+
 def test_due_follows_the_interval() -> None:
     clock = Clock()
     rb, _ = make(FakeKube([], []), clock=clock)

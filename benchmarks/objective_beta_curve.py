@@ -152,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
             "rows": rows,
         }
         args.out.with_suffix(".json").write_text(json.dumps(payload, indent=1) + "\n")
-        args.out.with_suffix(".md").write_text(text + "\n")
+        title = f"# The combined objective over β: median × 100 over seeds {seeds[0]}–{seeds[-1]}"
+        args.out.with_suffix(".md").write_text(f"{title}\n\n{text}\n")
         plot(rows, policies, args.out.with_suffix(".png"), args.reference if args.reference in runs else policies[0])
         print(f"wrote {args.out.with_suffix('.json')}, .md and .png")
     return 0

@@ -39,6 +39,7 @@ def test_cheap_but_slow_wins_at_low_beta_and_fast_but_dear_at_high(tmp_path: Pat
     assert (high["best"], high["runner_up"]) == ("spreader", "packer")
     assert high["median"]["packer"] == pytest.approx(-(153 / 300 + 0.14))
     assert (tmp_path / "curve.png").stat().st_size > 0 and "| 0.00 |" in (tmp_path / "curve.md").read_text()
+    assert (tmp_path / "curve.md").read_text().startswith("# The combined objective over β: median × 100 over seeds")
     assert "seeds [9]" in capsys.readouterr().err
 
 

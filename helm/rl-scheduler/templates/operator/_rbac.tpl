@@ -22,8 +22,9 @@ watchNamespaces the operator can patch no pod outside those namespaces (docs/sec
   resources: [pods/eviction]
   verbs: [create]
 {{- end }}
-# events: RejectedByPolicy and RequeueGaveUp on pods (and the rebalancer's Rebalanced, RebalanceDryRun,
-# RebalanceBlocked, RebalanceFailed, RebalanceUnknown); rollout events on SchedulingPolicies (kopf).
+# events: RejectedByPolicy, DelayedByPolicy and RequeueGaveUp on pods (and the rebalancer's Rebalanced,
+# RebalanceDryRun, RebalanceBlocked, RebalanceFailed, RebalanceUnknown); rollout events on
+# SchedulingPolicies (kopf).
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
@@ -32,7 +33,8 @@ watchNamespaces the operator can patch no pod outside those namespaces (docs/sec
 - apiGroups: [rlsched.io]
   resources: [schedulingpolicies]
   verbs: [get, list, watch, patch]
-# SchedulingPolicies' status: the operator reports each rollout's progress and conditions there.
+# SchedulingPolicies' status: the operator reports each rollout's progress and conditions there, and
+# the rebalancer writes each eviction there before making it (its budget survives a restart).
 - apiGroups: [rlsched.io]
   resources: [schedulingpolicies/status]
   verbs: [get, patch]

@@ -165,12 +165,14 @@ class Binder:
         spec = info.spec
         # -- the critical section: choose, check and reserve cards without yielding ---------------
         async with self.lock:
+            self.cache.state  # noqa: B018 - rebuild now if the nodes changed: placements below are current
             existing = self.cache.pods.get(uid)  # may have changed while the pod was read
             if (
                 existing is not None
                 and existing.node == node
                 and existing.status in (ASSUMED, UNCERTAIN, RESERVED)
                 and existing.spec == spec
+                and existing.placement is not None  # it holds its cards (a shrunk node may not)
             ):
                 entry = existing  # filter's reservation, or a retry after an unknown outcome: keep it
                 entry.status, entry.since = ASSUMED, self.cache.clock()
@@ -178,6 +180,15 @@ class Binder:
                 if existing is not None:
                     if existing.status == BOUND:
                         return BindResult(f"pod {key} is already bound to node {existing.node}", node, result="error")
+                    if existing.status in (ASSUMED, UNCERTAIN) and existing.node != node:
+                        # An earlier bind of this pod to another node succeeded (kube-scheduler may not
+                        # know) or may have: its cards stay held until the watch says where it went.
+                        return BindResult(
+                            f"pod {key} was bound to node {existing.node} by an earlier bind "
+                            f"(or its outcome is not known yet); not binding it to {node}",
+                            node,
+                            result="error",
+                        )
                     self.cache.forget(uid)
                 state = self.cache.state
                 if state is None or node not in state.index:
@@ -279,13 +290,13 @@ class Binder:
     def _hinted_cards(self, uid: str, info: PodInfo, node: str) -> tuple[int, ...] | None:
         """Filter's cards for this node, when its memory is about this very pod version."""
         remembered = self.remembered(uid)
-        if remembered is None or remembered.epoch != self.cache.epoch:
+        state = self.cache.state  # may rebuild (a new epoch): read it before comparing epochs
+        if remembered is None or state is None or remembered.epoch != self.cache.epoch:
             return None
         if remembered.info.resource_version != info.resource_version or remembered.info.key != info.key:
             return None  # a forged or stale filter: not this pod as it is now
         decision = remembered.outcome.decision
-        state = self.cache.state
-        if decision is None or state is None or state.names[decision.node] != node:
+        if decision is None or state.names[decision.node] != node:
             return None
         return decision.cards
 
@@ -293,8 +304,10 @@ class Binder:
         self, uid: str, key: str, node: str, cards: tuple[int, ...], milli: int, exc: ApiError
     ) -> BindResult:
         entry = self.cache.pods.get(uid)
-        if entry is not None and entry.status == BOUND and entry.node == node:
-            return BindResult("", node, cards, milli)  # the watch already saw it bound there
+        if entry is not None and entry.status == BOUND:  # the watch has seen it bound: that is what holds
+            if entry.node == node:
+                return BindResult("", node, cards, milli)
+            return BindResult(f"pod {key} is already bound to node {entry.node}: {exc.message}", node, result="error")
         if exc.status == 409 and "already" in exc.message:
             # Already assigned: success when it is ours (a retried bind), else report where it went.
             try:
@@ -304,8 +317,19 @@ class Binder:
             except Exception:  # noqa: BLE001 - unreadable or gone: report the conflict as it is
                 current = None
             if current is not None and current.uid == uid and current.node_name == node:
+                entry = self.cache.pods.get(uid)
+                if entry is not None and entry.status != BOUND:
+                    entry.bind_done = True  # bound: a relist that misses it may now drop it
                 return BindResult("", node, cards, milli)
-            self.cache.forget(uid)
+            if current is not None and current.uid == uid and current.node_name:
+                self.cache.observe(current)  # bound elsewhere: hold what it holds there, not nothing
+            elif current is None:
+                # Bound somewhere, perhaps here by an earlier bind: hold the cards until the watch tells.
+                entry = self.cache.pods.get(uid)
+                if entry is not None and entry.status != BOUND:
+                    entry.status, entry.since = UNCERTAIN, self.cache.clock()
+            else:
+                self.cache.forget(uid)  # another pod under this name now: this one's cards are free
             where = f" to node {current.node_name}" if current is not None and current.node_name else ""
             return BindResult(f"pod {key} is already bound{where}: {exc.message}", node, result="error")
         if exc.status == 0:  # timeout or connection lost: the binding may exist

@@ -134,6 +134,9 @@ class ClusterCache:
         """UID → digest of the pod version last applied (pending or holding resources)."""
         self._node_digests: dict[str, bytes] = {}
         """Node name → digest of the node version last applied."""
+        self._unplaced: set[str] = set()
+        """UIDs of entries that could not be placed (``placement`` None): tried again when their
+        node frees something (:meth:`_retry_unplaced`), so a pod is not left uncounted for good."""
 
     # -- reading ----------------------------------------------------------------------------------
     @property
@@ -271,25 +274,45 @@ class ClusterCache:
                 self.forget(info.uid)  # cannot happen (nodeName is immutable); be safe
             return
         self.pending.pop(info.uid, None)
-        if info.spec is None:
-            # Bound by someone else with a request we cannot read: count cpu/memory only is not
-            # possible without a spec; report it.
+        spec = info.spec
+        if spec is None:
+            # Bound (by another scheduler: ours refuses such pods) with a GPU request we cannot read:
+            # it runs all the same, so count the most it can hold (PodInfo.held), or nothing if
+            # even that cannot be read.
             self.stats.pod_errors += 1
-            log.warning("pod %s on %s: %s", info.key, info.node_name, info.problem, extra={"event": "pod_unreadable"})
-            self.forget(info.uid)
-            return
+            counted = "counted as " + (
+                f"{info.held.num_gpu} whole card(s) and its cpu and memory" if info.held is not None else "nothing"
+            )
+            log.warning(
+                "pod %s on %s: %s; %s",
+                info.key,
+                info.node_name,
+                info.problem,
+                counted,
+                extra={"event": "pod_unreadable"},
+            )
+            if info.held is None:
+                self.forget(info.uid)
+                return
+            spec = info.held
         if entry is not None:
             if (
                 entry.node == info.node_name
-                and entry.spec == info.spec
-                and (info.cards is None or info.cards == entry.cards)
+                and entry.spec == spec
+                and (
+                    info.cards is None
+                    or info.cards == entry.cards
+                    # A running pod's devices were given to its containers when they started: an edited
+                    # card annotation does not move them, so the accounting does not move either.
+                    or (entry.status == BOUND and entry.placement is not None)
+                )
             ):
                 if entry.status != BOUND:
                     entry.status, entry.since = BOUND, self.clock()
                 return
-            self.forget(info.uid)  # moved, resized or re-carded: place afresh
+            self.forget(info.uid)  # moved, resized or re-carded before it was placed: place afresh
         cards = info.cards if info.cards is not None else ()
-        self.add(info.uid, info.key, info.node_name, info.spec, cards, BOUND)
+        self.add(info.uid, info.key, info.node_name, spec, cards, BOUND)
 
     def delete_pod(self, uid: str) -> None:
         self._touch()
@@ -312,6 +335,12 @@ class ClusterCache:
         ]
         for uid in gone:
             self.forget(uid)
+        # Bound by us moments ago and not in the list: the list may predate the binding, or the pod
+        # was deleted before it (no event will say so now). The watch confirms it within the
+        # uncertain TTL, or its cards are released then (expire_uncertain).
+        for e in self.pods.values():
+            if e.uid not in seen and e.status == ASSUMED and e.bind_done:
+                e.status, e.since = UNCERTAIN, now
         for uid in [u for u in self.pending if u not in seen]:
             del self.pending[uid]
             self.pod_rules.pop(uid, None)
@@ -333,15 +362,33 @@ class ClusterCache:
             self._rebuild()
         entry = Entry(uid, key, node, spec, tuple(cards), status, self.clock())
         self.pods[uid] = entry
-        if self._state is not None:
+        if self._state is None:
+            return entry
+        if status == BOUND and entry.cards and not exact:
+            # Running on these cards: reality goes before filter's reservations, which are only holds.
+            self._place(entry, exact=True)
+            # Releasing the holds may place it already (_retry_unplaced): place it only if not.
+            if entry.placement is None and self._unreserve_on(node) and entry.placement is None:
+                self._place(entry, exact=True)
+            if entry.placement is None:
+                self._place(entry)
+        else:
             self._place(entry, exact)
         return entry
+
+    def _unreserve_on(self, node: str) -> bool:
+        """Release filter's reservations on ``node`` (their binds will check afresh); True if any."""
+        held = [u for u, e in self.pods.items() if e.status == RESERVED and e.node == node]
+        for uid in held:
+            self.unreserve(uid)
+        return bool(held)
 
     def forget(self, uid: str) -> Entry | None:
         """Release a pod's resources and drop it."""
         self._pod_digests.pop(uid, None)
         self.pending.pop(uid, None)
         self.pod_rules.pop(uid, None)
+        self._unplaced.discard(uid)
         entry = self.pods.pop(uid, None)
         if entry is not None:
             self._release(entry)
@@ -357,11 +404,30 @@ class ClusterCache:
                 log.error("release of %s failed: %s; rebuilding", entry.key, exc)
                 self._dirty = True
             self.generation += 1
+            entry.placement = None
+            if self._unplaced:
+                self._retry_unplaced(entry.node)
 
-    def _place(self, entry: Entry, exact: bool = False) -> None:
+    def _retry_unplaced(self, node: str) -> None:
+        """Place again the entries on ``node`` that did not fit (their node just freed something)."""
+        for uid in [u for u in self._unplaced if (e := self.pods.get(u)) is not None and e.node == node]:
+            entry = self.pods[uid]
+            if entry.status == RESERVED:
+                continue
+            self._place(entry, quiet=True)
+            if entry.placement is not None:
+                log.info(
+                    "pod %s on %s counted again: its node has room now",
+                    entry.key,
+                    entry.node,
+                    extra={"event": "pod_placed_late", "pod": entry.key, "node": entry.node},
+                )
+
+    def _place(self, entry: Entry, exact: bool = False, quiet: bool = False) -> None:
         state = self._state
         assert state is not None
         entry.placement = None
+        self._unplaced.add(entry.uid)
         idx = state.index.get(entry.node)
         if idx is None:
             entry.problem = f"node {entry.node} is not in the cache"
@@ -380,11 +446,12 @@ class ClusterCache:
                 entry.placement = state.place(req, idx, cards)
                 entry.cards = tuple(cards)
                 entry.problem = ""
+                self._unplaced.discard(entry.uid)
                 self.generation += 1
                 return
             except ValueError as exc:
                 entry.problem = str(exc)
-        if exact:
+        if exact or quiet:
             return
         self.stats.unplaceable += 1
         log.warning(
@@ -413,7 +480,9 @@ class ClusterCache:
         self._tiebreak = TieBreak.by_name(state.names, self.seed)
         carried = _carry_over(old, state)
         # Pods on carried nodes keep their cards (same node, same capacity); the others are placed
-        # again — our own reservations first: bind checked them against the state when it made them.
+        # again: running pods first (what is there), then our binds (written, or maybe written), then
+        # filter's reservations, exactly or not at all (a hold that no longer fits is dropped: its
+        # bind checks afresh).
         replaced = []
         for entry in self.pods.values():
             p = entry.placement
@@ -429,8 +498,15 @@ class ClusterCache:
                 )
             else:
                 replaced.append(entry)
-        for entry in sorted(replaced, key=lambda e: (e.status == BOUND, e.since)):
-            self._place(entry)
+        order = {BOUND: 0, ASSUMED: 1, UNCERTAIN: 1, RESERVED: 2}
+        for entry in sorted(replaced, key=lambda e: (order.get(e.status, 1), e.since)):
+            if entry.status == RESERVED:
+                self._place(entry, exact=True)
+                if entry.placement is None:
+                    del self.pods[entry.uid]
+                    self._unplaced.discard(entry.uid)
+            else:
+                self._place(entry)
         for name, row in self._load.items():
             i = state.index.get(name)
             if i is not None:
@@ -495,6 +571,7 @@ class ClusterCache:
         if entry is None or entry.status != RESERVED:
             return
         del self.pods[uid]
+        self._unplaced.discard(uid)
         self._release(entry)
 
     def expire_uncertain(self, ttl_s: float) -> list[str]:

@@ -133,6 +133,11 @@ class PodInfo:
     cards: tuple[int, ...] | None
     """Cards recorded by a bind (annotation), trusted only when recorded for ``node_name``."""
     scheduler_name: str
+    held: PodSpec | None = None
+    """When ``spec`` is None: what the pod holds at the most, once bound — its cpu and memory and a
+    whole card for each card or share it asks for (None when even that cannot be read). A pod that
+    another scheduler bound is running whatever its GPU request says: the cache counts this, so
+    that its node's capacity is not offered twice."""
 
     @property
     def key(self) -> str:
@@ -336,6 +341,17 @@ def pod_info(pod: Any, gpu: GpuConventions, where: str = "Pod") -> PodInfo:
                 gpu_models=models if n else (),
                 qos=qos_class(meta.get("labels"), status.get("qosClass"), gpu),
             )
+    held = None
+    whole = num_gpu + (1 if share else 0)
+    if problem and not pod_request_problem(cpu, mem, whole, MILLI_PER_CARD if whole else 0):
+        held = PodSpec(
+            name=f"{namespace}/{name}",
+            cpu_milli=cpu,
+            memory_mib=mem,
+            num_gpu=whole,
+            gpu_milli=MILLI_PER_CARD if whole else 0,
+            gpu_models=(),
+        )
     cards = None
     if node_name and annotations.get(gpu.assigned_node_annotation) == node_name:
         cards = parse_cards(annotations.get(gpu.cards_annotation, ""))
@@ -350,6 +366,7 @@ def pod_info(pod: Any, gpu: GpuConventions, where: str = "Pod") -> PodInfo:
         problem=problem,
         cards=cards,
         scheduler_name=scheduler,
+        held=held,
     )
 
 

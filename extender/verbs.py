@@ -512,9 +512,9 @@ class Extender:
             if result.write_s is not None:
                 self.metrics.binding_write.labels(result.result).observe(result.write_s)
         chosen = None
-        if remembered is not None and remembered.outcome.decision is not None and remembered.epoch == self.cache.epoch:
-            state = self.cache.state
-            if state is not None:
+        if remembered is not None and remembered.outcome.decision is not None:
+            state = self.cache.state  # may rebuild (a new epoch): read it before comparing epochs
+            if state is not None and remembered.epoch == self.cache.epoch:
                 chosen = state.names[remembered.outcome.decision.node]
         self.ring.append(
             {

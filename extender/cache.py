@@ -364,12 +364,13 @@ class ClusterCache:
         self.pods[uid] = entry
         if self._state is None:
             return entry
-        if status == BOUND and entry.cards and not exact:
-            # Running on these cards: reality goes before filter's reservations, which are only holds.
-            self._place(entry, exact=True)
+        if status == BOUND and not exact:
+            # Running there (on these cards, when it has them): reality goes before filter's
+            # reservations, which are only holds — released when they are in the way.
+            self._place(entry, exact=bool(entry.cards), quiet=True)
             # Releasing the holds may place it already (_retry_unplaced): place it only if not.
             if entry.placement is None and self._unreserve_on(node) and entry.placement is None:
-                self._place(entry, exact=True)
+                self._place(entry, exact=bool(entry.cards), quiet=True)
             if entry.placement is None:
                 self._place(entry)
         else:

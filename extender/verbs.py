@@ -30,7 +30,7 @@ from rlsched.policy.feasibility import feasible_mask, infeasibility_reason, unre
 from rlsched.policy.resources import MILLI_PER_CARD
 
 from .binder import Binder, BindResult
-from .cache import ClusterCache
+from .cache import RESERVED, ClusterCache
 from .decision_ring import DecisionRing
 from .names import InvalidName, check_node_name, check_pod_ref, check_uid
 from .objects import ObjectError, PodInfo, pod_info
@@ -539,9 +539,12 @@ class Extender:
         (GPU cards included).
 
         Like bind, preempt trusts no caller: the preemptor must be one of our pending pods, read from
-        the watch cache or the API server (not the request's copy), and a victim counts only when the
-        cache holds it on that node — unknown victims are dropped (kube-scheduler would refuse them),
-        a node left without victims is dropped. Victims go back by UID."""
+        the watch cache or the API server (not the request's copy). A node is kept only when the cache
+        holds every victim sent for it on that node: kube-scheduler takes the victims we answer as
+        the ones to evict without checking them again, so a node whose victims we cannot all see
+        (the watch behind, or an unreadable pod) is dropped rather than answered with a partial list
+        that evicts pods and still leaves the preemptor without room. The preemptor's own hold from
+        an earlier filter is released in the trial. Victims go back by UID, as sent (each once)."""
         self._check_count(len(args.victims), "NodeNameToMetaVictims")
         sent = self._pod(args.pod)
         try:
@@ -558,18 +561,23 @@ class Extender:
             self._count_preempt(dropped=len(args.victims))
             return {"NodeNameToMetaVictims": {}}
         trial = state.copy()
+        own = self.cache.pods.get(info.uid)
+        if own is not None and own.status == RESERVED and own.placement is not None:
+            trial.release(own.placement)  # its hold would otherwise count against itself
         known: dict[str, list[str]] = {}
         for node, (uids, _) in args.victims.items():
             mine = known.setdefault(node, [])
             for uid in dict.fromkeys(uids):  # a victim named twice is released once
                 entry = self.cache.pods.get(uid)
-                if entry is None or entry.placement is None or entry.node != node:
-                    continue
+                if entry is None or entry.placement is None or entry.node != node or entry.status == RESERVED:
+                    known[node] = []  # one victim we cannot see on the node: not this node
+                    break
                 try:
                     trial.release(entry.placement)
                 except ValueError:  # pragma: no cover - bookkeeping bug; be conservative
                     log.error("preempt: cannot release %s on %s in the trial state", entry.key, node)
-                    continue
+                    known[node] = []
+                    break
                 mine.append(uid)
         req = trial.request(info.spec)
         ok = feasible_mask(trial, req)

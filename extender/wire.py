@@ -18,6 +18,11 @@ from typing import Any
 import orjson
 
 MAX_KEY_CHARS = 64
+MAX_VICTIMS_PER_NODE = 5_000
+"""Victims one node may list in a preemption request (a kubelet runs 110 pods by default): more is
+a client error, answered before the list is read, so no request can hold the event loop."""
+MAX_VICTIMS = 50_000
+"""Victims all nodes of one preemption request may list together."""
 """A client's map key (a node name in NodeNameToVictims) is cut to this in error field paths."""
 
 
@@ -175,6 +180,7 @@ def preemption_args(body: Any) -> PreemptionArgs:
     if not isinstance(pod, dict):
         raise BadRequest("Pod", f"expected a v1.Pod object, got {_type(pod)}")
     victims: dict[str, tuple[list[str], int]] = {}
+    total = 0
     for key, field, full in (
         ("nodenametometavictims", "NodeNameToMetaVictims", False),
         ("nodenametovictims", "NodeNameToVictims", True),
@@ -195,6 +201,13 @@ def preemption_args(body: Any) -> PreemptionArgs:
             pods = vf.get("pods") or []
             if not isinstance(pods, list):
                 raise BadRequest(f"{where}.Pods", f"expected a list, got {_type(pods)}")
+            total += len(pods)
+            if len(pods) > MAX_VICTIMS_PER_NODE or total > MAX_VICTIMS:
+                raise BadRequest(
+                    f"{where}.Pods",
+                    f"{len(pods)} victims on this node ({total} so far); at most {MAX_VICTIMS_PER_NODE} per node "
+                    f"and {MAX_VICTIMS} in all",
+                )
             uids = []
             for i, p in enumerate(pods):
                 if not isinstance(p, dict):

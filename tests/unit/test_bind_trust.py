@@ -20,7 +20,7 @@ from rlsched.extender.names import (
     subdomain_problem,
 )
 from rlsched.extender.testing import Harness, make_node, make_pod
-from rlsched.extender.wire import extender_args
+from rlsched.extender.wire import ExtenderArgs, extender_args
 
 
 def writes(h: Harness) -> list[tuple]:
@@ -367,16 +367,48 @@ async def test_preempt_for_another_schedulers_pod_keeps_nothing() -> None:
     assert status == 200 and body == {"NodeNameToMetaVictims": {}}
 
 
-async def test_preempt_keeps_only_victims_the_cache_holds_on_that_node() -> None:
+async def test_preempt_keeps_a_node_only_when_it_sees_every_victim_there() -> None:
+    """kube-scheduler evicts the victims we answer without checking them again: answering g0 with a
+    alone (dropping the victim we do not see) would evict a and could leave the preemptor without
+    room. A node with a victim we cannot see, or one listed under another node, is dropped."""
     h, _ = preempt_cluster()
     h.cache.set_pod(h.add_pod(make_pod("p", gpus=2, uid="p")))
     victims = {
-        "g0": {"Pods": [{"UID": "a"}, {"UID": "unknown"}, {"UID": "c"}], "NumPDBViolations": 0},  # c is on g1
-        "g1": {"Pods": [{"UID": "unknown"}], "NumPDBViolations": 0},
+        "g0": {"Pods": [{"UID": "a"}, {"UID": "unknown"}], "NumPDBViolations": 0},
+        "g1": {"Pods": [{"UID": "c"}, {"UID": "a"}], "NumPDBViolations": 1},  # a is on g0
     }
     status, body = await post(h, "preempt", {"Pod": make_pod("p", gpus=2, uid="p"), "NodeNameToMetaVictims": victims})
-    assert body == {"NodeNameToMetaVictims": {"g0": {"Pods": [{"UID": "a"}], "NumPDBViolations": 0}}}
+    assert status == 200 and body == {"NodeNameToMetaVictims": {}}
+    victims = {"g0": {"Pods": [{"UID": "a"}, {"UID": "a"}], "NumPDBViolations": 2}}  # named twice: once
+    status, body = await post(h, "preempt", {"Pod": make_pod("p", gpus=2, uid="p"), "NodeNameToMetaVictims": victims})
+    assert body == {"NodeNameToMetaVictims": {"g0": {"Pods": [{"UID": "a"}], "NumPDBViolations": 2}}}
     assert [c[0] for c in h.api.calls] == []  # the preemptor came from the cache
+
+
+async def test_preempt_does_not_count_the_preemptors_own_hold_against_it() -> None:
+    """p's filter holds the two cards of g0 that a does not use: counted against p, its own hold
+    would leave no two cards free whatever is evicted, and the node would be dropped."""
+    a = make_pod("a", gpus=2, node="g0", uid="a", cpu="4")
+    h = Harness([make_node("g0", gpus=4, cpu="32")], [a])
+    p = h.add_pod(make_pod("p", gpus=2, uid="p", cpu="4"))
+    h.cache.set_pod(copy.deepcopy(p))
+    answer = await h.extender.filter(ExtenderArgs(copy.deepcopy(p), ["g0"], None))
+    assert answer["NodeNames"] == ["g0"] and h.cache.pods["p"].status == "reserved"
+    c = make_pod("c", cpu="22", node="g0", uid="c")  # bound by another scheduler
+    h.cache.set_pod(copy.deepcopy(c))
+    victims = {"g0": {"Pods": [{"UID": "c"}], "NumPDBViolations": 0}}
+    status, body = await post(h, "preempt", {"Pod": p, "NodeNameToMetaVictims": victims})
+    assert status == 200 and body == {"NodeNameToMetaVictims": {"g0": {"Pods": [{"UID": "c"}], "NumPDBViolations": 0}}}
+
+
+@pytest.mark.parametrize("per_node, nodes", [(5_001, 1), (4_000, 13)])
+async def test_preempt_refuses_victim_lists_no_node_can_hold(per_node: int, nodes: int) -> None:
+    h, _ = preempt_cluster()
+    victims = {
+        f"g{k}": {"Pods": [{"UID": f"v{k}-{i}"} for i in range(per_node)], "NumPDBViolations": 0} for k in range(nodes)
+    }
+    status, body = await post(h, "preempt", {"Pod": make_pod("p", gpus=2, uid="p"), "NodeNameToMetaVictims": victims})
+    assert status == 400 and "at most 5000 per node and 50000 in all" in body["Error"]
 
 
 async def test_preempt_with_an_impossible_name_is_a_400() -> None:

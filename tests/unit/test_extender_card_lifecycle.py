@@ -249,3 +249,16 @@ async def test_a_failed_bind_leaves_alone_a_pod_the_watch_saw_bound_elsewhere() 
     h.cache.clock = lambda: 10.0**9
     h.cache.expire_uncertain(30.0)
     assert h.cache.pods["p"].status == "bound" and usage(h) == {"x": [0], "y": [1000]}
+
+
+async def test_a_cpu_only_pod_bound_by_another_scheduler_goes_before_a_hold() -> None:
+    """c (no GPU) is running where p's filter held cpu and cards: c is counted, the hold gives way."""
+    a = make_pod("a", uid="a", gpus=2, cpu="1", node="g0", annotations=card_annotations("0,1", "g0"))
+    h = Harness([make_node("g0", gpus=4, cpu="32")], [a])
+    p = pending(h, "p", gpus=2, cpu="4")
+    assert await filter_(h, p, ["g0"]) == ["g0"] and h.cache.pods["p"].status == "reserved"
+    c = make_pod("c", uid="c", cpu="28", node="g0", scheduler="default-scheduler")
+    h.cache.set_pod(copy.deepcopy(c))
+    assert h.cache.pods["c"].placement is not None and "p" not in h.cache.pods
+    state = h.cache.state
+    assert state is not None and int(state.cpu_free[state.index["g0"]]) == 32_000 - 1_000 - 28_000

@@ -134,9 +134,11 @@ class ClusterCache:
         """UID → digest of the pod version last applied (pending or holding resources)."""
         self._node_digests: dict[str, bytes] = {}
         """Node name → digest of the node version last applied."""
-        self._unplaced: set[str] = set()
-        """UIDs of entries that could not be placed (``placement`` None): tried again when their
-        node frees something (:meth:`_retry_unplaced`), so a pod is not left uncounted for good."""
+        self._unplaced: dict[str, set[str]] = {}
+        """Node name → UIDs of its entries that could not be placed (``placement`` None): tried again
+        when the node frees something (:meth:`_retry_unplaced`), so a pod is not left uncounted for
+        good. By node, so that a release costs the entries of its node only."""
+        self._retry_paused = False
 
     # -- reading ----------------------------------------------------------------------------------
     @property
@@ -366,11 +368,14 @@ class ClusterCache:
             return entry
         if status == BOUND and not exact:
             # Running there (on these cards, when it has them): reality goes before filter's
-            # reservations, which are only holds — released when they are in the way.
+            # reservations, which are only holds — released when they are in the way, and this pod
+            # placed before any other entry of the node that did not fit gets the room.
             self._place(entry, exact=bool(entry.cards), quiet=True)
-            # Releasing the holds may place it already (_retry_unplaced): place it only if not.
-            if entry.placement is None and self._unreserve_on(node) and entry.placement is None:
+            if entry.placement is None and node in self._state.index and self._unreserve_on(node):
                 self._place(entry, exact=bool(entry.cards), quiet=True)
+                if entry.placement is None:
+                    self._place(entry)
+                self._retry_unplaced(node)
             if entry.placement is None:
                 self._place(entry)
         else:
@@ -378,20 +383,36 @@ class ClusterCache:
         return entry
 
     def _unreserve_on(self, node: str) -> bool:
-        """Release filter's reservations on ``node`` (their binds will check afresh); True if any."""
+        """Release filter's reservations on ``node`` (their binds will check afresh) without placing
+        anything else meanwhile (the caller does); True if any. Scans the pods: called only when a
+        running pod does not fit its node."""
         held = [u for u, e in self.pods.items() if e.status == RESERVED and e.node == node]
-        for uid in held:
-            self.unreserve(uid)
+        self._retry_paused = True
+        try:
+            for uid in held:
+                self.unreserve(uid)
+        finally:
+            self._retry_paused = False
         return bool(held)
+
+    def _mark_unplaced(self, entry: Entry) -> None:
+        self._unplaced.setdefault(entry.node, set()).add(entry.uid)
+
+    def _mark_placed(self, entry: Entry) -> None:
+        uids = self._unplaced.get(entry.node)
+        if uids is not None:
+            uids.discard(entry.uid)
+            if not uids:
+                del self._unplaced[entry.node]
 
     def forget(self, uid: str) -> Entry | None:
         """Release a pod's resources and drop it."""
         self._pod_digests.pop(uid, None)
         self.pending.pop(uid, None)
         self.pod_rules.pop(uid, None)
-        self._unplaced.discard(uid)
         entry = self.pods.pop(uid, None)
         if entry is not None:
+            self._mark_placed(entry)
             self._release(entry)
         return entry
 
@@ -406,17 +427,18 @@ class ClusterCache:
                 self._dirty = True
             self.generation += 1
             entry.placement = None
-            if self._unplaced:
+            if entry.node in self._unplaced and not self._retry_paused:
                 self._retry_unplaced(entry.node)
 
     def _retry_unplaced(self, node: str) -> None:
-        """Place again the entries on ``node`` that did not fit (their node just freed something)."""
-        for uid in [u for u in self._unplaced if (e := self.pods.get(u)) is not None and e.node == node]:
-            entry = self.pods[uid]
-            if entry.status == RESERVED:
+        """Place again the entries on ``node`` that did not fit (their node just freed something):
+        running pods first, each on its own cards when it has them, else by the default rule."""
+        waiting = [self.pods[u] for u in self._unplaced.get(node, ()) if u in self.pods]
+        for entry in sorted(waiting, key=lambda e: (e.status != BOUND, e.since)):
+            if entry.status == RESERVED or entry.placement is not None:
                 continue
-            self._place(entry, quiet=True)
-            if entry.placement is not None:
+            placed = bool(entry.cards) and self._place(entry, exact=True)
+            if placed or self._place(entry, quiet=True):
                 log.info(
                     "pod %s on %s counted again: its node has room now",
                     entry.key,
@@ -424,15 +446,17 @@ class ClusterCache:
                     extra={"event": "pod_placed_late", "pod": entry.key, "node": entry.node},
                 )
 
-    def _place(self, entry: Entry, exact: bool = False, quiet: bool = False) -> None:
+    def _place(self, entry: Entry, exact: bool = False, quiet: bool = False) -> bool:
+        """Place ``entry`` in the state (its cards, else the default rule unless ``exact``); whether
+        it is placed. A failure is logged and counted unless ``exact`` or ``quiet``."""
         state = self._state
         assert state is not None
         entry.placement = None
-        self._unplaced.add(entry.uid)
+        self._mark_unplaced(entry)
         idx = state.index.get(entry.node)
         if idx is None:
             entry.problem = f"node {entry.node} is not in the cache"
-            return
+            return False
         req = state.request(entry.spec)
         tried = []
         if entry.cards or not req.is_gpu:
@@ -447,13 +471,13 @@ class ClusterCache:
                 entry.placement = state.place(req, idx, cards)
                 entry.cards = tuple(cards)
                 entry.problem = ""
-                self._unplaced.discard(entry.uid)
+                self._mark_placed(entry)
                 self.generation += 1
-                return
+                return True
             except ValueError as exc:
                 entry.problem = str(exc)
         if exact or quiet:
-            return
+            return False
         self.stats.unplaceable += 1
         log.warning(
             "pod %s on %s does not fit the cached node (%s); not counted",
@@ -462,6 +486,7 @@ class ClusterCache:
             entry.problem,
             extra={"event": "pod_unplaceable", "pod": entry.key, "node": entry.node},
         )
+        return False
 
     def _rebuild(self) -> None:
         start = time.perf_counter()
@@ -505,7 +530,7 @@ class ClusterCache:
                 self._place(entry, exact=True)
                 if entry.placement is None:
                     del self.pods[entry.uid]
-                    self._unplaced.discard(entry.uid)
+                    self._mark_placed(entry)
             else:
                 self._place(entry)
         for name, row in self._load.items():
@@ -572,7 +597,7 @@ class ClusterCache:
         if entry is None or entry.status != RESERVED:
             return
         del self.pods[uid]
-        self._unplaced.discard(uid)
+        self._mark_placed(entry)
         self._release(entry)
 
     def expire_uncertain(self, ttl_s: float) -> list[str]:

@@ -383,10 +383,12 @@ class Rebalancer:
             snapshot = state.copy()
             moves = await asyncio.to_thread(planner.plan_moves, snapshot, pool, self.typical, settings, scorer)
             report.planned += len(moves)
+            before = len(excluded)
             moved = await self._carry_out(moves, by_key, excluded, ledger, budget, spec, now, report, state)
-            # Plan again only when every move of this plan was refused or skipped: the cluster is then
-            # as this plan saw it, less those pods. After a move it is not (the next cycle reads it).
-            if moved or not excluded:
+            # Plan again only when every move of this plan was refused or skipped, and it took a pod
+            # out of the pool (else the next plan would be this one): the cluster is then as this plan
+            # saw it, less those pods. After a move it is not (the next cycle reads it).
+            if moved or len(excluded) == before:
                 break
         if not report.moves:
             report.outcome = "no_moves"

@@ -262,3 +262,17 @@ async def test_a_cpu_only_pod_bound_by_another_scheduler_goes_before_a_hold() ->
     assert h.cache.pods["c"].placement is not None and "p" not in h.cache.pods
     state = h.cache.state
     assert state is not None and int(state.cpu_free[state.index["g0"]]) == 32_000 - 1_000 - 28_000
+
+
+async def test_a_running_pod_takes_its_own_card_when_several_holds_give_way() -> None:
+    """Two holds on a 2-card node; q, bound elsewhere's way onto card 1, arrives. Releasing the holds
+    must not let q land on card 0 by the default rule (it runs on card 1), nor anything else first."""
+    h = Harness([make_node("n", gpus=2)], [])
+    p1, p2 = pending(h, "p1", gpus=1), pending(h, "p2", gpus=1)
+    assert await filter_(h, p1, ["n"]) == ["n"] and await filter_(h, p2, ["n"]) == ["n"]
+    assert {h.cache.pods["p1"].cards, h.cache.pods["p2"].cards} == {(0,), (1,)}
+    q = make_pod("q", uid="q", gpus=1, node="n", scheduler="default-scheduler", annotations=card_annotations("1", "n"))
+    h.cache.set_pod(copy.deepcopy(q))
+    assert h.cache.pods["q"].cards == (1,) and usage(h) == {"n": [0, 1000]}
+    r = pending(h, "r", gpus=1)
+    assert await filter_(h, r, ["n"]) == ["n"] and h.cache.pods["r"].cards == (0,)

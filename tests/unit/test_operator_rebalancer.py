@@ -298,6 +298,23 @@ async def test_replanning_is_bounded() -> None:
     assert all(m["result"] == "blocked_by_pdb" for m in report.moves) and report.outcome == "planned"
 
 
+async def test_no_plan_again_when_the_last_one_took_nothing_out_of_the_pool() -> None:
+    kube = FakeKube([node("n0"), node("n1"), node("n2")], [pod("a", "n0", gpus=1), pod("b", "n1", gpus=1)])
+    kube.pdb.add("a")
+    calls: list[int] = []
+    plan = fake_planner("team/a")
+    inner = plan.plan_moves
+
+    def counting(state, candidates, typical, settings, scorer=None):  # noqa: ANN001, ANN202
+        calls.append(len(candidates))
+        return inner(state, candidates, typical, settings, scorer)
+
+    plan.plan_moves = counting
+    rb, _ = make(kube, plan)
+    report = await rb.cycle(spec(), None)
+    assert calls == [2, 1] and [m["result"] for m in report.moves] == ["blocked_by_pdb"]
+
+
 async def test_a_throttling_429_ends_the_cycle() -> None:
     kube = FakeKube([node("n0"), node("n1"), node("n2")], [pod("a", "n0", gpus=1), pod("b", "n1", gpus=1)])
     rb, _ = make(kube, fake_planner("team/a", "team/b"))

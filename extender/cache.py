@@ -335,6 +335,7 @@ class ClusterCache:
             for u, e in self.pods.items()
             if u not in seen and (e.status == BOUND or (e.bind_done and now - e.since > 5.0))
         ]
+        gone += [u for u, e in self.pods.items() if u not in seen and e.status == RESERVED]  # a hold for a gone pod
         for uid in gone:
             self.forget(uid)
         # Bound by us moments ago and not in the list: the list may predate the binding, or the pod

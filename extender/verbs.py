@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from rlsched.policy.cluster import LOAD_METRICS, ClusterState, PodRequest
-from rlsched.policy.feasibility import feasible_mask, infeasibility_reason, unresolvable_mask
+from rlsched.policy.feasibility import feasible_mask, fits_on, infeasibility_reason, unresolvable_mask
 from rlsched.policy.resources import MILLI_PER_CARD
 
 from .binder import Binder, BindResult
@@ -156,7 +156,7 @@ class Extender:
         self._names_list: list[str] | None = None
         self._names_cand: np.ndarray | None = None
         self._names_arr = np.array([], dtype=object)
-        self._names_arr_epoch = -1
+        self._names_arr_state: ClusterState | None = None
         if binder is not None:
             binder.remembered = self.memory.get
         self.counts: dict[str, int] = {}
@@ -209,10 +209,25 @@ class Extender:
 
     def _names(self, state: ClusterState) -> np.ndarray:
         """The state's node names as a numpy array (fancy indexing instead of a Python loop)."""
-        if self._names_arr_epoch != self.cache.epoch:
+        if self._names_arr_state is not state:  # by the state object: an epoch is bumped only at the rebuild
             self._names_arr = np.array(state.names, dtype=object)
-            self._names_arr_epoch = self.cache.epoch
+            self._names_arr_state = state
         return self._names_arr
+
+    def _holdable(self, info: PodInfo) -> PodInfo | None:
+        """The watch's reading of ``info`` when filter may hold cards for it: a pending pod of ours,
+        under this name. Never a pod only the request describes (a forged or stale request would
+        pin capacity), one already bound, or another scheduler's."""
+        known = self.cache.pending.get(info.uid)
+        if (
+            known is None
+            or known.key != info.key
+            or known.node_name
+            or known.spec is None
+            or known.scheduler_name != self.settings.kubernetes.scheduler_name
+        ):
+            return None
+        return known
 
     def _count(self, outcome: str) -> None:
         self.counts[outcome] = self.counts.get(outcome, 0) + 1
@@ -245,7 +260,9 @@ class Extender:
         names = args.node_names
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
-        self.cache.unreserve(info.uid)  # a new decision for this pod: its last one no longer holds
+        held = self.cache.pods.get(info.uid)
+        if held is not None and held.key == info.key:
+            self.cache.unreserve(info.uid)  # a new decision for this pod: its last one no longer holds
         for _attempt in range(3):
             state = self.cache.state
             epoch = self.cache.epoch
@@ -260,7 +277,13 @@ class Extender:
                 return self._filter_result(args, [], failed, {n: why for n in names})
             req = state.request(info.spec)
             outcome = await self.engine.decide(state, self.cache.tiebreak, req, cand)
-            if self.cache.epoch == epoch:
+            # Reading the state rebuilds it if the nodes changed during the decision (a model run in a
+            # thread yields); pods placed meanwhile may have taken the chosen node's room.
+            if (
+                self.cache.state is state
+                and self.cache.epoch == epoch
+                and (outcome.decision is None or fits_on(state, req, outcome.decision.node))
+            ):
                 break
         else:  # pragma: no cover - the node set changed three times during one decision
             raise BadRequest("", "the node set kept changing during the decision; retry", 503)
@@ -288,14 +311,16 @@ class Extender:
             else None
         )
         build = self._record_filter(info, state, req, outcome, len(cand), kept, explained)  # copies what it saw
-        # kube-scheduler binds a single kept node: hold it until the bind comes (after the shadow
-        # policy's look, which must not find the pod's own cards taken)
-        hold = (lambda: self.cache.reserve(info, kept[0], decision.cards)) if decision and len(kept) == 1 else None
-        if decision is not None and self.engine.settings.mode == "shadow" and self.engine.model is not None:
-            self._shadow(build(), state, req, cand, outcome, hold)
+        shadow = decision is not None and self.engine.settings.mode == "shadow" and self.engine.model is not None
+        seen = state.copy() if shadow else state  # the shadow policy looks at the state without the hold
+        # kube-scheduler binds a single kept node: hold it until the bind comes, now (the next pod's
+        # filter must see it), for a pod the watch knows as ours and pending (_holdable)
+        ours = self._holdable(info) if decision is not None and len(kept) == 1 else None
+        if ours is not None and decision is not None:
+            self.cache.reserve(ours, kept[0], decision.cards)
+        if shadow:
+            self._shadow(build(), seen, req, cand, outcome)
         else:
-            if hold is not None:
-                hold()
             self.ring.append_lazy(build)
         return self._filter_result(args, kept, failed, unresolvable)
 
@@ -447,19 +472,15 @@ class Extender:
         req: PodRequest,
         cand: np.ndarray,
         outcome: Outcome,
-        hold: Callable[[], object] | None = None,
     ) -> None:
-        """Shadow mode: evaluate the policy after the answer; the record goes to the ring then, and
-        ``hold`` (filter's reservation) is taken."""
+        """Shadow mode: evaluate the policy after the answer, on ``state`` (a copy taken before
+        filter's hold); the record goes to the ring then."""
 
         async def run() -> None:
             try:
                 record["shadow"] = await self.engine.shadow(state, self.cache.tiebreak, req, cand, outcome)
             except Exception as exc:  # noqa: BLE001 - shadow is best effort
                 record["shadow"] = {"error": f"{type(exc).__name__}: {exc}"}
-            finally:
-                if hold is not None:
-                    hold()
             self.ring.append(record)
 
         task = asyncio.get_running_loop().create_task(run())
@@ -488,7 +509,7 @@ class Extender:
             req = state.request(info.spec)
             epoch = self.cache.epoch
             outcome = await self.engine.decide(state, self.cache.tiebreak, req, cand)
-            if self.cache.epoch != epoch:
+            if self.cache.state is not state or self.cache.epoch != epoch:  # reading it rebuilds it
                 return [{"Host": n, "Score": 0} for n in names]
             remembered = Remembered(info, epoch, outcome, self.cache.clock())
             self.memory.put(info.uid, remembered)

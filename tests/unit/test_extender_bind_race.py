@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections import defaultdict
 
 import orjson
@@ -19,6 +20,14 @@ def cluster(free_cards_on_last: int):
     if free_cards_on_last < 4:
         pods.append(make_pod("part-b", gpus=4 - free_cards_on_last, node="b", uid="part-b"))
     return nodes, pods
+
+
+def watched(h: Harness, pod: dict) -> dict:
+    """A pending pod in the API and, as the watch delivers it, in the extender's cache: filter holds
+    cards only for pods the watch knows."""
+    h.add_pod(pod)
+    h.cache.set_pod(copy.deepcopy(pod))
+    return pod
 
 
 def card_usage(api: FakeKubeApi) -> dict[tuple[str, int], int]:
@@ -39,7 +48,7 @@ async def test_binds_race_for_the_last_card(kind, n_pods, winners) -> None:
     h = Harness(nodes, pods)
     h.api.delay_s = 0.002  # every write awaits, so the binds interleave at every step
     kwargs = {"whole": {"gpus": 1}, "share": {"gpu_milli": 300}, "pair": {"gpus": 2}}[kind]
-    racers = [h.add_pod(make_pod(f"r{i}", uid=f"r{i}", **kwargs)) for i in range(n_pods)]
+    racers = [watched(h, make_pod(f"r{i}", uid=f"r{i}", **kwargs)) for i in range(n_pods)]
     async with TestClient(TestServer(h.app())) as c:
         # kube-scheduler filters the next pods while earlier binds are in flight: filter holds the
         # cards it chose until the bind comes, so only the pods that fit get node b; then every pod's
@@ -132,7 +141,7 @@ async def test_filter_holds_its_choice_until_the_bind_comes() -> None:
 
     nodes, pods = cluster(free_cards_on_last=1)
     h = Harness(nodes, pods)
-    first, second = (h.add_pod(make_pod(n, uid=n, gpus=1)) for n in ("first", "second"))
+    first, second = (watched(h, make_pod(n, uid=n, gpus=1)) for n in ("first", "second"))
     b = h.cache.state.index["b"]
     async with TestClient(TestServer(h.app())) as c:
         assert await filter_call(c, first) == ["b"]
@@ -149,7 +158,7 @@ async def test_an_unused_hold_expires_and_a_bind_elsewhere_moves_it() -> None:
     h = Harness(nodes, [make_pod("part-b", gpus=3, node="b", uid="part-b")])
     now = [1000.0]
     h.cache.clock = lambda: now[0]
-    pod = h.add_pod(make_pod("p", uid="p", gpus=1))
+    pod = watched(h, make_pod("p", uid="p", gpus=1))
     state = h.cache.state
     a, b = state.index["a"], state.index["b"]
     async with TestClient(TestServer(h.app())) as c:
@@ -174,7 +183,7 @@ async def test_no_hold_when_kube_scheduler_chooses_among_several() -> None:
     from rlsched.extender.settings import ExtenderSettings, PolicySettings
 
     h = Harness([make_node("a", gpus=4), make_node("b", gpus=4)], [], ExtenderSettings(policy=PolicySettings(top_k=0)))
-    pod = h.add_pod(make_pod("p", uid="p", gpus=1))
+    pod = watched(h, make_pod("p", uid="p", gpus=1))
     async with TestClient(TestServer(h.app())) as c:
         assert sorted(await filter_call(c, pod)) == ["a", "b"]  # every feasible node, best first
     # topK 0 keeps every feasible node: kube-scheduler may bind any of them, so nothing is held

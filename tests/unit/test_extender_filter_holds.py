@@ -1,0 +1,152 @@
+"""Filter's holds: taken only for pods the watch knows as ours and pending, at once (shadow mode too),
+released for pods that are gone, and never on a node that pods placed during a slow decision filled.
+
+A model run in a thread (``deadlineEnforcement: thread``) yields while it decides, so watch events
+land in between; the timer mode (the default) does not yield, and the same tests run in it too."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rlsched.extender.settings import ExtenderSettings, PolicySettings
+from rlsched.extender.testing import Harness, make_node, make_pod
+from rlsched.extender.wire import BindingArgs, ExtenderArgs
+from rlsched.policy.scorers import NodeScores, Scorer
+
+
+def watched(h: Harness, pod: dict) -> dict:
+    h.add_pod(pod)
+    h.cache.set_pod(copy.deepcopy(pod))
+    return pod
+
+
+async def filter_(h: Harness, pod: dict, nodes: list[str]) -> list[str]:
+    return list((await h.extender.filter(ExtenderArgs(copy.deepcopy(pod), list(nodes), None)))["NodeNames"] or [])
+
+
+class SlowModel(Scorer):
+    """A learned scorer stand-in that takes 50 ms (so a thread-mode decision yields) and prefers
+    ``favourite``."""
+
+    name = "ppo"
+
+    def __init__(self, favourite: str):
+        self.version, self.digest, self.favourite = "v1", "d" * 64, favourite
+
+    def score(self, state: Any, req: Any, nodes: np.ndarray) -> NodeScores:
+        time.sleep(0.05)
+        return NodeScores(np.array([1.0 if state.names[n] == self.favourite else 0.5 for n in nodes]))
+
+
+def slow_harness(tmp_path: Path, nodes: list[dict], favourite: str, **policy: Any) -> Harness:
+    marker = tmp_path / "model.json"
+    marker.write_text("{}")
+    settings = ExtenderSettings(policy=PolicySettings(model_path=str(marker), **policy))
+    return Harness(nodes, [], settings, model_loader=lambda path, typical: SlowModel(favourite))
+
+
+async def test_no_hold_for_a_pod_only_the_request_describes() -> None:
+    """Made-up pods used to hold every card for 30 s (and again at each filter): a real pod then
+    found none."""
+    h = Harness([make_node("x", gpus=4), make_node("y", gpus=4)], [])
+    for i in range(8):
+        ghost = make_pod(f"ghost-{i}", uid=f"ghost-{i}", gpus=1)
+        assert await filter_(h, ghost, ["x", "y"])  # answered like any pod: it only holds nothing
+    assert h.cache.pods == {}
+    bound = make_pod("bound", uid="bound", gpus=1, node="x")  # the request says it is bound
+    theirs = make_pod("theirs", uid="theirs", gpus=1, scheduler="default-scheduler")
+    h.cache.set_pod(copy.deepcopy(theirs))
+    for pod in (bound, theirs):
+        await filter_(h, pod, ["x", "y"])
+    assert "bound" not in h.cache.pods and "theirs" not in h.cache.pods
+    real = watched(h, make_pod("real", uid="real", gpus=1))
+    assert await filter_(h, real, ["x", "y"]) and h.cache.pods["real"].status == "reserved"
+
+
+async def test_a_request_with_a_pods_uid_under_another_name_leaves_its_hold_alone() -> None:
+    h = Harness([make_node("x", gpus=1)], [])
+    p = watched(h, make_pod("p", uid="p", gpus=1))
+    assert await filter_(h, p, ["x"]) == ["x"]
+    forged = make_pod("evil", uid="p", gpus=1)
+    await filter_(h, forged, ["x"])
+    assert h.cache.pods["p"].key == "default/p" and h.cache.pods["p"].status == "reserved"
+    m = p["metadata"]
+    assert (await h.extender.bind(BindingArgs(m["name"], m["namespace"], m["uid"], "x")))["Error"] == ""
+
+
+async def test_a_relist_releases_the_hold_of_a_pod_that_is_gone() -> None:
+    h = Harness([make_node("x", gpus=1)], [])
+    p = watched(h, make_pod("p", uid="p", gpus=1))
+    assert await filter_(h, p, ["x"]) == ["x"]
+    del h.api.pods[("default", "p")]  # deleted while the watch was down
+    items, _ = await h.api.list("/api/v1/pods")
+    h.cache.replace_pods(items)
+    assert h.cache.pods == {}
+
+
+@pytest.mark.parametrize("enforcement", ["thread", "timer"])
+async def test_a_node_filled_during_the_decision_is_not_kept(tmp_path: Path, enforcement: str) -> None:
+    """While the model decides, a pod of another scheduler lands on x, leaving 2 of its 8 cpu: the
+    pod (4 cpu) is decided again on what the cluster is now, and held on y."""
+    h = slow_harness(
+        tmp_path,
+        [make_node("x", cpu="8", gpus=1), make_node("y", cpu="8", gpus=1)],
+        "x",
+        deadline_enforcement=enforcement,
+    )
+    p = watched(h, make_pod("p", uid="p", cpu="4", gpus=1))
+
+    async def lands() -> None:
+        await asyncio.sleep(0.01)
+        h.cache.set_pod(make_pod("big", uid="big", cpu="6", node="x", scheduler="default-scheduler"))
+
+    task = asyncio.create_task(lands())
+    kept = await filter_(h, p, ["x", "y"])
+    await task
+    if enforcement == "timer":  # no yield: the pod was decided (and held) before big arrived
+        assert kept == ["x"]
+        return
+    assert kept == ["y"] and h.cache.pods["p"].node == "y" and h.cache.pods["p"].status == "reserved"
+
+
+async def test_a_node_added_during_the_decision_does_not_shift_the_names(tmp_path: Path) -> None:
+    """A node sorting first arrived during a thread-mode decision: every index shifted by one, and
+    the names array of the old state was kept for the new one, so filters answered wrong nodes."""
+    nodes = [make_node(f"n-{c}", gpus=1) for c in "bcd"]
+    h = slow_harness(tmp_path, nodes, "n-b", deadline_enforcement="thread", top_k=2)
+    p = watched(h, make_pod("p", uid="p", gpus=1))
+
+    async def node_event() -> None:
+        await asyncio.sleep(0.01)
+        h.cache.set_node(make_node("n-a", gpus=1))
+
+    task = asyncio.create_task(node_event())
+    kept = await filter_(h, p, ["n-b", "n-c", "n-d"])
+    await task
+    assert kept[0] == "n-b"
+    state = h.cache.state
+    assert state is not None and list(h.extender._names(state)) == list(state.names) == ["n-a", "n-b", "n-c", "n-d"]
+
+
+@pytest.mark.parametrize("enforcement", ["thread", "timer"])
+async def test_shadow_mode_holds_at_once(tmp_path: Path, enforcement: str) -> None:
+    """In shadow mode the hold waited for the shadow policy: the next pod's filter found the node's
+    only card free, and a pod deleted meanwhile got a hold after all."""
+    h = slow_harness(tmp_path, [make_node("x", gpus=1)], "x", mode="shadow", deadline_enforcement=enforcement)
+    a = watched(h, make_pod("a", uid="a", gpus=1))
+    b = watched(h, make_pod("b", uid="b", gpus=1))
+    assert await filter_(h, a, ["x"]) == ["x"]
+    await asyncio.sleep(0)
+    assert await filter_(h, b, ["x"]) == []
+    h.cache.delete_pod("a")
+    await asyncio.gather(*list(h.extender._shadow_tasks))
+    assert h.cache.pods == {}
+    (record,) = [r for r in h.ring.read(0)["records"] if r.get("kind") == "filter" and r["pod"]["name"] == "a"]
+    assert "shadow" in record  # the shadow policy's look, recorded once it ran

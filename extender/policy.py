@@ -54,6 +54,11 @@ FALLBACK_REASONS = ("no-model", "error", "deadline", "bad-output", "busy", "mode
 """Why the fallback heuristic served (the ``reason`` label of ``rlsched_fallbacks_total``)."""
 
 
+MAX_RETRY_AFTER_S = 3600.0
+"""The longest hold a delay verdict may ask (an hour); a model that asks more, less than nothing or
+not a number gives bad output: the pod is placed by the fallback, and the failure is counted."""
+
+
 @dataclass(frozen=True)
 class Verdict:
     """A policy's answer other than a node."""
@@ -325,8 +330,8 @@ class PolicyEngine:
             key = _stat_key(self.policy_file)
             if key != self._file_key:
                 self._file_key = key
-                try:
-                    new = load_policy_file(self.policy_file, self.base_settings)
+                try:  # read and parsed off the event loop: a file is up to MAX_YAML_BYTES of YAML
+                    new = await loop.run_in_executor(None, load_policy_file, self.policy_file, self.base_settings)
                     self._apply_typical_and_fallback(new, self.model)
                 except ConfigError as exc:
                     self.settings_error = str(exc)
@@ -725,4 +730,9 @@ def _as_verdict(raw: Any) -> Verdict | None:
         v = Verdict(str(raw.action), str(getattr(raw, "reason", "")), float(getattr(raw, "retry_after_s", 30.0)))
     if v.action not in ("delay", "reject"):
         raise BadOutput(f"policy verdict {v.action!r} is not delay or reject")
+    if not 0 < v.retry_after_s <= MAX_RETRY_AFTER_S:  # NaN and infinities too
+        raise BadOutput(
+            f"policy verdict holds the pod {v.retry_after_s!r} s; a hold must be more than 0 and at most "
+            f"{MAX_RETRY_AFTER_S:.0f} s"
+        )
     return v

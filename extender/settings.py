@@ -17,6 +17,7 @@ import dataclasses
 import ipaddress
 import os
 import re
+import reprlib
 import types
 import typing
 from collections.abc import Mapping
@@ -336,23 +337,23 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
             return value
         if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
             return value.lower() in ("true", "1", "yes")
-        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        raise ConfigError(f"{where}: expected true or false, got {_short(value)}")
     if hint is int:
         if isinstance(value, bool):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+            raise ConfigError(f"{where}: expected an integer, got {_short(value)}")
         try:
             if isinstance(value, float) and not value.is_integer():
                 raise ValueError
             return int(value)
         except (TypeError, ValueError):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}") from None
+            raise ConfigError(f"{where}: expected an integer, got {_short(value)}") from None
     if hint is float:
         if isinstance(value, bool):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
+            raise ConfigError(f"{where}: expected a number, got {_short(value)}")
         try:
             return float(value)
         except (TypeError, ValueError):
-            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+            raise ConfigError(f"{where}: expected a number, got {_short(value)}") from None
     if hint is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
@@ -387,7 +388,8 @@ def build(cls: type[_D], data: Mapping[str, Any], where: str = "") -> _D:
         if f is None:
             path = f"{where}.{key}" if where else str(key)
             raise ConfigError(
-                f"unknown setting {path!r}; valid keys{' under ' + where if where else ''}: {', '.join(sorted(by_key))}"
+                f"unknown setting {_short(path)}; valid keys{' under ' + where if where else ''}: "
+                f"{', '.join(sorted(by_key))}"
             )
         kwargs[f.name] = _coerce(_yaml11(f.name, value), hints[f.name], f"{where}.{key}" if where else str(key))
     obj = cls(**kwargs)
@@ -405,7 +407,8 @@ def merge(obj: _D, data: Mapping[str, Any], where: str = "") -> _D:
         path = f"{where}.{key}" if where else str(key)
         if f is None:
             raise ConfigError(
-                f"unknown setting {path!r}; valid keys{' under ' + where if where else ''}: {', '.join(sorted(by_key))}"
+                f"unknown setting {_short(path)}; valid keys{' under ' + where if where else ''}: "
+                f"{', '.join(sorted(by_key))}"
             )
         current = getattr(obj, f.name)
         if dataclasses.is_dataclass(current) and not isinstance(current, type) and isinstance(value, Mapping):
@@ -422,11 +425,14 @@ def validate(obj: Any, where: str = "") -> None:
     prefix = f"{where}." if where else ""
     if isinstance(obj, PolicySettings):
         if obj.mode not in MODES:
-            raise ConfigError(f"{prefix}mode: {obj.mode!r} is not one of {', '.join(MODES)}")
-        if not obj.deadline_ms > 0:
-            raise ConfigError(f"{prefix}deadlineMs: must be positive, got {obj.deadline_ms}")
+            raise ConfigError(f"{prefix}mode: {_short(obj.mode)} is not one of {', '.join(MODES)}")
+        if not 0 < obj.deadline_ms <= MAX_DEADLINE_MS:  # NaN and infinities too
+            raise ConfigError(
+                f"{prefix}deadlineMs: must be more than 0 and at most {MAX_DEADLINE_MS:.0f}, "
+                f"got {_short(obj.deadline_ms)}"
+            )
         if obj.deadline_enforcement not in ("timer", "thread"):
-            raise ConfigError(f"{prefix}deadlineEnforcement: {obj.deadline_enforcement!r} is not timer or thread")
+            raise ConfigError(f"{prefix}deadlineEnforcement: {_short(obj.deadline_enforcement)} is not timer or thread")
         if obj.top_k < 0:
             raise ConfigError(f"{prefix}topK: must be 0 (keep all) or more, got {obj.top_k}")
         from rlsched.policy.scorers import UnknownPolicyError, canonical_name
@@ -443,7 +449,9 @@ def validate(obj: Any, where: str = "") -> None:
         if obj.max_body_bytes < 1024:
             raise ConfigError(f"{prefix}maxBodyBytes: must be at least 1024, got {obj.max_body_bytes}")
         if obj.path_prefix and (not obj.path_prefix.startswith("/") or obj.path_prefix.endswith("/")):
-            raise ConfigError(f"{prefix}pathPrefix: must start with '/' and not end with one, got {obj.path_prefix!r}")
+            raise ConfigError(
+                f"{prefix}pathPrefix: must start with '/' and not end with one, got {_short(obj.path_prefix)}"
+            )
         for name in ("header_timeout_s", "body_timeout_s", "idle_timeout_s", "shutdown_timeout_s"):
             if not getattr(obj, name) > 0:
                 raise ConfigError(f"{prefix}{camel(name)}: must be positive, got {getattr(obj, name)}")
@@ -452,7 +460,7 @@ def validate(obj: Any, where: str = "") -> None:
                 raise ConfigError(f"{prefix}{camel(name)}: must be at least 1, got {getattr(obj, name)}")
     elif isinstance(obj, AuthSettings):
         if obj.mode not in AUTH_MODES:
-            raise ConfigError(f"{prefix}mode: {obj.mode!r} is not one of {', '.join(AUTH_MODES)}")
+            raise ConfigError(f"{prefix}mode: {_short(obj.mode)} is not one of {', '.join(AUTH_MODES)}")
         for name in ("cache_ttl_s", "negative_cache_ttl_s", "review_timeout_s"):
             if not getattr(obj, name) >= 0 or (name == "review_timeout_s" and not obj.review_timeout_s > 0):
                 raise ConfigError(
@@ -469,9 +477,9 @@ def validate(obj: Any, where: str = "") -> None:
             raise ConfigError(f"{prefix}intervalS, timeoutS and staleAfterS must be positive")
     elif isinstance(obj, LogSettings):
         if obj.format not in ("json", "text"):
-            raise ConfigError(f"{prefix}format: {obj.format!r} is not json or text")
+            raise ConfigError(f"{prefix}format: {_short(obj.format)} is not json or text")
         if obj.level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
-            raise ConfigError(f"{prefix}level: {obj.level!r} is not a log level (DEBUG, INFO, WARNING, ERROR)")
+            raise ConfigError(f"{prefix}level: {_short(obj.level)} is not a log level (DEBUG, INFO, WARNING, ERROR)")
     elif isinstance(obj, ExtenderSettings):
         if obj.decision_ring_size < 1:
             raise ConfigError("decisionRingSize: must be at least 1")
@@ -511,16 +519,50 @@ def check_complete(settings: ExtenderSettings) -> ExtenderSettings:
     return settings
 
 
+MAX_YAML_BYTES = 256 * 1024
+"""Largest settings or policy file read (they are a few KiB): a larger one is refused unread."""
+MAX_DEADLINE_MS = 10_000.0
+"""Longest decision deadline (``policy.deadlineMs``): kube-scheduler's extender call times out first."""
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict, _REPR.maxlevel = 80, 80, 6, 6, 3
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for error messages about a file's values."""
+    text = _REPR.repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """YAML without aliases (``*name``): settings never need them, and a few nested anchors in a
+    few hundred bytes expand to gigabytes (a "billion laughs")."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed here", event.start_mark)
+        return super().compose_node(parent, index)
+
+
 def read_yaml(path: str | Path, what: str = "config file") -> Mapping[str, Any]:
-    """A YAML mapping from ``path`` (empty file → {}); ConfigError says what is wrong and where."""
+    """A YAML mapping from ``path`` (empty file → {}); ConfigError says what is wrong and where.
+    At most :data:`MAX_YAML_BYTES`, no aliases."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            raw = f.read(MAX_YAML_BYTES + 1)
+        if len(raw) > MAX_YAML_BYTES:
+            raise ConfigError(f"{what} {path}: larger than {MAX_YAML_BYTES // 1024} KiB; not read")
+        text = raw.decode("utf-8")
     except OSError as exc:
         raise ConfigError(f"{what} {path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what} {path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader, without aliases
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{what} {path}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{what} {path}: not valid YAML: {_short(str(exc), 400)}") from None
     if data is None:
         return {}
     if not isinstance(data, Mapping):

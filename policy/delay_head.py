@@ -78,8 +78,8 @@ class DelayHead:
             object.__setattr__(self, name, a)
         if not (self.scale > 0).all():
             raise ValueError("delay head scale: every entry must be positive")
-        if not np.isfinite(self.bias) or not self.hold_s > 0:
-            raise ValueError("delay head: need a finite bias and a positive hold")
+        if not np.isfinite(self.bias) or not 0 < self.hold_s <= 3600:  # NaN and infinities too
+            raise ValueError("delay head: need a finite bias and a hold of more than 0 and at most 3600 s")
 
     @classmethod
     def never(cls, center: np.ndarray, scale: np.ndarray, hold_s: float = 60.0) -> DelayHead:

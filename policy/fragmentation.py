@@ -12,6 +12,7 @@ nodes whose ``node_version`` moved.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
@@ -195,10 +196,17 @@ class Fragmentation:
             np.ascontiguousarray(typical.access(model_names)),
             np.ascontiguousarray(typical.weight, dtype=np.float64),
         )
+        # The cache key says what the values depend on: two measures over the same typical pods
+        # share it, and a new one never inherits another's values (an ``id()`` is reused once its
+        # object is freed: a reloaded model read the previous model's fragmentation).
+        digest = hashlib.blake2b(digest_size=16)
+        for array in self._t:
+            digest.update(array.tobytes())
+        self._key = ("fragmentation", digest.digest())
 
     def node_frag(self, state: ClusterState) -> np.ndarray:
         """float[N]: each node's fragmentation now (cached; recomputed only for changed nodes)."""
-        key = ("fragmentation", id(self))
+        key = self._key
         cached = state.caches.get(key)
         if cached is None:
             frag = np.zeros(state.num_nodes, dtype=np.float64)

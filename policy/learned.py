@@ -94,7 +94,12 @@ class LearnedScorer(Scorer):
         args = (self.manifest.get("training") or {}).get("args") or {}
         self.delays = bool(actions.get("delay")) and not prior_only_version(self.version)
         """Whether the model was trained with the delay action (and is not the prior-only ablation)."""
-        self.hold_s = float(args.get("hold_s", 60.0))
+        hold = args.get("hold_s", 60.0)
+        if isinstance(hold, bool) or not isinstance(hold, (int, float)) or not 0 < hold <= 3600:
+            raise ValueError(
+                f"training.args.hold_s: {str(hold)[:40]!r} is not a hold of more than 0 and at most 3600 s"
+            )
+        self.hold_s = float(hold)
         """How long a delay holds the pod back: the hold it was trained with."""
         self.delay_head: DelayHead | None = None
         """A learned hold rule stored with the model (:mod:`rlsched.policy.delay_head`); it answers

@@ -71,7 +71,10 @@ def test_the_rule_is_a_sign_of_a_linear_logit() -> None:
         ({"center": np.zeros(N + 1)}, "center"),
         ({"scale": np.zeros(N)}, "positive"),
         ({"weights": np.full(N, np.nan)}, "weights"),
-        ({"hold_s": 0.0}, "positive hold"),
+        ({"hold_s": 0.0}, "a hold of more than 0 and at most 3600 s"),
+        ({"hold_s": float("inf")}, "a hold of more than 0 and at most 3600 s"),
+        ({"hold_s": float("nan")}, "a hold of more than 0 and at most 3600 s"),
+        ({"hold_s": 1e12}, "a hold of more than 0 and at most 3600 s"),
     ],
 )
 def test_a_bad_head_is_refused(change: dict[str, object], message: str) -> None:

@@ -122,6 +122,44 @@ def test_policy_file(tmp_path) -> None:
         load_policy_file(p, PolicySettings())
 
 
+def billion_laughs(levels: int) -> str:
+    lines = ["x0: &a0 [ha, ha, ha, ha, ha, ha, ha, ha, ha]"]
+    for i in range(1, levels):
+        lines.append(f"x{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
+    lines.append(f"deadlineMs: *a{levels - 1}")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_policy_file_with_aliases_is_refused_at_once_and_briefly(tmp_path) -> None:
+    """Nine nested anchors in a few hundred bytes expanded into a 2.3 GB error message (40 s on the
+    event loop). Aliases are refused while reading, and error messages show values cut short."""
+    p = tmp_path / "policy.yaml"
+    p.write_text(billion_laughs(9))
+    assert p.stat().st_size < 1024
+    with pytest.raises(ConfigError, match="aliases") as err:
+        load_policy_file(p, PolicySettings())
+    assert len(str(err.value)) < 1000
+    p.write_text("deadlineMs: [" + ", ".join(["1"] * 5000) + "]\n")
+    with pytest.raises(ConfigError, match="deadlineMs: expected a number") as err:
+        load_policy_file(p, PolicySettings())
+    assert len(str(err.value)) < 200
+
+
+def test_a_policy_file_too_large_is_not_read(tmp_path) -> None:
+    p = tmp_path / "policy.yaml"
+    p.write_text("mode: active\n" + "# padding\n" * 30_000)
+    with pytest.raises(ConfigError, match="larger than 256 KiB"):
+        load_policy_file(p, PolicySettings())
+
+
+@pytest.mark.parametrize("value", [".inf", ".nan", "1e300", "0", "-1"])
+def test_a_deadline_beyond_ten_seconds_or_not_a_number_is_refused(tmp_path, value: str) -> None:
+    p = tmp_path / "policy.yaml"
+    p.write_text(f"deadlineMs: {value}\n")
+    with pytest.raises(ConfigError, match="deadlineMs: must be more than 0 and at most 10000"):
+        load_policy_file(p, PolicySettings())
+
+
 def test_committed_scheduler_config_is_the_rendered_one() -> None:
     assert (REPO / "extender" / "scheduler-config.yaml").read_text() == render()
 

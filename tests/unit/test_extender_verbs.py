@@ -60,7 +60,8 @@ class FakeModel(Scorer):
 
     def verdict(self, state, req, nodes, scores):
         v = self.spec.get("verdict")
-        return None if v is None else Verdict(v, "cluster too fragmented", 60)
+        hold = float(self.spec.get("hold", 60))
+        return None if v is None else Verdict(v, "cluster too fragmented", hold)
 
 
 def fake_loader(path, typical):
@@ -514,6 +515,17 @@ async def test_delay_and_reject_verdicts(tmp_path) -> None:
     assert set(body["FailedAndUnresolvableNodes"]) == set(NAMES) and not body["FailedNodes"]
     assert body["FailedAndUnresolvableNodes"]["t4-0"].startswith("rejected by policy rl-scheduler")
     assert h.extender.counts == {"delayed": 1, "rejected": 1}
+
+
+@pytest.mark.parametrize("hold", ["inf", "nan", "-5", "0", "1e12"])
+async def test_a_delay_with_an_impossible_hold_is_bad_output_not_a_500(tmp_path, hold: str) -> None:
+    """A hold of infinity made filter raise (a 500 for every delayed pod); -5 s and 1e12 s were served."""
+    h = harness(model_path=model_file(tmp_path, verdict="delay", hold=float(hold), prefer="v100-1"))
+    async with TestClient(TestServer(h.app())) as c:
+        status, body = await call(c, "filter", {"Pod": make_pod("p", gpus=1), "NodeNames": NAMES})
+    assert status == 200 and len(body["NodeNames"]) == 1  # placed by the fallback
+    assert h.extender.counts == {"fallback": 1}
+    assert h.metrics.registry.get_sample_value("rlsched_extender_fallbacks_total", {"reason": "bad-output"}) == 1
 
 
 async def test_hot_reload_of_policy_file_and_model(tmp_path) -> None:

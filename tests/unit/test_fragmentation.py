@@ -245,3 +245,19 @@ def test_two_measures_do_not_share_a_cache() -> None:
     b = Fragmentation(small_share, state.model_names)
     assert a.node_frag(state).tolist() == [400.0]  # free [400, 1000]: 400 is fragment for both t0 and t1
     assert b.node_frag(state).tolist() == [0.0]  # a 300 share fits both cards
+
+
+def test_a_new_measure_never_reads_another_measures_cached_values() -> None:
+    """The per-state cache was keyed by ``id()``: a measure built after another was freed (a model
+    reload) often got the same id, and with the node versions unchanged read the old values."""
+    state = ClusterState([NodeSpec(f"n{i}", 64000, 1024, 4, "A") for i in range(3)])
+    state.place(state.request(PodSpec("p", 1000, 1, 1, 300)), 0, (0,))
+    wide = TypicalPods(np.array([0]), np.array([800]), np.array([1]), ((),), np.array([1.0]))
+    narrow = TypicalPods(np.array([0]), np.array([200]), np.array([2]), ((),), np.array([1.0]))
+    for _ in range(20):
+        first = Fragmentation(wide, state.model_names)
+        first.node_frag(state)
+        del first
+        second = Fragmentation(narrow, state.model_names)
+        fresh = Fragmentation(narrow, state.model_names).node_frag(state.copy())
+        np.testing.assert_array_equal(second.node_frag(state), fresh)

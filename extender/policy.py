@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import signal
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -42,6 +43,7 @@ import numpy as np
 
 from rlsched.policy.cluster import ClusterState, PodRequest
 from rlsched.policy.decision import Decision, decide
+from rlsched.policy.export import MAX_MODEL_BYTES
 from rlsched.policy.scorers import NodeScores, Scorer, TieBreak, canonical_name, make_scorer
 from rlsched.policy.typical import TypicalPods
 
@@ -273,6 +275,11 @@ class PolicyEngine:
         """Load a model (any thread). Never raises: the error goes into the returned info."""
         info = ModelInfo(path=path, error_path=path)
         try:
+            st = os.stat(path)
+            if not stat.S_ISREG(st.st_mode):  # a device or a FIFO (/dev/zero) would never end
+                raise ValueError(f"{path} is not a regular file")
+            if st.st_size > MAX_MODEL_BYTES:
+                raise ValueError(f"{path} is larger than {MAX_MODEL_BYTES:,} bytes; it is not an rlsched model")
             info.file_digest = file_sha256(path)
             scorer = self.model_loader(path, self.typical)
         except ImportError as exc:
@@ -360,6 +367,8 @@ class PolicyEngine:
             return
         key = _stat_key(path)
         if path == self.model_info.path and key == self._model_key:
+            if self.model_info.error is not None:  # back to the serving file after a failed other one
+                self._clear_error()
             return
         if self._failed == (path, key):
             return  # the same bytes failed before; wait for the file to change
@@ -381,11 +390,17 @@ class PolicyEngine:
             )
         elif info.file_digest == self.model_info.file_digest and self.model is not None:
             self._model_key, self._failed = key, None
-            self.model_info.path = path  # touched, same bytes
+            self.model_info.path = path  # touched, same bytes (restored after a bad write, say)
+            self._clear_error()
         else:
             self._model_key, self._failed = key, None
             self._install(scorer, info)
             self._count("rlsched_model_reloads_total", "ok")
+        self._report()
+
+    def _clear_error(self) -> None:
+        """The serving model's file is as it was loaded: an error about another version is history."""
+        self.model_info = replace(self.model_info, error=None, error_at=None, error_path=None)
         self._report()
 
     def _install_none(self) -> None:

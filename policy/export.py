@@ -49,6 +49,11 @@ FORMAT_VERSION = 1
 MANIFEST_KEY = "__manifest__"
 
 MAX_MODEL_BYTES = 64 * 1024 * 1024
+MAX_VERSION_CHARS = 128
+"""A model's version string is copied into every decision record: it must stay short."""
+MAX_TYPICAL_PODS = 1024
+"""Typical pods a model may carry (openb's have 35): every decision's fragmentation measure runs over
+them, and so does the fallback heuristic built from them."""
 """The most a model file may hold, its members' uncompressed sizes summed (and the largest file read): 64 MiB,
 the operator's download limit (``ModelFetcher.max_bytes``, operator/rollout.py). The bundled models are ~50 KB.
 The extender and operator read files users supply (a path, a URL, a ConfigMap of up to 1 MiB), and a deflated
@@ -192,7 +197,7 @@ def save_model(path: str | Path, params: dict[str, np.ndarray], manifest: dict[s
 def read_model(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any], str]:
     """(parameters, manifest, sha256) of a model file; raises :class:`ModelFileError` when it cannot be served."""
     path = Path(path)
-    if not path.is_file():
+    if not path.is_file():  # a device or a FIFO (``/dev/zero``) would never end: a regular file only
         raise ModelFileError(
             f"model file {path}: no such file (train one with `rlsched train` or use the bundled "
             "model, rlsched/policy/models/)"
@@ -316,11 +321,22 @@ def _layout(manifest: Any, where: str) -> dict[str, tuple[int, ...]]:
         feats, net, decision = manifest["features"], manifest["network"], manifest["decision"]
         hidden = tuple(int(h) for h in net["hidden"])
         value_hidden = int(net["valueHidden"])
-        float(net["priorScale"]), float(decision["rankScale"]), float(feats["fgdCpuWeight"])
+        for where_, number in (
+            ("network.priorScale", net["priorScale"]),
+            ("decision.rankScale", decision["rankScale"]),
+            ("features.fgdCpuWeight", feats["fgdCpuWeight"]),
+        ):
+            if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
+                raise ValueError(f"{where_} is {str(number)[:40]!r}, not a finite number")
+        version = manifest["version"]
+        if not isinstance(version, str) or not 0 < len(version) <= MAX_VERSION_CHARS:
+            raise ValueError(f"version must be a string of 1 to {MAX_VERSION_CHARS} characters")
+        typical = manifest["typicalPods"]
+        if not isinstance(typical, list) or not 0 < len(typical) <= MAX_TYPICAL_PODS:
+            raise ValueError(f"typicalPods must list 1 to {MAX_TYPICAL_PODS} pods")
         for key in ("load", "qos"):
             if feats.get(key, "unknown") not in ("live", "unknown"):
                 raise ValueError(f"features.{key} is {feats.get(key)!r}, not 'live' or 'unknown'")
-        manifest["typicalPods"], manifest["version"]
     except (KeyError, TypeError, ValueError) as exc:
         raise fail(f"manifest is missing or has a malformed field ({exc!r})") from None
     if feats.get("version") != FEATURE_VERSION or list(feats.get("names", [])) != list(FEATURES):

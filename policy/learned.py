@@ -96,8 +96,9 @@ class LearnedScorer(Scorer):
         """Whether the model was trained with the delay action (and is not the prior-only ablation)."""
         hold = args.get("hold_s", 60.0)
         if isinstance(hold, bool) or not isinstance(hold, (int, float)) or not 0 < hold <= 3600:
-            raise ValueError(
-                f"training.args.hold_s: {str(hold)[:40]!r} is not a hold of more than 0 and at most 3600 s"
+            raise ModelFileError(
+                f"model file {path}: training.args.hold_s {str(hold)[:40]!r} is not a hold of more than 0 and "
+                "at most 3600 s"
             )
         self.hold_s = float(hold)
         """How long a delay holds the pod back: the hold it was trained with."""

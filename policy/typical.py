@@ -63,10 +63,14 @@ class TypicalPods:
                 raise ValueError(
                     f"typical pods[{i}]: expected cpuMilli, gpuMilli, numGpu, weight (and optional gpuModels): {exc}"
                 ) from None
-            if min(row[0], row[1], row[2]) < 0 or not row[4] > 0:
-                raise ValueError(f"typical pods[{i}]: values must be non-negative and weight positive")
+            if min(row[0], row[1], row[2]) < 0 or not 0 < row[4] < float("inf"):
+                raise ValueError(f"typical pods[{i}]: values must be non-negative and weight a positive finite number")
             rows.append(row)
         weight = np.array([r[4] for r in rows])
+        with np.errstate(over="ignore"):
+            total = weight.sum()
+        if not np.isfinite(total):  # 1e308 twice: every weight would read as 0
+            raise ValueError("typical pods: the weights' sum is not a finite number; scale them down")
         return cls(
             cpu_milli=np.array([r[0] for r in rows], dtype=np.int64),
             gpu_milli=np.array([r[1] for r in rows], dtype=np.int64),

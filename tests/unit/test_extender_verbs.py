@@ -553,6 +553,32 @@ async def test_hot_reload_of_policy_file_and_model(tmp_path) -> None:
     assert 'rlsched_extender_model_info{digest="dddddddddddddddd",mode="active",version="v2"} 1.0' in text
 
 
+async def test_an_error_about_a_version_no_longer_there_is_cleared(tmp_path) -> None:
+    """The model file overwritten with garbage, then restored: /status kept the garbage's error."""
+    good = model_file(tmp_path, prefer="v100-2", version="v1")
+    h = harness(model_path=good)
+    text = Path(good).read_text()
+    Path(good).write_text("{broken")
+    await h.engine.poll()
+    assert "JSONDecodeError" in h.engine.status()["model"]["error"]
+    Path(good).write_text(text)
+    await h.engine.poll()
+    assert h.engine.status()["model"]["error"] is None and h.engine.model_info.version == "v1"
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "fifo"])
+async def test_a_model_path_that_is_not_a_regular_file_is_refused_at_once(tmp_path, target: str) -> None:
+    """/dev/zero (or a FIFO) was hashed before it was checked: the poller never came back."""
+    import os
+
+    if target == "fifo":
+        target = str(tmp_path / "fifo")
+        os.mkfifo(target)
+    s = ExtenderSettings(policy=PolicySettings(model_path=target), strict_model=False)
+    h = Harness(copy.deepcopy(NODES), [], s, model_loader=fake_loader)
+    assert h.engine.model is None and "is not a regular file" in h.engine.status()["model"]["error"]
+
+
 async def test_a_model_that_cannot_decide_is_not_loaded(tmp_path) -> None:
     h = harness(model_path=model_file(tmp_path, prefer="v100-1", version="ok"))
     Path(h.engine.settings.model_path).write_text(json.dumps({"fail": True, "always": True, "version": "bad"}))

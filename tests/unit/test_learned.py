@@ -104,6 +104,12 @@ def test_typical_pods_default_to_the_manifest(tmp_path: Path) -> None:
         ("field", lambda a, m: m["network"].pop("priorScale"), "malformed field"),
         ("load", lambda a, m: m["features"].update(load="sometimes"), "features.load is 'sometimes'"),
         ("qos", lambda a, m: m["features"].update(qos="Live"), "features.qos is 'Live'"),
+        ("rank scale", lambda a, m: m["decision"].update(rankScale=float("inf")), "decision.rankScale is 'inf'"),
+        ("prior scale", lambda a, m: m["network"].update(priorScale=float("nan")), "network.priorScale is 'nan'"),
+        ("cpu weight", lambda a, m: m["features"].update(fgdCpuWeight="50"), "features.fgdCpuWeight is '50'"),
+        ("long version", lambda a, m: m.update(version="v" * 129), "version must be a string of 1 to 128"),
+        ("many typical pods", lambda a, m: m.update(typicalPods=m["typicalPods"] * 1100), "1 to 1024 pods"),
+        ("hold", lambda a, m: m.setdefault("training", {}).update(args={"hold_s": float("inf")}), "hold_s"),
     ],
 )
 def test_incompatible_files_are_refused(tmp_path: Path, what: str, change, message: str) -> None:

@@ -72,8 +72,13 @@ def test_json_roundtrip_and_errors() -> None:
         TypicalPods.from_json([])
     with pytest.raises(ValueError, match=r"typical pods\[1\]: expected cpuMilli"):
         TypicalPods.from_json([{"cpuMilli": 1, "gpuMilli": 0, "numGpu": 0, "weight": 1}, {"cpuMilli": 1}])
-    with pytest.raises(ValueError, match=r"typical pods\[0\]: values must be non-negative and weight positive"):
-        TypicalPods.from_json([{"cpuMilli": 1, "gpuMilli": 0, "numGpu": 0, "weight": 0}])
+    for weight in (0, float("inf"), float("nan")):
+        with pytest.raises(
+            ValueError, match=r"typical pods\[0\]: values must be non-negative and weight a positive finite"
+        ):
+            TypicalPods.from_json([{"cpuMilli": 1, "gpuMilli": 0, "numGpu": 0, "weight": weight}])
+    with pytest.raises(ValueError, match="the weights' sum is not a finite number"):  # every weight read as 0
+        TypicalPods.from_json([{"cpuMilli": 1, "gpuMilli": 0, "numGpu": 0, "weight": 1e308}] * 2)
     # Weights are renormalized on the way in.
     np.testing.assert_allclose(
         TypicalPods.from_json(

@@ -244,13 +244,26 @@ class PolicyEngine:
 
     # -- start-up and reload ----------------------------------------------------------------------
     def start(self, strict_model: bool = True) -> None:
-        """Load the policy file and the model synchronously. A bad policy file raises ConfigError;
-        so does a model that cannot be loaded when ``strict_model`` (else it is reported and the
-        fallback serves until a loadable model appears at that path)."""
+        """Load the policy file and the model synchronously. With ``strict_model`` a bad policy file
+        or a model that cannot be loaded raises ConfigError; without it each is reported (``/status``,
+        metrics, the log) and the extender starts on the base settings or the fallback, and applies
+        the file or the model once it is fixed — a bad file written by the operator must not put the
+        scheduler's extender into a crash loop."""
         if self.policy_file:
             self._file_key = _stat_key(self.policy_file)
-            self.settings = load_policy_file(self.policy_file, self.base_settings)
-            self.settings_loaded_at = self.clock()
+            try:
+                self.settings = load_policy_file(self.policy_file, self.base_settings)
+                self.settings_loaded_at = self.clock()
+            except ConfigError as exc:
+                if strict_model:
+                    raise
+                self.settings_error = str(exc)
+                self._count("rlsched_policy_reloads_total", "error")
+                log.error(
+                    "policy file not applied, starting on the base settings: %s",
+                    exc,
+                    extra={"event": "policy_reload_failed"},
+                )
         self._apply_typical_and_fallback(self.settings, None)
         if self.settings.model_path:
             self._model_key = _stat_key(self.settings.model_path)
@@ -660,7 +673,11 @@ class DeadlineTimer:
         runner's timeout, say) gets both back afterwards, its remaining time included."""
         start = time.monotonic()
         previous_handler = signal.signal(signal.SIGALRM, self._alarm)
-        previous_delay, previous_interval = signal.setitimer(signal.ITIMER_REAL, deadline_s)
+        try:
+            previous_delay, previous_interval = signal.setitimer(signal.ITIMER_REAL, deadline_s)
+        except BaseException:
+            signal.signal(signal.SIGALRM, previous_handler)  # the handler is not left swapped
+            raise
         self.armed = True
         try:
             return fn()

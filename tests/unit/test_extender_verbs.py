@@ -579,6 +579,22 @@ async def test_a_model_path_that_is_not_a_regular_file_is_refused_at_once(tmp_pa
     assert h.engine.model is None and "is not a regular file" in h.engine.status()["model"]["error"]
 
 
+async def test_a_bad_policy_file_at_start_is_reported_and_applied_once_fixed(tmp_path) -> None:
+    """The operator wrote a bad file, the extender restarted: it exited 2 and crash-looped."""
+    from rlsched.extender.settings import ConfigError
+
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("mode: actve\n")
+    with pytest.raises(ConfigError, match="actve"):
+        Harness(copy.deepcopy(NODES), [], ExtenderSettings(policy_file=str(policy)), model_loader=fake_loader)
+    s = ExtenderSettings(policy_file=str(policy), strict_model=False)
+    h = Harness(copy.deepcopy(NODES), [], s, model_loader=fake_loader)
+    assert h.engine.settings == s.policy and "actve" in h.engine.status()["policyFileError"]
+    policy.write_text("mode: shadow\n")
+    await h.engine.poll()
+    assert h.engine.settings.mode == "shadow" and h.engine.status()["policyFileError"] is None
+
+
 async def test_a_model_that_cannot_decide_is_not_loaded(tmp_path) -> None:
     h = harness(model_path=model_file(tmp_path, prefer="v100-1", version="ok"))
     Path(h.engine.settings.model_path).write_text(json.dumps({"fail": True, "always": True, "version": "bad"}))

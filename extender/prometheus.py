@@ -52,6 +52,10 @@ class ColumnStatus:
     series: int = 0
     matched: int = 0
     unmatched: list[str] = field(default_factory=list)
+    out_of_range: int = 0
+    """Values of the last round outside 0..1 or not finite (clamped, or skipped)."""
+    duplicates: int = 0
+    """Series of the last round for a node that already had one (the higher value is kept)."""
 
 
 def vector_samples(body: Any, max_series: int | None = None) -> tuple[list[tuple[Mapping[str, Any], float]], bool]:
@@ -70,10 +74,12 @@ def vector_samples(body: Any, max_series: int | None = None) -> tuple[list[tuple
     for series in result[:max_series] if cut else result:
         labels = series.get("metric") if isinstance(series, Mapping) else None
         value = series.get("value") if isinstance(series, Mapping) else None
-        try:
-            number = float(value[1]) if isinstance(value, list) and len(value) == 2 else math.nan
-        except (TypeError, ValueError):
-            number = math.nan
+        number = math.nan
+        if isinstance(value, list) and len(value) == 2 and not isinstance(value[1], bool):
+            try:  # the API sends the value as a string; a JSON true or false is not a value
+                number = float(value[1])
+            except (TypeError, ValueError):
+                pass
         out.append((labels if isinstance(labels, Mapping) else {}, number))
     return out, cut
 
@@ -173,10 +179,16 @@ class LoadPoller:
                     raise ValueError(
                         f"more than {max_series:,} series: aggregate the query per node (e.g. avg by (instance))"
                     )
-                fresh, unmatched = self._read(samples, aliases)
+                fresh, unmatched, out_of_range, duplicates = self._read(samples, aliases)
+                if out_of_range * 2 > max(len(fresh), out_of_range):  # most of them: the query is wrong
+                    raise ValueError(
+                        f"{out_of_range} of {max(len(fresh), out_of_range)} values are outside 0..1 or not finite; "
+                        "the query must give a fraction per node (a percent-scale query?)"
+                    )
             except Exception as exc:  # noqa: BLE001 - a failed query only ages the column out
                 self._failed(column, describe(exc))
                 continue
+            status.out_of_range, status.duplicates = out_of_range, duplicates
             self.values[column].update((node, (value, now)) for node, value in fresh.items())
             if status.last_error is not None:
                 log.info("load query %s works again", column, extra={"event": "load_query_recovered", "column": column})
@@ -187,10 +199,12 @@ class LoadPoller:
 
     def _read(
         self, samples: list[tuple[Mapping[str, Any], float]], aliases: Mapping[str, str]
-    ) -> tuple[dict[str, float], list[str]]:
-        """node → value (clamped to 0..1) of the series that name a node, and the first few that do not."""
+    ) -> tuple[dict[str, float], list[str], int, int]:
+        """node → value (clamped to 0..1) of the series that name a node, the first few that do not,
+        how many values were outside 0..1 or infinite, and how many series repeated a node."""
         fresh: dict[str, float] = {}
         unmatched: list[str] = []
+        out_of_range = duplicates = 0
         for labels, value in samples:
             if math.isnan(value):
                 continue
@@ -199,9 +213,16 @@ class LoadPoller:
                 if len(unmatched) < 5:
                     unmatched.append(",".join(f"{k}={v}" for k, v in sorted(labels.items()))[:120])
                 continue
-            if math.isfinite(value):
-                fresh[node] = min(max(value, 0.0), 1.0)
-        return fresh, unmatched
+            if not 0.0 <= value <= 1.0:
+                out_of_range += 1
+                if not math.isfinite(value):
+                    continue
+            clamped = min(max(value, 0.0), 1.0)
+            if node in fresh:
+                duplicates += 1
+                clamped = max(clamped, fresh[node])
+            fresh[node] = clamped
+        return fresh, unmatched, out_of_range, duplicates
 
     def _failed(self, column: str, error: str) -> None:
         status = self.columns[column]
@@ -267,6 +288,8 @@ class LoadPoller:
                 "missingNodes": nodes - fresh,
                 "series": s.series,
                 "unmatchedSeries": s.unmatched,
+                "outOfRangeValues": s.out_of_range,
+                "duplicateSeries": s.duplicates,
                 "lastError": s.last_error,
             }
         return out

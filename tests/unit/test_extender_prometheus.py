@@ -235,3 +235,22 @@ async def test_run_logs_a_failing_refresh_once_per_distinct_error(caplog) -> Non
             await task
     failed = [r for r in caplog.records if r.getMessage() == "load refresh failed"]
     assert [str(r.exc_info[1]) for r in failed] == ["one", "two"]
+
+
+async def test_values_outside_zero_to_one_are_counted_and_a_percent_query_fails_its_column() -> None:
+    """A percent-scale query (37.5 for 37.5 %) used to read as 1.0 on every node while /status said
+    every node was fresh; duplicate series and a JSON true went by silently."""
+    percent = vector(({"node": "node-a"}, 37.5), ({"node": "node-b"}, 80.0), ({"node": "node-c"}, 0.5))
+    dup = vector(({"node": "node-a"}, 0.10), ({"instance": "10.0.0.1:9100"}, 0.95), ({"node": "node-b"}, 1.2))
+    boolean = {
+        "status": "success",
+        "data": {"resultType": "vector", "result": [{"metric": {"node": "node-c"}, "value": [1, True]}]},
+    }
+    p, sink = poller({"cpu": percent, "mem": dup, "net": boolean, "disk": vector()})
+    await p.refresh()
+    st = p.status()["columns"]
+    assert "2 of 3 values are outside 0..1" in st["cpu"]["lastError"] and st["cpu"]["freshNodes"] == 0
+    assert st["memory"]["duplicateSeries"] == 1 and st["memory"]["outOfRangeValues"] == 1
+    assert sink["rows"]["node-a"][1] == 0.95 and sink["rows"]["node-b"][1] == 1.0  # the higher kept; clamped
+    assert st["network"]["freshNodes"] == 0  # true is not a value
+    assert "node-c" not in sink["rows"] or np.isnan(sink["rows"]["node-c"][2])

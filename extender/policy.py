@@ -221,6 +221,7 @@ class PolicyEngine:
         self.model: Scorer | None = None
         self.model_info = ModelInfo()
         self.settings_error: str | None = None
+        self._cards_failed: set[str | None] = set()
         self.settings_loaded_at: float | None = None
         self._file_key: tuple[Any, ...] | None = None
         self._model_key: tuple[Any, ...] | None = None
@@ -540,20 +541,31 @@ class PolicyEngine:
         """
         nodes = np.array([node])
         model = self.model
-        if self.settings.mode == "active" and model is not None:
+        # Only under the timer: in thread mode the model may be deciding in its worker thread right
+        # now (it is not safe to call twice at once), and a call here would have no deadline.
+        if self.settings.mode == "active" and model is not None and self._timer_mode():
             try:
-                if self.settings.deadline_enforcement == "timer" and self._timer.usable():
-                    decision, _ = self._timer.run(
-                        lambda: _policy_call(model, state, tiebreak, req, nodes), self.settings.deadline_ms / 1e3
-                    )
-                else:
-                    decision, _ = _policy_call(model, state, tiebreak, req, nodes)
+                decision, _ = self._timer.run(
+                    lambda: _policy_call(model, state, tiebreak, req, nodes), self.settings.deadline_ms / 1e3
+                )
                 if decision is not None:
                     return decision.cards
-            except (Exception, PolicyDeadline):  # noqa: BLE001 - the model failing must not fail the bind
-                pass
+            except (Exception, PolicyDeadline) as exc:  # noqa: BLE001 - the model failing must not fail the bind
+                version = self.model_info.version
+                if version not in self._cards_failed:
+                    self._cards_failed.add(version)
+                    log.warning(
+                        "model %s could not choose cards at bind (%s); the fallback's card rule chose them "
+                        "(logged once per model version)",
+                        version,
+                        exc if isinstance(exc, Exception) else "deadline",
+                        extra={"event": "cards_fallback"},
+                    )
         decision = decide(self.fallback_scorer, state, req, tiebreak, nodes=nodes)
         return None if decision is None else decision.cards
+
+    def _timer_mode(self) -> bool:
+        return self.settings.deadline_enforcement == "timer" and self._timer.usable()
 
     def without_load(
         self, state: ClusterState, tiebreak: TieBreak, req: PodRequest, nodes: np.ndarray, served: Outcome

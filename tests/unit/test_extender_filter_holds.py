@@ -40,7 +40,10 @@ class SlowModel(Scorer):
     def __init__(self, favourite: str):
         self.version, self.digest, self.favourite = "v1", "d" * 64, favourite
 
+    calls = 0
+
     def score(self, state: Any, req: Any, nodes: np.ndarray) -> NodeScores:
+        SlowModel.calls += 1
         time.sleep(0.05)
         return NodeScores(np.array([1.0 if state.names[n] == self.favourite else 0.5 for n in nodes]))
 
@@ -150,3 +153,16 @@ async def test_shadow_mode_holds_at_once(tmp_path: Path, enforcement: str) -> No
     assert h.cache.pods == {}
     (record,) = [r for r in h.ring.read(0)["records"] if r.get("kind") == "filter" and r["pod"]["name"] == "a"]
     assert "shadow" in record  # the shadow policy's look, recorded once it ran
+
+
+async def test_in_thread_mode_bind_does_not_call_the_model_on_the_event_loop(tmp_path: Path) -> None:
+    """Bind to another node than filter's choice asks the card rule for that node. In thread mode the
+    model may be busy in its worker thread, and a call on the event loop would have no deadline:
+    the fallback's card rule chooses."""
+    h = slow_harness(tmp_path, [make_node("x", gpus=2), make_node("y", gpus=2)], "x", deadline_enforcement="thread")
+    p = watched(h, make_pod("p", uid="p", gpus=1))
+    assert await filter_(h, p, ["x", "y"]) == ["x"]
+    before = SlowModel.calls
+    m = p["metadata"]
+    assert (await h.extender.bind(BindingArgs(m["name"], m["namespace"], m["uid"], "y")))["Error"] == ""
+    assert SlowModel.calls == before and h.cache.pods["p"].node == "y"

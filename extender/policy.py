@@ -774,7 +774,7 @@ def _as_verdict(raw: Any) -> Verdict | None:
         v = Verdict(str(raw.action), str(getattr(raw, "reason", "")), float(getattr(raw, "retry_after_s", 30.0)))
     if v.action not in ("delay", "reject"):
         raise BadOutput(f"policy verdict {v.action!r} is not delay or reject")
-    if not 0 < v.retry_after_s <= MAX_RETRY_AFTER_S:  # NaN and infinities too
+    if v.action == "delay" and not 0 < v.retry_after_s <= MAX_RETRY_AFTER_S:  # NaN and infinities too
         raise BadOutput(
             f"policy verdict holds the pod {v.retry_after_s!r} s; a hold must be more than 0 and at most "
             f"{MAX_RETRY_AFTER_S:.0f} s"

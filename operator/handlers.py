@@ -50,7 +50,14 @@ PROGRESS_PREFIX = "kopf.rlsched.io"
 
 
 def _iso(ts: float | None) -> str | None:
-    return now_iso(ts) if ts else None
+    """An RFC 3339 time, or None for a time that is not one (the extender's answer is not trusted: a
+    value in milliseconds, 1e300 or below zero raised on every tick)."""
+    if not ts:
+        return None
+    try:
+        return now_iso(ts)
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 def _model_status(view: ExtenderView | None) -> dict[str, Any] | None:
@@ -139,6 +146,22 @@ async def reconcile(
     rt.reward_weights = dict(ps.reward_weights)
     rt.objective = ps.objective.to_spec()
     async with rt.lock(uid):
+        if cause == "resume":  # the operator restarted: what it published may still be served
+            published = await rt.rollout.published_for(namespace, name, generation, ps)
+            if published is not None and await _confirm_served(rt, published, patch, status, generation):
+                patch.status["extender"] = {
+                    "mode": ps.mode,
+                    "fallback": ps.fallback,
+                    "extenderWeight": ps.extender_weight,
+                }
+                log.info(
+                    "policy %s/%s: the extender already serves generation %s; nothing to roll out "
+                    "(the model was not fetched again)",
+                    namespace,
+                    name,
+                    generation,
+                )
+                return
         try:
             bundle = await rt.rollout.build(namespace, name, generation, ps)
         except SourceError as exc:
@@ -161,28 +184,14 @@ async def reconcile(
             except SinkError as exc:  # unknown: publish it again below, as for a changed spec
                 log.warning("resume: cannot read the served bundle (%s); publishing it again", exc)
                 current = None
-            if bundle.same_content(current):
-                try:
-                    view = await rt.extender.status()
-                except ExtenderUnavailable:
-                    view = None
-                if view is not None and serves(view, bundle):
-                    patch.status["model"] = _model_status(view)
-                    patch.status["counts"] = _counts(view)
-                    _set_conditions(
-                        patch,
-                        status,
-                        generation,
-                        _ready(True, "RolledOut", f"the extender serves {bundle_label(bundle)}", generation),
-                        _degraded(False, "AsExpected", "", generation),
-                    )
-                    log.info(
-                        "policy %s/%s: the extender already serves generation %s; nothing to roll out",
-                        namespace,
-                        name,
-                        generation,
-                    )
-                    return
+            if bundle.same_content(current) and await _confirm_served(rt, bundle, patch, status, generation):
+                log.info(
+                    "policy %s/%s: the extender already serves generation %s; nothing to roll out",
+                    namespace,
+                    name,
+                    generation,
+                )
+                return
 
         _transition(
             body,
@@ -294,6 +303,26 @@ def report(
     )
     _transition(body, "Warning", "RolledBack", message)
     raise kopf.PermanentError(message)
+
+
+async def _confirm_served(rt: Runtime, bundle: Any, patch: kopf.Patch, status: kopf.Status, generation: Any) -> bool:
+    """When the extender serves ``bundle``: Ready (RolledOut) with its model and counts; else False."""
+    try:
+        view = await rt.extender.status()
+    except ExtenderUnavailable:
+        return False
+    if not serves(view, bundle):
+        return False
+    patch.status["model"] = _model_status(view)
+    patch.status["counts"] = _counts(view)
+    _set_conditions(
+        patch,
+        status,
+        generation,
+        _ready(True, "RolledOut", f"the extender serves {bundle_label(bundle)}", generation),
+        _degraded(False, "AsExpected", "", generation),
+    )
+    return True
 
 
 async def retire(body: kopf.Body, namespace: str | None, name: str, uid: str, memo: kopf.Memo, **_: Any) -> None:

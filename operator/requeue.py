@@ -127,6 +127,11 @@ Patch = Callable[[str, str, str, Mapping[str, str]], Awaitable[Any]]
 Event = Callable[[Mapping[str, Any], str, str, str], Coroutine[Any, Any, None]]
 
 
+MAX_TRANSIENT_RETRIES = 8
+"""Transient failures in a row (5xx, timeouts, 429) after which a pod's requeue is dropped: retried
+at 5, 10, 20, … s up to 5 minutes apart, about 15 minutes in all."""
+
+
 class Requeuer:
     """Schedules and performs requeues (module docstring)."""
 
@@ -152,7 +157,9 @@ class Requeuer:
         self.requeued = 0
         self.given_up = 0
         self.failed = 0
-        """Pods whose scheduling or requeue raised (skipped; the others go on)."""
+        """Pods whose scheduling or requeue raised, or whose requeue kept failing (skipped; the others go on)."""
+        self._retries: OrderedDict[str, int] = OrderedDict()
+        """UID → transient failures of its pending requeue in a row (backoff, then it is dropped)."""
 
     @property
     def max_retry_after_s(self) -> float:
@@ -283,12 +290,38 @@ class Requeuer:
             await self.patch(pod.namespace, pod.name, uid, {self.settings.annotation: str(attempt)})
         except KubeError as exc:
             if exc.transient and exc.status != 409:
-                log.warning("requeue of %s/%s failed (%s); retrying in 5s", namespace, name, exc)
-                self._due[uid] = (self.clock() + 5.0, namespace, name)
+                tries = self._retries.pop(uid, 0) + 1
+                if tries > MAX_TRANSIENT_RETRIES:
+                    self.failed += 1
+                    self._once(
+                        f"retries:{uid}",
+                        logging.WARNING,
+                        "requeue of %s/%s failed %d times in a row (%s); dropped (kube-scheduler still retries "
+                        "the pod itself)",
+                        namespace,
+                        name,
+                        tries - 1,
+                        exc,
+                    )
+                    return
+                delay = min(5.0 * 2 ** (tries - 1), 300.0)
+                self._retries[uid] = tries
+                while len(self._retries) > 50_000:
+                    self._retries.popitem(last=False)
+                self._once(
+                    f"retry:{uid}",
+                    logging.WARNING,
+                    "requeue of %s/%s failed (%s); retrying with backoff (logged once per pod)",
+                    namespace,
+                    name,
+                    exc,
+                )
+                self._due[uid] = (self.clock() + delay, namespace, name)
                 heapq.heappush(self._heap, (self._due[uid][0], uid))
             else:
                 log.info("pod %s/%s not requeued: %s", namespace, name, exc)
             return
+        self._retries.pop(uid, None)
         self.requeued += 1
         self._last[uid] = self.clock()
         self._last.move_to_end(uid)

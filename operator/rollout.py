@@ -21,21 +21,25 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import ipaddress
 import logging
 import os
 import re
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import aiohttp.abc
+import yarl
 
 from rlsched.extender.bounded_read import AnswerTooLong, read_capped
 
 from .extender_client import ExtenderClient, ExtenderUnavailable, ExtenderView
 from .sink import CURRENT, LAST_GOOD, Bundle, ModelTooLarge, PolicySink, SinkError
-from .spec import PolicySpec
+from .spec import PolicySpec, redact
 
 log = logging.getLogger("rlsched.operator.rollout")
 
@@ -97,31 +101,96 @@ class ModelFetcher:
         )
 
     async def _url(self, url: str) -> bytes:
+        """GET ``url`` (module docstring of :data:`MAX_REDIRECTS`): redirects followed here, each hop
+        checked — http(s) only, never from https down to http, never to a link-local address."""
+        shown = redact(url)
+        connector = aiohttp.TCPConnector(resolver=_NoLinkLocalResolver())
         try:
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as session:
-                async with session.get(url) as resp:
-                    if resp.status != 200:
-                        raise SourceError(
-                            "ModelSourceUnavailable",
-                            f"GET {url}: HTTP {resp.status}",
-                            resp.status >= 500 or resp.status in (404, 429),
-                        )
-                    try:
-                        return await read_capped(resp, self.max_bytes)
-                    except AnswerTooLong:
-                        raise SourceError(
-                            "ModelTooLarge", f"GET {url}: larger than {self.max_bytes:,} bytes", False
-                        ) from None
+            async with aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s), connector=connector
+            ) as session:
+                target = yarl.URL(url)
+                for _hop in range(MAX_REDIRECTS + 1):
+                    _check_target(target, shown)
+                    async with session.get(target, allow_redirects=False) as resp:
+                        if resp.status in (301, 302, 303, 307, 308) and "Location" in resp.headers:
+                            nxt = target.join(yarl.URL(resp.headers["Location"]))
+                            if target.scheme == "https" and nxt.scheme != "https":
+                                raise SourceError(
+                                    "ModelSourceRedirect",
+                                    f"GET {shown}: redirected from https to {nxt.scheme}: refused",
+                                    False,
+                                )
+                            target = nxt
+                            continue
+                        if resp.status != 200:
+                            raise SourceError(
+                                "ModelSourceUnavailable",
+                                f"GET {shown}: HTTP {resp.status}",
+                                resp.status >= 500 or resp.status in (404, 429),
+                            )
+                        try:
+                            return await read_capped(resp, self.max_bytes)
+                        except AnswerTooLong:
+                            raise SourceError(
+                                "ModelTooLarge", f"GET {shown}: larger than {self.max_bytes:,} bytes", False
+                            ) from None
+                raise SourceError("ModelSourceRedirect", f"GET {shown}: more than {MAX_REDIRECTS} redirects", False)
         # Before ClientError: InvalidURL is one too. ValueError includes UnicodeError (a DNS label over
         # 63 characters). A URL that cannot be requested stays so: no point retrying.
         except (aiohttp.InvalidURL, ValueError) as exc:
             raise SourceError(
                 "InvalidSpec",
-                f"spec.model.url {url!r:.200} cannot be requested ({type(exc).__name__}: {exc!s:.200}): fix it",
+                f"spec.model.url {shown!r:.200} cannot be requested ({type(exc).__name__}: {redact(str(exc))!s:.200}): "
+                "fix it",
                 False,
             ) from None
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise SourceError("ModelSourceUnavailable", f"GET {url}: {type(exc).__name__}: {exc}", True) from None
+            raise SourceError("ModelSourceUnavailable", f"GET {shown}: {type(exc).__name__}: {exc}", True) from None
+        except LinkLocalRefused as exc:
+            raise SourceError("ModelSourceRefused", f"GET {shown}: {exc}", False) from None
+
+
+MAX_REDIRECTS = 5
+"""Redirects a model URL may take. The operator follows them itself and checks every hop: only http
+and https, never from https down to http, and never to a link-local address (169.254.0.0/16,
+fe80::/10: where clouds serve instance metadata and credentials — whoever may edit the SchedulingPolicy
+could otherwise have the operator fetch them and publish the answer as a model; docs/security.md)."""
+
+
+class LinkLocalRefused(OSError):
+    """A model URL that names or resolves only to link-local addresses."""
+
+
+def _link_local(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]").split("%", 1)[0]).is_link_local
+    except ValueError:
+        return False
+
+
+def _check_target(target: yarl.URL, shown: str) -> None:
+    if target.scheme not in ("http", "https"):
+        raise SourceError("ModelSourceRedirect", f"GET {shown}: a redirect to {target.scheme}: is refused", False)
+    if target.host and _link_local(target.host):
+        raise LinkLocalRefused(f"{target.host} is a link-local address (cloud instance metadata): refused")
+
+
+class _NoLinkLocalResolver(aiohttp.abc.AbstractResolver):
+    """The default resolver, less link-local answers (a name that resolves only to those is refused)."""
+
+    def __init__(self) -> None:
+        self._inner = aiohttp.ThreadedResolver()
+
+    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET) -> list[Any]:
+        answers = await self._inner.resolve(host, port, family)
+        kept = [a for a in answers if not _link_local(str(a.get("host", "")))]
+        if not kept:
+            raise LinkLocalRefused(f"{host} resolves only to link-local addresses (cloud instance metadata): refused")
+        return kept
+
+    async def close(self) -> None:
+        await self._inner.close()
 
 
 def sha256(data: bytes) -> str:
@@ -249,6 +318,29 @@ class Rollout:
             return Bundle(spec.extender_settings(spec.model.path), None, None, meta)
         return Bundle(spec.extender_settings(None), None, None, meta)
 
+    async def published_for(self, namespace: str, name: str, generation: int | None, spec: PolicySpec) -> Bundle | None:
+        """The bundle in the current slot when it was published for this very spec (same policy,
+        generation, model source and sha256, same settings), else None — read without fetching the
+        model again: on an operator restart, a model source that is gone or changed (an expired
+        URL, a deleted ConfigMap, new bytes under the same key) must not change what is served."""
+        try:
+            current = await self.sink.read(CURRENT)
+        except SinkError:
+            return None
+        if current is None:
+            return None
+        meta = current.meta
+        if (
+            meta.get("policy") != f"{namespace}/{name}"
+            or meta.get("generation") != generation
+            or meta.get("source") != (spec.model.describe() if spec.model else None)
+            or meta.get("extenderWeight") != spec.extender_weight
+            or (spec.model is not None and spec.model.sha256 and meta.get("digest") != spec.model.sha256)
+        ):
+            return None
+        model_path = current.settings.get("modelPath") if spec.model else None
+        return current if spec.extender_settings(model_path) == current.settings else None
+
     async def publish(self, bundle: Bundle) -> float:
         """Write ``bundle`` to the current slot; returns the time it was published."""
         published = self.clock()
@@ -315,22 +407,23 @@ class Rollout:
             if outcome == "failed"
             else "RolloutTimeout"
         )
-        try:
-            target = await self.sink.read(LAST_GOOD)
-        except SinkError as exc:  # the rollback must still happen: to the fallback, as with no last good
-            log.warning("cannot read the last-good slot, rolling back to no model: %s", exc)
-            target = None
-        if target is None or target.same_content(bundle):
+        # A last-good slot that cannot be read now (an API hiccup) is not an empty one: raising
+        # SinkError retries the whole rollout (kopf's TemporaryError). Rolling back to no model
+        # instead dropped the model the extender served, and overwrote the last-good slot for good.
+        target = await self.sink.read(LAST_GOOD)
+        synthesized = target is None or target.same_content(bundle)
+        if synthesized:
             # No earlier good bundle: the same settings without the model — the fallback serves.
             target = Bundle(
                 dict(bundle.settings, modelPath=None),
                 None,
                 None,
-                dict(bundle.meta, digest=None, source=None, rollbackOf=bundle.meta.get("generation")),
+                dict(bundle.meta, digest=None, source=None, generation=None, rollbackOf=bundle.meta.get("generation")),
             )
+        assert target is not None
         since = await self.publish(target)
         back, back_view, back_message = await self.verify(target, since)
-        if back == "ok":
+        if back == "ok" and not synthesized:  # the last-good slot only ever holds a bundle that rolled out
             await self.sink.write(LAST_GOOD, target)
         text = f"{message}; rolled back to {bundle_label(target)}"
         if back != "ok":

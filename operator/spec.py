@@ -16,6 +16,7 @@ from importlib import resources
 from typing import Any
 
 import yaml
+import yarl
 
 from rlsched.policy.decision_dataset import REWARD_DEFAULTS
 from rlsched.policy.dynamic.objective_spec import Objective, parse_objective
@@ -47,6 +48,15 @@ class SpecError(ValueError):
         super().__init__("; ".join(problems)[:MAX_MESSAGE_CHARS])
 
 
+def redact(url: str) -> str:
+    """``url`` without its user and password, for messages, events and the bundle's ``source``."""
+    try:
+        u = yarl.URL(url)
+    except (ValueError, TypeError):
+        return url
+    return str(u.with_user(None)) if u.user is not None or u.password is not None else url
+
+
 @dataclass(frozen=True)
 class ModelSource:
     """Where the model comes from: exactly one of the three."""
@@ -63,9 +73,11 @@ class ModelSource:
     """Expected sha256 of the file (hex)."""
 
     def describe(self) -> str:
+        """Where the model comes from, for messages and the bundle's ``source`` (a URL's user and
+        password left out)."""
         if self.configmap:
             return f"configmap {self.configmap}/{self.key}"
-        return self.path or self.url or "none"
+        return self.path or (redact(self.url) if self.url else None) or "none"
 
 
 @dataclass(frozen=True)

@@ -528,6 +528,14 @@ async def test_a_delay_with_an_impossible_hold_is_bad_output_not_a_500(tmp_path,
     assert h.metrics.registry.get_sample_value("rlsched_extender_fallbacks_total", {"reason": "bad-output"}) == 1
 
 
+async def test_a_reject_needs_no_hold(tmp_path) -> None:
+    """A reject holds nothing: its retry field (0 from the operator's test model) is not checked."""
+    h = harness(model_path=model_file(tmp_path, verdict="reject", hold=0.0))
+    async with TestClient(TestServer(h.app())) as c:
+        _, body = await call(c, "filter", {"Pod": make_pod("p", gpus=1), "NodeNames": NAMES})
+    assert set(body["FailedAndUnresolvableNodes"]) == set(NAMES) and h.extender.counts == {"rejected": 1}
+
+
 async def test_hot_reload_of_policy_file_and_model(tmp_path) -> None:
     good = model_file(tmp_path, prefer="v100-2", version="v1")
     policy = tmp_path / "policy.yaml"

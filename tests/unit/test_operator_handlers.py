@@ -181,6 +181,24 @@ async def test_resume_does_not_roll_out_again(env) -> None:
     assert events == [] and cond(patch, "Ready")["status"] == "True"
 
 
+@pytest.mark.parametrize("source", ["deleted", "new bytes"])
+async def test_resume_does_not_fetch_the_model_again(env, source: str) -> None:
+    """On a restart the model was fetched again before anything was compared: a deleted source made
+    the policy not Ready (retried forever), and new bytes under the same key rolled out unreviewed."""
+    memo, kube, ext, events = env
+    add_model(kube, "models", fake_model("v1"))
+    spec = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "models", "key": "m.npz"}}}
+    await call(handlers.reconcile, body(spec), memo)
+    if source == "deleted":
+        del kube.configmaps[("sched", "models")]
+    else:
+        add_model(kube, "models", fake_model("v2-unreviewed"))
+    events.clear()
+    patch = await call(handlers.reconcile, body(spec), memo, reason="resume")
+    assert events == [] and cond(patch, "Ready")["status"] == "True"
+    assert ext.engine.model_info.version == "v1"
+
+
 async def test_unreachable_extender_retries(env) -> None:
     memo, _, ext, events = env
     ext.reachable = False
@@ -278,3 +296,9 @@ async def test_an_unreadable_served_slot_neither_stops_resume_nor_refresh(env, m
     events.clear()
     patch = await call(handlers.reconcile, body(spec), memo, reason="resume")
     assert cond(patch, "Ready")["status"] == "True" and [e[1] for e in events] == ["RollingOut", "RolledOut"]
+
+
+@pytest.mark.parametrize("loaded_at", [1e12 * 1000, 1e300, -1e20])
+def test_a_load_time_that_is_not_a_time_is_left_out(loaded_at: float) -> None:
+    assert handlers._iso(loaded_at) is None
+    assert handlers._iso(1_800_000_000.0) is not None

@@ -10,7 +10,7 @@ import pytest
 
 from rlsched.operator import requeue
 from rlsched.operator.kube import KubeError
-from rlsched.operator.requeue import PendingPod, Rejections, Requeuer, pending_pod
+from rlsched.operator.requeue import MAX_TRANSIENT_RETRIES, PendingPod, Rejections, Requeuer, pending_pod
 from rlsched.operator.settings import RequeueSettings
 from rlsched.operator.testing import FakeKube
 
@@ -133,6 +133,25 @@ async def test_transient_errors_retry() -> None:
     h.now = 10
     await h.r.process_due()
     assert h.r.requeued == 1
+
+
+async def test_a_requeue_that_keeps_failing_backs_off_and_is_dropped(caplog) -> None:
+    """A pod patch that always answers 500 (a broken webhook) was retried every 5 s forever, logged
+    every time and counted nowhere: 17,280 calls a day."""
+    h = Harness()
+    h.add("u1")
+    h.kube.fail["patch_pod"] = KubeError(500, "InternalError", "webhook failed")
+    h.r.on_verdict(h.record("u1"))
+    for _ in range(200):  # simulated time: each round jumps to the next due requeue
+        if not h.r.scheduled:
+            break
+        h.now = min(entry[0] for entry in h.r._due.values())
+        await h.r.process_due()
+    calls = [c for c in h.kube.calls if c[0] == "patch_pod"]
+    assert len(calls) == 1 + MAX_TRANSIENT_RETRIES and h.r.scheduled == 0 and h.r.failed == 1
+    assert h.now < 20 * 60  # backoff capped at 5 minutes: dropped after about 15 minutes
+    warnings = [r for r in caplog.records if r.levelname == "WARNING" and "pod-u1" in r.getMessage()]
+    assert len(warnings) == 2  # once when it starts failing, once when it is dropped
 
 
 async def test_gives_up_with_an_event_after_max_attempts() -> None:

@@ -7,6 +7,8 @@ import logging
 from pathlib import Path
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from rlsched.operator.kube import KubeError
 from rlsched.operator.rollout import ModelFetcher, Rollout, SourceError, serves
@@ -102,22 +104,14 @@ async def test_bad_first_model_falls_back_to_the_heuristic(setup) -> None:
     assert ext.engine.model is None and ext.engine.settings.model_path is None
 
 
-@pytest.mark.parametrize("trouble", ["corrupt", "unreadable"])
-async def test_a_last_good_slot_that_cannot_be_read_rolls_back_to_no_model(setup, trouble, monkeypatch) -> None:
+async def test_a_corrupt_last_good_slot_rolls_back_to_no_model(setup) -> None:
     sink, kube, ext, rollout = setup
     model_cm(kube, "m1", fake_model("v1"))
     good = await rollout.build(
         NS, "default", 1, parse_spec(spec(model={"configMapKeyRef": {"name": "m1", "key": "model.npz"}}))
     )
     assert (await rollout.apply(good)).ok
-    if trouble == "corrupt":
-        (sink.directory / ".last-good" / "bundle.json").write_text("{truncated")
-    else:  # the API call failed (ConfigMapSink) or the folder cannot be read
-
-        async def read(slot: str) -> Bundle | None:
-            raise SinkError(f"cannot read {slot}: 503 ServiceUnavailable")
-
-        monkeypatch.setattr(sink, "read", read)
+    (sink.directory / ".last-good" / "bundle.json").write_text("{truncated")
     model_cm(kube, "m2", b"\x00garbage, not a model")
     bad = await rollout.build(
         NS, "default", 2, parse_spec(spec(model={"configMapKeyRef": {"name": "m2", "key": "model.npz"}}))
@@ -125,7 +119,41 @@ async def test_a_last_good_slot_that_cannot_be_read_rolls_back_to_no_model(setup
     result = await rollout.apply(bad)
     assert not result.ok and result.reason == "ModelLoadFailed" and result.rollback_ok
     assert result.rolled_back_to.settings["modelPath"] is None and "rolled back to no model" in result.message
+    assert result.rolled_back_to.meta.get("generation") is None  # not the failed generation's
     assert ext.engine.model is None and ext.engine.settings.model_path is None
+    assert await sink.read(LAST_GOOD) is None  # a synthesized no-model bundle is never "last good"
+
+
+async def test_a_last_good_slot_that_cannot_be_read_now_retries_instead_of_dropping_the_model(
+    setup, monkeypatch
+) -> None:
+    """One failed read (an API timeout) rolled back to no model: the extender dropped its working
+    model, and the last-good slot was overwritten with the no-model bundle for good."""
+    sink, kube, ext, rollout = setup
+    model_cm(kube, "m1", fake_model("v1"))
+    good = await rollout.build(
+        NS, "default", 1, parse_spec(spec(model={"configMapKeyRef": {"name": "m1", "key": "model.npz"}}))
+    )
+    assert (await rollout.apply(good)).ok
+    read = sink.read
+    failures = [SinkError("cannot read last-good: 503 ServiceUnavailable")]
+
+    async def flaky(slot: str) -> Bundle | None:
+        if slot == LAST_GOOD and failures:
+            raise failures.pop()
+        return await read(slot)
+
+    monkeypatch.setattr(sink, "read", flaky)
+    model_cm(kube, "m2", b"\x00garbage, not a model")
+    bad = await rollout.build(
+        NS, "default", 2, parse_spec(spec(model={"configMapKeyRef": {"name": "m2", "key": "model.npz"}}))
+    )
+    with pytest.raises(SinkError, match="503"):
+        await rollout.apply(bad)
+    assert ext.engine.model is not None and ext.engine.model_info.version == "v1"  # the previous model serves
+    result = await rollout.apply(bad)  # kopf retries: now the slot reads
+    assert not result.ok and result.rollback_ok and result.rolled_back_to.meta.get("version") == "v1"
+    assert ext.engine.model_info.version == "v1" and (await sink.read(LAST_GOOD)).meta.get("version") == "v1"
 
 
 async def test_unreachable_extender_keeps_the_bundle_published(setup) -> None:
@@ -184,6 +212,73 @@ async def test_a_url_that_cannot_be_requested_is_not_retried(url: str) -> None:
     with pytest.raises(SourceError) as err:
         await ModelFetcher(None, timeout_s=2.0)._url(url)
     assert not err.value.temporary and err.value.reason == "InvalidSpec" and "spec.model.url" in str(err.value)
+
+
+async def model_server(routes: dict) -> TestServer:
+    """A local HTTP server: path → bytes (200) or ("redirect", location)."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        what = routes.get(request.path)
+        if what is None:
+            return web.Response(status=404)
+        if isinstance(what, tuple):
+            return web.Response(status=302, headers={"Location": what[1]})
+        return web.Response(body=what)
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", handle)
+    server = TestServer(app)
+    await server.start_server()
+    return server
+
+
+async def test_a_model_url_follows_a_few_checked_redirects() -> None:
+    server = await model_server({"/a": ("redirect", "/b"), "/b": ("redirect", "/model.npz"), "/model.npz": b"MODEL"})
+    try:
+        assert await ModelFetcher(None, timeout_s=5.0)._url(str(server.make_url("/a"))) == b"MODEL"
+    finally:
+        await server.close()
+
+
+@pytest.mark.parametrize(
+    "location, reason",
+    [
+        ("ftp://models.example/m.npz", "ModelSourceRedirect"),
+        ("file:///etc/passwd", "ModelSourceRedirect"),
+        ("http://169.254.169.254/latest/meta-data/iam/security-credentials/role", "ModelSourceRefused"),
+        ("/loop", "ModelSourceRedirect"),  # more than MAX_REDIRECTS
+    ],
+)
+async def test_a_model_url_may_not_redirect_elsewhere_than_http_or_to_instance_metadata(
+    location: str, reason: str
+) -> None:
+    """The operator fetched whatever a model URL led to, and published the answer as the model:
+    a redirect to the cloud's instance metadata put its credentials in a ConfigMap."""
+    server = await model_server({"/m.npz": ("redirect", location), "/loop": ("redirect", "/loop")})
+    try:
+        with pytest.raises(SourceError) as err:
+            await ModelFetcher(None, timeout_s=5.0)._url(str(server.make_url("/m.npz")))
+    finally:
+        await server.close()
+    assert err.value.reason == reason and not err.value.temporary
+
+
+async def test_a_link_local_model_url_is_refused_without_a_request() -> None:
+    with pytest.raises(SourceError) as err:
+        await ModelFetcher(None, timeout_s=2.0)._url("http://169.254.169.254/latest/meta-data/")
+    assert err.value.reason == "ModelSourceRefused" and not err.value.temporary
+
+
+async def test_a_model_urls_password_is_never_shown() -> None:
+    server = await model_server({})
+    url = str(server.make_url("/m.npz")).replace("http://", "http://reader:s3cret@")
+    try:
+        with pytest.raises(SourceError) as err:
+            await ModelFetcher(None, timeout_s=5.0)._url(url)
+    finally:
+        await server.close()
+    assert "HTTP 404" in str(err.value) and "s3cret" not in str(err.value)
+    assert "s3cret" not in parse_spec(spec(model={"url": url})).model.describe()
 
 
 async def test_path_model_is_not_copied(setup) -> None:

@@ -41,18 +41,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 REPO = Path(__file__).resolve().parents[1]
 
-SHAPES = [  # (gpus, gpu_milli, cpu, memory): the openb mix, roughly (extender_latency.SHAPES)
-    (0, 0, "4", "8Gi"),
-    (1, 0, "8", "32Gi"),
-    (0, 500, "2", "8Gi"),
-    (0, 250, "2", "8Gi"),
-    (2, 0, "16", "64Gi"),
-    (4, 0, "32", "128Gi"),
-    (8, 0, "64", "256Gi"),
-]
-
 
 def pending_pods(n: int) -> list[dict[str, Any]]:
+    """``n`` pending pods cycling through the openb shapes of ``extender_latency.SHAPES``."""
+    from extender_latency import SHAPES
+
     from rlsched.extender.testing import make_pod
 
     out = []

@@ -258,13 +258,7 @@ class PolicyEngine:
             except ConfigError as exc:
                 if strict_model:
                     raise
-                self.settings_error = str(exc)
-                self._count("rlsched_policy_reloads_total", "error")
-                log.error(
-                    "policy file not applied, starting on the base settings: %s",
-                    exc,
-                    extra={"event": "policy_reload_failed"},
-                )
+                self._policy_file_failed(exc, "starting on the base settings")
         self._apply_typical_and_fallback(self.settings, None)
         if self.settings.model_path:
             self._model_key = _stat_key(self.settings.model_path)
@@ -355,13 +349,7 @@ class PolicyEngine:
                     new = await loop.run_in_executor(None, load_policy_file, self.policy_file, self.base_settings)
                     self._apply_typical_and_fallback(new, self.model)
                 except ConfigError as exc:
-                    self.settings_error = str(exc)
-                    self._count("rlsched_policy_reloads_total", "error")
-                    log.error(
-                        "policy file not applied, keeping the previous settings: %s",
-                        exc,
-                        extra={"event": "policy_reload_failed"},
-                    )
+                    self._policy_file_failed(exc, "keeping the previous settings")
                 else:
                     changed = new != self.settings
                     self.settings, self.settings_error, self.settings_loaded_at = new, None, self.clock()
@@ -411,6 +399,11 @@ class PolicyEngine:
             self._install(scorer, info)
             self._count("rlsched_model_reloads_total", "ok")
         self._report()
+
+    def _policy_file_failed(self, exc: ConfigError, what_now: str) -> None:
+        self.settings_error = str(exc)
+        self._count("rlsched_policy_reloads_total", "error")
+        log.error("policy file not applied, %s: %s", what_now, exc, extra={"event": "policy_reload_failed"})
 
     def _clear_error(self) -> None:
         """The serving model's file is as it was loaded: an error about another version is history."""

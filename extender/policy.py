@@ -43,6 +43,7 @@ import numpy as np
 
 from rlsched.policy.cluster import ClusterState, PodRequest
 from rlsched.policy.decision import Decision, decide
+from rlsched.policy.delay_head import MAX_HOLD_S
 from rlsched.policy.export import MAX_MODEL_BYTES
 from rlsched.policy.scorers import NodeScores, Scorer, TieBreak, canonical_name, make_scorer
 from rlsched.policy.typical import TypicalPods
@@ -56,9 +57,9 @@ FALLBACK_REASONS = ("no-model", "error", "deadline", "bad-output", "busy", "mode
 """Why the fallback heuristic served (the ``reason`` label of ``rlsched_fallbacks_total``)."""
 
 
-MAX_RETRY_AFTER_S = 3600.0
-"""The longest hold a delay verdict may ask (an hour); a model that asks more, less than nothing or
-not a number gives bad output: the pod is placed by the fallback, and the failure is counted."""
+MAX_RETRY_AFTER_S = MAX_HOLD_S
+"""The longest hold a delay verdict may ask; a model that asks more, less than nothing or not a number
+gives bad output: the pod is placed by the fallback, and the failure is counted."""
 
 
 @dataclass(frozen=True)

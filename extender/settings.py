@@ -17,7 +17,6 @@ import dataclasses
 import ipaddress
 import os
 import re
-import reprlib
 import types
 import typing
 from collections.abc import Mapping
@@ -26,6 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
+
+from rlsched.policy.resources import clip
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -337,23 +338,23 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
             return value
         if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
             return value.lower() in ("true", "1", "yes")
-        raise ConfigError(f"{where}: expected true or false, got {_short(value)}")
+        raise ConfigError(f"{where}: expected true or false, got {clip(value)}")
     if hint is int:
         if isinstance(value, bool):
-            raise ConfigError(f"{where}: expected an integer, got {_short(value)}")
+            raise ConfigError(f"{where}: expected an integer, got {clip(value)}")
         try:
             if isinstance(value, float) and not value.is_integer():
                 raise ValueError
             return int(value)
         except (TypeError, ValueError):
-            raise ConfigError(f"{where}: expected an integer, got {_short(value)}") from None
+            raise ConfigError(f"{where}: expected an integer, got {clip(value)}") from None
     if hint is float:
         if isinstance(value, bool):
-            raise ConfigError(f"{where}: expected a number, got {_short(value)}")
+            raise ConfigError(f"{where}: expected a number, got {clip(value)}")
         try:
             return float(value)
         except (TypeError, ValueError):
-            raise ConfigError(f"{where}: expected a number, got {_short(value)}") from None
+            raise ConfigError(f"{where}: expected a number, got {clip(value)}") from None
     if hint is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
@@ -388,7 +389,7 @@ def build(cls: type[_D], data: Mapping[str, Any], where: str = "") -> _D:
         if f is None:
             path = f"{where}.{key}" if where else str(key)
             raise ConfigError(
-                f"unknown setting {_short(path)}; valid keys{' under ' + where if where else ''}: "
+                f"unknown setting {clip(path)}; valid keys{' under ' + where if where else ''}: "
                 f"{', '.join(sorted(by_key))}"
             )
         kwargs[f.name] = _coerce(_yaml11(f.name, value), hints[f.name], f"{where}.{key}" if where else str(key))
@@ -407,7 +408,7 @@ def merge(obj: _D, data: Mapping[str, Any], where: str = "") -> _D:
         path = f"{where}.{key}" if where else str(key)
         if f is None:
             raise ConfigError(
-                f"unknown setting {_short(path)}; valid keys{' under ' + where if where else ''}: "
+                f"unknown setting {clip(path)}; valid keys{' under ' + where if where else ''}: "
                 f"{', '.join(sorted(by_key))}"
             )
         current = getattr(obj, f.name)
@@ -425,14 +426,14 @@ def validate(obj: Any, where: str = "") -> None:
     prefix = f"{where}." if where else ""
     if isinstance(obj, PolicySettings):
         if obj.mode not in MODES:
-            raise ConfigError(f"{prefix}mode: {_short(obj.mode)} is not one of {', '.join(MODES)}")
+            raise ConfigError(f"{prefix}mode: {clip(obj.mode)} is not one of {', '.join(MODES)}")
         if not 0 < obj.deadline_ms <= MAX_DEADLINE_MS:  # NaN and infinities too
             raise ConfigError(
                 f"{prefix}deadlineMs: must be more than 0 and at most {MAX_DEADLINE_MS:.0f}, "
-                f"got {_short(obj.deadline_ms)}"
+                f"got {clip(obj.deadline_ms)}"
             )
         if obj.deadline_enforcement not in ("timer", "thread"):
-            raise ConfigError(f"{prefix}deadlineEnforcement: {_short(obj.deadline_enforcement)} is not timer or thread")
+            raise ConfigError(f"{prefix}deadlineEnforcement: {clip(obj.deadline_enforcement)} is not timer or thread")
         if obj.top_k < 0:
             raise ConfigError(f"{prefix}topK: must be 0 (keep all) or more, got {obj.top_k}")
         from rlsched.policy.scorers import UnknownPolicyError, canonical_name
@@ -450,7 +451,7 @@ def validate(obj: Any, where: str = "") -> None:
             raise ConfigError(f"{prefix}maxBodyBytes: must be at least 1024, got {obj.max_body_bytes}")
         if obj.path_prefix and (not obj.path_prefix.startswith("/") or obj.path_prefix.endswith("/")):
             raise ConfigError(
-                f"{prefix}pathPrefix: must start with '/' and not end with one, got {_short(obj.path_prefix)}"
+                f"{prefix}pathPrefix: must start with '/' and not end with one, got {clip(obj.path_prefix)}"
             )
         for name in ("header_timeout_s", "body_timeout_s", "idle_timeout_s", "shutdown_timeout_s"):
             if not getattr(obj, name) > 0:
@@ -460,7 +461,7 @@ def validate(obj: Any, where: str = "") -> None:
                 raise ConfigError(f"{prefix}{camel(name)}: must be at least 1, got {getattr(obj, name)}")
     elif isinstance(obj, AuthSettings):
         if obj.mode not in AUTH_MODES:
-            raise ConfigError(f"{prefix}mode: {_short(obj.mode)} is not one of {', '.join(AUTH_MODES)}")
+            raise ConfigError(f"{prefix}mode: {clip(obj.mode)} is not one of {', '.join(AUTH_MODES)}")
         for name in ("cache_ttl_s", "negative_cache_ttl_s", "review_timeout_s"):
             if not getattr(obj, name) >= 0 or (name == "review_timeout_s" and not obj.review_timeout_s > 0):
                 raise ConfigError(
@@ -477,9 +478,9 @@ def validate(obj: Any, where: str = "") -> None:
             raise ConfigError(f"{prefix}intervalS, timeoutS and staleAfterS must be positive")
     elif isinstance(obj, LogSettings):
         if obj.format not in ("json", "text"):
-            raise ConfigError(f"{prefix}format: {_short(obj.format)} is not json or text")
+            raise ConfigError(f"{prefix}format: {clip(obj.format)} is not json or text")
         if obj.level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
-            raise ConfigError(f"{prefix}level: {_short(obj.level)} is not a log level (DEBUG, INFO, WARNING, ERROR)")
+            raise ConfigError(f"{prefix}level: {clip(obj.level)} is not a log level (DEBUG, INFO, WARNING, ERROR)")
     elif isinstance(obj, ExtenderSettings):
         if obj.decision_ring_size < 1:
             raise ConfigError("decisionRingSize: must be at least 1")
@@ -525,16 +526,6 @@ MAX_DEADLINE_MS = 10_000.0
 """Longest decision deadline (``policy.deadlineMs``): kube-scheduler's extender call times out first."""
 
 
-_REPR = reprlib.Repr()
-_REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict, _REPR.maxlevel = 80, 80, 6, 6, 3
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    """``repr(value)`` cut to ``limit`` characters, for error messages about a file's values."""
-    text = _REPR.repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 class _NoAliasLoader(yaml.SafeLoader):
     """YAML without aliases (``*name``): settings never need them, and a few nested anchors in a
     few hundred bytes expand to gigabytes (a "billion laughs")."""
@@ -562,7 +553,7 @@ def read_yaml(path: str | Path, what: str = "config file") -> Mapping[str, Any]:
     try:
         data = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader, without aliases
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{what} {path}: not valid YAML: {_short(str(exc), 400)}") from None
+        raise ConfigError(f"{what} {path}: not valid YAML: {str(exc)[:400]}") from None
     if data is None:
         return {}
     if not isinstance(data, Mapping):

@@ -58,6 +58,11 @@ def delay_inputs(state: ClusterState, req: PodRequest) -> np.ndarray:
     return np.array([pod[name] for name in DELAY_INPUTS], dtype=np.float64)
 
 
+MAX_HOLD_S = 3600.0
+"""The longest a delay may hold a pod back (an hour): a model's hold, its delay head's, and the
+extender's check of every delay verdict it serves."""
+
+
 @dataclass(frozen=True)
 class DelayHead:
     """A linear hold-or-place rule over :data:`DELAY_INPUTS` (see the module docstring)."""
@@ -78,8 +83,8 @@ class DelayHead:
             object.__setattr__(self, name, a)
         if not (self.scale > 0).all():
             raise ValueError("delay head scale: every entry must be positive")
-        if not np.isfinite(self.bias) or not 0 < self.hold_s <= 3600:  # NaN and infinities too
-            raise ValueError("delay head: need a finite bias and a hold of more than 0 and at most 3600 s")
+        if not np.isfinite(self.bias) or not 0 < self.hold_s <= MAX_HOLD_S:  # NaN and infinities too
+            raise ValueError(f"delay head: need a finite bias and a hold of more than 0 and at most {MAX_HOLD_S:.0f} s")
 
     @classmethod
     def never(cls, center: np.ndarray, scale: np.ndarray, hold_s: float = 60.0) -> DelayHead:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .cluster import ClusterState, PodRequest
-from .delay_head import DelayHead
+from .delay_head import MAX_HOLD_S, DelayHead
 from .export import ModelFileError, read_model, trained_with_load, trained_with_qos
 from .feasibility import feasible_mask
 from .features import CLUSTER_SLICE, Candidates, FeatureEncoder
@@ -95,10 +95,10 @@ class LearnedScorer(Scorer):
         self.delays = bool(actions.get("delay")) and not prior_only_version(self.version)
         """Whether the model was trained with the delay action (and is not the prior-only ablation)."""
         hold = args.get("hold_s", 60.0)
-        if isinstance(hold, bool) or not isinstance(hold, (int, float)) or not 0 < hold <= 3600:
+        if isinstance(hold, bool) or not isinstance(hold, (int, float)) or not 0 < hold <= MAX_HOLD_S:
             raise ModelFileError(
                 f"model file {path}: training.args.hold_s {str(hold)[:40]!r} is not a hold of more than 0 and "
-                "at most 3600 s"
+                f"at most {MAX_HOLD_S:.0f} s"
             )
         self.hold_s = float(hold)
         """How long a delay holds the pod back: the hold it was trained with."""

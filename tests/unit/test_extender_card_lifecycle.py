@@ -108,13 +108,20 @@ async def test_a_retry_after_a_lost_answer_leaves_nothing_behind_when_the_pod_go
     assert "p" not in h.cache.pods and usage(h) == {"n": [0]}
 
 
-async def test_a_relist_right_after_a_bind_hands_the_pod_to_the_uncertain_ttl() -> None:
+async def bound_on_one_card() -> tuple[Harness, list[float]]:
+    """Pod p bound by our bind to the one card of node n; the watch has not shown it yet. ``t[0]`` is
+    the cache's clock."""
     h = Harness([make_node("n", gpus=1)], [])
     t = [1000.0]
     h.cache.clock = lambda: t[0]
     p = pending(h, "p", gpus=1)
     await filter_(h, p, ["n"])
     assert await bind(h, p, "n") == ""
+    return h, t
+
+
+async def test_a_relist_right_after_a_bind_hands_the_pod_to_the_uncertain_ttl() -> None:
+    h, t = await bound_on_one_card()
     del h.api.pods[("default", "p")]  # deleted before the relist: no event will say so
     items, _ = await h.api.list("/api/v1/pods")
     h.cache.replace_pods(items)
@@ -125,12 +132,7 @@ async def test_a_relist_right_after_a_bind_hands_the_pod_to_the_uncertain_ttl() 
 
 
 async def test_a_relist_right_after_a_bind_keeps_a_pod_the_watch_then_shows() -> None:
-    h = Harness([make_node("n", gpus=1)], [])
-    t = [1000.0]
-    h.cache.clock = lambda: t[0]
-    p = pending(h, "p", gpus=1)
-    await filter_(h, p, ["n"])
-    assert await bind(h, p, "n") == ""
+    h, t = await bound_on_one_card()
     stale = copy.deepcopy(h.api.pods[("default", "p")])
     h.cache.replace_pods([])  # a list served before the binding landed
     h.cache.set_pod(stale)  # the watch, from there on, shows it bound

@@ -30,6 +30,10 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from rlsched.policy.resources import clip
+
+from .decision_ring import MAX_READ
+from .log_throttle import EveryFewSeconds, skipped_note
 from .metrics import Metrics
 from .settings import ExtenderSettings
 from .verbs import Extender
@@ -53,6 +57,8 @@ class Health:
 
     def __init__(self) -> None:
         self.started = False
+        self.stopping = False
+        """Set when shutdown begins: not ready any more (the verbs listener is closing)."""
         self.checks: dict[str, Callable[[], str | None]] = {}
         """name → () → problem or None (readiness)."""
         self.liveness: dict[str, Callable[[], str | None]] = {}
@@ -72,7 +78,8 @@ class Health:
 
 class _GcPause:
     """Pause the cyclic GC while any verb is being parsed and decided. Not while a body is still
-    arriving: a slow client would keep the GC off for as long as it liked."""
+    arriving, nor while bind waits for the API server: a slow client, or a slow API server under a
+    stream of binds, would keep the GC off for as long as it lasted."""
 
     def __init__(self) -> None:
         self.inflight = 0
@@ -91,6 +98,8 @@ class _GcPause:
 
 
 def _error_middleware(metrics: Metrics, verb_of: Callable[[str], str | None]) -> Middleware:
+    quiet = EveryFewSeconds()  # a line per kind of failure per few seconds: a client cannot flood the log
+
     @web.middleware
     async def middleware(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -105,7 +114,7 @@ def _error_middleware(metrics: Metrics, verb_of: Callable[[str], str | None]) ->
         except BadRequest as exc:
             status = exc.status
             metrics.bad_requests.labels(verb or "other").inc()
-            _log_bad(request, verb, exc.status, str(exc))
+            _log_bad(request, verb, exc.status, str(exc), quiet(f"{verb}-{exc.status}"))
             response = web.Response(status=exc.status, body=error_body(str(exc)), content_type="application/json")
             if exc.status == 408:
                 response.force_close()  # the rest of a late body must not be read as the next request
@@ -116,7 +125,7 @@ def _error_middleware(metrics: Metrics, verb_of: Callable[[str], str | None]) ->
             message = (
                 f"body: larger than the limit ({exc.text}); raise server.maxBodyBytes or use nodeCacheCapable: true"
             )
-            _log_bad(request, verb, 413, message)
+            _log_bad(request, verb, 413, message, quiet(f"{verb}-413"))
             return web.Response(status=413, body=error_body(message), content_type="application/json")
         except web.HTTPException as exc:
             status = exc.status
@@ -132,7 +141,14 @@ def _error_middleware(metrics: Metrics, verb_of: Callable[[str], str | None]) ->
                     extra={"event": "client_gone", "verb": verb, "remote": request.remote},
                 )
                 return web.Response(status=499, reason="Client Closed Request")
-            log.exception("%s %s failed", request.method, request.path, extra={"event": "internal_error", "verb": verb})
+            if (skipped := quiet(f"{verb}-500")) is not None:
+                log.exception(
+                    "%s %s failed%s",
+                    request.method,
+                    request.path,
+                    skipped_note(skipped),
+                    extra={"event": "internal_error", "verb": verb},
+                )
             return web.Response(
                 status=500,
                 body=error_body(f"internal error in the extender: {type(exc).__name__}: {exc}"),
@@ -151,14 +167,18 @@ def _client_gone(request: web.Request) -> bool:
     return transport is None or transport.is_closing()
 
 
-def _log_bad(request: web.Request, verb: str | None, status: int, message: str) -> None:
+def _log_bad(request: web.Request, verb: str | None, status: int, message: str, skipped: int | None) -> None:
+    """One line for a bad request (``skipped``: from the listener's throttle; None: stay quiet)."""
+    if skipped is None:
+        return
     body = getattr(request, "_read_bytes", None) or b""
     log.warning(
-        "bad request %s %s → %d: %s",
+        "bad request %s %s → %d: %s%s",
         request.method,
         request.path,
         status,
         message,
+        skipped_note(skipped),
         extra={
             "event": "bad_request",
             "verb": verb,
@@ -171,13 +191,20 @@ def _log_bad(request: web.Request, verb: str | None, status: int, message: str) 
 
 
 async def read_body(request: web.Request, timeout_s: float) -> bytes:
-    """The whole body, or BadRequest 408 when it does not arrive within ``timeout_s``."""
-    if request.content.is_eof():  # all of it arrived with the headers (the usual case on loopback):
-        return await request.read()  # no need for wait_for's task and timer
+    """The whole body, or BadRequest: 408 when it does not arrive within ``timeout_s``, 415 when it is
+    compressed (the listeners never inflate a body: a small gzip of gigabytes would hold the event
+    loop; kube-scheduler sends plain JSON), 400 when its framing is broken."""
+    encoding = request.headers.get("Content-Encoding", "").strip().lower()
+    if encoding not in ("", "identity"):
+        raise BadRequest("Content-Encoding", f"{clip(encoding)} is not read here; send plain JSON", status=415)
     try:
+        if request.content.is_eof():  # all of it arrived with the headers (the usual case on loopback):
+            return await request.read()  # no need for wait_for's task and timer
         return await asyncio.wait_for(request.read(), timeout_s)
     except TimeoutError:
         raise BadRequest("body", f"not received within {timeout_s:g} s (server.bodyTimeoutS)", status=408) from None
+    except web.RequestPayloadError as exc:
+        raise BadRequest("body", f"cannot be read: {clip(str(exc))}") from None
 
 
 def _middlewares(connections: ConnectionGuard | None, *rest: Any) -> list[Any]:
@@ -212,7 +239,9 @@ def make_app(
     async def bind(request: web.Request) -> web.Response:
         body = await read_body(request, body_timeout)
         with gc_pause:
-            return _json(await request.app[EXTENDER].bind(binding_args(loads(body))))
+            args = binding_args(loads(body))
+        # not while the binding write awaits the API server: concurrent binds would keep the GC off
+        return _json(await request.app[EXTENDER].bind(args))
 
     async def preempt(request: web.Request) -> web.Response:
         body = await read_body(request, body_timeout)
@@ -283,6 +312,8 @@ def make_status_app(
         problems = h.problems(h.checks)
         if not h.started:
             problems["startup"] = "still starting"
+        if h.stopping:
+            problems["shutdown"] = "shutting down"
         return problems
 
     def shown(problems: dict[str, str]) -> dict[str, str]:
@@ -322,7 +353,7 @@ def make_status_app(
         after = _int_param(
             request, "after", 0, 0, 10**18 - 1, "an integer cursor (the 'next' of the previous answer, 0 at first)"
         )
-        limit = _int_param(request, "limit", 1000, 1, 10000, "an integer number of records, 1..10000")
+        limit = _int_param(request, "limit", 1000, 1, MAX_READ, f"an integer number of records, 1..{MAX_READ}")
         return _json(request.app[EXTENDER].ring.read(after, limit))
 
     app.router.add_get("/metrics", metrics_)

@@ -39,6 +39,7 @@ from aiohttp import web
 from prometheus_client import Counter
 
 from .kubeapi import ApiError
+from .log_throttle import EveryFewSeconds
 from .settings import AuthSettings
 from .wire import error_body
 
@@ -129,24 +130,6 @@ class _Unavailable(Exception):
     """The API server could not answer a review (not the caller's fault: HTTP 503)."""
 
 
-class _EveryFewSeconds:
-    """Log a kind of line at most once per ``period_s``, saying how many were left out meanwhile."""
-
-    def __init__(self, period_s: float = 10.0, clock: Callable[[], float] = time.monotonic):
-        self.period_s, self.clock = period_s, clock
-        self._last: dict[str, float] = {}
-        self._skipped: dict[str, int] = {}
-
-    def __call__(self, kind: str) -> int | None:
-        """None: stay quiet; else log now, with the number of lines skipped since the last one."""
-        now = self.clock()
-        if now - self._last.get(kind, -1e18) < self.period_s:
-            self._skipped[kind] = self._skipped.get(kind, 0) + 1
-            return None
-        self._last[kind] = now
-        return self._skipped.pop(kind, 0)
-
-
 class Authenticator:
     """Checks ``Authorization`` headers with TokenReview + SubjectAccessReview, with caching."""
 
@@ -160,7 +143,7 @@ class Authenticator:
         self._inflight: dict[tuple[bytes, str, str], asyncio.Task[Verdict]] = {}
         """Reviews in flight, shared by identical checks."""
         self._slots = asyncio.Semaphore(MAX_CONCURRENT_REVIEWS)
-        self._quiet = _EveryFewSeconds()
+        self._quiet = EveryFewSeconds()
         self.results = Counter(
             "rlsched_extender_auth_requests_total",
             "Requests to protected status endpoints by result: allowed, unauthenticated (401), "

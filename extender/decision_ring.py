@@ -19,6 +19,9 @@ from collections.abc import Callable
 from itertools import islice
 from typing import Any
 
+MAX_READ = 10_000
+"""The most records one ``GET /decisions`` returns (its ``limit``)."""
+
 
 class _Lazy:
     """A record not built yet: the function that builds it, its cursor and its time."""

@@ -10,8 +10,9 @@ seconds holds its connection forever — slowloris) and accepts connections with
   tells the guard when aiohttp has parsed a request (deadline off) and when it has been answered.
   Bodies are bounded separately (``server.bodyTimeoutS``, where the handlers read them), idle
   kept-alive connections by aiohttp's keep-alive timeout (``server.idleTimeoutS``);
-- a **connection cap**: past ``max_connections`` open connections a new one is answered ``503`` and
-  closed at once;
+- a **connection cap**: at ``max_connections`` open connections the one idle longest (kept alive,
+  no request in progress) is closed to make room; when none is idle a new one is answered ``503``
+  and closed at once;
 - TLS handshakes get the same deadline as headers (``ssl_handshake_timeout``).
 
 Dropped connections are counted (``rlsched_extender_connections_dropped_total{listener,reason}``) and
@@ -23,13 +24,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from aiohttp import web
 from prometheus_client import Counter, Gauge
 
+from .log_throttle import EveryFewSeconds, skipped_note
 from .wire import error_body
 
 log = logging.getLogger("rlsched.extender.http")
@@ -42,7 +43,8 @@ class ConnectionMetrics:
         self.dropped = Counter(
             "rlsched_extender_connections_dropped_total",
             "Connections the extender closed on a client: header-timeout (request line and headers "
-            "not complete in time), over-limit (too many open connections)",
+            "not complete in time), over-limit (too many open connections, none idle), idle-at-limit "
+            "(an idle kept-alive connection closed to make room for a new one)",
             ["listener", "reason"],
             registry=registry,
         )
@@ -73,12 +75,11 @@ class ConnectionGuard:
         self.name, self.header_timeout_s, self.max_connections = name, header_timeout_s, max_connections
         self.metrics = metrics
         self.connections: dict[int, _GuardedProtocol] = {}
-        """id(aiohttp's RequestHandler) → its guard, for the open connections."""
-        self.log_every_s = log_every_s
-        self._last_log: dict[str, float] = {}
-        self._skipped: dict[str, int] = {}
+        """id(aiohttp's RequestHandler) → its guard, for the open connections; in the order they last
+        finished a request (or opened), so the first idle one has been idle longest."""
+        self._quiet = EveryFewSeconds(log_every_s)
         metrics.open.labels(name).set_function(lambda: len(self.connections))
-        for reason in ("header-timeout", "over-limit"):
+        for reason in ("header-timeout", "over-limit", "idle-at-limit"):
             metrics.dropped.labels(name, reason)
 
     def protocol_factory(self, server: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
@@ -87,20 +88,24 @@ class ConnectionGuard:
 
     def dropped(self, reason: str, peer: Any) -> None:
         self.metrics.dropped.labels(self.name, reason).inc()
-        now = time.monotonic()
-        if now - self._last_log.get(reason, -1e18) < self.log_every_s:
-            self._skipped[reason] = self._skipped.get(reason, 0) + 1
+        skipped = self._quiet(reason)
+        if skipped is None:
             return
-        self._last_log[reason] = now
-        skipped = self._skipped.pop(reason, 0)
         log.warning(
             "%s listener: dropped a connection from %s (%s)%s",
             self.name,
             peer,
             reason,
-            f"; {skipped} more since the last line" if skipped else "",
+            skipped_note(skipped),
             extra={"event": "connection_dropped", "listener": self.name, "reason": reason},
         )
+
+    def idle_to_close(self) -> _GuardedProtocol | None:
+        """The connection open longest with no request in progress (a kept-alive one waiting for the
+        next): at the cap, it makes room for a new connection. Without this, clients that each send
+        one request and then hold their connection idle would fill the cap, and kubelet's probes
+        would be turned away for ``idleTimeoutS``."""
+        return next((c for c in self.connections.values() if c.state == _GuardedProtocol.IDLE), None)
 
     def middleware(self) -> Callable[..., Awaitable[web.StreamResponse]]:
         """Tells the guard that a request has arrived whole (headers parsed) and when it is answered."""
@@ -141,6 +146,9 @@ class _GuardedProtocol(asyncio.Protocol):
         # A stream server's protocol: the transport is a full Transport (asyncio types the callback with the base)
         self.transport = cast(asyncio.Transport, transport)
         g = self.guard
+        if len(g.connections) >= g.max_connections and (idle := g.idle_to_close()) is not None:
+            g.dropped("idle-at-limit", idle.peer())
+            idle.close()
         if len(g.connections) >= g.max_connections:
             g.dropped("over-limit", transport.get_extra_info("peername"))
             self.transport.write(
@@ -157,6 +165,17 @@ class _GuardedProtocol(asyncio.Protocol):
         g.connections[id(self.inner)] = self
         self.inner.connection_made(transport)
         self._arm()
+
+    def peer(self) -> Any:
+        return self.transport.get_extra_info("peername") if self.transport is not None else None
+
+    def close(self) -> None:
+        """Close at once and leave the listener's count now (connection_lost comes later)."""
+        self._disarm()
+        if self.inner is not None:
+            self.guard.connections.pop(id(self.inner), None)
+        if self.transport is not None:
+            self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -193,6 +212,9 @@ class _GuardedProtocol(asyncio.Protocol):
     def request_finished(self) -> None:
         self.request = None
         self.state = self.IDLE
+        # the guard's dict runs from the longest idle to the latest used (ConnectionGuard.idle_to_close)
+        if self.inner is not None and id(self.inner) in self.guard.connections:
+            self.guard.connections[id(self.inner)] = self.guard.connections.pop(id(self.inner))
         if self.next_request_started:
             self._arm()
 

@@ -261,6 +261,7 @@ class Service:
             await asyncio.sleep(min(5.0, self.settings.kubernetes.assumed_ttl_s / 2))
             self.cache.expire_uncertain(self.settings.kubernetes.assumed_ttl_s)
             self.cache.expire_reserved(self.settings.decision_cache_ttl_s)
+            self.cache.expire_provisional()
 
     def status_extra(self) -> dict[str, Any]:
         out: dict[str, Any] = {"watches": {i.resource: i.status() for i in self.informers}}
@@ -279,6 +280,7 @@ def _runner(app: web.Application, srv: ServerSettings) -> web.AppRunner:
         shutdown_timeout=srv.shutdown_timeout_s,
         keepalive_timeout=srv.idle_timeout_s,
         lingering_time=LINGER_S,
+        auto_decompress=False,  # aiohttp would inflate a gzip body as it arrives, read or not (app.read_body)
     )
 
 
@@ -421,6 +423,7 @@ async def serve(
         log.info("shutting down", extra={"event": "shutdown"})
         return 0
     finally:
+        service.health.stopping = True  # /readyz says so while the listeners close
         if verb_runner is not None:
             await verb_runner.cleanup()
         await status_runner.cleanup()

@@ -453,20 +453,24 @@ def validate(obj: Any, where: str = "") -> None:
             raise ConfigError(
                 f"{prefix}pathPrefix: must start with '/' and not end with one, got {clip(obj.path_prefix)}"
             )
-        for name in ("header_timeout_s", "body_timeout_s", "idle_timeout_s", "shutdown_timeout_s"):
-            if not getattr(obj, name) > 0:
-                raise ConfigError(f"{prefix}{camel(name)}: must be positive, got {getattr(obj, name)}")
+        for name, most in SERVER_TIMEOUT_MAX_S.items():
+            if not 0 < getattr(obj, name) <= most:  # an endless one would switch the guard it sets off
+                raise ConfigError(
+                    f"{prefix}{camel(name)}: must be above 0 and at most {most:g} s, got {getattr(obj, name)}"
+                )
         for name in ("max_connections", "status_max_connections"):
-            if getattr(obj, name) < 1:
-                raise ConfigError(f"{prefix}{camel(name)}: must be at least 1, got {getattr(obj, name)}")
+            if not 1 <= getattr(obj, name) <= MAX_CONNECTIONS:
+                raise ConfigError(f"{prefix}{camel(name)}: must be 1..{MAX_CONNECTIONS}, got {getattr(obj, name)}")
     elif isinstance(obj, AuthSettings):
         if obj.mode not in AUTH_MODES:
             raise ConfigError(f"{prefix}mode: {clip(obj.mode)} is not one of {', '.join(AUTH_MODES)}")
         for name in ("cache_ttl_s", "negative_cache_ttl_s", "review_timeout_s"):
-            if not getattr(obj, name) >= 0 or (name == "review_timeout_s" and not obj.review_timeout_s > 0):
+            low_ok = obj.review_timeout_s > 0 if name == "review_timeout_s" else getattr(obj, name) >= 0
+            most = 60.0 if name == "review_timeout_s" else MAX_AUTH_CACHE_TTL_S
+            if not low_ok or not getattr(obj, name) <= most:  # a revoked grant must stop working some time
                 raise ConfigError(
-                    f"{prefix}{camel(name)}: must be {'positive' if name == 'review_timeout_s' else '0 or more'}, "
-                    f"got {getattr(obj, name)}"
+                    f"{prefix}{camel(name)}: must be {'above 0' if name == 'review_timeout_s' else '0 or more'} "
+                    f"and at most {most:g} s, got {getattr(obj, name)}"
                 )
     elif isinstance(obj, PrometheusSettings):
         unknown = set(obj.queries) - {"cpu", "memory", "network", "disk"}
@@ -482,10 +486,25 @@ def validate(obj: Any, where: str = "") -> None:
         if obj.level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
             raise ConfigError(f"{prefix}level: {clip(obj.level)} is not a log level (DEBUG, INFO, WARNING, ERROR)")
     elif isinstance(obj, ExtenderSettings):
-        if obj.decision_ring_size < 1:
-            raise ConfigError("decisionRingSize: must be at least 1")
+        if not 1 <= obj.decision_ring_size <= MAX_DECISION_RING:
+            raise ConfigError(f"decisionRingSize: must be 1..{MAX_DECISION_RING}, got {obj.decision_ring_size}")
         if not obj.policy_poll_s > 0:
             raise ConfigError("policyPollS: must be positive")
+
+
+SERVER_TIMEOUT_MAX_S = {
+    "header_timeout_s": 60.0,
+    "body_timeout_s": 300.0,
+    "idle_timeout_s": 3600.0,
+    "shutdown_timeout_s": 300.0,
+}
+"""Longest accepted value of each server timeout (``server.headerTimeoutS`` ...)."""
+MAX_CONNECTIONS = 65_536
+"""Most connections a listener may be told to keep (``server.maxConnections``, ``statusMaxConnections``)."""
+MAX_AUTH_CACHE_TTL_S = 3600.0
+"""Longest a token review's answer may be reused (``auth.cacheTtlS``, ``negativeCacheTtlS``)."""
+MAX_DECISION_RING = 1_000_000
+"""Most decision records kept in memory (``decisionRingSize``)."""
 
 
 def is_loopback(host: str) -> bool:
@@ -516,6 +535,13 @@ def check_complete(settings: ExtenderSettings) -> ExtenderSettings:
             f"server.host: {settings.server.host!r} is not a loopback address, and without server.tls the "
             "verbs (filter, prioritize, bind, preempt) authenticate no caller; keep them on 127.0.0.1 (a "
             "sidecar of kube-scheduler) or set server.tls.certFile, keyFile and clientCaFile (mutual TLS)"
+        )
+    if settings.auth.mode == "none" and not is_loopback(settings.server.status_host):
+        # /status and /decisions show pod names and decision features: off loopback they need a token.
+        raise ConfigError(
+            f"server.statusHost: {settings.server.status_host!r} is not a loopback address, and with auth.mode "
+            "none /status and /decisions answer anyone who reaches it; set auth.mode kubernetes or keep the "
+            "status listener on 127.0.0.1"
         )
     return settings
 

@@ -432,10 +432,19 @@ def test_status_port_is_authenticated_and_fenced_by_default(tmp_path) -> None:
     endpoint = find(objs, "ServiceMonitor")["spec"]["endpoints"][0]
     assert endpoint["port"] == "http-status" and endpoint["bearerTokenFile"].endswith("/serviceaccount/token")
 
-    objs = render(tmp_path, {"extender": {"auth": {"mode": "none"}}, "metrics": {"serviceMonitor": {"enabled": True}}})
-    assert extender_settings(objs).auth.mode == "none"
-    assert not [o for o in objs if o["metadata"]["name"].endswith(("-auth-delegator", "-metrics-reader"))]
+    objs = render(tmp_path, {"extender": {"auth": {"mode": "kubernetes", "protectMetrics": False}}, **prom})
+    assert not [o for o in objs if o["metadata"]["name"].endswith("-metrics-reader")]
     assert "bearerTokenFile" not in find(objs, "ServiceMonitor")["spec"]["endpoints"][0]
+
+
+@needs_helm
+def test_an_unauthenticated_status_port_is_refused(tmp_path) -> None:
+    f = tmp_path / "open.yaml"
+    f.write_text(yaml.safe_dump({"extender": {"auth": {"mode": "none"}}}))
+    done = subprocess.run(
+        [HELM, "template", "x", str(CHART), "--values", str(f)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode != 0 and "extender.auth.mode=none would open /status" in done.stderr
 
 
 @needs_helm

@@ -11,6 +11,7 @@ import yaml
 from rlsched.cli import main as rlsched_main
 from rlsched.extender.scheduler_config import render, scheduler_config
 from rlsched.extender.settings import (
+    AuthSettings,
     ConfigError,
     ExtenderSettings,
     PolicySettings,
@@ -75,6 +76,13 @@ def test_yaml_env_and_overrides_in_order(tmp_path) -> None:
         ("prometheus:\n  queries:\n    gpu: up\n", "unknown load column"),
         ("- a\n", "expected a mapping at the top"),
         ("server: [\n", "not valid YAML"),
+        ("server:\n  headerTimeoutS: .inf\n", "server.headerTimeoutS: must be above 0 and at most 60 s"),
+        ("server:\n  shutdownTimeoutS: 1e308\n", "server.shutdownTimeoutS: must be above 0 and at most 300 s"),
+        ("server:\n  bodyTimeoutS: .nan\n", "server.bodyTimeoutS: must be above 0"),
+        ("server:\n  maxConnections: 100000000\n", "server.maxConnections: must be 1..65536"),
+        ("auth:\n  cacheTtlS: .inf\n", "auth.cacheTtlS: must be 0 or more and at most 3600 s"),
+        ("auth:\n  reviewTimeoutS: .inf\n", "auth.reviewTimeoutS: must be above 0 and at most 60 s"),
+        ("decisionRingSize: 1000000000\n", "decisionRingSize: must be 1..1000000"),
     ],
 )
 def test_bad_config_names_the_key(tmp_path, text, words) -> None:
@@ -259,3 +267,14 @@ def test_the_verbs_leave_loopback_only_with_mutual_tls(host) -> None:
 def test_the_cli_refuses_open_verbs_before_starting(capsys) -> None:
     assert rlsched_main(["extender", "--host", "0.0.0.0", "--auth", "none"]) == 2
     assert "is not a loopback address" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "10.0.0.7", "status.example.com"])
+def test_an_open_status_listener_off_loopback_is_refused(host) -> None:
+    """/status and /decisions show pod names and decision features: off loopback they need a token."""
+    with pytest.raises(ConfigError, match=r"server\.statusHost: .* with auth.mode none"):
+        check_complete(ExtenderSettings(server=ServerSettings(status_host=host), auth=AuthSettings(mode="none")))
+    s = ExtenderSettings(server=ServerSettings(status_host=host), auth=AuthSettings(mode="kubernetes"))
+    assert check_complete(s) is s
+    s = ExtenderSettings(server=ServerSettings(status_host="127.0.0.1"), auth=AuthSettings(mode="none"))
+    assert check_complete(s) is s

@@ -342,3 +342,71 @@ async def test_a_body_still_arriving_does_not_keep_the_garbage_collector_off() -
         writer.close()
     assert answer.startswith(b"HTTP/1.1 200 ")
     assert on_while_waiting and gc.isenabled()
+
+
+async def test_at_the_cap_the_longest_idle_connection_makes_room_for_a_probe() -> None:
+    async with Running(settings(header_timeout_s=10.0)) as run:
+        held = []
+        for _ in range(3):  # the status listener's cap: each sends one request, then idles (kept alive)
+            reader, writer = await asyncio.open_connection(*run.status)
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            held.append((reader, writer))
+        await asyncio.sleep(0.05)
+        async with aiohttp.ClientSession() as http:
+            assert (await http.get(f"http://{run.status[0]}:{run.status[1]}/healthz")).status == 200
+        await asyncio.wait_for(held[0][0].read(), 5)  # the one idle longest was closed
+        assert not held[2][0].at_eof()
+        # fill the cap again, then use the oldest remaining one: the next in line is idle longest now
+        for k in (3, 1):
+            if k == 3:
+                held.append(await asyncio.open_connection(*run.status))
+            reader, writer = held[k]
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        await asyncio.sleep(0.05)
+        async with aiohttp.ClientSession() as http:
+            assert (await http.get(f"http://{run.status[0]}:{run.status[1]}/healthz")).status == 200
+        await asyncio.wait_for(held[2][0].read(), 5)
+        assert not held[1][0].at_eof()
+        for _, w in held:
+            w.close()
+        text = await run.metrics()
+    assert 'rlsched_extender_connections_dropped_total{listener="status",reason="idle-at-limit"} 2.0' in text
+
+
+async def test_compressed_bodies_are_refused_unread_and_never_a_500() -> None:
+    import gzip
+
+    async with Running(settings()) as run:
+        url = f"http://{run.verbs[0]}:{run.verbs[1]}/filter"
+        async with aiohttp.ClientSession(auto_decompress=False) as http:
+            for body in (gzip.compress(FILTER_BODY), b"not gzip at all"):
+                r = await http.post(url, data=body, headers={"Content-Encoding": "gzip"})
+                assert r.status == 415 and "Content-Encoding" in (await r.json())["Error"]
+            bomb = gzip.compress(b" " * (64 << 20))  # 64 MiB of spaces in ~64 KiB
+            r = await http.get(
+                f"http://{run.status[0]}:{run.status[1]}/healthz", data=bomb, headers={"Content-Encoding": "gzip"}
+            )
+            assert r.status == 200
+        text = await run.metrics()
+    assert 'code="500"' not in text
+
+
+async def test_bad_requests_are_logged_a_few_times_not_once_each(caplog) -> None:
+    async with Running(settings()) as run:
+        with caplog.at_level(logging.WARNING):
+            async with aiohttp.ClientSession() as http:
+                for _ in range(20):
+                    r = await http.post(f"http://{run.verbs[0]}:{run.verbs[1]}/filter", data=b"{not json")
+                    assert r.status == 400
+    lines = [r for r in caplog.records if r.__dict__.get("event") == "bad_request"]
+    assert len(lines) == 1
+
+
+async def test_readyz_says_not_ready_while_shutting_down() -> None:
+    async with Running(settings()) as run:
+        run.service.health.stopping = True
+        async with aiohttp.ClientSession() as http:
+            r = await http.get(f"http://{run.status[0]}:{run.status[1]}/readyz")
+            assert r.status == 503 and "shutdown" in (await r.json())["problems"]

@@ -169,6 +169,9 @@ The extender's settings file (extender/settings.py keys). extender.config is dee
 {{- if not (has $cfg.server.host (list "127.0.0.1" "localhost" "::1")) -}}
 {{- fail (printf "extender.config.server.host=%v: the extender's verbs have no caller authentication and must stay on loopback (kube-scheduler calls them from the same pod)" $cfg.server.host) -}}
 {{- end -}}
+{{- if and (eq (toString $cfg.auth.mode) "none") (not (has $cfg.server.statusHost (list "127.0.0.1" "localhost" "::1"))) -}}
+{{- fail "extender.auth.mode=none would open /status and /decisions (pod names, decision features) to anyone who reaches the status port: keep auth.mode kubernetes" -}}
+{{- end -}}
 {{- toYaml $cfg -}}
 {{- end -}}
 

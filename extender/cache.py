@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -56,6 +57,13 @@ yet seen by the watch); binding outcome unknown (a write timed out) — released
 by filter's decision until its bind arrives (kube-scheduler binds asynchronously: without it, the
 next pods' filters would not see the cards and could choose them again) — released after a TTL,
 by a new decision for the pod, or by a bind elsewhere."""
+PROVISIONAL_HOLD_S = 5.0
+"""How long filter holds cards for a pod the watch has not seen yet (the watch lags kube-scheduler's
+informer by milliseconds; a pod it never shows was made up or is gone)."""
+MAX_PROVISIONAL_HOLDS = 64
+"""Provisional holds at once (kube-scheduler binds one pod at a time per profile)."""
+MAX_PROVISIONAL_SEEN = 4096
+"""UIDs remembered as provisionally held once."""
 
 
 @dataclass
@@ -118,6 +126,11 @@ class ClusterCache:
         """Pods without a node, by UID (bind looks pods up here before it falls back to a GET)."""
         self.pod_rules: dict[str, PodRules] = {}
         """Placement rules of pending pods (of ``scheduler_name``), by UID; a subset of ``pending``."""
+        self.provisional: OrderedDict[str, float] = OrderedDict()
+        """UID → when filter first held cards for a pod the watch had not seen yet (:meth:`reserve`);
+        kept after the hold ends, up to MAX_PROVISIONAL_SEEN, so a pod is held so only once."""
+        self.provisional_live: dict[str, float] = {}
+        """The provisional holds still waiting for the watch (UID → first hold)."""
         self.synced = {"nodes": False, "pods": False}
         self.stats = CacheStats()
         self.last_update = 0.0
@@ -372,13 +385,15 @@ class ClusterCache:
             # reservations, which are only holds — released when they are in the way, and this pod
             # placed before any other entry of the node that did not fit gets the room.
             self._place(entry, exact=bool(entry.cards), quiet=True)
-            if entry.placement is None and node in self._state.index and self._unreserve_on(node):
+            released = entry.placement is None and node in self._state.index and self._unreserve_on(node)
+            if released:
                 self._place(entry, exact=bool(entry.cards), quiet=True)
-                if entry.placement is None:
-                    self._place(entry)
-                self._retry_unplaced(node)
+            if entry.placement is None:  # short of cpu or memory in our view: it runs there all the same
+                self._place(entry, exact=bool(entry.cards), quiet=True, overcommit=True)
             if entry.placement is None:
-                self._place(entry)
+                self._place(entry, overcommit=True)
+            if released:
+                self._retry_unplaced(node)
         else:
             self._place(entry, exact)
         return entry
@@ -438,8 +453,8 @@ class ClusterCache:
         for entry in sorted(waiting, key=lambda e: (e.status != BOUND, e.since)):
             if entry.status == RESERVED or entry.placement is not None:
                 continue
-            placed = bool(entry.cards) and self._place(entry, exact=True)
-            if placed or self._place(entry, quiet=True):
+            placed = bool(entry.cards) and self._place(entry, exact=True, overcommit=True)
+            if placed or self._place(entry, quiet=True, overcommit=True):
                 log.info(
                     "pod %s on %s counted again: its node has room now",
                     entry.key,
@@ -447,9 +462,12 @@ class ClusterCache:
                     extra={"event": "pod_placed_late", "pod": entry.key, "node": entry.node},
                 )
 
-    def _place(self, entry: Entry, exact: bool = False, quiet: bool = False) -> bool:
+    def _place(self, entry: Entry, exact: bool = False, quiet: bool = False, overcommit: bool = False) -> bool:
         """Place ``entry`` in the state (its cards, else the default rule unless ``exact``); whether
-        it is placed. A failure is logged and counted unless ``exact`` or ``quiet``."""
+        it is placed. A failure is logged and counted unless ``exact`` or ``quiet``. ``overcommit``
+        (a running pod only): whatever its cpu and memory — a node's allocatable can shrink under
+        it, and MiB rounding can overfill a node that is exactly full in bytes; uncounted, its cards
+        would look free."""
         state = self._state
         assert state is not None
         entry.placement = None
@@ -469,7 +487,7 @@ class ClusterCache:
                 entry.problem = str(exc)
         for cards in tried:
             try:
-                entry.placement = state.place(req, idx, cards)
+                entry.placement = state.place(req, idx, cards, overcommit=overcommit and entry.status == BOUND)
                 entry.cards = tuple(cards)
                 entry.problem = ""
                 self._mark_placed(entry)
@@ -533,7 +551,7 @@ class ClusterCache:
                     del self.pods[entry.uid]
                     self._mark_placed(entry)
             else:
-                self._place(entry)
+                self._place(entry, overcommit=True)  # a running pod counts whatever it asked
         for name, row in self._load.items():
             i = state.index.get(name)
             if i is not None:
@@ -581,22 +599,64 @@ class ClusterCache:
             self.unreserve(uid)
         return expired
 
-    def reserve(self, info: PodInfo, node: str, cards: tuple[int, ...]) -> bool:
+    def reserve(self, info: PodInfo, node: str, cards: tuple[int, ...], provisional: bool = False) -> bool:
         """Hold ``cards`` on ``node`` for the pending pod ``info`` (filter's decision); False when they
-        cannot be taken (then nothing is held)."""
+        cannot be taken (then nothing is held).
+
+        ``provisional``: the watch has not seen the pod yet (kube-scheduler's informer often sees a
+        new pod first). The hold is released PROVISIONAL_HOLD_S after the first one unless the watch
+        shows a pending pod of ours under that UID and name by then (:meth:`expire_provisional`); at
+        most MAX_PROVISIONAL_HOLDS at once, and a pod is held so only once: a made-up or stale request
+        pins little, briefly."""
         if info.spec is None or info.uid in self.pods:  # a bind holds it already, or it is bound
             return False
+        if provisional:
+            first = self.provisional.get(info.uid)
+            if first is not None and self.clock() - first > PROVISIONAL_HOLD_S:
+                return False
+            if len(self.provisional_live) >= MAX_PROVISIONAL_HOLDS:
+                self._prune_provisional()  # holds bound or released since count no more
+                if len(self.provisional_live) >= MAX_PROVISIONAL_HOLDS:
+                    return False
         entry = self.add(info.uid, info.key, node, info.spec, cards, RESERVED, exact=True)
         if entry.placement is None:
             self.unreserve(info.uid)
             return False
+        if provisional:
+            self.provisional_live[info.uid] = self.provisional.setdefault(info.uid, self.clock())
+            while len(self.provisional) > MAX_PROVISIONAL_SEEN:
+                self.provisional.popitem(last=False)
         return True
+
+    def _prune_provisional(self) -> None:
+        for uid in [u for u in self.provisional_live if (e := self.pods.get(u)) is None or e.status != RESERVED]:
+            del self.provisional_live[uid]
+
+    def expire_provisional(self) -> list[str]:
+        """Release the provisional holds (:meth:`reserve`) the watch did not confirm in time; a hold
+        it confirmed (a pending pod of ours, same name) lives on as any other."""
+        now = self.clock()
+        expired = []
+        self._prune_provisional()  # released, or bound meanwhile
+        for uid, first in list(self.provisional_live.items()):
+            entry = self.pods[uid]
+            known = self.pending.get(uid)
+            confirmed = (
+                known is not None and known.key == entry.key and self.scheduler_name in (None, known.scheduler_name)
+            )
+            if confirmed:
+                del self.provisional_live[uid]
+            elif now - first > PROVISIONAL_HOLD_S:
+                self.unreserve(uid)
+                expired.append(uid)
+        return expired
 
     def unreserve(self, uid: str) -> None:
         """Release filter's reservation for ``uid``, if it has one (the pod stays pending and known)."""
         entry = self.pods.get(uid)
         if entry is None or entry.status != RESERVED:
             return
+        self.provisional_live.pop(uid, None)
         del self.pods[uid]
         self._mark_placed(entry)
         self._release(entry)

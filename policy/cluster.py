@@ -30,6 +30,12 @@ def nonzero_cpu(cpu_milli: int) -> int:
     return cpu_milli if cpu_milli > 0 else DEFAULT_MILLI_CPU_REQUEST
 
 
+def nonzero_cpu_array(cpu_milli: np.ndarray) -> np.ndarray:
+    """:func:`nonzero_cpu` of each entry (int64)."""
+    cpu = np.asarray(cpu_milli, dtype=np.int64)
+    return np.where(cpu > 0, cpu, DEFAULT_MILLI_CPU_REQUEST)
+
+
 def nonzero_mem_bytes(memory_mib: int) -> int:
     """The memory request, in bytes, Kubernetes' scorers see."""
     return memory_mib * MIB if memory_mib > 0 else DEFAULT_MEMORY_REQUEST_BYTES
@@ -173,6 +179,21 @@ class Placement:
     latency_sensitive: bool = False
 
 
+def packed_copies(names: list[str]) -> list[str]:
+    """Copies of ``names`` allocated one after another.
+
+    The extender maps the ~400 node names of every filter request through :attr:`ClusterState.index`;
+    a lookup compares the request's string with the stored key, so it touches that key's memory. Names
+    read from the watch one node at a time lie scattered over megabytes of heap, and between two
+    requests the other processes on the node push them out of the CPU caches: 1,000 nodes, 420 names,
+    caches cleared, 0.20 ms for the lookups against 0.07–0.13 ms with the keys packed together (0.02 ms
+    warm either way). Splitting one joined string allocates the copies in sequence; a name holding the
+    separator (no Kubernetes name can) keeps the names as they are.
+    """
+    copies = "\0".join(names).split("\0")
+    return copies if len(copies) == len(names) else list(names)
+
+
 class ClusterState:
     """Mutable cluster state as arrays over nodes (``N`` nodes, ``C`` card slots per node).
 
@@ -187,6 +208,7 @@ class ClusterState:
         if len(set(names)) != len(names):
             dupes = sorted({n for n in names if names.count(n) > 1})
             raise ValueError(f"duplicate node names: {', '.join(dupes[:5])}")
+        names = packed_copies(names)
         self.nodes: tuple[NodeSpec, ...] = tuple(nodes)
         self.names: tuple[str, ...] = tuple(names)
         self.index: dict[str, int] = {name: i for i, name in enumerate(names)}
@@ -266,13 +288,26 @@ class ClusterState:
             latency_sensitive=pod.qos in LATENCY_SENSITIVE,
         )
 
-    def place(self, req: PodRequest, node: int, cards: Iterable[int]) -> Placement:
-        """Put a pod on ``node`` using ``cards``. Raises ValueError if it does not fit there."""
+    def short_of_cpu_or_memory(self, req: PodRequest, node: int) -> bool:
+        """Whether ``node`` lacks the pod's cpu or memory. A request of 0 never does, as in kube-scheduler's
+        NodeResourcesFit: running pods are counted whatever they asked (:meth:`place`'s ``overcommit``),
+        so a node's free cpu or memory can be below 0."""
+        return bool(
+            (req.cpu_milli > 0 and self.cpu_free[node] < req.cpu_milli)
+            or (req.memory_mib > 0 and self.mem_free[node] < req.memory_mib)
+        )
+
+    def place(self, req: PodRequest, node: int, cards: Iterable[int], overcommit: bool = False) -> Placement:
+        """Put a pod on ``node`` using ``cards``. Raises ValueError if it does not fit there.
+
+        ``overcommit``: place it even when cpu or memory run short (free goes below 0), as
+        kube-scheduler's node info counts a pod that is already running there whatever it asked;
+        its cards are still checked."""
         cards = tuple(int(c) for c in cards)
         milli = req.gpu_milli if req.is_gpu else 0
         if len(cards) != req.num_gpu:
             raise ValueError(f"pod asks for {req.num_gpu} card(s), got {len(cards)}")
-        if self.cpu_free[node] < req.cpu_milli or self.mem_free[node] < req.memory_mib:
+        if not overcommit and self.short_of_cpu_or_memory(req, node):
             raise ValueError(f"node {self.names[node]}: not enough cpu or memory")
         if len(set(cards)) != len(cards):
             raise ValueError(f"node {self.names[node]}: card ids repeat: {cards}")

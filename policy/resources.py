@@ -162,9 +162,30 @@ def parse_quantity(value: str | int | float) -> Quantity:
     )
 
 
+_CONVERTED: dict[tuple[str, int, bool, bool], int] = {}
+_CONVERTED_MAX = 4096
+"""Quantity strings converted lately, by unit. A cluster's pods repeat a few dozen quantity texts, and
+the extender reads every pod again on each watch event: parsing them was ~5 % of its CPU per pod.
+Only successes are kept, and the table is emptied when full, so no input can grow it."""
+
+
 def _convert(value: str | int | float, divisor: int, unit: str, saturate: bool, whole: bool = False) -> int:
     """``ceil(nano / divisor)`` (or exactly, with ``whole``), refused when negative and limited to
     :data:`QUANTITY_LIMIT`."""
+    key = (value, divisor, saturate, whole) if type(value) is str else None
+    if key is not None:
+        hit = _CONVERTED.get(key)
+        if hit is not None:
+            return hit
+    result = _converted(value, divisor, unit, saturate, whole)
+    if key is not None:
+        if len(_CONVERTED) >= _CONVERTED_MAX:
+            _CONVERTED.clear()
+        _CONVERTED[key] = result
+    return result
+
+
+def _converted(value: str | int | float, divisor: int, unit: str, saturate: bool, whole: bool) -> int:
     q = parse_quantity(value)
     if q.negative:
         raise QuantityError(f"{clip(value)} must not be negative")

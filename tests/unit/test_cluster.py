@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rlsched.policy import ClusterState, NodeSpec, PodSpec, default_cards, pod_request_problem
-from rlsched.policy.cluster import DEFAULT_MEMORY_REQUEST_BYTES, MIB, MUTABLE_ARRAYS
+from rlsched.policy.cluster import DEFAULT_MEMORY_REQUEST_BYTES, MIB, MUTABLE_ARRAYS, packed_copies
 
 NODES = [
     NodeSpec("v100", 32000, 65536, 4, "V100"),
@@ -286,3 +286,21 @@ def test_pods_and_latency_sensitive_pods_are_counted_per_node() -> None:
     with pytest.raises(ValueError, match="released more"):
         state.release(placed[3].__class__(**{**placed[3].__dict__, "latency_sensitive": True}))  # node 1 runs no LS pod
     assert state.pods[1] == 1 and state.ls_pods[1] == 0
+
+
+def test_packed_copies_are_equal_fresh_strings_in_order():
+    names = [f"node-{i}" for i in range(50)] + [""]
+    copies = packed_copies(names)
+    assert copies == names
+    assert all(c is not n for c, n in zip(copies[:-1], names[:-1], strict=True))
+
+
+def test_packed_copies_keep_names_that_hold_the_separator():
+    names = ["a\0b", "c"]
+    assert packed_copies(names) == names
+
+
+def test_state_index_maps_every_name_after_packing():
+    state = ClusterState([NodeSpec(f"n{i}", 4000, 8192, 1, "A100") for i in range(5)])
+    assert [state.index[n] for n in ["n3", "n0", "n4"]] == [3, 0, 4]
+    assert state.names == tuple(f"n{i}" for i in range(5))

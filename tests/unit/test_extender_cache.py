@@ -301,3 +301,44 @@ def test_a_label_change_alone_updates_the_pods_class() -> None:
     c.set_pod(again)
     info = c.pending["p"]
     assert info.spec is not None and info.spec.qos == "LS"
+
+
+def test_running_pods_that_overfill_a_node_in_mib_are_all_counted_with_their_cards() -> None:
+    """kube-scheduler compares bytes; the state holds MiB (pods rounded up, nodes down). Three running
+    pods that fill a node exactly in bytes overfill it in MiB: all are counted, none of their cards free."""
+    ki = 15_928_356
+    node = make_node("n", cpu="32", memory=f"{ki}Ki", gpus=4)
+    rest = ki * 1024 - 300_000_000
+    pods = [
+        make_pod("ds1", cpu="100m", memory="200M", node="n", uid="ds1", scheduler="default-scheduler"),
+        make_pod("ds2", cpu="100m", memory="100M", node="n", uid="ds2", scheduler="default-scheduler"),
+        make_pod("train", cpu="8", memory=str(rest), gpus=4, node="n", uid="train", scheduler="default-scheduler"),
+    ]
+    c = cache_with([node], pods)
+    assert all(c.pods[u].placement is not None for u in ("ds1", "ds2", "train"))
+    state = c.state
+    assert state is not None
+    i = state.index["n"]
+    assert int(state.full_free[i]) == 0 and int(state.card_free[i].sum()) == 0
+    assert int(state.mem_free[i]) < 0  # overcommitted in our view, by the rounding
+
+
+def test_a_pod_asking_no_cpu_or_memory_still_fits_an_overcommitted_node() -> None:
+    """kube-scheduler's fit check skips a request of 0: a node overfilled in our MiB view still takes it."""
+    from rlsched.policy import feasible_mask
+    from rlsched.policy.feasibility import fits_on, infeasibility_reason
+
+    ki = 15_928_356
+    node = make_node("n", cpu="32", memory=f"{ki}Ki", gpus=4)
+    pods = [
+        make_pod("ds1", cpu="100m", memory="200M", node="n", uid="ds1", scheduler="default-scheduler"),
+        make_pod("fill", cpu="1", memory=str(ki * 1024 - 200_000_000), node="n", uid="fill", scheduler="x"),
+    ]
+    c = cache_with([node], pods)
+    state = c.state
+    assert state is not None and int(state.mem_free[0]) < 0
+    req = state.request(pod_info(make_pod("be", cpu="1", memory="0"), GPU).spec)
+    assert feasible_mask(state, req)[0] and fits_on(state, req, 0) and infeasibility_reason(state, req, 0) == ""
+    state.place(req, 0, ())  # and it can be placed there
+    short = state.request(pod_info(make_pod("m", cpu="1", memory="1Mi"), GPU).spec)
+    assert not feasible_mask(state, short)[0] and "insufficient memory" in infeasibility_reason(state, short, 0)

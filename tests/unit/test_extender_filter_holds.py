@@ -15,10 +15,19 @@ from typing import Any
 import numpy as np
 import pytest
 
+from rlsched.extender.cache import MAX_PROVISIONAL_HOLDS, PROVISIONAL_HOLD_S
 from rlsched.extender.settings import ExtenderSettings, PolicySettings
 from rlsched.extender.testing import Harness, make_node, make_pod
 from rlsched.extender.wire import BindingArgs, ExtenderArgs
 from rlsched.policy.scorers import NodeScores, Scorer
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def watched(h: Harness, pod: dict) -> dict:
@@ -55,14 +64,21 @@ def slow_harness(tmp_path: Path, nodes: list[dict], favourite: str, **policy: An
     return Harness(nodes, [], settings, model_loader=lambda path, typical: SlowModel(favourite))
 
 
-async def test_no_hold_for_a_pod_only_the_request_describes() -> None:
+async def test_a_pod_only_the_request_describes_is_held_briefly_and_once() -> None:
     """Made-up pods used to hold every card for 30 s (and again at each filter): a real pod then
-    found none."""
+    found none. A pod the watch has not seen yet is held provisionally: released after
+    PROVISIONAL_HOLD_S unless the watch shows it, and not held again."""
+    clock = FakeClock()
     h = Harness([make_node("x", gpus=4), make_node("y", gpus=4)], [])
+    h.cache.clock = clock
     for i in range(8):
         ghost = make_pod(f"ghost-{i}", uid=f"ghost-{i}", gpus=1)
-        assert await filter_(h, ghost, ["x", "y"])  # answered like any pod: it only holds nothing
-    assert h.cache.pods == {}
+        assert await filter_(h, ghost, ["x", "y"])
+    assert {e.status for e in h.cache.pods.values()} == {"reserved"} and len(h.cache.pods) == 8
+    clock.now += PROVISIONAL_HOLD_S + 1
+    assert len(h.cache.expire_provisional()) == 8 and h.cache.pods == {}
+    assert await filter_(h, make_pod("ghost-0", uid="ghost-0", gpus=1), ["x", "y"])  # asked again
+    assert h.cache.pods == {}  # held once only
     bound = make_pod("bound", uid="bound", gpus=1, node="x")  # the request says it is bound
     theirs = make_pod("theirs", uid="theirs", gpus=1, scheduler="default-scheduler")
     h.cache.set_pod(copy.deepcopy(theirs))
@@ -166,3 +182,43 @@ async def test_in_thread_mode_bind_does_not_call_the_model_on_the_event_loop(tmp
     m = p["metadata"]
     assert (await h.extender.bind(BindingArgs(m["name"], m["namespace"], m["uid"], "y")))["Error"] == ""
     assert SlowModel.calls == before and h.cache.pods["p"].node == "y"
+
+
+async def test_a_provisional_hold_the_watch_confirms_lives_on() -> None:
+    """At 100 pods/s kube-scheduler's informer saw a pod before our watch: without a hold the next
+    pod's filter took the same share, and the first pod's bind failed."""
+    clock = FakeClock()
+    h = Harness([make_node("x", gpus=1)], [])
+    h.cache.clock = clock
+    first = make_pod("first", uid="first", gpu_milli=600)
+    assert await filter_(h, first, ["x"]) == ["x"]  # the watch has not seen it yet
+    assert h.cache.pods["first"].status == "reserved"
+    second = watched(h, make_pod("second", uid="second", gpu_milli=600))
+    assert await filter_(h, second, ["x"]) == []  # the share is held for the first
+    watched(h, first)
+    clock.now += PROVISIONAL_HOLD_S + 1
+    assert h.cache.expire_provisional() == [] and h.cache.pods["first"].status == "reserved"
+    m = first["metadata"]
+    assert (await h.extender.bind(BindingArgs(m["name"], m["namespace"], m["uid"], "x")))["Error"] == ""
+
+
+async def test_provisional_holds_are_capped() -> None:
+    h = Harness([make_node(f"n{i}", gpus=8) for i in range(16)], [])
+    names = [f"n{i}" for i in range(16)]
+    for i in range(MAX_PROVISIONAL_HOLDS + 5):
+        await filter_(h, make_pod(f"g{i}", uid=f"g{i}", gpu_milli=100), names)
+    assert len(h.cache.pods) == MAX_PROVISIONAL_HOLDS
+
+
+async def test_bound_provisional_holds_do_not_count_against_the_cap() -> None:
+    h = Harness([make_node(f"n{i}", gpus=8) for i in range(16)], [])
+    names = [f"n{i}" for i in range(16)]
+    for i in range(MAX_PROVISIONAL_HOLDS + 5):
+        p = make_pod(f"g{i}", uid=f"g{i}", gpu_milli=100)
+        kept = await filter_(h, p, names)
+        assert kept and h.cache.pods[f"g{i}"].status == "reserved"  # every one held: the earlier ones are bound
+        m = p["metadata"]
+        h.add_pod(p)
+        assert (await h.extender.bind(BindingArgs(m["name"], m["namespace"], m["uid"], kept[0])))["Error"] == ""
+    h.cache.expire_provisional()
+    assert h.cache.provisional_live == {}

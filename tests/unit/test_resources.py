@@ -245,3 +245,26 @@ def test_agrees_with_exact_arithmetic(whole, frac, suffix) -> None:
     value *= Fraction(10) ** int(suffix[1:]) if suffix.startswith("e") else _SUFFIXES[suffix]
     assert exact(parse_quantity(text)) == value
     assert cpu_milli(text, saturate=True) == _reference_cpu_milli(value)
+
+
+def test_remembered_conversions_answer_as_a_fresh_parse_and_errors_are_not_remembered():
+    from rlsched.policy import resources
+
+    resources._CONVERTED.clear()
+    assert cpu_milli("1500m") == cpu_milli("1500m") == 1500
+    assert memory_bytes("1500m") == 2  # the same text in another unit is another entry
+    with pytest.raises(QuantityError):
+        count("1500m")
+    assert ("1500m", 10**9, False, True) not in resources._CONVERTED
+    assert cpu_milli("9" * 30, saturate=True) == QUANTITY_LIMIT
+    with pytest.raises(QuantityError):  # a saturated reading is not served to a caller that refuses it
+        cpu_milli("9" * 30)
+
+
+def test_remembered_conversions_stay_bounded():
+    from rlsched.policy import resources
+
+    resources._CONVERTED.clear()
+    for i in range(resources._CONVERTED_MAX + 10):
+        assert cpu_milli(f"{i}m") == i
+    assert len(resources._CONVERTED) <= resources._CONVERTED_MAX

@@ -31,6 +31,16 @@ TRACES = [
 ]
 
 
+KNOWN_DIFFERENCES = [
+    "Known difference from the authors' simulator: the typical pods are the most frequent pod specs",
+    "up to 95 % of the pods. Where specs tie in count at that cut, this project keeps the smaller specs",
+    "(ascending order) and the authors' simulator the larger ones (it orders ties descending). Only",
+    "gpuspec10 and gpuspec25 have such ties: with the simulator's order, FGD's medians there are 5.47",
+    "and 6.16 (published 5.30 and 6.08). The table keeps this project's order, which the bundled models",
+    "were trained with and every other table uses.",
+]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="../shared/data/openb", help="folder with the openb CSV files")
@@ -91,7 +101,13 @@ def main() -> int:
                 misses.append(f"{trace}/{p}: {ours:.2f} vs {pub:.2f} ({diff:+.2f})")
             cells.append(f"{ours:.2f} / {pub:.2f} ({diff:+.2f}){'' if ok else ' **miss**'}")
         lines.append(f"| {trace} | " + " | ".join(cells) + " |")
-    lines += ["", f"Misses: {len(misses)}" + ("" if not misses else ": " + "; ".join(misses)), ""]
+    lines += [
+        "",
+        f"Misses: {len(misses)}" + ("" if not misses else ": " + "; ".join(misses)),
+        "",
+        *KNOWN_DIFFERENCES,
+        "",
+    ]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines))

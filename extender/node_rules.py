@@ -35,8 +35,14 @@ MAX_STRING = 1024
 """Longest key or value kept (Kubernetes allows 317-character keys and 63-character label values)."""
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-_INT_RE = re.compile(r"[+-]?[0-9]{1,20}")
-"""What Go's strconv.ParseInt(s, 10, 64) reads (no spaces, no '_', ASCII digits); range checked after."""
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+"""What Go's strconv.ParseInt(s, 10, 64) reads (no spaces, no '_', ASCII digits, leading zeros too);
+range checked after. Strings are at most MAX_STRING characters, so int() stays cheap."""
+_CANONICAL_INT_RE = re.compile(r"0|-?[1-9][0-9]*")
+"""A toleration's Lt/Gt operand: a decimal integer in canonical form (apimachinery's
+``IsDecimalInteger``: no leading zero, no '+', no "-0")."""
+_LABEL_VALUE_RE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
+LABEL_VALUE_MAX = 63
 
 UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
 DO_NOT_SCHEDULE = frozenset({"NoSchedule", "NoExecute"})
@@ -219,8 +225,8 @@ def pod_rules(pod: Any, where: str = "pod") -> PodRules:
 # -- the rules ------------------------------------------------------------------------------------
 
 
-def _int64(text: str) -> int | None:
-    if _INT_RE.fullmatch(text) is None:
+def _int64(text: str, pattern: re.Pattern[str] = _INT_RE) -> int | None:
+    if pattern.fullmatch(text) is None:
         return None
     value = int(text)
     return value if INT64_MIN <= value <= INT64_MAX else None
@@ -238,7 +244,7 @@ def tolerates(toleration: Toleration, taint: Taint) -> bool:
     if op == "Exists":
         return True
     if op in ("Lt", "Gt"):
-        mine, theirs = _int64(toleration.value), _int64(taint.value)
+        mine, theirs = _int64(toleration.value, _CANONICAL_INT_RE), _int64(taint.value, _CANONICAL_INT_RE)
         if mine is None or theirs is None:
             return False
         return theirs < mine if op == "Lt" else theirs > mine
@@ -261,6 +267,8 @@ def _label_requirement(r: Requirement, labels: Mapping[str, str]) -> bool | None
     op, values = r.operator, r.values
     if op not in LABEL_OPERATORS:
         return None
+    if not all(len(v) <= LABEL_VALUE_MAX and _LABEL_VALUE_RE.fullmatch(v) for v in values):
+        return None  # NewRequirement validates every value as a label value: the term fails
     if op in ("In", "NotIn") and not values:
         return None
     if op in ("Exists", "DoesNotExist") and values:

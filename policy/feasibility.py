@@ -2,7 +2,8 @@
 
 A node is feasible when cpu and memory fit and, for a GPU pod, the node's GPU model is allowed and
 either some card has at least the share free (share pod) or ``num_gpu`` cards are completely free
-(whole-card pod).
+(whole-card pod). A request of 0 always fits, as in kube-scheduler's NodeResourcesFit: running pods
+are counted whatever they asked, so a node's free cpu or memory can be below 0.
 """
 
 from __future__ import annotations
@@ -15,7 +16,11 @@ from .resources import MILLI_PER_CARD, QUANTITY_LIMIT, amount_text
 
 def feasible_mask(state: ClusterState, req: PodRequest) -> np.ndarray:
     """bool[N]: True where the pod fits now."""
-    ok = (state.cpu_free >= req.cpu_milli) & (state.mem_free >= req.memory_mib)
+    ok = np.ones(state.num_nodes, dtype=np.bool_)
+    if req.cpu_milli > 0:
+        ok &= state.cpu_free >= req.cpu_milli
+    if req.memory_mib > 0:
+        ok &= state.mem_free >= req.memory_mib
     if req.is_gpu:
         # model_id is -1 on CPU-only nodes, which indexes model_ok's last entry (False for GPU pods).
         ok &= req.model_ok[state.model_id]
@@ -29,7 +34,7 @@ def feasible_mask(state: ClusterState, req: PodRequest) -> np.ndarray:
 def fits_on(state: ClusterState, req: PodRequest, node: int) -> bool:
     """Whether ``req`` fits on ``node`` now: :func:`feasible_mask` for one node, without the arrays
     (the living-cluster mode asks it for each waiting pod after every departure)."""
-    if state.cpu_free[node] < req.cpu_milli or state.mem_free[node] < req.memory_mib:
+    if state.short_of_cpu_or_memory(req, node):
         return False
     if not req.is_gpu:
         return True
@@ -63,14 +68,14 @@ def infeasibility_reason(state: ClusterState, req: PodRequest, node: int, detail
     stays short.
     """
     reasons = []
-    if state.cpu_free[node] < req.cpu_milli:
+    if req.cpu_milli > 0 and state.cpu_free[node] < req.cpu_milli:
         reasons.append(
             f"insufficient cpu: pod requests {amount_text(req.cpu_milli, 'm')}, node has {state.cpu_free[node]}m free "
             f"of {state.cpu_cap[node]}m"
             if detail
             else f"insufficient cpu (pod requests {amount_text(req.cpu_milli, 'm')})"
         )
-    if state.mem_free[node] < req.memory_mib:
+    if req.memory_mib > 0 and state.mem_free[node] < req.memory_mib:
         reasons.append(
             f"insufficient memory: pod requests {_mib(req.memory_mib)}, node has {state.mem_free[node]}Mi free "
             f"of {state.mem_cap[node]}Mi"

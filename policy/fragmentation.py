@@ -20,7 +20,7 @@ from typing import Any, TypeVar, cast
 import numba
 import numpy as np
 
-from .cluster import ClusterState, PodRequest
+from .cluster import ClusterState, PodRequest, nonzero_cpu, nonzero_cpu_array
 from .resources import MILLI_PER_CARD
 from .typical import TypicalPods
 
@@ -190,7 +190,7 @@ class Fragmentation:
         self.typical = typical
         self.model_names = model_names
         self._t = (
-            np.ascontiguousarray(typical.cpu_milli, dtype=np.int64),
+            np.ascontiguousarray(nonzero_cpu_array(typical.cpu_milli)),
             np.ascontiguousarray(typical.gpu_milli, dtype=np.int64),
             np.ascontiguousarray(typical.num_gpu, dtype=np.int64),
             np.ascontiguousarray(typical.access(model_names)),
@@ -239,7 +239,7 @@ class Fragmentation:
             state.model_id,
             frag,
             np.ascontiguousarray(nodes, dtype=np.int64),
-            req.cpu_milli,
+            nonzero_cpu(req.cpu_milli),  # as the FGD simulator reads a pod: no request counts 100m
             req.gpu_milli if req.is_gpu else 0,
             req.num_gpu,
             req.is_share,

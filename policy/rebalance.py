@@ -228,7 +228,7 @@ class _Planner:
         try:
             after = float(self.measure.node_frag(work)[a])
         finally:
-            work.place(c.request, a, placement.cards)
+            work.place(c.request, a, placement.cards, overcommit=True)  # back as it was
         return before - after
 
     def _best_two(self, req: PodRequest) -> tuple[tuple[int, float], tuple[int, float]]:
@@ -282,7 +282,7 @@ class _Planner:
             after_b = float(self.measure.node_frag(work)[b])
             work.release(there)
         finally:
-            work.place(c.request, a, placement.cards)
+            work.place(c.request, a, placement.cards, overcommit=True)  # back as it was
         load_b = float(work.load[b, CPU])
         moved = est * float(work.cpu_cap[a]) / max(float(work.cpu_cap[b]), 1.0)
         if hot > 0 and (np.isnan(load_b) or load_b + moved > s.hot_threshold):

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from .cluster import PodSpec
+from .resources import QUANTITY_LIMIT
 
 DEFAULT_COVERAGE = 0.95
 """Share of pods the kept groups must cover (FGD's popularity threshold, 95 %)."""
@@ -59,12 +60,14 @@ class TypicalPods:
                     tuple(str(m) for m in e.get("gpuModels", [])),
                     float(e["weight"]),
                 )
-            except (KeyError, TypeError, ValueError) as exc:
+            except (KeyError, TypeError, ValueError, OverflowError) as exc:
                 raise ValueError(
                     f"typical pods[{i}]: expected cpuMilli, gpuMilli, numGpu, weight (and optional gpuModels): {exc}"
                 ) from None
-            if min(row[0], row[1], row[2]) < 0 or not 0 < row[4] < float("inf"):
-                raise ValueError(f"typical pods[{i}]: values must be non-negative and weight a positive finite number")
+            if min(row[0], row[1], row[2]) < 0 or max(row[0], row[1], row[2]) > QUANTITY_LIMIT:
+                raise ValueError(f"typical pods[{i}]: amounts must be from 0 to {QUANTITY_LIMIT}")
+            if not 0 < row[4] < float("inf"):
+                raise ValueError(f"typical pods[{i}]: weight must be a positive finite number")
             rows.append(row)
         weight = np.array([r[4] for r in rows])
         with np.errstate(over="ignore"):

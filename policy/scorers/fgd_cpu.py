@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from ..cluster import ClusterState, PodRequest
+from ..cluster import ClusterState, PodRequest, nonzero_cpu, nonzero_cpu_array
 from ..fragmentation import kernel
 from ..typical import TypicalPods
 from .base import NodeScores, Scorer
@@ -230,7 +230,7 @@ class CpuFragmentation:
         self.cpu_weight = float(cpu_weight)
         self._key = ("fragmentation-cpu", next(_INSTANCES))
         self._t = (
-            np.ascontiguousarray(typical.cpu_milli, dtype=np.int64),
+            np.ascontiguousarray(nonzero_cpu_array(typical.cpu_milli)),
             np.ascontiguousarray(typical.gpu_milli, dtype=np.int64),
             np.ascontiguousarray(typical.num_gpu, dtype=np.int64),
             np.ascontiguousarray(typical.access(model_names)),
@@ -267,7 +267,7 @@ class CpuFragmentation:
             state.model_id,
             frag,
             np.ascontiguousarray(nodes, dtype=np.int64),
-            req.cpu_milli,
+            nonzero_cpu(req.cpu_milli),
             req.gpu_milli if req.is_gpu else 0,
             req.num_gpu,
             req.is_share,

@@ -4,7 +4,9 @@ README: ``Frag = Σ_t p_t · frag_t`` over typical pods t: if t fits the node (m
 with free ≥ t's milli, enough cpu), frag_t is the free milli on cards that cannot host t; otherwise all
 free GPU milli on the node is fragment (CPU-only typical pods always count all free GPU milli).
 FGD's score is ``100·sigmoid((Frag_before − Frag_after)/1000)`` truncated; for a share pod every card
-that fits is tried and the first card with the highest (integer) score is taken.
+that fits is tried and the first card with the highest (integer) score is taken. As the authors'
+simulator reads pods, one without a cpu request counts 100m (Kubernetes' non-zero request), the
+typical pods included.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def ref_score(delta: float) -> int:
 def ref_placement(cards: list[int], cpu_free: int, model: str, typical: list[dict], pod: PodSpec):
     """(score, card, delta, best_delta) for placing ``pod`` on the node, as the README defines it."""
     before = ref_node_frag(cards, cpu_free, model, typical)
-    cpu_after = cpu_free - pod.cpu_milli
+    cpu_after = cpu_free - (pod.cpu_milli or 100)  # a pod without a cpu request counts 100m
     if pod.is_share:
         tried = []
         for c, free in enumerate(cards):
@@ -67,7 +69,7 @@ def ref_placement(cards: list[int], cpu_free: int, model: str, typical: list[dic
 
 def as_dicts(typical: TypicalPods) -> list[dict]:
     return [
-        {"cpu": int(c), "milli": int(g), "num": int(n), "models": m, "weight": float(w)}
+        {"cpu": int(c) or 100, "milli": int(g), "num": int(n), "models": m, "weight": float(w)}
         for c, g, n, m, w in zip(
             typical.cpu_milli, typical.gpu_milli, typical.num_gpu, typical.gpu_models, typical.weight, strict=True
         )
@@ -261,3 +263,19 @@ def test_a_new_measure_never_reads_another_measures_cached_values() -> None:
         second = Fragmentation(narrow, state.model_names)
         fresh = Fragmentation(narrow, state.model_names).node_frag(state.copy())
         np.testing.assert_array_equal(second.node_frag(state), fresh)
+
+
+def test_a_pod_without_a_cpu_request_takes_100m_as_in_the_fgd_simulator() -> None:
+    """Typical pod 4000m + 1 card; node a has 4050m free, b 8000m; a CPU-only pod asking no cpu: on a
+    the typical pod no longer fits after it (4050 − 100 < 4000), so a's card turns to fragment."""
+    state = ClusterState([NodeSpec("a", 4050, 65536, 1, "T4"), NodeSpec("b", 8000, 65536, 1, "T4")])
+    typical = TypicalPods(
+        cpu_milli=np.array([4000]),
+        gpu_milli=np.array([1000]),
+        num_gpu=np.array([1]),
+        gpu_models=((),),
+        weight=np.array([1.0]),
+    )
+    req = state.request(PodSpec("p", 0, 0))
+    scores = Fragmentation(typical, state.model_names).placement(state, req, np.array([0, 1])).score
+    assert scores.tolist() == [ref_score(-1000.0), ref_score(0.0)] == [26, 50]

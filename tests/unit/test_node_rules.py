@@ -84,7 +84,11 @@ T = Taint("gpu", "a100", "NoSchedule")
         (Toleration("t", "Lt", "10", ""), Taint("t", "10", "NoSchedule"), False),  # not strictly less
         (Toleration("t", "Gt", "10", ""), Taint("t", "11", "NoSchedule"), True),  # Gt: taint 11 > 10
         (Toleration("t", "Gt", "10", ""), Taint("t", "-3", "NoSchedule"), False),
-        (Toleration("t", "Gt", "1", ""), Taint("t", "+2", "NoSchedule"), True),  # ParseInt takes a sign
+        # Lt/Gt operands are canonical decimal integers (apimachinery's IsDecimalInteger, v1.37)
+        (Toleration("t", "Gt", "1", ""), Taint("t", "+2", "NoSchedule"), False),
+        (Toleration("t", "Gt", "1", ""), Taint("t", "05", "NoSchedule"), False),
+        (Toleration("t", "Gt", "1", ""), Taint("t", "5", "NoSchedule"), True),
+        (Toleration("t", "Lt", "-0", ""), Taint("t", "-5", "NoSchedule"), False),
         (Toleration("t", "Gt", "1", ""), Taint("t", "2.5", "NoSchedule"), False),  # not an int64
         (Toleration("t", "Gt", "1", ""), Taint("t", " 2", "NoSchedule"), False),  # no spaces
         (Toleration("t", "Gt", "1", ""), Taint("t", "1_0", "NoSchedule"), False),  # no underscores
@@ -130,7 +134,7 @@ def test_taint_refusal_names_the_taint() -> None:
 
 # -- NodeAffinity filter: nodeSelector and required node affinity ----------------------------------
 
-LABELS = {"zone": "a", "gpu": "a100", "cards": "8", "big": "99999999999999999999"}
+LABELS = {"zone": "a", "gpu": "a100", "cards": "8", "big": "99999999999999999999", "padded": "0" * 21 + "5"}
 
 
 def expr(key: str, op: str, *values: str) -> dict:
@@ -164,6 +168,12 @@ def expr(key: str, op: str, *values: str) -> dict:
         (None, [{"matchExpressions": [expr("missing", "Lt", "9")]}], False),  # Gt/Lt need the label
         (None, [{"matchExpressions": [expr("zone", "Gt", "1")]}], False),  # label not an integer
         (None, [{"matchExpressions": [expr("big", "Gt", "1")]}], False),  # label beyond int64
+        (None, [{"matchExpressions": [expr("padded", "Gt", "1")]}], True),  # ParseInt reads 22 digits, zeros first
+        # every value must be a label value (NewRequirement): else the term fails
+        (None, [{"matchExpressions": [expr("zone", "NotIn", "a b")]}], False),
+        (None, [{"matchExpressions": [expr("zone", "In", "a", "a/b")]}], False),
+        (None, [{"matchExpressions": [expr("cards", "Gt", "-1")]}], False),
+        (None, [{"matchExpressions": [expr("zone", "NotIn", "x" * 64)]}], False),
         # AND inside a term, OR across terms
         (None, [{"matchExpressions": [expr("zone", "In", "a"), expr("gpu", "In", "v100")]}], False),
         (

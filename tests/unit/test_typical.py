@@ -73,10 +73,11 @@ def test_json_roundtrip_and_errors() -> None:
     with pytest.raises(ValueError, match=r"typical pods\[1\]: expected cpuMilli"):
         TypicalPods.from_json([{"cpuMilli": 1, "gpuMilli": 0, "numGpu": 0, "weight": 1}, {"cpuMilli": 1}])
     for weight in (0, float("inf"), float("nan")):
-        with pytest.raises(
-            ValueError, match=r"typical pods\[0\]: values must be non-negative and weight a positive finite"
-        ):
+        with pytest.raises(ValueError, match=r"typical pods\[0\]: weight must be a positive finite number"):
             TypicalPods.from_json([{"cpuMilli": 1, "gpuMilli": 0, "numGpu": 0, "weight": weight}])
+    for amount in (-1, 2**53 + 1):
+        with pytest.raises(ValueError, match=r"typical pods\[0\]: amounts must be from 0 to"):
+            TypicalPods.from_json([{"cpuMilli": amount, "gpuMilli": 0, "numGpu": 0, "weight": 1}])
     with pytest.raises(ValueError, match="the weights' sum is not a finite number"):  # every weight read as 0
         TypicalPods.from_json([{"cpuMilli": 1, "gpuMilli": 0, "numGpu": 0, "weight": 1e308}] * 2)
     # Weights are renormalized on the way in.

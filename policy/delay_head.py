@@ -63,6 +63,10 @@ MAX_HOLD_S = 3600.0
 extender's check of every delay verdict it serves."""
 
 
+MIN_SCALE = 1e-6
+"""Smallest input scale of a delay head (the trained ones are the inputs' spreads, far above it)."""
+
+
 @dataclass(frozen=True)
 class DelayHead:
     """A linear hold-or-place rule over :data:`DELAY_INPUTS` (see the module docstring)."""
@@ -81,8 +85,8 @@ class DelayHead:
             if a.shape != (n,) or not np.isfinite(a).all():
                 raise ValueError(f"delay head {name}: need {n} finite numbers, got shape {a.shape}")
             object.__setattr__(self, name, a)
-        if not (self.scale > 0).all():
-            raise ValueError("delay head scale: every entry must be positive")
+        if not (self.scale >= MIN_SCALE).all():  # a tinier scale makes inputs infinite, and inf × 0 is NaN
+            raise ValueError(f"delay head scale: every entry must be positive (at least {MIN_SCALE:g})")
         if not np.isfinite(self.bias) or not 0 < self.hold_s <= MAX_HOLD_S:  # NaN and infinities too
             raise ValueError(f"delay head: need a finite bias and a hold of more than 0 and at most {MAX_HOLD_S:.0f} s")
 
@@ -96,6 +100,7 @@ class DelayHead:
         return float(z @ self.weights + self.bias)
 
     def holds(self, state: ClusterState, req: PodRequest) -> bool:
+        """Whether the head holds the pod: a positive logit (NaN is not)."""
         return self.logit(state, req) > 0.0
 
     def arrays(self) -> dict[str, np.ndarray]:

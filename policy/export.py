@@ -49,6 +49,9 @@ FORMAT_VERSION = 1
 MANIFEST_KEY = "__manifest__"
 
 MAX_MODEL_BYTES = 64 * 1024 * 1024
+MAX_MANIFEST_BYTES = 256 * 1024
+"""Largest manifest read (the bundled ones are 8–14 KiB; 1,024 typical pods take about 100 KiB): a
+manifest of tens of megabytes compresses to a few kilobytes and would cost gigabytes parsed."""
 MAX_VERSION_CHARS = 128
 """A model's version string is copied into every decision record: it must stay short."""
 MAX_TYPICAL_PODS = 1024
@@ -194,6 +197,11 @@ def save_model(path: str | Path, params: dict[str, np.ndarray], manifest: dict[s
     return file_digest(path)
 
 
+UNREADABLE = (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, RecursionError, RuntimeError)
+"""What reading a hand-made manifest can raise (a list where an object belongs, an infinite size,
+an encrypted zip member): each becomes a :class:`ModelFileError`."""
+
+
 def read_model(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any], str]:
     """(parameters, manifest, sha256) of a model file; raises :class:`ModelFileError` when it cannot be served."""
     path = Path(path)
@@ -209,13 +217,17 @@ def read_model(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any],
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as z:
             arrays, manifest = _read_members(z, str(path))
+        validate(manifest, arrays, str(path))
     except ModelFileError:
         raise
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError, MemoryError, NotImplementedError, zlib.error) as exc:
+    except (zipfile.BadZipFile, OSError, EOFError, MemoryError, NotImplementedError, zlib.error) as exc:
         raise ModelFileError(
             f"model file {path}: not a readable .npz model ({exc}); re-export it with `rlsched train`"
         ) from None
-    validate(manifest, arrays, str(path))
+    except UNREADABLE as exc:  # a field of the wrong type or size anywhere in the manifest
+        raise ModelFileError(
+            f"model file {path}: not a model this rlsched can read ({type(exc).__name__}: {str(exc)[:200]})"
+        ) from None
     return arrays, manifest, digest
 
 
@@ -240,11 +252,13 @@ def _read_members(z: zipfile.ZipFile, where: str) -> tuple[dict[str, np.ndarray]
         raise fail(f"its members hold {total:,} bytes uncompressed, more than a model's {MAX_MODEL_BYTES:,}")
     if MANIFEST_KEY not in members:
         raise fail(f"no manifest ({MANIFEST_KEY}); it was not written by rlsched's exporter")
+    if members[MANIFEST_KEY].file_size > MAX_MANIFEST_BYTES:
+        raise fail(f"its manifest holds {members[MANIFEST_KEY].file_size:,} bytes, more than {MAX_MANIFEST_BYTES:,}")
     raw = _read_npy(z, members.pop(MANIFEST_KEY), None, fail)
     try:
         manifest = json.loads(raw.tobytes().decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise fail(f"the manifest is not valid JSON ({exc})") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise fail(f"the manifest is not valid JSON ({str(exc)[:200]})") from None
     v1 = upgrade_v1(manifest)
     shapes = {**_layout(manifest, where), **_DELAY_SHAPES}
     if v1 and "w1" in shapes:
@@ -297,8 +311,11 @@ def validate(manifest: Any, arrays: dict[str, np.ndarray], where: str) -> None:
         a = arrays[name]
         if tuple(a.shape) != tuple(shape):
             raise fail(f"array {name} has shape {tuple(a.shape)}, the layout says {tuple(shape)}")
-        if not np.issubdtype(a.dtype, np.floating) or not np.isfinite(a).all():
-            raise fail(f"array {name} is not finite floating point")
+        # finite as float32, which the network computes in: 1e300 in a float64 array is inf there
+        with np.errstate(over="ignore"):
+            finite = np.issubdtype(a.dtype, np.floating) and bool(np.isfinite(a.astype(np.float32)).all())
+        if not finite:
+            raise fail(f"array {name} is not finite floating point (as float32)")
     problem = check_manifest_entry(manifest.get("delayHead"), arrays)
     if problem is not None:
         raise fail(f"delay head: {problem}")

@@ -22,7 +22,7 @@ import numpy as np
 
 from .cluster import ClusterState, PodRequest
 from .delay_head import MAX_HOLD_S, DelayHead
-from .export import ModelFileError, read_model, trained_with_load, trained_with_qos
+from .export import UNREADABLE, ModelFileError, read_model, trained_with_load, trained_with_qos
 from .feasibility import feasible_mask
 from .features import CLUSTER_SLICE, Candidates, FeatureEncoder
 from .network import DecisionRule, PolicyNetwork, choose_node, node_logits, rank_fraction
@@ -144,7 +144,7 @@ class LearnedScorer(Scorer):
             if scores is None and not (len(nodes) and feasible_mask(state, req)[nodes].any()):
                 return None  # no node fits: the pod waits anyway, and is not "delayed by policy"
             logit = head.logit(state, req)
-            if logit <= 0.0:
+            if not head.holds(state, req):  # NaN does not hold
                 return None
             return (
                 "delay",
@@ -158,7 +158,7 @@ class LearnedScorer(Scorer):
         pooled = self.network.pooled(h2, cand.count, cand.features[0, CLUSTER_SLICE])
         delay = float(self.network.special_logits(pooled)[0])
         best = self._best_logit if self._best_logit is not None else float(np.max(scores.values))
-        if delay <= best:
+        if not delay > best:  # NaN never holds a pod
             return None
         return ("delay", f"the model rates waiting {self.hold_s:.0f}s above its best node", self.hold_s)
 
@@ -180,11 +180,28 @@ def load_learned_scorer(
     :class:`ModelFileError` for a missing, corrupt or incompatible file.
     """
     params, manifest, digest = read_model(path)
+    try:
+        return _scorer(path, params, manifest, digest, typical, mode, prior_only)
+    except ModelFileError:
+        raise
+    except UNREADABLE as exc:
+        raise ModelFileError(f"model file {path}: {type(exc).__name__}: {str(exc)[:200]}") from None
+
+
+def _scorer(
+    path: str | Path,
+    params: dict[str, np.ndarray],
+    manifest: dict[str, Any],
+    digest: str,
+    typical: TypicalPods | None,
+    mode: str | None,
+    prior_only: bool,
+) -> LearnedScorer:
     if typical is None:
         try:
             typical = TypicalPods.from_json(manifest["typicalPods"])
-        except ValueError as exc:
-            raise ModelFileError(f"model file {path}: typical pods: {exc}") from None
+        except UNREADABLE as exc:
+            raise ModelFileError(f"model file {path}: typical pods: {str(exc)[:200]}") from None
     net = manifest["network"]
     decision = manifest["decision"]
     rule = DecisionRule(rank_scale=float(decision["rankScale"]), mode=mode or decision["mode"])

@@ -108,8 +108,16 @@ def test_typical_pods_default_to_the_manifest(tmp_path: Path) -> None:
         ("prior scale", lambda a, m: m["network"].update(priorScale=float("nan")), "network.priorScale is 'nan'"),
         ("cpu weight", lambda a, m: m["features"].update(fgdCpuWeight="50"), "features.fgdCpuWeight is '50'"),
         ("long version", lambda a, m: m.update(version="v" * 129), "version must be a string of 1 to 128"),
-        ("many typical pods", lambda a, m: m.update(typicalPods=m["typicalPods"] * 1100), "1 to 1024 pods"),
+        ("many typical pods", lambda a, m: m.update(typicalPods=(m["typicalPods"] * 40)[:1025]), "1 to 1024 pods"),
         ("hold", lambda a, m: m.setdefault("training", {}).update(args={"hold_s": float("inf")}), "hold_s"),
+        ("huge manifest", lambda a, m: m.update(training={"junk": [{}] * 100_000}), "its manifest holds"),
+        ("infinite layer", lambda a, m: m["network"].update(hidden=[float("inf"), 16]), "OverflowError"),
+        ("names not a list", lambda a, m: m["features"].update(names=5), "model file"),
+        ("training a list", lambda a, m: m.update(training=[1]), "AttributeError"),
+        ("actions a list", lambda a, m: m.update(actions=[1]), "AttributeError"),
+        ("typical inf", lambda a, m: m["typicalPods"][0].update(cpuMilli=float("inf")), "typical pods"),
+        ("typical huge", lambda a, m: m["typicalPods"][0].update(cpuMilli=1e30), "amounts must be from 0"),
+        ("float64 beyond float32", lambda a, m: a.update(w_out=np.full(a["w_out"].shape, 1e300)), "as float32"),
     ],
 )
 def test_incompatible_files_are_refused(tmp_path: Path, what: str, change, message: str) -> None:
@@ -458,3 +466,30 @@ def test_only_the_bundled_qos_model_reads_the_qos_columns() -> None:
         scorer = load_learned_scorer(path)
         assert scorer.encoder.use_qos is (path.name == "ppo-openb-dynamic-qos.npz"), path.name
     assert load_learned_scorer(bundled / "ppo-openb-dynamic-qos.npz").sees_load
+
+
+def test_a_manifest_nested_beyond_reason_is_refused_as_a_model_error(tmp_path: Path) -> None:
+    good = write_model(tmp_path / "m.npz")
+    with np.load(good) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    arrays[MANIFEST_KEY] = np.frombuffer(b"[" * 100_000 + b"]" * 100_000, dtype=np.uint8)
+    bad = tmp_path / "deep.npz"
+    with open(bad, "wb") as f:
+        np.savez(f, **arrays)
+    with pytest.raises(ModelFileError, match="not valid JSON"):
+        load_learned_scorer(bad)
+
+
+def test_a_delay_head_logit_that_is_not_a_number_never_holds(tmp_path: Path) -> None:
+    from rlsched.policy.delay_head import DELAY_INPUTS, DelayHead
+
+    n = len(DELAY_INPUTS)
+    with pytest.raises(ValueError, match="positive"):
+        DelayHead(np.zeros(n), np.r_[1e-320, np.ones(n - 1)], np.zeros(n), -1.0)
+    scorer = make_scorer(f"ppo:{write_model(tmp_path / 'm.npz')}", small_typical())
+    head = DelayHead.never(np.zeros(n), np.ones(n))
+    object.__setattr__(head, "logit", lambda state, req: float("nan"))
+    scorer.delay_head = head
+    state = filled_state(1)
+    req = state.request(small_pods(1, 4)[0])
+    assert scorer.verdict(state, req, feasible_nodes(state, req), None) is None

@@ -20,6 +20,7 @@ import asyncio
 import datetime as dt
 import json
 import logging
+import math
 import os
 import time
 from collections import OrderedDict
@@ -30,6 +31,7 @@ from typing import Any
 import aiohttp
 
 from rlsched.extender.bounded_read import AnswerTooLong, read_capped
+from rlsched.extender.rejections import describe
 from rlsched.policy.decision_dataset import FORMAT, SEGMENT_GLOB
 
 from .extender_client import ExtenderClient, ExtenderUnavailable
@@ -247,6 +249,24 @@ class Drainer:
         """Answers whose ``next``/``last``/``dropped`` was not a count (the poll fails, as if unavailable)."""
         self.last_error: str | None = None
         self._once = LogOnce(log, 100).log
+        self._dispatched_epoch: str | None = None
+        self._dispatched_seq = -1
+        """The ring position up to which the listeners were called (in this process)."""
+
+    def _dispatch(self, epoch: str, records: list[dict[str, Any]], next_: int) -> None:
+        """Delay and reject records to the listeners, each once (by epoch and ``seq``)."""
+        done = self._dispatched_seq if epoch == self._dispatched_epoch else -1
+        for rec in records:
+            seq = rec.get("seq")
+            if isinstance(seq, int) and not isinstance(seq, bool) and seq <= done:
+                continue
+            if rec.get("verdict") in ("delay", "reject"):
+                for listener in self.listeners:
+                    try:
+                        listener(rec)
+                    except Exception:  # noqa: BLE001 - a listener bug must not stop the log
+                        log.exception("decision listener failed")
+        self._dispatched_epoch, self._dispatched_seq = epoch, max(next_, done)
 
     async def drain_once(self) -> int:
         """One pull (following up while the ring has more); returns the records handled."""
@@ -302,15 +322,11 @@ class Drainer:
                 )
             for rec in records:
                 lines.append({"type": "decision", "epoch": epoch, "loggedAt": now, **rec})
+            # The listeners first: a requeue must not wait for the log's disk. When the write fails,
+            # the cursor stays and the same records come again; they are not dispatched twice.
+            self._dispatch(epoch, records, next_)
             if self.log is not None and lines:
                 await self.log.awrite(lines)
-            for rec in records:
-                if rec.get("verdict") in ("delay", "reject"):
-                    for listener in self.listeners:
-                        try:
-                            listener(rec)
-                        except Exception:  # noqa: BLE001 - a listener bug must not stop the log
-                            log.exception("decision listener failed")
             self.next = next_
             if self.log is not None:
                 self.log.save_cursor({"epoch": self.epoch, "next": self.next})
@@ -404,7 +420,9 @@ class LoadProbe:
                         body = json.loads(await read_capped(resp, LOAD_ANSWER_BYTES))
                     result = body["data"]["result"]
                     if result:
-                        out[column] = round(float(result[0]["value"][1]), 4)
+                        value = float(result[0]["value"][1])
+                        if math.isfinite(value):  # Prometheus answers NaN for 0/0; JSON cannot hold it
+                            out[column] = round(value, 4)
                 except (
                     TimeoutError,
                     aiohttp.ClientError,
@@ -436,6 +454,9 @@ class OutcomeTracker:
         self.memory = memory
         self._seen: OrderedDict[str, set[str]] = OrderedDict()
         self._probes: set[asyncio.Task[None]] = set()
+        self._once = LogOnce(log, 100).log
+        self.probe_failures = 0
+        """Load outcomes that could not be logged (the first error is logged)."""
 
     def _mark(self, uid: str, event: str) -> bool:
         """True the first time (uid, event) is seen."""
@@ -503,7 +524,13 @@ class OutcomeTracker:
     async def _probe_later(self, ref: Mapping[str, Any], node: str) -> None:
         await asyncio.sleep(self.load_delay_s)
         assert self.probe is not None
-        load = await self.probe.sample(node)
+        try:
+            await self._write_load(ref, node, await self.probe.sample(node))
+        except Exception as exc:  # noqa: BLE001 - a background task: an error here would go unseen
+            self.probe_failures += 1
+            self._once("probe", logging.ERROR, "cannot log the load of node %s: %s", node, describe(exc))
+
+    async def _write_load(self, ref: Mapping[str, Any], node: str, load: dict[str, float]) -> None:
         if load:
             await self.write(
                 [

@@ -382,6 +382,11 @@ async def refresh(
         return
     ok = serves(view, expected)
     was_degraded = (degraded or {}).get("status") == "True"
+    # An extender that answers again after an outage but no longer serves this generation drifted —
+    # unless the outage was a rollout's of this generation (never rolled out yet: its retry goes on).
+    last_good = status.get("lastGood") if status else None
+    rolled_out = isinstance(last_good, Mapping) and last_good.get("generation") == generation
+    came_back = (degraded or {}).get("reason") == "ExtenderUnreachable" and rolled_out
     if ok and was_degraded:
         message = f"the extender serves {bundle_label(expected)} again"
         patch.status["model"] = _model_status(view)
@@ -393,7 +398,7 @@ async def refresh(
             _degraded(False, "AsExpected", "", generation),
         )
         _transition(body, "Normal", "Recovered", message)
-    elif not ok and not was_degraded:
+    elif not ok and (not was_degraded or came_back):
         message = (
             f"the extender serves mode={view.mode} fallback={view.fallback} model={view.model_path or 'none'}"
             f"{' (load error: ' + view.error + ')' if view.error else ''}, not the rolled-out "
@@ -479,7 +484,7 @@ async def pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any
             log.error("cannot write an outcome to the decision log: %s", exc)
     if type != "DELETED":
         pod = pending_pod(body, rt.settings.requeue.annotation)
-        if pod is not None and pod.rejected:
+        if pod is not None and pod.rejected and not pod.rejection_noted:
             rt.rejections.rejected(pod.uid, pod.namespace, pod.name, pod.rejected)
 
 

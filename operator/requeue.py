@@ -45,13 +45,16 @@ log = logging.getLogger("rlsched.operator.requeue")
 
 DELAYED = re.compile(r"delayed by policy[^(]*(?:\(retry in (\d+(?:\.\d+)?)s\))?")
 """The extender's filter reason for a delayed pod (rlsched.extender.verbs, ``_verdict``)."""
-REJECTED = re.compile(r"rejected by policy[^:.]*:?\s*")
-"""Where the policy's reason for a rejected pod starts; it runs to kube-scheduler's "preemption:"
-or the end. Only the prefix is matched and the rest cut with ``str.partition``: one pattern that
-also matched the end with a lazy group took quadratic time on long whitespace runs."""
+REJECTED = re.compile(r"rejected by policy(?: [a-z0-9](?:[-a-z0-9.]*[a-z0-9])?)?:?\s*")
+"""Where the policy's reason for a rejected pod starts, after the scheduler's name (a DNS-1123
+subdomain: dots allowed, never last); it runs to kube-scheduler's "preemption:" or the end. Only
+the prefix is matched and the rest cut with ``str.partition``: one pattern that also matched the
+end with a lazy group took quadratic time on long whitespace runs."""
 MAX_CONDITION_MESSAGE = 4096
 """Characters of a PodScheduled message that are parsed: the extender's reasons sit at its start,
 and pending_pod runs on every pod watch event, so a huge message must not cost more than this."""
+REJECTED_ANNOTATION = "rlsched.io/policy-rejected"
+"""Set on a pod the policy rejected, with the reason (:class:`Rejections`)."""
 RETRY_AFTER_FACTOR = 10.0
 """A policy's ``retryAfterSeconds`` is cut to this many times ``requeue.maxS``: kube-scheduler retries
 the pod itself every 5 minutes anyway, and the policy may delay it again when it is asked."""
@@ -85,6 +88,8 @@ class PendingPod:
     retry_after_s: float | None
     rejected: str | None
     """The policy's reason when the condition says "rejected by policy"."""
+    rejection_noted: bool = False
+    """The pod carries :data:`REJECTED_ANNOTATION`: its rejection was told (before a restart, maybe)."""
 
 
 def pending_pod(body: Mapping[str, Any], annotation: str) -> PendingPod | None:
@@ -94,9 +99,10 @@ def pending_pod(body: Mapping[str, Any], annotation: str) -> PendingPod | None:
     status = body.get("status") or {}
     if spec.get("nodeName") or meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
         return None
+    annotations = meta.get("annotations") or {}
     try:
-        attempt = int((meta.get("annotations") or {}).get(annotation, "0"))
-    except ValueError:
+        attempt = int(annotations.get(annotation, "0"))
+    except (TypeError, ValueError):
         attempt = 0
     delayed, retry, rejected = False, None, None
     for c in status.get("conditions") or []:
@@ -120,6 +126,7 @@ def pending_pod(body: Mapping[str, Any], annotation: str) -> PendingPod | None:
         delayed=delayed,
         retry_after_s=retry,
         rejected=rejected,
+        rejection_noted=isinstance(annotations, Mapping) and REJECTED_ANNOTATION in annotations,
     )
 
 
@@ -196,7 +203,12 @@ class Requeuer:
         if not self.settings.enabled or uid in self._due or uid in self._gave_up:
             return
         known = self.lookup(uid)
-        done = known.attempt if known is not None else 0
+        if known is None:
+            # bound, gone, or not yet in the index (the sweep finds it there): a record read again
+            # after a restart must not announce a requeue to a pod that no longer waits
+            log.debug("pod %s/%s delayed, but it is not a pending pod of ours: no requeue", namespace, name)
+            return
+        done = known.attempt
         if done >= self.settings.max_attempts:
             self._give_up(uid, namespace, name, done)
             return
@@ -382,12 +394,20 @@ class Rejections:
     policy limits to ``rlsched.io/`` annotations. kube-scheduler's own PodScheduled condition already
     carries the reason ("rejected by policy: ...")."""
 
-    ANNOTATION = "rlsched.io/policy-rejected"
+    ANNOTATION = REJECTED_ANNOTATION
     MAX_MESSAGE = 1024
     """Characters of the reason kept in the annotation (the event is cut at the same length)."""
 
-    def __init__(self, patch: Patch, event: Event, memory: int = 50_000):
-        self.patch, self.event, self.memory = patch, event, memory
+    def __init__(
+        self,
+        patch: Patch,
+        event: Event,
+        memory: int = 50_000,
+        lookup: Callable[[str], PendingPod | None] | None = None,
+    ):
+        """``lookup``: the pending pods of our scheduler by UID (kopf's index); a decision record about
+        any other pod (bound, gone, or told before a restart) is then passed over."""
+        self.patch, self.event, self.memory, self.lookup = patch, event, memory, lookup
         self._done: OrderedDict[str, None] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
         self.notified = 0
@@ -396,8 +416,13 @@ class Rejections:
         if record.get("verdict") != "reject":
             return
         pod = record.get("pod") or {}
+        uid = pod.get("uid", "")
+        if self.lookup is not None and isinstance(uid, str):
+            known = self.lookup(uid)
+            if known is None or known.rejection_noted:
+                return  # a pending pod not yet in the index comes back through its own watch event
         reason = str(record.get("reason") or "no reason given")
-        self.rejected(pod.get("uid", ""), pod.get("namespace", ""), pod.get("name", ""), reason)
+        self.rejected(uid, pod.get("namespace", ""), pod.get("name", ""), reason)
 
     def rejected(self, uid: str, namespace: str, name: str, reason: str) -> None:
         if not uid or uid in self._done:

@@ -113,7 +113,7 @@ def start_runtime(
     sink = make_sink(settings, kube)
     rollout = Rollout(sink, client, ModelFetcher(kube), ext.rollout_timeout_s, ext.poll_interval_s)
     requeuer = Requeuer(settings.requeue, lookup, pending, kube.patch_pod_annotations, kube.post_event)
-    rejections = Rejections(kube.patch_pod_annotations, kube.post_event)
+    rejections = Rejections(kube.patch_pod_annotations, kube.post_event, lookup=lookup)
     dl = settings.decision_log
     decision_log = tracker = None
     holder: dict[str, Any] = {}

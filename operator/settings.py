@@ -9,11 +9,14 @@ the valid ones, so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import dataclasses
+import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlsched.extender.decision_ring import MAX_READ
 from rlsched.extender.settings import ConfigError, GpuConventions, PrometheusSettings, camel, merge, read_yaml
 
 __all__ = ["OperatorSettings", "SettingsError", "camel", "load_settings"]
@@ -248,6 +251,11 @@ def from_mapping(data: Mapping[str, Any], base: OperatorSettings | None = None) 
     return merge(base if base is not None else OperatorSettings(), data)
 
 
+def _positive(seconds: float) -> bool:
+    """A finite number above 0 (NaN and inf are not: a loop would spin or never run)."""
+    return math.isfinite(seconds) and seconds > 0
+
+
 def validate(s: OperatorSettings) -> OperatorSettings:
     """Cross-field checks; returns ``s`` with derived defaults filled in."""
     if s.sink.kind not in ("configmap", "directory"):
@@ -272,9 +280,30 @@ def validate(s: OperatorSettings) -> OperatorSettings:
             f"requeue.annotation: {r.annotation!r} must start with rlsched.io/ "
             "(the only pod annotations the operator may change)"
         )
+    if not _positive(r.sweep_interval_s):
+        raise SettingsError(f"requeue.sweepIntervalS: must be a positive number of seconds, got {r.sweep_interval_s!r}")
     d = s.decision_log
     if d.segment_bytes < 4096 or d.max_bytes < 2 * d.segment_bytes:
         raise SettingsError("decisionLog: segmentBytes must be at least 4096 and maxBytes at least twice segmentBytes")
+    if not 1 <= d.drain_limit <= MAX_READ:
+        raise SettingsError(
+            f"decisionLog.drainLimit: must be 1..{MAX_READ} (what the extender answers), got {d.drain_limit}"
+        )
+    if not _positive(d.drain_interval_s):
+        raise SettingsError(
+            f"decisionLog.drainIntervalS: must be a positive number of seconds, got {d.drain_interval_s!r}"
+        )
+    if not (math.isfinite(d.load_delay_s) and d.load_delay_s >= 0):
+        raise SettingsError(f"decisionLog.loadDelayS: must be a number of seconds, 0 or more, got {d.load_delay_s!r}")
+    k = s.kubernetes
+    if not (_positive(k.request_timeout_s) and _positive(k.outage_tolerance_s)):
+        raise SettingsError("kubernetes: requestTimeoutS and outageToleranceS must be positive numbers of seconds")
+    if not (s.policy.name and s.policy.namespace):
+        raise SettingsError("policy: name and namespace must not be empty (the SchedulingPolicy this operator serves)")
+    if s.sink.max_model_bytes < 1:
+        raise SettingsError(f"sink.maxModelBytes: must be positive, got {s.sink.max_model_bytes}")
+    if s.log_level.upper() not in logging.getLevelNamesMapping():
+        raise SettingsError(f"logLevel: {s.log_level[:40]!r} is not one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
     if s.metrics_endpoint:
         from .metrics import parse_endpoint
 

@@ -56,7 +56,8 @@ class ReadStats:
     torn_tails: int = 0
     """Segments whose last line was cut short (a crash mid-write)."""
     bad_lines: int = 0
-    """Lines that are not a JSON object (corruption); skipped."""
+    """Lines that are not a JSON object (corruption), or decision and outcome records whose fields
+    have the wrong types (:func:`load_examples`); skipped."""
     unknown_format: int = 0
     """Segments whose header names a format this reader does not know; skipped whole."""
 
@@ -169,6 +170,10 @@ def load_examples(path: str | Path, stats: ReadStats | None = None) -> list[Deci
     outcomes: dict[str, dict[str, dict[str, Any]]] = {}
     for rec in iter_records(path, stats):
         kind = rec.get("type")
+        if kind in ("decision", "outcome") and not _well_typed(rec):
+            if stats is not None:
+                stats.bad_lines += 1
+            continue
         if kind == "decision" and rec.get("kind") == "filter":
             uid = (rec.get("pod") or {}).get("uid")
             if not uid:
@@ -225,6 +230,33 @@ def load_examples(path: str | Path, stats: ReadStats | None = None) -> list[Deci
         if ex.action == "place" and last_place.get(ex.pod_uid) != i:
             ex.outcome = Outcome()
     return out
+
+
+_OPTIONAL_TEXT = ("node", "servedBy", "scorer", "modelVersion", "mode", "verdict", "event", "how")
+
+
+def _well_typed(rec: Mapping[str, Any]) -> bool:
+    """Whether a decision or outcome record's fields have the types the join reads: the log holds
+    what an extender answered, which this reader does not trust."""
+    pod = rec.get("pod")
+    if pod is not None and not (
+        isinstance(pod, dict) and all(isinstance(pod.get(k, ""), str) for k in ("uid", "namespace", "name"))
+    ):
+        return False
+    if any(rec.get(k) is not None and not isinstance(rec[k], str) for k in _OPTIONAL_TEXT):
+        return False
+    for k in ("time", "loggedAt"):
+        if rec.get(k) is not None and _num(rec[k]) is None:
+            return False
+    cards = rec.get("cards")
+    if cards is not None and not (
+        isinstance(cards, list) and all(isinstance(c, int) and not isinstance(c, bool) for c in cards)
+    ):
+        return False
+    for k in ("features", "shadow", "load"):
+        if rec.get(k) is not None and not isinstance(rec[k], dict):
+            return False
+    return rec.get("topScores") is None or isinstance(rec["topScores"], list)
 
 
 def _num(v: Any) -> float | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -352,6 +353,7 @@ async def test_load_probe_reads_a_bounded_answer() -> None:
         "cpu": {"status": "success", "data": {"result": [{"metric": {}, "value": [0, "0.25"]}]}},
         "memory": {"status": "success", "data": {"result": [{"metric": {"x": "y" * 1000}, "value": [0, "1"]}] * 2000}},
         "network": "[" * 100_000 + "]" * 100_000,
+        "gpu": {"status": "success", "data": {"result": [{"metric": {}, "value": [0, "NaN"]}]}},
     }
 
     async def query(request: web.Request) -> web.Response:
@@ -364,3 +366,70 @@ async def test_load_probe_reads_a_bounded_answer() -> None:
         probe = LoadProbe(str(server.make_url("")), {c: c + "{NODE_SELECTOR}" for c in answers})
         assert len(json.dumps(answers["memory"])) > LOAD_ANSWER_BYTES
         assert await probe.sample("n1") == {"cpu": 0.25}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"cards": ["0x1"]},
+        {"time": "2026-01-01T00:00:00Z"},
+        {"pod": "ns/b"},
+        {"pod": {"uid": ["b"], "namespace": "ns", "name": "b"}},
+        {"node": 7},
+        {"features": ["x"]},
+        {"cards": [True]},
+    ],
+)
+def test_a_badly_typed_record_is_skipped_and_counted_not_fatal(tmp_path: Path, bad: dict) -> None:
+    log = DecisionLog(tmp_path, segment_bytes=1 << 20, max_bytes=4 << 20)
+    good = {"type": "decision", "epoch": "1", "seq": 1, "time": 1767225601.0, **filter_record("a", node="n1")}
+    worse = {"type": "decision", "epoch": "1", "seq": 2, "time": 1767225602.0, **filter_record("b", node="n2")}
+    log.append([good, worse | bad])
+    log.close()
+    stats = ReadStats()
+    assert [e.pod_uid for e in load_examples(tmp_path, stats)] == ["a"]
+    assert stats.bad_lines == 1
+    _, summary = summarize(tmp_path)
+    assert summary.examples == 1
+
+
+async def test_verdicts_reach_the_requeue_when_the_log_cannot_be_written_and_only_once(tmp_path: Path) -> None:
+    class FullLog(DecisionLog):
+        full = True
+
+        def append(self, lines: list) -> None:
+            if self.full:
+                raise OSError(28, "No space left on device")
+            super().append(lines)
+
+    client = RingClient()
+    log = FullLog(tmp_path / "log", segment_bytes=1 << 20, max_bytes=4 << 20)
+    seen: list[dict] = []
+    d = Drainer(client, log, [seen.append])
+    client.ring.append(filter_record("a", node=None, verdict="delay"))
+    with pytest.raises(OSError):
+        await d.drain_once()
+    assert [r["pod"]["uid"] for r in seen] == ["a"] and d.next == 0  # dispatched; the cursor waits
+    client.ring.append(filter_record("b", node=None, verdict="reject"))
+    with pytest.raises(OSError):
+        await d.drain_once()
+    assert [r["pod"]["uid"] for r in seen] == ["a", "b"]
+    log.full = False
+    assert await d.drain_once() == 2
+    assert [r["pod"]["uid"] for r in seen] == ["a", "b"] and d.next == 2
+    assert [r["pod"]["uid"] for r in iter_records(tmp_path / "log") if r["type"] == "decision"] == ["a", "b"]
+    log.close()
+
+
+async def test_a_load_outcome_that_cannot_be_written_is_counted_not_lost_in_a_task() -> None:
+
+    class Probe:
+        async def sample(self, node: str) -> dict:
+            return {"cpu": 0.5}
+
+    async def broken(lines: list) -> None:
+        raise OSError(28, "No space left on device")
+
+    tracker = OutcomeTracker(broken, cast("Any", Probe()), load_delay_s=0.0)
+    await tracker._probe_later({"uid": "a"}, "n1")
+    assert tracker.probe_failures == 1

@@ -56,8 +56,9 @@ def body(spec: dict, generation: int = 1, status: dict | None = None) -> dict:
     }
 
 
-async def call(fn, b: dict, memo: kopf.Memo, reason: str = "create") -> kopf.Patch:
-    patch = kopf.Patch()
+async def call(fn, b: dict, memo: kopf.Memo, reason: str = "create", patch: kopf.Patch | None = None) -> kopf.Patch:
+    """``fn`` as kopf calls it; ``patch`` collects what it wrote even when it raises."""
+    patch = kopf.Patch() if patch is None else patch
     await fn(
         body=b,
         spec=b["spec"],
@@ -228,6 +229,43 @@ async def test_refresh_reports_counts_drift_and_recovery(env) -> None:
     ext.engine._file_key = None  # the next poll re-reads the published policy file
     p = await call(handlers.refresh, body({}, status=status), memo)
     assert cond(p, "Ready")["status"] == "True" and events[-1][1] == "Recovered"
+
+
+async def test_refresh_reports_drift_when_the_extender_comes_back_from_an_outage_without_the_policy(env) -> None:
+    import dataclasses
+
+    memo, kube, ext, events = env
+    add_model(kube, "models", fake_model("v1"))
+    spec = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "models", "key": "m.npz"}}}
+    first = await call(handlers.reconcile, body(spec), memo)
+    status = {"conditions": first.status["conditions"], "observedGeneration": 1, "lastGood": first.status["lastGood"]}
+    ext.reachable = False  # the extender restarts ...
+    p = await call(handlers.refresh, body(spec, status=status), memo)
+    assert cond(p, "Degraded")["reason"] == "ExtenderUnreachable"
+    status["conditions"] = p.status["conditions"]
+    ext.reachable = True  # ... and comes back with other settings
+    ext.engine.settings = dataclasses.replace(ext.engine.settings, mode="off")
+    p = await call(handlers.refresh, body(spec, status=status), memo)
+    assert cond(p, "Degraded")["reason"] == "Drift" and events[-1][1] == "Drift"
+
+
+async def test_refresh_leaves_a_retrying_rollouts_outage_to_the_rollout(env) -> None:
+    import dataclasses
+
+    memo, kube, ext, events = env
+    add_model(kube, "models", fake_model("v1"))
+    spec = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "models", "key": "m.npz"}}}
+    ext.reachable = False
+    failed = kopf.Patch()
+    with pytest.raises(kopf.TemporaryError):
+        await call(handlers.reconcile, body(spec), memo, patch=failed)
+    status = {"conditions": failed.status["conditions"], "observedGeneration": 1}
+    ext.reachable = True
+    await ext.status()  # it reads the published files ...
+    ext.engine.settings = dataclasses.replace(ext.engine.settings, mode="off")  # ... and serves something else
+    events.clear()
+    p = await call(handlers.refresh, body(spec, status=status), memo)
+    assert "conditions" not in p.status and events == []  # no Drift flashes before the retry
 
 
 async def test_delete_returns_the_extender_to_its_own_settings(env) -> None:

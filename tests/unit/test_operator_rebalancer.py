@@ -611,7 +611,7 @@ async def test_mirror_and_terminating_pods_are_never_moved() -> None:
 
 async def test_unreadable_objects_are_skipped_and_the_cycle_goes_on() -> None:
     bad = pod("bad", "n0", gpus=1)
-    bad["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1e999999"
+    bad["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "not-a-quantity"
     junk: Any = ["not", "a", "pod"]
     kube = fragmented()
     kube.pods = [*kube.pods, bad, junk, {"metadata": None}, {"metadata": ["x"]}, {"metadata": {"uid": 5}}, None]
@@ -619,6 +619,21 @@ async def test_unreadable_objects_are_skipped_and_the_cycle_goes_on() -> None:
     rb, _ = make(kube)
     report = await rb.cycle(spec(), None)
     assert report.outcome == "planned" and [e[0] for e in kube.evictions] == ["team/a"]
+
+
+async def test_a_running_pod_beyond_its_nodes_cpu_is_counted_and_the_planner_copes() -> None:
+    """kube-scheduler counts a running pod whatever it asked; so does the state (its cpu goes below 0),
+    and the planner's trial moves put every pod back as it was."""
+    huge = pod("huge", "n0", gpus=1)
+    huge["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1e999999"
+    kube = fragmented()
+    kube.pods = [*kube.pods, huge]
+    rb, _ = make(kube)
+    report = await rb.cycle(spec(), None)
+    assert report.outcome in ("planned", "no_moves")
+    entry = next(e for e in rb.cache.pods.values() if e.key.endswith("/huge"))
+    state = rb.cache.state
+    assert entry.placement is not None and state is not None and int(state.cpu_free[state.index["n0"]]) < 0
 
 
 async def test_a_move_the_planner_should_not_have_made_is_refused() -> None:

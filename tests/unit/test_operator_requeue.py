@@ -55,6 +55,49 @@ def test_pending_pod_reads_the_extenders_reasons() -> None:
     assert pending_pod(pod_body(attempt="junk"), ANN).attempt == 0
 
 
+@pytest.mark.parametrize(
+    ("message", "reason"),
+    [
+        ("0/4 nodes are available: 3 rejected by policy rl.scheduler: needs 9 GPUs. preemption: x", "needs 9 GPUs"),
+        ("0/4 nodes are available: 3 rejected by policy rl-scheduler: needs 9 GPUs. preemption: x", "needs 9 GPUs"),
+        ("0/4 nodes are available: 3 rejected by policy a.b.c. preemption: 0/4 nodes", "rejected by policy"),
+        ("0/4 nodes are available: 3 rejected by policy rl-scheduler", "rejected by policy"),
+    ],
+)
+def test_the_rejection_reason_follows_a_scheduler_name_with_dots(message: str, reason: str) -> None:
+    assert pending_pod(pod_body(message=message), ANN).rejected == reason
+
+
+def test_a_pod_whose_rejection_was_told_says_so() -> None:
+    body = pod_body(message="0/4 nodes are available: 4 rejected by policy rl-scheduler: too big.")
+    assert not pending_pod(body, ANN).rejection_noted
+    body["metadata"]["annotations"][Rejections.ANNOTATION] = "the scheduling policy rejected this pod: too big"
+    assert pending_pod(body, ANN).rejection_noted
+
+
+async def test_a_delay_of_a_pod_that_is_not_pending_is_not_announced() -> None:
+    h = Harness()
+    h.r.on_verdict(h.record("bound-or-gone"))  # read again from the ring after a restart, say
+    await asyncio.sleep(0)
+    assert h.r.scheduled == 0 and h.kube.events == []
+
+
+async def test_rejections_pass_over_pods_that_are_not_pending_or_were_told() -> None:
+    kube = FakeKube()
+    index = {
+        "u1": PendingPod("u1", "ns", "p1", 0, False, None, "too big"),
+        "u2": PendingPod("u2", "ns", "p2", 0, False, None, "too big", rejection_noted=True),
+    }
+    for uid, name in (("u1", "p1"), ("u2", "p2"), ("u3", "p3")):
+        kube.add_pod("ns", name, uid)
+    rej = Rejections(kube.patch_pod_annotations, kube.post_event, lookup=index.get)
+    for uid, name in (("u1", "p1"), ("u2", "p2"), ("u3", "p3")):
+        rej.on_verdict({"verdict": "reject", "reason": "too big", "pod": {"uid": uid, "namespace": "ns", "name": name}})
+    await asyncio.sleep(0.01)
+    assert [e["ref"]["name"] for e in kube.events] == ["p1"]
+    await rej.close()
+
+
 class Harness:
     def __init__(self, **kw) -> None:
         self.kube = FakeKube()

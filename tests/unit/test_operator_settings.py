@@ -39,6 +39,18 @@ def test_yaml_then_flags(tmp_path: Path) -> None:
             "requeue:\n  annotation: example.com/requeue\n",
             "requeue.annotation: 'example.com/requeue' must start with rlsched.io/",
         ),
+        ("decisionLog:\n  drainLimit: 20000\n", "decisionLog.drainLimit: must be 1..10000"),
+        ("decisionLog:\n  drainLimit: 0\n", "decisionLog.drainLimit: must be 1..10000"),
+        ("decisionLog:\n  drainIntervalS: 0\n", "decisionLog.drainIntervalS: must be a positive"),
+        ("decisionLog:\n  drainIntervalS: -1\n", "decisionLog.drainIntervalS: must be a positive"),
+        ("decisionLog:\n  loadDelayS: -5\n", "decisionLog.loadDelayS: must be a number of seconds"),
+        ("requeue:\n  sweepIntervalS: .nan\n", "requeue.sweepIntervalS: must be a positive"),
+        ("requeue:\n  sweepIntervalS: 0\n", "requeue.sweepIntervalS: must be a positive"),
+        ("kubernetes:\n  requestTimeoutS: .nan\n", "requestTimeoutS and outageToleranceS must be positive"),
+        ("kubernetes:\n  outageToleranceS: -1\n", "requestTimeoutS and outageToleranceS must be positive"),
+        ("policy:\n  name: ''\n", "policy: name and namespace must not be empty"),
+        ("sink:\n  maxModelBytes: -1\n", "sink.maxModelBytes: must be positive"),
+        ("logLevel: VERBOSE\n", "logLevel: 'VERBOSE' is not one of"),
     ],
 )
 def test_errors_name_the_key(tmp_path: Path, data: str, fragment: str) -> None:

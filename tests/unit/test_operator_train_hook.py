@@ -36,6 +36,29 @@ def write_log(path: Path) -> None:
     log.close()
 
 
+def fake_trainer(monkeypatch: pytest.MonkeyPatch) -> dict:
+    """A PPO trainer that records the traces it was given and stops."""
+    seen: dict = {}
+
+    def fake_train(args):
+        seen["traces"] = args.traces
+        raise SystemExit(0)
+
+    fake = types.ModuleType("fake_trainer")
+    fake.train = fake_train
+    for name in ("rlsched.policy.ppo.trainer", "rlsched.policy.ppo.train"):
+        monkeypatch.setitem(sys.modules, name, fake)
+    return seen
+
+
+def gpu_nodes(tmp_path: Path) -> Path:
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text(
+        json.dumps({"nodes": [{"name": "n", "cpu": "32", "memory": "64Gi", "gpus": 8, "gpuModel": "V100M16"}]})
+    )
+    return nodes
+
+
 def test_prepare_fine_tune_writes_a_trace_the_trainer_reads(tmp_path: Path) -> None:
     write_log(tmp_path / "log")
     trace, summary = prepare_fine_tune(tmp_path / "log", tmp_path / "out")
@@ -53,20 +76,8 @@ def test_train_cli_swaps_the_traces(
     from rlsched.cli import main
 
     write_log(tmp_path / "log")
-    seen = {}
-
-    def fake_train(args):
-        seen["traces"] = args.traces
-        raise SystemExit(0)
-
-    fake = types.ModuleType("fake_trainer")
-    fake.train = fake_train
-    for name in ("rlsched.policy.ppo.trainer", "rlsched.policy.ppo.train"):
-        monkeypatch.setitem(sys.modules, name, fake)
-    nodes = tmp_path / "nodes.json"
-    nodes.write_text(
-        json.dumps({"nodes": [{"name": "n", "cpu": "32", "memory": "64Gi", "gpus": 8, "gpuModel": "V100M16"}]})
-    )
+    seen = fake_trainer(monkeypatch)
+    nodes = gpu_nodes(tmp_path)
     with pytest.raises(SystemExit):
         main(
             [
@@ -87,3 +98,19 @@ def test_train_cli_swaps_the_traces(
         main(["train", "--from-decisions", str(tmp_path / "nowhere"), "--nodes", str(nodes), "--traces", str(nodes)])
         == 2
     )
+
+
+def test_from_decisions_needs_no_default_trace_where_it_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default --traces (relative to the working directory) is replaced by the log's workload, so
+    it is not looked for: the documented command works from any folder."""
+    from rlsched.cli import main
+
+    write_log(tmp_path / "log")
+    seen = fake_trainer(monkeypatch)
+    nodes = gpu_nodes(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    with pytest.raises(SystemExit):
+        main(["train", "--from-decisions", str(tmp_path / "log"), "--nodes", str(nodes), "--out-dir", "out"])
+    assert seen["traces"] == (str(Path("out") / "decisions-workload.json"),)

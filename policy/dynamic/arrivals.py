@@ -87,6 +87,8 @@ def arrival_rate(pods: Sequence[PodSpec], gpu_capacity_milli: int, settings: Arr
     busy = float((gpu * life).mean())
     if busy <= 0:
         raise ValueError("no pod in the trace asks for a GPU: the offered GPU load is undefined")
+    if gpu_capacity_milli <= 0:
+        raise ValueError("no node has a GPU: the offered GPU load, and so the arrival rate, is undefined")
     return settings.load * gpu_capacity_milli / busy
 
 

@@ -150,7 +150,7 @@ class LivingCore:
         cards = self.encoder.cards_at(self.state, self.req, cand, position)
         frag = self.cluster.measure.node_frag(self.state)
         before = float(frag[node])
-        was_idle = bool(self.state.cpu_free[node] == self.state.cpu_cap[node])
+        was_idle = bool(self.state.pods[node] == 0)  # no pod at all (one may ask for no CPU)
         hot_before = self.cluster.hot_after(node)
         w = self.config.reward
         exposure_before = self._ls_exposure(node) if w.ls else 0.0

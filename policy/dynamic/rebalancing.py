@@ -44,14 +44,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..cluster import ClusterState, NodeSpec, PodRequest, PodSpec
-from ..decision import decide
 from ..rebalance import Candidate, RebalanceSettings, plan_moves
 from ..rebalance_weights import read_weights_file
 from ..resources import MILLI_PER_CARD
 from ..scorers import NodeScores, Scorer, TieBreak
 from ..typical import TypicalPods
 from .objective import DynamicResult
-from .simulator import DynamicSettings, LivingCluster
+from .simulator import DynamicSettings, LivingCluster, serve_pod
 
 REBALANCERS = ("none", "heuristic", "heuristic-usage", "high-node-utilization")
 """Names ``rlsched evaluate --mode dynamic --rebalancer`` accepts (and ``learned:FILE``)."""
@@ -190,7 +189,10 @@ class RebalanceHook:
         out = []
         for i in cluster.running():
             i = int(i)
-            start = self.started.get(i, cluster.arrivals[i].time)
+            # since its last start: its move, its placement, or (the start's population, placed
+            # before the window with no time recorded) its arrival
+            placed = cluster.placed_at[i]
+            start = self.started.get(i, cluster.arrivals[i].time if np.isnan(placed) else placed)
             if cluster.now - start >= s.min_age_s and self.moves.get(i, 0) < s.max_moves_per_pod:
                 out.append(i)
         return out
@@ -330,9 +332,7 @@ def run_rebalanced(
         hook = RebalanceHook(rebalancer, rebalancing, typical, scorer)
         cluster.tick_hooks.append(hook)
     for i in cluster.decisions():
-        decision = decide(scorer, cluster.state, cluster.request(i), cluster.tiebreak)
-        if decision is not None:
-            cluster.place(i, decision.node, decision.cards)
+        serve_pod(cluster, i, scorer)  # the delay head too, as in run_dynamic
     result = cluster.finish(time.perf_counter() - start)
     if hook is None:
         return result, RebalanceStats()

@@ -28,7 +28,7 @@ from ..cluster import LATENCY_SENSITIVE, NodeSpec, PodSpec
 from ..feasibility import unresolvable_mask
 from ..typical import TypicalPods
 from .objective import wait_summary
-from .simulator import DynamicSettings, LivingCluster
+from .simulator import DynamicSettings, LivingCluster, scrape_ticks
 from .usage import PodUsage
 
 USAGE_ANNOTATION = "rlsched.io/usage"
@@ -165,7 +165,7 @@ class PodTimeline:
 
 def tick_times(window_s: float, interval_s: float) -> np.ndarray:
     """The simulator's measured scrape ticks in simulated seconds: 0, interval, ... (before the window's end)."""
-    return np.arange(int(window_s // interval_s)) * interval_s
+    return np.arange(scrape_ticks(window_s, interval_s)) * interval_s
 
 
 def measure_timelines(

@@ -11,8 +11,10 @@ One run, in order:
 3. Replay the window: departures, arrivals and scrapes in time order (departures first at equal
    times). A pod that fits nowhere waits in the pending queue; after a departure from node ``n``
    only ``n`` gained room, so each waiting pod is tried again if it fits there (kube-scheduler
-   retries unschedulable pods on cluster events; it does not hold the line in FIFO order). A pod
+   retries unschedulable pods on cluster events; it does not hold the line in FIFO order); a node a
+   rebalancer's eviction emptied is offered the same way, before the evicted pods come back. A pod
    that could not fit even on an empty node (or has no node of its GPU model) is rejected at once.
+   A window that is not a whole number of scrape intervals ends with a shorter interval.
 4. At every scrape (``ScrapeSettings.interval_s``) take the true usage of every running pod and
    sum it per node: that is the ground truth for SLA accounting over the following interval, and,
    with noise, misses and staleness, what the scheduler sees next (:mod:`.scrape`).
@@ -20,7 +22,8 @@ One run, in order:
 Measured over the window only (:class:`DynamicResult`): time-averaged GPU allocation and FGD
 fragmentation ("stranded GPUs"), queueing delay (arrival → placement; pods still waiting at the
 end count with the wait so far), SLA violations (node-seconds above a utilization threshold, and
-the latency-sensitive pods on such nodes), cost (price × busy node time) and rejected pods.
+the latency-sensitive pods on such nodes), cost (price × the time a node holds any pod) and
+rejected pods.
 """
 
 from __future__ import annotations
@@ -106,6 +109,9 @@ class LivingCluster:
         """Seconds each pod still has to run once placed (less after an eviction)."""
         self.ends_at = np.full(a, np.inf)
         self.evictions = 0
+        self._freed: list[int] = []
+        """Nodes evictions emptied since the last offer of the waiting pods."""
+        self._misses_before = 0
         self.tick_hooks: list[Callable[[LivingCluster], None]] = []
         """Called after every measured scrape with the cluster (a rebalancer evicts pods here)."""
         self.holds = np.zeros(a, dtype=np.int64)
@@ -160,6 +166,7 @@ class LivingCluster:
         self.remaining[i] = max(self.ends_at[i] - self.now, self.settings.arrivals.min_lifetime_s)
         node = self._depart(i)
         self.evictions += 1
+        self._freed.append(node)
         heapq.heappush(self.events, (self.now, RETURN, i))
         return node
 
@@ -194,7 +201,7 @@ class LivingCluster:
     # -- the clock -----------------------------------------------------------------------------
     def decisions(self) -> Iterator[int]:
         """Run the clock; yield every pod that needs a decision (see the module docstring)."""
-        state, window = self.state, self.settings.arrivals.window_s
+        window = self.settings.arrivals.window_s
         interval = self.settings.scrape.interval_s
         initial = [i for i, a in enumerate(self.arrivals) if a.time < 0]
         step = max(1, len(initial) // 100)
@@ -207,8 +214,10 @@ class LivingCluster:
         self.result.initial_waiting = len(self.waiting)
         self.result.rejected_initial = len(self.rejected)
         self._rejected_before = len(self.rejected)
+        self._misses_before = self.scraper.misses
         self.events.extend((a.time, ARRIVE, i) for i, a in enumerate(self.arrivals) if a.time >= 0)
-        self.events.extend((k * interval, SCRAPE, k) for k in range(int(window // interval)))
+        # a window that is not a whole number of intervals ends with a shorter one (_scrape's seconds)
+        self.events.extend((k * interval, SCRAPE, k) for k in range(scrape_ticks(window, interval)))
         heapq.heapify(self.events)
         while self.events:
             now, kind, i = heapq.heappop(self.events)
@@ -218,17 +227,25 @@ class LivingCluster:
             if kind == DEPART:
                 if self.node_of[i] < 0 or self.ends_at[i] != now:
                     continue  # evicted since: this departure belongs to a placement that no longer exists
-                node = self._depart(i)
-                for j in list(self.waiting):
-                    if fits_on(state, self.request(j), node):
-                        self.waiting.remove(j)
-                        yield from self._offer(j, queued=True)
+                yield from self._offer_waiting(self._depart(i))
             elif kind in (ARRIVE, RETURN):
                 yield from self._offer(i)
             else:
                 self._scrape(i, record=True)
                 for hook in self.tick_hooks:
                     hook(self)
+                # room a rebalancer freed goes to the pods that waited for it before the evicted pods
+                # come back (RETURN), as a departure's room does
+                freed, self._freed = self._freed, []
+                for node in freed:
+                    yield from self._offer_waiting(node)
+
+    def _offer_waiting(self, node: int) -> Iterator[int]:
+        """Offer the waiting pods that now fit on ``node`` again, oldest first."""
+        for j in list(self.waiting):
+            if fits_on(self.state, self.request(j), node):
+                self.waiting.remove(j)
+                yield from self._offer(j, queued=True)
 
     def _offer(self, i: int, queued: bool = False) -> Iterator[int]:
         if not queued and unresolvable_mask(self.state, self.request(i)).all():
@@ -273,7 +290,7 @@ class LivingCluster:
                 frag_milli=self.measure.cluster_frag(state),
                 hot=(self.true_cpu > sla.cpu_threshold) | (self.true_gpu > sla.gpu_threshold),
                 ls_pods_per_node=state.ls_pods,
-                busy=state.cpu_free < state.cpu_cap,
+                busy=state.pods > 0,
                 waiting=len(self.waiting),
                 price=state.price,
                 running_pods=len(running),
@@ -297,10 +314,16 @@ class LivingCluster:
             waits=waits,
             still_waiting=int(np.isnan(placed).sum()),
             rejected=len(rejected),
-            scrape_misses=self.scraper.misses,
+            scrape_misses=self.scraper.misses - self._misses_before,  # the window's scrapes only
             seconds=seconds,
         )
         return self.result
+
+
+def scrape_ticks(window_s: float, interval_s: float) -> int:
+    """Scrapes in a window: one every interval from 0, the last one possibly shorter (a float
+    quotient a hair above a whole number, 1740 / 8.7, does not add a scrape of no length)."""
+    return math.ceil(window_s / interval_s - 1e-9)
 
 
 def _above(threshold: float, mean: float, var: float) -> float:
@@ -328,19 +351,25 @@ def run_dynamic(
     )
     if tiebreak is not None:
         cluster.tiebreak = tiebreak
-    hook = getattr(scorer, "verdict", None)
     for i in cluster.decisions():
-        req = cluster.request(i)
-        decision = decide(scorer, cluster.state, req, cluster.tiebreak)
-        if decision is None:
-            continue
-        if callable(hook) and cluster.arrivals[i].time >= 0 and cluster.holds[i] < MAX_HOLDS:
-            verdict = hook(cluster.state, req, decision.feasible, decision.scores)
-            if verdict is not None and verdict[0] == "delay":
-                cluster.hold(i, float(verdict[2]))
-                continue
-        cluster.place(i, decision.node, decision.cards)
+        serve_pod(cluster, i, scorer)
     return cluster.finish(time.perf_counter() - start)
+
+
+def serve_pod(cluster: LivingCluster, i: int, scorer: Scorer) -> None:
+    """``scorer``'s answer for pod ``i``: placed on the node it picks, held when its delay head (a
+    ``verdict`` method) says delay, or left waiting when nothing fits."""
+    req = cluster.request(i)
+    decision = decide(scorer, cluster.state, req, cluster.tiebreak)
+    if decision is None:
+        return
+    verdict_of = getattr(scorer, "verdict", None)
+    if callable(verdict_of) and cluster.arrivals[i].time >= 0 and cluster.holds[i] < MAX_HOLDS:
+        verdict = verdict_of(cluster.state, req, decision.feasible, decision.scores)
+        if verdict is not None and verdict[0] == "delay":
+            cluster.hold(i, float(verdict[2]))
+            return
+    cluster.place(i, decision.node, decision.cards)
 
 
 def describe(settings: DynamicSettings) -> dict[str, Any]:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import pytest
 from openb_files import write_openb
 
 from rlsched.cli import main as rlsched_main
-from rlsched.policy import ClusterState, NodeSpec, PodSpec, make_scorer, typical_pods
+from rlsched.policy import ClusterState, NodeSpec, PodSpec, decide, make_scorer, typical_pods
 from rlsched.policy.dynamic.arrivals import ArrivalSettings
 from rlsched.policy.dynamic.objective import DynamicResult
 from rlsched.policy.dynamic.rebalancing import (
@@ -173,3 +173,81 @@ def test_cli_refuses_an_unknown_rebalancer(trace: tuple[Path, Path], capsys: pyt
          "--rebalancer", "defrag"]
     )  # fmt: skip
     assert code == 2 and "defrag" in capsys.readouterr().err
+
+
+class _DelayFirst:
+    """FGD with a delay head that holds every pod once for 60 s."""
+
+    def __init__(self) -> None:
+        self._fgd = make_scorer("fgd", TYPICAL)
+        self.name = "fgd-delay"
+        self.seen: set[int] = set()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._fgd, name)
+
+    def verdict(self, state: object, req: object, feasible: object, scores: object) -> tuple[str, str, float] | None:
+        key = id(req)
+        if key in self.seen:
+            return None
+        self.seen.add(key)
+        return ("delay", "first look", 60.0)
+
+
+def test_no_rebalancer_serves_the_delay_head_as_the_plain_simulator_does() -> None:
+    plain = run_dynamic(NODES, PODS, cast("Any", _DelayFirst()), 3, TYPICAL, SETTINGS, "d")
+    result, _ = run_rebalanced(NODES, PODS, cast("Any", _DelayFirst()), 3, TYPICAL, "none", SETTINGS, None, "d")
+    assert plain.holds > 0
+    assert result.summary() | {"seconds": 0} == plain.summary() | {"seconds": 0}
+
+
+def test_room_an_eviction_frees_is_offered_to_the_waiting_pods_first() -> None:
+    nodes = [NodeSpec("a", 32000, 131072, 2, "V100M16")]
+    pods = [PodSpec("p", 1000, 1024, 2, 1000, (), 0, 3000, "BE")]
+    typical = typical_pods(pods)
+    settings = DynamicSettings(arrivals=ArrivalSettings(load=3.0, window_s=3600.0))
+    cluster = LivingCluster(nodes, pods, 1, typical, settings)
+    scorer = make_scorer("fgd", typical)
+    evicted: list[int] = []
+
+    def evict_once(c: LivingCluster) -> None:
+        if not evicted and c.now >= 600 and len(c.waiting) > 0 and len(c.running()):
+            evicted.append(int(c.running()[0]))
+            c.evict(evicted[0])
+
+    cluster.tick_hooks.append(evict_once)
+    firsts: list[int] = []
+    for i in cluster.decisions():
+        d = decide(scorer, cluster.state, cluster.request(i), cluster.tiebreak)
+        if d is not None:
+            cluster.place(i, d.node, d.cards)
+        if evicted and not firsts and cluster.node_of[i] >= 0:
+            firsts.append(i)
+    assert evicted and firsts and firsts[0] != evicted[0]  # a pod that waited got the room, not the evicted one
+
+
+def test_the_minimum_age_counts_from_the_placement_not_the_arrival() -> None:
+    settings = DynamicSettings(arrivals=ArrivalSettings(load=1.5, window_s=3600.0))
+    ages: list[float] = []
+    original = LivingCluster.evict
+
+    def spy(self: LivingCluster, i: int) -> int:
+        ages.append(self.now - (self.placed_at[i] if not np.isnan(self.placed_at[i]) else -np.inf))
+        return original(self, i)
+
+    for seed in (1, 2, 3, 4, 5):
+        LivingCluster.evict = spy  # type: ignore[method-assign]
+        try:
+            run_rebalanced(
+                NODES,
+                PODS,
+                make_scorer("fgd", TYPICAL),
+                seed,
+                TYPICAL,
+                "heuristic",
+                settings,
+                RebalancerSettings(min_age_s=600.0, max_moves_per_cycle=4),
+            )
+        finally:
+            LivingCluster.evict = original  # type: ignore[method-assign]
+    assert ages and min(ages) >= 600.0

@@ -140,7 +140,10 @@ def test_measures_follow_the_simulators_definitions() -> None:
 
 def test_ticks_are_the_simulators_scrapes() -> None:
     assert list(tick_times(120.0, 30.0)) == [0.0, 30.0, 60.0, 90.0]
-    assert list(tick_times(100.0, 30.0)) == [0.0, 30.0, 60.0]
+    assert list(tick_times(100.0, 30.0)) == [0.0, 30.0, 60.0, 90.0]  # the last one counts 10 s
+    assert list(tick_times(20.0, 30.0)) == [0.0]
+    assert len(tick_times(1740.0, 8.7)) == 200  # 1740 / 8.7 is a hair above 200 in floating point
+    assert len(tick_times(1260.0, 0.7)) == 1800
 
 
 def test_comparison_applies_absolute_or_relative_tolerance() -> None:
@@ -270,3 +273,25 @@ def test_the_extender_reads_the_published_usage_at_the_compressed_scrape_interva
     assert set(conf["queries"]) == {"cpu", "memory"}
     assert 'resource="cpu"' in conf["queries"]["cpu"]
     assert driver.extender_load("node-exporter", Compression(6.0), SETTINGS) is None
+
+
+@pytest.mark.parametrize("body", ['{"cpu": null}', '{"cpu": [1]}', '{"cpu": {}}', '"x"', "[1]", "not json"])
+def test_pinning_a_load_that_is_not_a_number_is_a_400(exporter_module: ModuleType, body: str) -> None:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    async def go() -> int:
+        exp = exporter(exporter_module, False)
+        exp.apply([node("a", "4", "8Gi", 2)], [])
+        async with TestClient(TestServer(exp.app())) as client:
+            r = await client.put("/loads/a", data=body)
+            return r.status
+
+    assert asyncio.run(go()) == 400
+
+
+def test_the_openb_replay_fails_when_a_placement_differs_from_the_simulator() -> None:
+    replay = load_script("replay_openb")
+    assert replay.exit_status(0, 10, 10, False) == 0
+    assert replay.exit_status(0, 9, 10, False) == 1  # one pod placed elsewhere than the simulator placed it
+    assert replay.exit_status(0, 9, 10, True) == 0
+    assert replay.exit_status(2, 10, 10, True) == 1  # a placement the simulator's model calls impossible

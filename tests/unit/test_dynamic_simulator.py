@@ -173,3 +173,29 @@ def test_an_evicted_pod_comes_back_with_the_rest_of_its_lifetime() -> None:
     result = cluster.finish(0.0)
     assert result.evictions == 1 and result.pod_hours > 0
     assert result.migrations_per_100_pod_hours == pytest.approx(100 / result.pod_hours)
+
+
+@pytest.mark.parametrize(("window", "interval"), [(3600.0, 30.0), (100.0, 60.0), (20.0, 30.0), (3590.0, 30.0)])
+def test_the_whole_window_is_measured_when_it_is_not_a_whole_number_of_scrapes(window: float, interval: float) -> None:
+    settings = DynamicSettings(
+        arrivals=ArrivalSettings(load=0.9, window_s=window), scrape=ScrapeSettings(interval_s=interval)
+    )
+    r = run_dynamic(NODES, PODS, make_scorer("fgd", TYPICAL), 1, TYPICAL, settings, "fgd")
+    assert r._t == pytest.approx(window)
+    assert r.mean_allocated_gpu_pct > 0 and r.cost_pct > 0
+
+
+def test_a_node_holding_pods_that_ask_for_no_cpu_still_costs() -> None:
+    pods = [PodSpec("z", 0, 0, 1, 1000, (), 0, 3000, "LS")]
+    r = run_dynamic(NODES[:1], pods, make_scorer("fgd", typical_pods(pods)), 1, typical_pods(pods), DynamicSettings())
+    assert r.mean_allocated_gpu_pct > 0 and r.cost_pct > 0
+
+
+def test_missed_scrapes_count_the_window_only() -> None:
+    r = run("fgd", scrape=ScrapeSettings(miss_probability=1.0))
+    assert r.scrape_misses == len(NODES) * 120  # 10 nodes × 120 scrapes of the hour, none of the start's
+
+
+def test_a_cluster_without_gpus_is_refused() -> None:
+    with pytest.raises(ValueError, match="no node has a GPU"):
+        run_dynamic([NodeSpec("cpu", 32000, 131072)], PODS, make_scorer("fgd", TYPICAL), 1, TYPICAL, DynamicSettings())

@@ -26,8 +26,8 @@ TAG=localhost/rl-scheduler:dev
 BASE=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --tag) TAG="$2"; shift 2 ;;
-    --base) BASE="$2"; shift 2 ;;
+    --tag) TAG="${2:?--tag needs an image name}"; shift 2 ;;
+    --base) BASE="${2:?--base needs an image name}"; shift 2 ;;
     *) echo "usage: $0 [--tag IMAGE] [--base IMAGE]" >&2; exit 2 ;;
   esac
 done

@@ -93,7 +93,7 @@ version_output() {
   case "$1" in
     kube-apiserver|kube-controller-manager|kube-scheduler|etcd|kwok|registry) "${bin}" --version 2>&1 ;;
     kubectl) "${bin}" version --client 2>&1 ;;
-    helm) HELM_CONFIG_HOME="$(mktemp -d)" "${bin}" version --short 2>&1 ;;
+    helm) HELM_CONFIG_HOME=/nonexistent "${bin}" version --short 2>&1 ;;  # no config read, no folder made
   esac
 }
 expected_version() {
@@ -158,7 +158,7 @@ main() {
   while [[ $# -gt 0 ]]; do
     case "$1" in
       --print-bin-dir) print_bin_dir=true ;;
-      -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}"; exit 0 ;;
+      -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}"; exit 0 ;;
       -*) die "unknown flag $1" ;;
       *) module_of "$1" >/dev/null || die "unknown binary '$1' (known: ${ALL_BINARIES[*]})"; targets+=("$1") ;;
     esac

@@ -65,9 +65,11 @@ WORK="$(mktemp -d)"
 KUBECONFIG_FILE="${WORK}/kubeconfig"
 cleanup() {
   local rc=$?
+  rm -f "${WORK}/image.tar"  # the saved image (podman): hundreds of MB
   if ! ${KEEP}; then
     log "deleting kind cluster ${CLUSTER}"
     kind delete cluster --name "${CLUSTER}" >/dev/null 2>&1 || true
+    rm -rf "${WORK}"
   else
     log "kept: kind cluster ${CLUSTER} (kubeconfig ${KUBECONFIG_FILE})"
   fi

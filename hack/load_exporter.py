@@ -377,7 +377,7 @@ class Exporter:
         try:
             body = await request.json()
             values = {str(k): float(v) for k, v in body.items() if k in COLUMNS}
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, TypeError):  # not JSON, not an object, a value not a number
             raise web.HTTPBadRequest(text='expected JSON like {"cpu": 0.8}\n') from None
         if not all(0 <= v <= 1 for v in values.values()):
             raise web.HTTPBadRequest(text="values are utilizations 0..1\n")

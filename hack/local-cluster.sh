@@ -42,6 +42,10 @@ SERVICE_CIDR="10.96.0.0/16"
 SERVICE_FIRST_IP="10.96.0.1"
 POD_CIDR="10.244.0.1/16"
 KWOK_STAGES="${REPO_ROOT}/hack/kwok/stages.yaml"
+# Small helpers below need Python with PyYAML: the project's venv when there is one (hack/test.sh and
+# hack/demo.sh make it), else python3 from PATH.
+PY="${REPO_ROOT}/.venv/bin/python"
+[[ -x "${PY}" ]] || PY=python3
 KWOK_EXTRA_CONFIGS=()  # up --kwok-config FILE: more kwok config files (Stages) after stages.yaml
 # Start order; down stops in reverse.
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kwok kube-scheduler prometheus)
@@ -63,7 +67,7 @@ declare -A PORT_DEFAULT=(
 port_listening() { [[ -n "$(ss -ltnH "sport = :$1" 2>/dev/null)" ]]; }
 
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+  "${PY}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }
 
 # Chooses every port (env override > kept ports.env > default if free > any free port)
@@ -359,7 +363,7 @@ profiles:
 EOF
   else
     [[ -f "${src}" ]] || die "--scheduler-config ${src}: no such file"
-    python3 - "${src}" "${kc}" >"${out}.tmp" <<'PY' || die "could not rewrite ${src} (needs python3 with PyYAML)"
+    "${PY}" - "${src}" "${kc}" >"${out}.tmp" <<'PY' || die "could not rewrite ${src} (needs ${PY} with PyYAML)"
 import sys, yaml
 src, kubeconfig = sys.argv[1], sys.argv[2]
 with open(src) as f:
@@ -490,8 +494,12 @@ cmd_up() {
   choose_ports
   gen_pki
   write_kubeconfigs
-  # From here on, a failure stops whatever was started (logs stay for reading).
+  # From here on, a failure stops whatever was started (logs stay for reading). A signal exits with
+  # its own status, so the EXIT trap sees a failure (not the status of the last sleep).
   trap on_up_exit EXIT
+  trap 'exit 129' HUP
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
 
   start_etcd
   start_apiserver
@@ -509,7 +517,7 @@ cmd_up() {
   # default ServiceAccount; wait so that callers can create pods right away.
   wait_for kube-controller-manager "serving ServiceAccounts (default/default exists)" kubectl_ get serviceaccount default -n default
   create_fake_nodes "${fake_nodes}"
-  trap - EXIT
+  trap - EXIT HUP INT TERM
   log "up in $((SECONDS - t0))s; state in ${STATE}"
   cmd_env
 }
@@ -542,10 +550,13 @@ cmd_down() {
       fi
     done
   fi
-  if ! ${keep} && [[ -d "${STATE}" ]]; then
-    # Everything except logs/ (kept for post-mortems; the next up truncates them).
+  if ! ${keep} && [[ -f "${STATE}/ports.env" ]]; then
+    # Everything except logs/ (kept for post-mortems; the next up truncates them) — only in a folder
+    # that up made (its ports.env): a mistyped RLSCHED_CLUSTER_DIR is left alone.
     find "${STATE}" -mindepth 1 -maxdepth 1 ! -name logs -exec rm -rf {} +
     log "removed state in ${STATE} (kept ${LOGS})"
+  elif ! ${keep} && [[ -d "${STATE}" ]]; then
+    log "${STATE} holds no cluster state (no ports.env): nothing removed"
   fi
   if [[ ${#left[@]} -gt 0 ]]; then
     log "WARNING: ports still listening (not processes started by this script?):"
@@ -577,15 +588,15 @@ cmd_status() {
 
 cmd_env() {
   load_ports || die "no cluster state in ${STATE}: run '$0 up'"
-  cat <<EOF
-export KUBECONFIG=${ADMIN_KUBECONFIG}
-export RLSCHED_CLUSTER_DIR=${STATE}
-export RLSCHED_APISERVER_URL=https://127.0.0.1:${APISERVER_PORT}
-export RLSCHED_ETCD_URL=http://127.0.0.1:${ETCD_PORT}
-export RLSCHED_PROMETHEUS_URL=http://127.0.0.1:${PROMETHEUS_PORT}
-export RLSCHED_PROMETHEUS_TARGETS_DIR=${STATE}/prometheus/targets
-export PATH=${BIN}:\${PATH}
-EOF
+  # Quoted for the shell (%q): eval "$(hack/local-cluster.sh env)" works with spaces in paths.
+  printf 'export KUBECONFIG=%q\n' "${ADMIN_KUBECONFIG}"
+  printf 'export RLSCHED_CLUSTER_DIR=%q\n' "${STATE}"
+  printf 'export RLSCHED_APISERVER_URL=%q\n' "https://127.0.0.1:${APISERVER_PORT}"
+  printf 'export RLSCHED_ETCD_URL=%q\n' "http://127.0.0.1:${ETCD_PORT}"
+  printf 'export RLSCHED_PROMETHEUS_URL=%q\n' "http://127.0.0.1:${PROMETHEUS_PORT}"
+  printf 'export RLSCHED_PROMETHEUS_TARGETS_DIR=%q\n' "${STATE}/prometheus/targets"
+  # shellcheck disable=SC2016  # ${PATH} is for the shell that evaluates this line
+  printf 'export PATH=%q:"${PATH}"\n' "${BIN}"
 }
 
 cmd_scheduler() {

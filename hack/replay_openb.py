@@ -343,6 +343,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cluster-dir", help="a running hack/local-cluster.sh state folder (else a fresh one)")
     ap.add_argument("--keep", action="store_true", help="leave the fresh cluster (and the replayed pods) up")
     ap.add_argument("--json", help="write results (and every outcome) here")
+    ap.add_argument(
+        "--allow-differences",
+        action="store_true",
+        help="exit 0 even when a real placement differs from the simulator's (by default a difference fails the run)",
+    )
     args = ap.parse_args(argv)
 
     nodes = load_nodes(args.nodes)
@@ -484,7 +489,23 @@ def main(argv: list[str] | None = None) -> int:
             sequence=[p.name for p in sequence],
         )
         Path(args.json).write_text(json.dumps(out))
-    return 0 if not curves["real"].problems else 1
+    return exit_status(
+        len(curves["real"].problems), same, len(sequence), args.allow_differences, result["firstDifference"]
+    )
+
+
+def exit_status(infeasible: int, same: int, total: int, allow_differences: bool, first: object = None) -> int:
+    """1 when a real placement is impossible in the simulator's model, or (unless allowed) differs from
+    the simulator's; 0 when the real stack placed every pod as the simulator did."""
+    if infeasible:
+        return 1
+    if same != total and not allow_differences:
+        print(
+            f"replay: {total - same} of {total} placements differ from the simulator's (first: {first})",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

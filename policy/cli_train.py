@@ -80,7 +80,8 @@ def load_config(path: str) -> dict[str, Any]:
 
 
 def build_args(ns: argparse.Namespace) -> Args:
-    """Args from config file defaults overridden by explicit flags."""
+    """Args from config file defaults overridden by explicit flags (the traces are checked later when
+    ``--from-decisions`` replaces them)."""
     from .ppo.config import ARGS_FIELDS, Args, parse_tuple_fields
 
     values: dict[str, Any] = load_config(ns.config) if ns.config else {}
@@ -95,9 +96,15 @@ def build_args(ns: argparse.Namespace) -> Args:
         from .evaluate import default_jobs
 
         args = dataclasses.replace(args, workers=default_jobs())
+    if not (args.max_minutes >= 0 and args.max_iterations >= 0):  # NaN too
+        raise ValueError(
+            f"--max-minutes and --max-iterations must be 0 (no limit) or more, got {args.max_minutes} and "
+            f"{args.max_iterations}"
+        )
+    traces = () if getattr(ns, "from_decisions", None) else args.traces
     for path in (
         args.nodes,
-        *args.traces,
+        *traces,
         *([args.init_model] if args.init_model else []),
         *([args.resume] if args.resume else []),
     ):
@@ -132,9 +139,16 @@ def run(ns: argparse.Namespace) -> int:
             return 2
         print("\n".join(["decision log " + str(ns.from_decisions) + ":", *summary.lines()]), file=sys.stderr)
         args = dataclasses.replace(args, traces=(str(trace),))
+    try:
+        check_inputs(args)
+    except ValueError as exc:  # TraceError and ModelFileError too
+        print(f"rlsched train: {exc}", file=sys.stderr)
+        return 2
     method = training_method(args)
     if method == "es":
         return _run_es(ns, args)
+    if args.init_model:
+        args = settings_of_init_model(args)
     try:
         from .ppo.trainer import train
     except ImportError as exc:  # pragma: no cover - depends on the install
@@ -146,6 +160,51 @@ def run(ns: argparse.Namespace) -> int:
         return 2
     _report(ns, "ppo", train(args))
     return 0
+
+
+def check_inputs(args: Args) -> None:
+    """Refuse, before any work starts, what no training can use: node lists and traces that cannot be
+    read, a cluster without GPUs, a workload without GPU pods (the protocol inflates GPU demand), a
+    start model that cannot be served. ValueError says which."""
+    from .export import read_model
+    from .trace import load_nodes, load_pods
+
+    if not any(n.gpu_count > 0 for n in load_nodes(args.nodes)):
+        raise ValueError(f"{args.nodes}: no node has a GPU; the scheduler learns to place GPU pods")
+    for trace in args.traces:
+        if not any(p.gpu_request_milli > 0 for p in load_pods(trace)):
+            raise ValueError(f"{trace}: no pod asks for a GPU; nothing to learn from")
+    if args.init_model:
+        read_model(args.init_model)
+
+
+def settings_of_init_model(args: Args) -> Args:
+    """``args`` with the start model's network sizes, decision rule and feature settings: PPO starts
+    from that model, not from its weights under this run's defaults (an ES-tuned rank weight, a QoS
+    model's columns). A flag that says otherwise is overruled, with a note."""
+    from .export import read_model, trained_with_qos
+
+    assert args.init_model is not None
+    _, manifest, _ = read_model(args.init_model)
+    net, decision, feats = manifest["network"], manifest["decision"], manifest["features"]
+    hidden = tuple(int(h) for h in net["hidden"])
+    theirs: dict[str, Any] = {
+        "hidden": hidden,
+        "value_hidden": int(net["valueHidden"]),
+        "prior_scale": float(net["priorScale"]),
+        "rank_scale": float(decision["rankScale"]),
+        "fgd_cpu_weight": float(feats["fgdCpuWeight"]),
+        "qos_features": trained_with_qos(manifest),
+    }
+    changed = {k: v for k, v in theirs.items() if getattr(args, k) != v}
+    if changed:
+        print(
+            f"rlsched train: starting from {args.init_model}: its "
+            + ", ".join(f"{k}={v}" for k, v in changed.items())
+            + " (the run's own values are overruled)",
+            file=sys.stderr,
+        )
+    return dataclasses.replace(args, **theirs)
 
 
 def training_method(args: Args) -> str:

@@ -41,8 +41,8 @@ from .export import file_digest, read_model, save_model, trained_with_load, trai
 from .features import FeatureEncoder
 from .learned import DEFAULT_MODEL
 from .network import PolicyNetwork
+from .playout import play_out
 from .ppo.config import Args, TrainResult
-from .ppo.vine import play_out
 from .published import trace_name
 from .trace import load_nodes, load_pods
 from .typical import typical_pods
@@ -274,7 +274,14 @@ def finetune(args: Args, progress: Progress | None = None) -> TrainResult:
         it, validated_at, last_val = 0, 0, val
         while not args.max_iterations or it < args.max_iterations:
             elapsed = time.monotonic() - t0
-            if it and not _budget_left(args, elapsed, (elapsed - validation_s) / it, reserve_s):
+            # before the first iteration, its cost is estimated from the validation's: episodes alike
+            episodes_per_iteration = 2 * args.es_pairs * args.es_seeds_per_pair
+            per_iteration = (
+                (elapsed - validation_s) / it
+                if it
+                else validation_s * episodes_per_iteration / max(len(args.val_seeds), 1)
+            )
+            if not _budget_left(args, elapsed, per_iteration, reserve_s):
                 break
             it += 1
             u = np.random.default_rng([args.seed, it]).standard_normal((args.es_pairs, theta.size))

@@ -26,7 +26,8 @@ class Args:
     exp_name: str = "ppo"
     """Name of the run (the output folder is ``<out_dir>/<exp_name>-s<seed>``)."""
     seed: int = 1
-    """Seed for torch, numpy and the order of training workloads."""
+    """Seed for torch, numpy and the order of training workloads (PPO); under --method es it sets the
+    search directions only (the training workloads follow --train-seed0)."""
     torch_threads: int = 1
     """Threads torch may use (the simulator is single-threaded; 1 keeps runs reproducible)."""
     nodes: str = "../shared/data/openb/openb_node_list_gpu_node.csv"

@@ -289,10 +289,11 @@ def new_agent(args: Args) -> Agent:
     return agent
 
 
-def out_of_budget(args: Args, iteration: int, first_iteration: int, elapsed_s: float) -> bool:
-    """Whether the run stops before ``iteration``: ``max_minutes`` of wall time (over all invocations) or
-    ``max_iterations`` in this invocation."""
-    if args.max_minutes and elapsed_s > args.max_minutes * 60:
+def out_of_budget(args: Args, iteration: int, first_iteration: int, elapsed_s: float, reserve_s: float = 0.0) -> bool:
+    """Whether the run stops before ``iteration``: ``max_minutes`` of wall time (over all invocations) —
+    the next iteration and what follows the loop (``reserve_s``: the last iteration's time and one
+    validation) must fit — or ``max_iterations`` in this invocation."""
+    if args.max_minutes and elapsed_s + reserve_s > args.max_minutes * 60:
         return True
     return bool(args.max_iterations and iteration >= first_iteration + args.max_iterations)
 
@@ -392,9 +393,12 @@ def train(args: Args) -> TrainResult:
     out = RunOutput(args, cores[0].typical.to_json(), f"{args.train_seed0 + 10_000 * args.seed}+", best_val)
     run_dir = out.dir
 
+    validation_s = iteration_s = 0.0  # measured below: what the next iteration and the final validation cost
     if not args.resume and args.eval_every:
         # the starting policy is a candidate too: PPO must beat it on validation to replace it
+        val_start = time.time()
         start_val = float(np.mean(validate(numpy_net(agent, args), args, args.val_seeds, val_core)))
+        validation_s = time.time() - val_start
         out.offer(agent, start_val, {"globalStep": 0})
         history.append(
             {"iteration": 0, "global_step": 0, "val_unallocated": start_val, "elapsed_s": time.time() - start_time}
@@ -407,7 +411,8 @@ def train(args: Args) -> TrainResult:
         bar = tqdm(total=num_iterations, initial=first_iteration - 1, desc="ppo", unit="it", dynamic_ncols=True)
     done_iterations = first_iteration - 1
     for iteration in range(first_iteration, num_iterations + 1):
-        if out_of_budget(args, iteration, first_iteration, elapsed_before + time.time() - start_time):
+        elapsed = elapsed_before + time.time() - start_time
+        if out_of_budget(args, iteration, first_iteration, elapsed, iteration_s + validation_s):
             break
         it_start = time.time()
         if args.anneal_lr:
@@ -527,11 +532,14 @@ def train(args: Args) -> TrainResult:
         }
         last_iteration = iteration == num_iterations
         if (args.eval_every and iteration % args.eval_every == 0) or last_iteration:
+            val_start = time.time()
             val = validate(numpy_net(agent, args), args, args.val_seeds, val_core)
+            validation_s = time.time() - val_start
             row["val_unallocated"] = float(np.mean(val))
             out.offer(agent, row["val_unallocated"], {"globalStep": global_step})
         history.append(row)
         out.log(row)
+        iteration_s = time.time() - it_start
         if bar is not None:
             bar.update(1)
             bar.set_postfix(

@@ -33,7 +33,8 @@ import torch
 
 from ..env import SchedulingCore
 from ..features import CLUSTER_SLICE
-from ..network import PolicyNetwork, choose_node, group_offsets, log_softmax
+from ..network import PolicyNetwork, group_offsets, log_softmax
+from ..playout import play_out, policy_step
 from .agent import Agent, RaggedBatch
 
 RETURN_RESOLUTION = 1e-4
@@ -70,25 +71,6 @@ class BranchPoint:
     """float32[K] the critic's value of the state after each tried action (0 at the episode's end)."""
     first_rewards: np.ndarray | None = None
     """float32[K] the reward of the tried action's own step."""
-
-
-def policy_step(net: PolicyNetwork, core: SchedulingCore, rank_scale: float, mode: str) -> tuple[int, int]:
-    """(node, group) the policy picks for the current decision (``mode`` as in ``network.choose_node``)."""
-    cand = core.candidates
-    s = net.scores(cand.features, cand.prior)
-    r = core.rank_frac[cand.nodes]
-    pos = choose_node(s[cand.group] - rank_scale * r, cand.nodes, core.tiebreak, mode)
-    return int(cand.nodes[pos]), int(cand.group[pos])
-
-
-def play_out(net: PolicyNetwork, core: SchedulingCore, rank_scale: float, mode: str) -> float:
-    """Play the episode to its end with the policy; the sum of the rewards on the way."""
-    total = 0.0
-    while not core.done:
-        node, _ = policy_step(net, core, rank_scale, mode)
-        reward, _ = core.step_node(node)
-        total += reward
-    return total
 
 
 def state_value(net: PolicyNetwork, core: SchedulingCore) -> float:

@@ -25,6 +25,7 @@ from torch import nn
 from ..env import SchedulingCore
 from ..evaluate import default_jobs
 from ..network import PolicyNetwork
+from ..playout import play_out
 from .config import Args
 from .trainer import (
     RunOutput,
@@ -38,7 +39,7 @@ from .trainer import (
     seed_everything,
     set_lr,
 )
-from .vine import BranchBatch, branch_points, play_out, set_worker_core, trunk_job, vine_loss
+from .vine import BranchBatch, branch_points, set_worker_core, trunk_job, vine_loss
 
 
 def validate_mode(net: PolicyNetwork, args: Args, seeds: Sequence[int], core: SchedulingCore) -> list[float]:

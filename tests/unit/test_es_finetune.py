@@ -268,3 +268,70 @@ def test_es_refuses_bad_input_before_any_worker_starts(tmp_path: Path, capsys) -
     living = str(DEFAULT_MODEL).replace("ppo-openb-default", "ppo-openb-dynamic")  # trained with node load
     assert cli_main(["train", "--nodes", pods, "--pods", pods, "--init", living, "--max-iterations", "1"]) == 2
     assert "--method ppo --mode dynamic" in capsys.readouterr().err
+
+
+def test_es_fine_tuning_runs_without_torch(tmp_path: Path) -> None:
+    """The --init path (evolution strategies) is numpy only: the 'train' extra is not needed."""
+    import subprocess
+    import sys
+
+    nodes, pods = write_workload(tmp_path / "workload")
+    code = (
+        "import builtins, sys\n"
+        "real = builtins.__import__\n"
+        "def guarded(name, *a, **k):\n"
+        "    if name == 'torch' or name.startswith('torch.'):\n"
+        "        raise ImportError('no torch here')\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = guarded\n"
+        "from rlsched.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    argv = ["train", "--nodes", nodes, "--pods", pods, "--init", str(DEFAULT_MODEL), "--max-iterations", "1"]
+    argv += ["--es-pairs", "1", "--val-seeds", "3", "--es-confirm-seeds", "0", "--no-progress"]
+    argv += ["--out-dir", str(tmp_path / "out")]
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["method"] == "es"
+
+
+def test_es_does_not_start_an_iteration_the_budget_cannot_hold(tmp_path: Path, capsys) -> None:
+    """A budget smaller than the first validation: the first iteration (estimated from it) is not
+    started, and the start model is what comes out."""
+    rc, run_dir = _es_run(tmp_path, "tiny", 2, "--max-minutes", "0.0001", "--max-iterations", "0")
+    assert rc == 0
+    assert [r["iteration"] for r in _rows(run_dir) if "val" in r] == [0]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--max-minutes", "-5"], ["--max-minutes", "nan"], ["--max-iterations", "-1"]],
+)
+def test_a_negative_budget_is_refused(tmp_path: Path, flags: list[str]) -> None:
+    nodes, pods = write_workload(tmp_path / "workload")
+    assert cli_main(["train", "--method", "ppo", "--nodes", nodes, "--pods", pods, *flags]) == 2
+
+
+def test_ppo_refuses_inputs_it_cannot_learn_from_with_a_message(tmp_path: Path, capsys) -> None:
+    nodes, pods = write_workload(tmp_path / "workload")
+    cpu_nodes = tmp_path / "cpu-nodes.json"
+    cpu_nodes.write_text(json.dumps({"nodes": [{"name": "c", "cpu": "32", "memory": "64Gi"}]}))
+    junk = tmp_path / "junk.npz"
+    junk.write_bytes(b"not a model")
+    for argv, said in (
+        (["--nodes", str(cpu_nodes), "--pods", pods], "no node has a GPU"),
+        (["--nodes", nodes, "--pods", pods, "--init", str(junk), "--method", "ppo"], "not a readable .npz"),
+    ):
+        assert cli_main(["train", "--method", "ppo", *argv]) == 2
+        assert said in capsys.readouterr().err
+
+
+def test_ppo_from_a_model_takes_its_network_decision_and_feature_settings(tmp_path: Path) -> None:
+    from rlsched.policy.cli_train import settings_of_init_model
+
+    _, manifest, _ = read_model(DEFAULT_MODEL)
+    args = settings_of_init_model(Args(init_model=str(DEFAULT_MODEL), rank_scale=1.0, prior_scale=2.0, hidden=(8, 8)))
+    assert args.rank_scale == manifest["decision"]["rankScale"]
+    assert args.prior_scale == manifest["network"]["priorScale"]
+    assert args.hidden == tuple(manifest["network"]["hidden"])
+    assert args.fgd_cpu_weight == manifest["features"]["fgdCpuWeight"]

@@ -86,6 +86,13 @@ class Entry:
     """Our bind created the binding (the watch has not shown it yet while status is ASSUMED)."""
 
 
+def running(entry: Entry) -> bool:
+    """Whether the pod may be running on its node: seen bound, bound by us, or a binding whose outcome
+    is unknown. Such a pod is counted whatever it asked (``ClusterState.place``'s ``overcommit``):
+    uncounted, its cards would read as free and go to another pod."""
+    return entry.status in (BOUND, UNCERTAIN) or (entry.status == ASSUMED and entry.bind_done)
+
+
 @dataclass
 class CacheStats:
     """Counters for /status and /metrics."""
@@ -322,8 +329,16 @@ class ClusterCache:
                     or (entry.status == BOUND and entry.placement is not None)
                 )
             ):
-                if entry.status != BOUND:
-                    entry.status, entry.since = BOUND, self.clock()
+                if entry.status == BOUND:
+                    return
+                entry.status, entry.since = BOUND, self.clock()
+                if entry.placement is not None or self._state is None:
+                    return
+                # Confirmed running but not counted (a rebuild could not fit our bind's pod): count it
+                # as the running pod it is, as below.
+                cards = info.cards if info.cards is not None else entry.cards
+                self.forget(info.uid)
+                self.add(info.uid, info.key, info.node_name, spec, cards, BOUND)
                 return
             self.forget(info.uid)  # moved, resized or re-carded before it was placed: place afresh
         cards = info.cards if info.cards is not None else ()
@@ -465,9 +480,9 @@ class ClusterCache:
     def _place(self, entry: Entry, exact: bool = False, quiet: bool = False, overcommit: bool = False) -> bool:
         """Place ``entry`` in the state (its cards, else the default rule unless ``exact``); whether
         it is placed. A failure is logged and counted unless ``exact`` or ``quiet``. ``overcommit``
-        (a running pod only): whatever its cpu and memory — a node's allocatable can shrink under
-        it, and MiB rounding can overfill a node that is exactly full in bytes; uncounted, its cards
-        would look free."""
+        (a :func:`running` pod only): whatever its cpu, memory and GPU model — a node's allocatable
+        can shrink under it, MiB rounding can overfill a node that is exactly full in bytes, its
+        node's model label can change; uncounted, its cards would look free."""
         state = self._state
         assert state is not None
         entry.placement = None
@@ -487,7 +502,7 @@ class ClusterCache:
                 entry.problem = str(exc)
         for cards in tried:
             try:
-                entry.placement = state.place(req, idx, cards, overcommit=overcommit and entry.status == BOUND)
+                entry.placement = state.place(req, idx, cards, overcommit=overcommit and running(entry))
                 entry.cards = tuple(cards)
                 entry.problem = ""
                 self._mark_placed(entry)
@@ -628,8 +643,19 @@ class ClusterCache:
                 self.provisional.popitem(last=False)
         return True
 
+    def _confirmed(self, entry: Entry) -> bool:
+        """Whether the watch shows the provisionally held pod: pending, ours, the same name."""
+        known = self.pending.get(entry.uid)
+        return known is not None and known.key == entry.key and self.scheduler_name in (None, known.scheduler_name)
+
     def _prune_provisional(self) -> None:
-        for uid in [u for u in self.provisional_live if (e := self.pods.get(u)) is None or e.status != RESERVED]:
+        """Forget the provisional holds that are no longer waiting for the watch: released, bound,
+        or confirmed (their slot goes to the next pod at once, not at the next expiry tick)."""
+        for uid in [
+            u
+            for u in self.provisional_live
+            if (e := self.pods.get(u)) is None or e.status != RESERVED or self._confirmed(e)
+        ]:
             del self.provisional_live[uid]
 
     def expire_provisional(self) -> list[str]:
@@ -639,14 +665,7 @@ class ClusterCache:
         expired = []
         self._prune_provisional()  # released, or bound meanwhile
         for uid, first in list(self.provisional_live.items()):
-            entry = self.pods[uid]
-            known = self.pending.get(uid)
-            confirmed = (
-                known is not None and known.key == entry.key and self.scheduler_name in (None, known.scheduler_name)
-            )
-            if confirmed:
-                del self.provisional_live[uid]
-            elif now - first > PROVISIONAL_HOLD_S:
+            if now - first > PROVISIONAL_HOLD_S:
                 self.unreserve(uid)
                 expired.append(uid)
         return expired

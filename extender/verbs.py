@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from rlsched.policy.cluster import LOAD_METRICS, ClusterState, PodRequest
-from rlsched.policy.feasibility import feasible_mask, fits_on, infeasibility_reason, unresolvable_mask
+from rlsched.policy.feasibility import feasible_mask, fits_on_cards, infeasibility_reason, unresolvable_mask
 from rlsched.policy.resources import MILLI_PER_CARD
 
 from .binder import Binder, BindResult
@@ -180,7 +180,13 @@ class Extender:
                 ):
                     return known
         try:
-            return pod_info(pod, self.cache.gpu, "Pod")
+            info = pod_info(pod, self.cache.gpu, "Pod")
+            # Its UID and name are kept (decision memory, ring, holds): bounded like bind's.
+            check_uid(info.uid, "Pod.metadata.uid")
+            check_pod_ref(info.namespace, info.name, "Pod.metadata.namespace", "Pod.metadata.name")
+            return info
+        except InvalidName as exc:
+            raise BadRequest(exc.field, exc.message) from None
         except ObjectError as exc:
             message = str(exc).split(": ", 1)[1] if ": " in str(exc) else str(exc)
             if exc.field.startswith("Pod.spec"):
@@ -284,7 +290,9 @@ class Extender:
             if (
                 self.cache.state is state
                 and self.cache.epoch == epoch
-                and (outcome.decision is None or fits_on(state, req, outcome.decision.node))
+                and (
+                    outcome.decision is None or fits_on_cards(state, req, outcome.decision.node, outcome.decision.cards)
+                )
             ):
                 break
         else:  # pragma: no cover - the node set changed three times during one decision
@@ -529,8 +537,20 @@ class Extender:
             raise BadRequest(exc.field, exc.message) from None
         if self.binder is None:
             return {"Error": "this extender was started without a binder (no API server access)"}
-        remembered = self.memory.get(args.pod_uid)
-        result: BindResult = await self.binder.bind(args.pod_uid, args.pod_namespace, args.pod_name, args.node)
+        known = self.cache.pending.get(args.pod_uid)
+        remembered = self.memory.get(args.pod_uid, known.resource_version if known is not None else None)
+        verdict = remembered.outcome.verdict if remembered is not None else None
+        result: BindResult
+        if verdict is not None:
+            # As preempt does: a pod the policy delayed or rejected is not bound by a caller that
+            # skipped filter or ignored its answer.
+            result = BindResult(
+                f"refused: the policy held pod {args.pod_namespace}/{args.pod_name} back ({verdict.action})",
+                args.node,
+                result="refused",
+            )
+        else:
+            result = await self.binder.bind(args.pod_uid, args.pod_namespace, args.pod_name, args.node)
         if self.metrics is not None:
             self.metrics.binds.labels(result.result).inc()
             if result.write_s is not None:

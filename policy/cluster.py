@@ -302,7 +302,8 @@ class ClusterState:
 
         ``overcommit``: place it even when cpu or memory run short (free goes below 0), as
         kube-scheduler's node info counts a pod that is already running there whatever it asked;
-        its cards are still checked."""
+        its GPU-model constraint is not checked either (another scheduler may have put it there, or
+        the node's model label changed since); its cards are still checked."""
         cards = tuple(int(c) for c in cards)
         milli = req.gpu_milli if req.is_gpu else 0
         if len(cards) != req.num_gpu:
@@ -314,7 +315,7 @@ class ClusterState:
         for c in cards:
             if not 0 <= c < self.gpu_count[node] or self.card_free[node, c] < milli:
                 raise ValueError(f"node {self.names[node]}: card {c} has not {milli} milli free")
-        if req.is_gpu and not req.model_ok[self.model_id[node]]:
+        if req.is_gpu and not overcommit and not req.model_ok[self.model_id[node]]:
             raise ValueError(f"node {self.names[node]}: GPU model not allowed for this pod")
         self.cpu_free[node] -= req.cpu_milli
         self.mem_free[node] -= req.memory_mib

@@ -45,6 +45,18 @@ def fits_on(state: ClusterState, req: PodRequest, node: int) -> bool:
     return bool(state.full_free[node] >= req.num_gpu)
 
 
+def fits_on_cards(state: ClusterState, req: PodRequest, node: int, cards: tuple[int, ...]) -> bool:
+    """Whether ``req`` fits on ``node`` on exactly these ``cards`` now (a decision made on a state that
+    others changed meanwhile: the node may still fit on other cards while the chosen ones are taken)."""
+    if not fits_on(state, req, node):
+        return False
+    if not req.is_gpu:
+        return True
+    return len(cards) == req.num_gpu and all(
+        0 <= c < state.gpu_count[node] and state.card_free[node, c] >= req.gpu_milli for c in cards
+    )
+
+
 def feasible_nodes(state: ClusterState, req: PodRequest) -> np.ndarray:
     """Indices of the feasible nodes, ascending."""
     return np.flatnonzero(feasible_mask(state, req))

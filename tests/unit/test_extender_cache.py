@@ -115,6 +115,44 @@ def test_watch_confirms_an_assumed_pod_without_double_counting() -> None:
     assert c.pods["uid-a"].status == BOUND and c.state.card_free[0].tolist() == [1000, 0]
 
 
+def test_a_running_pod_on_a_node_of_another_gpu_model_is_counted() -> None:
+    """Bound by a scheduler that ignores the model annotation (or its node relabelled): the model
+    check left it uncounted, and its two cards went to the next pod."""
+    pod = bound("a", "g", (0, 1), gpu_models="A100", scheduler="default-scheduler")
+    c = cache_with([make_node("g", gpus=2, model="V100M16")], [pod])
+    assert c.pods["uid-a"].placement is not None and c.state.full_free[0] == 0
+    c.set_node(make_node("g", gpus=2, model="T4", rv="2"))  # relabelled: rebuilt
+    assert c.state.full_free[0] == 0 and c.pods["uid-a"].placement is not None
+
+
+def test_our_bound_pod_stays_counted_across_a_rebuild_and_the_watch() -> None:
+    """Our bind had written the binding (ASSUMED, bind_done) when the node's allocatable shrank: the
+    rebuild could not fit it without overcommit, and the watch's confirmation never placed it again,
+    so its card read as free."""
+    c = cache_with([make_node("g", cpu="8", gpus=1)])
+    pod = bound("a", "g", (0,), cpu="8")
+    info = pod_info(pod, GPU)
+    entry = c.add(info.uid, info.key, "g", info.spec, (0,), ASSUMED)
+    entry.bind_done = True
+    c.set_node(make_node("g", cpu="7900m", gpus=1, rv="2"))
+    assert c.state.full_free[0] == 0 and c.pods["uid-a"].placement is not None
+    c.set_pod(pod)
+    assert c.pods["uid-a"].status == BOUND and c.pods["uid-a"].placement is not None
+    assert c.state.full_free[0] == 0 and int(c.state.cpu_free[0]) == -100
+
+
+def test_the_watch_counts_an_unplaced_assumed_pod_when_it_confirms_it() -> None:
+    c = cache_with([make_node("g", cpu="8", gpus=1)])
+    pod = bound("a", "g", (0,), cpu="8")
+    info = pod_info(pod, GPU)
+    c.add(info.uid, info.key, "g", info.spec, (0,), ASSUMED)  # bind in flight
+    c.set_node(make_node("g", cpu="7900m", gpus=1, rv="2"))  # not running yet: not overcommitted
+    assert c.state.full_free[0] == 1 and c.pods["uid-a"].placement is None
+    c.set_pod(pod)  # it runs there
+    assert c.pods["uid-a"].status == BOUND and c.pods["uid-a"].placement is not None
+    assert c.state.full_free[0] == 0
+
+
 def test_uncertain_reservations_expire() -> None:
     clock = Clock()
     c = cache_with([make_node("g", gpus=1)], clock=clock)

@@ -222,3 +222,61 @@ async def test_bound_provisional_holds_do_not_count_against_the_cap() -> None:
         assert (await h.extender.bind(BindingArgs(m["name"], m["namespace"], m["uid"], kept[0])))["Error"] == ""
     h.cache.expire_provisional()
     assert h.cache.provisional_live == {}
+
+
+async def test_confirmed_provisional_holds_free_their_slot_at_once() -> None:
+    """Holds the watch had confirmed kept their provisional slots until the next expiry tick (every
+    ≤5 s): at 100 pods/s the 65th new pod got no hold though none was waiting for the watch."""
+    h = Harness([make_node(f"n{i}", gpus=8) for i in range(20)], [])
+    names = [f"n{i}" for i in range(20)]
+    for i in range(MAX_PROVISIONAL_HOLDS):
+        p = make_pod(f"g{i}", uid=f"g{i}", gpu_milli=100)
+        await filter_(h, p, names)  # kube-scheduler's informer ahead of our watch ...
+        h.cache.set_pod(copy.deepcopy(p))  # ... which shows the pod a moment later
+    last = make_pod("last", uid="last", gpu_milli=100)
+    assert await filter_(h, last, names)
+    assert h.cache.pods["last"].status == "reserved"
+
+
+class CardChoosingModel(Scorer):
+    """Like the learned policy: a share's card is chosen while encoding, before a 50 ms inference."""
+
+    name = "ppo"
+    version, digest = "v1", "d" * 64
+
+    def score(self, state: Any, req: Any, nodes: np.ndarray) -> NodeScores:
+        from rlsched.policy.cards import default_cards
+
+        cards = np.array([default_cards(state, req, int(n))[0] for n in nodes]) if req.is_share else None
+        time.sleep(0.05)
+        return NodeScores(np.ones(len(nodes)), cards)
+
+
+async def test_a_card_taken_during_the_decision_is_decided_again(tmp_path: Path) -> None:
+    """Thread mode: while the model decided for p, q's filter (the fallback, on the loop) held the card
+    p's decision named. p kept its decision because the node still fitted on its other card, its
+    hold of the taken card failed silently, and the next pod took the room p's bind needed."""
+    (tmp_path / "m.json").write_text("{}")
+    settings = ExtenderSettings(
+        policy=PolicySettings(model_path=str(tmp_path / "m.json"), deadline_enforcement="thread")
+    )
+    h = Harness(
+        [make_node("x", gpus=2), make_node("y", gpus=0, cpu="1", memory="1Gi")],
+        [],
+        settings,
+        model_loader=lambda p, t: CardChoosingModel(),
+    )
+    p, q, r = (watched(h, make_pod(n, uid=n, gpu_milli=600)) for n in "pqr")
+
+    async def q_meanwhile() -> None:
+        await asyncio.sleep(0.01)
+        assert await filter_(h, q, ["x", "y"]) == ["x"]
+
+    task = asyncio.create_task(q_meanwhile())
+    assert await filter_(h, p, ["x", "y"]) == ["x"]
+    await task
+    assert h.cache.pods["p"].status == "reserved" and h.cache.pods["p"].cards != h.cache.pods["q"].cards
+    assert await filter_(h, r, ["x", "y"]) == []  # both cards are held
+    for pod in (q, p):
+        m = pod["metadata"]
+        assert (await h.extender.bind(BindingArgs(m["name"], m["namespace"], m["uid"], "x")))["Error"] == ""

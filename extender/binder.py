@@ -332,7 +332,10 @@ class Binder:
                 self.cache.forget(uid)  # another pod under this name now: this one's cards are free
             where = f" to node {current.node_name}" if current is not None and current.node_name else ""
             return BindResult(f"pod {key} is already bound{where}: {exc.message}", node, result="error")
-        if exc.status == 0:  # timeout or connection lost: the binding may exist
+        if exc.status == 0 or exc.status >= 500:
+            # Timeout, connection lost, or a server-side error (etcd timed out, a proxy's 502/504 after
+            # forwarding the write): the binding may exist, so its cards stay held until the watch
+            # tells. A 4xx (429 included) is a definite no.
             if entry is not None:
                 entry.status, entry.since = UNCERTAIN, self.cache.clock()
             log.warning(

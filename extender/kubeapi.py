@@ -24,12 +24,19 @@ import aiohttp
 import orjson
 import yarl
 
+from .bounded_read import AnswerTooLong, read_at_most, read_capped
 from .names import check_pod_ref
 from .rejections import Rejections, describe
 from .settings import KubeSettings
 
 log = logging.getLogger("rlsched.extender.kubeapi")
 
+MAX_ANSWER_BYTES = 256 << 20
+"""The largest answer read from a list page or a single call: 256 MiB. A page of 500 pods (the
+informers' page size) is a few MiB even with large objects; far more is a broken or hostile peer."""
+MAX_ERROR_BYTES = 64 << 10
+"""How much of an error answer is read (its Status message is cut shorter still)."""
+MAX_ERROR_MESSAGE_CHARS = 500
 MAX_WATCH_LINE_BYTES = 16 << 20
 """The longest watch event (one line) read: 16 MiB. kube-apiserver stores no object larger than etcd's
 default request limit (~1.5 MiB), and an event is one object, so a line far longer is a broken stream
@@ -47,10 +54,19 @@ class ApiError(Exception):
 class KubeApi:
     """Just the calls the extender makes."""
 
-    def __init__(self, host: str, ssl_context: ssl.SSLContext | bool | None, auth: Callable[[], str | None]):
+    def __init__(
+        self,
+        host: str,
+        ssl_context: ssl.SSLContext | bool | None,
+        auth: Callable[[], str | None],
+        server_hostname: str | None = None,
+    ):
         self.host = host.rstrip("/")
         self.ssl_context = ssl_context
         self.auth = auth
+        self.server_hostname = server_hostname
+        """The name the server's certificate is checked against when it is not the URL's host
+        (kubeconfig ``tls-server-name``: a cluster reached by IP or through a tunnel)."""
         self._session: aiohttp.ClientSession | None = None
         self._header_cache: dict[tuple[str | None, str | None], dict[str, str]] = {}
 
@@ -91,7 +107,10 @@ class KubeApi:
         def auth() -> str | None:
             return cfg.get_api_key_with_prefix("authorization") or cfg.get_api_key_with_prefix("BearerToken")
 
-        api = cls(cfg.host, ctx if cfg.host.startswith("https") else None, auth)
+        https = cfg.host.startswith("https")
+        api = cls(
+            cfg.host, ctx if https else None, auth, (getattr(cfg, "tls_server_name", None) or None) if https else None
+        )
         api.source = source  # type: ignore[attr-defined]
         return api
 
@@ -152,11 +171,19 @@ class KubeApi:
                 data=data,
                 headers=self._headers(content_type if data is not None else None),
                 timeout=aiohttp.ClientTimeout(total=timeout),
+                server_hostname=self.server_hostname,
             ) as resp:
-                raw = await resp.read()
                 if resp.status >= 400:
-                    raise _api_error(resp.status, raw)
-                return orjson.loads(raw) if raw else None
+                    raise _api_error(resp.status, (await read_at_most(resp, MAX_ERROR_BYTES))[0])
+                raw = await read_capped(resp, MAX_ANSWER_BYTES)
+                try:
+                    return orjson.loads(raw) if raw else None
+                except orjson.JSONDecodeError:
+                    # A success with an answer that is not JSON (a proxy's page): the call may have
+                    # been carried out, so it is "no usable answer" (status 0), as a timeout is.
+                    raise ApiError(0, "BadAnswer", f"{method} {path}: the answer is not JSON") from None
+        except AnswerTooLong as exc:
+            raise ApiError(0, "TooLong", f"{method} {path}: {exc}") from None
         except TimeoutError:
             raise ApiError(0, "Timeout", f"{method} {path}: no answer from {self.host} within {timeout:g} s") from None
         except aiohttp.ClientError as exc:
@@ -172,7 +199,18 @@ class KubeApi:
             params = {"limit": str(limit)}
             if cont:
                 params["continue"] = cont
-            page = await self.request("GET", _with_params(path, params), timeout=timeout)
+            try:
+                page = await self.request("GET", _with_params(path, params), timeout=timeout)
+            except ApiError as exc:
+                if exc.status != 410 or not cont:
+                    raise
+                # The continue token expired (the list took longer than the server keeps history): as
+                # client-go's pager does, one full list, unpaginated.
+                log.info("%s: continue token expired; listing in one page", path, extra={"event": "list_unpaged"})
+                items, cont = [], ""
+                page = await self.request("GET", path, timeout=timeout)
+            if type(page) is not dict:
+                raise ApiError(0, "BadAnswer", f"GET {path}: the list answer is not an object")
             items.extend(page.get("items") or [])
             meta = page.get("metadata") or {}
             cont = meta.get("continue") or ""
@@ -195,9 +233,10 @@ class KubeApi:
                 self.host + _with_params(path, params),
                 headers=self._headers(),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=timeout_s + 30),
+                server_hostname=self.server_hostname,
             ) as resp:
                 if resp.status >= 400:
-                    raise _api_error(resp.status, await resp.read())
+                    raise _api_error(resp.status, (await read_at_most(resp, MAX_ERROR_BYTES))[0])
                 if on_open is not None:
                     on_open()
                 buf = bytearray()
@@ -265,9 +304,15 @@ def _with_params(path: str, params: Mapping[str, str]) -> str:
 
 
 def _api_error(status: int, raw: bytes) -> ApiError:
+    """The error a (Status) answer says, its reason and message cut to a readable length (they go into
+    log lines and into bind's answer to kube-scheduler)."""
     try:
         body = orjson.loads(raw)
-        return ApiError(status, str(body.get("reason", "")), str(body.get("message", raw[:300])))
+        return ApiError(
+            status,
+            str(body.get("reason", ""))[:200],
+            str(body.get("message", raw[:300]))[:MAX_ERROR_MESSAGE_CHARS],
+        )
     except (orjson.JSONDecodeError, AttributeError):
         return ApiError(status, "", raw[:300].decode("utf-8", "replace"))
 
@@ -324,9 +369,13 @@ class Informer:
         self.resolved: dict[str, Any] | None = None
         """The last failure that was resolved: {"error", "at", "resolvedAt"} (wall-clock seconds)."""
         self.failures = 0
-        """Consecutive failures (the backoff's exponent); reset by a list, an event or a watch that ran to
-        its end — not by a watch merely accepted, so a server that accepts and then drops every watch
-        still meets a growing backoff."""
+        """Consecutive failures (the backoff's exponent); reset by an event or a watch that ran to its
+        end — not by a list or a watch merely accepted, so a server that lists fine but drops every
+        watch (or answers every watch 410) still meets a growing backoff."""
+        self.gone_in_a_row = 0
+        """410 answers since the last watch event: the first relists at once, the next ones back off
+        (a list slower than the server's history answers every watch 410; relisting at once was a
+        hot loop of full lists)."""
 
     def down_for(self) -> float:
         """Seconds since the informer was last up (0 while up)."""
@@ -349,7 +398,6 @@ class Informer:
         items, rv = await self.api.list(self.path, timeout=self.settings.list_timeout_s)
         self.replace(items)
         self.resource_version = rv
-        self.failures = 0
         self._opened()
         log.info(
             "listed %d %s at resourceVersion %s",
@@ -371,9 +419,9 @@ class Informer:
                     self.path, self.resource_version or "", self.settings.watch_timeout_s, on_open=self._opened
                 ):
                     events += 1
-                    self.failures = 0
+                    self._handle(event)  # raises for an ERROR event: that one does not count as working
+                    self.failures = self.gone_in_a_row = 0
                     self._opened()
-                    self._handle(event)
                 self.failures = 0
                 self._restart("timeout")
                 if not events and self.clock() - started < 1.0:  # a server that ends every watch at once
@@ -381,22 +429,26 @@ class Informer:
             except asyncio.CancelledError:
                 raise
             except Gone:
-                self.resource_version = None
-                self._restart("gone")
-                log.info(
-                    "%s watch expired (410 Gone); relisting",
-                    self.resource,
-                    extra={"event": "relist", "resource": self.resource},
-                )
+                await self._gone("the watch's resourceVersion expired (410 Gone)")
             except ApiError as exc:
                 if exc.status == 410:
-                    self.resource_version = None
-                    self._restart("gone")
+                    await self._gone(str(exc))
                     continue
                 await self._failed("error", str(exc), relist=False)
             except Exception as exc:  # noqa: BLE001 - a broken stream or a bug: relist, never die
                 bad = isinstance(exc, (orjson.JSONDecodeError, BadWatchLine))
                 await self._failed("bad-event" if bad else "unexpected", describe(exc), relist=True)
+
+    async def _gone(self, message: str) -> None:
+        """Relist: at once the first time since the last event, else after the backoff, as a failure
+        (readiness and /status see it)."""
+        self.gone_in_a_row += 1
+        if self.gone_in_a_row > 1:
+            await self._failed("gone", f"{message}, {self.gone_in_a_row} times without an event", relist=True)
+            return
+        self.resource_version = None
+        self._restart("gone")
+        log.info("%s: %s; relisting", self.resource, message, extra={"event": "relist", "resource": self.resource})
 
     def _handle(self, event: Any) -> None:
         if type(event) is not dict and not isinstance(event, Mapping):

@@ -90,10 +90,20 @@ class Kube:
         )
 
     async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn`` in a worker thread, its answer read and decoded there too: with
+        ``_preload_content=False`` the client returns after the headers, and reading the body (a
+        slow or large answer) on kopf's event loop held every handler. Whatever fails — the call,
+        the read, the decoding — is a :class:`KubeError`."""
         kwargs.setdefault("_request_timeout", self.timeout_s)
         kwargs.setdefault("_preload_content", False)
+
+        def call() -> Any:
+            resp = fn(*args, **kwargs)
+            data = resp.data if hasattr(resp, "data") else resp
+            return json.loads(data) if data else None
+
         try:
-            resp = await asyncio.to_thread(fn, *args, **kwargs)
+            return await asyncio.to_thread(call)
         except self._exc as exc:
             message = exc.body or exc.reason or ""
             if exc.body:
@@ -102,10 +112,8 @@ class Kube:
                 except (TypeError, ValueError, AttributeError):
                     pass
             raise KubeError(exc.status or 0, exc.reason or "Error", str(message)) from None
-        except Exception as exc:  # noqa: BLE001 - urllib3 timeouts, refused connections, ...
-            raise KubeError(0, type(exc).__name__, str(exc)) from None
-        data = resp.data if hasattr(resp, "data") else resp
-        return json.loads(data) if data else None
+        except Exception as exc:  # noqa: BLE001 - urllib3 timeouts, refused connections, cut or garbled answers
+            raise KubeError(0, type(exc).__name__, str(exc)[:500]) from None
 
     # -- ConfigMaps ---------------------------------------------------------------------------------
     async def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
+import sys
+from pathlib import Path
 
 import orjson
 import pytest
@@ -30,6 +33,7 @@ class FakeServer:
         self.pod = make_pod("p", uid="uid-p", gpus=1)
         self.requests: list[tuple[str, str, dict]] = []
         self.watch_events: list[bytes] = []
+        self.expire_continue = False
         app = web.Application()
         app.router.add_get("/api/v1/nodes", self.nodes_handler)
         app.router.add_post("/api/v1/namespaces/{ns}/pods/{name}/binding", self.bind)
@@ -46,6 +50,10 @@ class FakeServer:
                 await resp.write(chunk)
                 await asyncio.sleep(0)
             return resp
+        if "limit" not in request.query:
+            return web.json_response({"kind": "NodeList", "metadata": {"resourceVersion": "78"}, "items": self.nodes})
+        if self.expire_continue and request.query.get("continue"):
+            return status(410, "Expired", "The provided continue parameter is too old")
         limit = int(request.query["limit"])
         start = int(request.query.get("continue") or 0)
         items = self.nodes[start : start + limit]
@@ -209,3 +217,167 @@ async def test_informer_relists_after_an_overlong_watch_line() -> None:
     assert api.calls == [("list",), ("watch", "10"), ("list",), ("watch", "20")] and len(sleeps) == 1
     restarts = {"resource": "nodes", "reason": "bad-event"}
     assert metrics.registry.get_sample_value("rlsched_extender_watch_restarts_total", restarts) == 1
+
+
+GONE = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
+
+
+async def test_410_after_410_backs_off_and_reports_the_watch_down() -> None:
+    """A list slower than the server's history answers every watch 410: the informer relisted at
+    once every time (~2,000 full lists a second against a fake server) while /status said it was up."""
+    api = ScriptedWatchApi(
+        [
+            ("list", [], "10"),
+            ("watch", [GONE]),
+            ("list", [], "11"),
+            ("watch", [GONE]),
+            ("list", [], "12"),
+            ("watch", [GONE]),
+            ("list", [], "13"),
+            ("watch", [ev("ADDED", "a", "14")]),
+        ]
+    )
+    sleeps, states = [], []
+    inf = None
+
+    async def sleep(s):
+        sleeps.append(s)
+        states.append((inf.up, inf.failures))
+
+    inf = Informer(
+        api, "nodes", "/x", lambda items: None, lambda k, o: None, KubeSettings(), sleep=sleep, jitter=lambda: 1.0
+    )
+    with pytest.raises(asyncio.CancelledError):
+        await inf.run()
+    assert sleeps == [1.0, 2.0]  # the first 410 relists at once; a list in between does not reset the backoff
+    assert states == [(False, 1), (False, 2)]
+    assert inf.up and inf.failures == 0 and inf.gone_in_a_row == 0
+
+
+async def test_an_expired_continue_token_falls_back_to_one_full_list(server) -> None:
+    """A paginated list slower than the server's history gets 410 on a later page; as client-go's
+    pager does, one full list follows (relisting page by page met the same 410 again)."""
+    fake, api = server
+    fake.expire_continue = True
+    items, rv = await api.list("/api/v1/nodes", limit=2)
+    assert [i["metadata"]["name"] for i in items] == [f"n{i}" for i in range(5)] and rv == "78"
+    assert [r[2] for r in fake.requests] == [{"limit": "2"}, {"limit": "2", "continue": "2"}, {}]
+
+
+async def test_a_5xx_to_the_binding_write_keeps_the_cards_held() -> None:
+    """A 504 from a proxy (or etcd timing out) after the write was carried out: the cards were freed and
+    the next pod was bound to the same card."""
+    from rlsched.extender.testing import Harness
+    from rlsched.extender.wire import BindingArgs
+
+    h = Harness([make_node("b", gpus=1)], [])
+    p1 = h.add_pod(make_pod("p1", uid="p1", gpus=1))
+    h.cache.set_pod(dict(p1))
+    real = h.api.create_binding
+
+    async def commits_then_504(*args, **kwargs):
+        await real(*args, **kwargs)
+        raise ApiError(504, "Timeout", "the server was unable to return a response in the time allotted")
+
+    h.api.create_binding = commits_then_504
+    result = await h.extender.bind(BindingArgs("p1", "default", "p1", "b"))
+    assert "unable to return a response" in result["Error"]
+    assert h.cache.pods["p1"].status == "uncertain" and h.cache.state.full_free[0] == 0
+
+
+async def test_answers_are_read_within_caps_and_errors_cut(monkeypatch) -> None:
+    """Every answer but the watch was read whole: a 400 MiB pod took 1.2 GiB; an error's JSON message
+    went whole into logs and into bind's answer."""
+    import rlsched.extender.kubeapi as kubeapi
+
+    monkeypatch.setattr(kubeapi, "MAX_ANSWER_BYTES", 1 << 16)
+
+    async def big(request):
+        return web.json_response({"kind": "Pod", "pad": "x" * (1 << 17)})
+
+    async def long_error(request):
+        return status(500, "InternalError", "y" * int(request.query["n"]))
+
+    async def not_json(request):
+        return web.Response(text="<html>oops</html>", content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/big", big)
+    app.router.add_get("/error", long_error)
+    app.router.add_post("/html", not_json)
+    async with TestServer(app) as ts:
+        api = KubeApi(str(ts.make_url("")), None, lambda: None)
+        try:
+            with pytest.raises(ApiError) as info:
+                await api.request("GET", "/big")
+            assert info.value.status == 0 and "cap" in info.value.message
+            with pytest.raises(ApiError) as info:
+                await api.request("GET", "/error?n=10000")
+            assert info.value.status == 500 and len(info.value.message) == kubeapi.MAX_ERROR_MESSAGE_CHARS
+            with pytest.raises(ApiError) as info:  # past the error read's cap: only its head, as text
+                await api.request("GET", "/error?n=1000000")
+            assert info.value.status == 500 and len(info.value.message) <= kubeapi.MAX_ERROR_MESSAGE_CHARS
+            with pytest.raises(ApiError) as info:  # a write that may have been carried out: outcome unknown
+                await api.request("POST", "/html", {"a": 1})
+            assert info.value.status == 0 and "not JSON" in info.value.message
+        finally:
+            await api.close()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl missing (makes the test certificates)")
+async def test_kubeconfig_tls_server_name_is_the_name_checked(tmp_path) -> None:
+    """A cluster reached by an address its certificate does not name (kubeconfig ``tls-server-name``):
+    kubectl and client-go connect, the extender checked the URL's host and could not."""
+    import json
+    import ssl
+
+    from rlsched.extender.settings import KubeSettings as Settings
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
+    try:
+        from stacklib.pki import tls_pki
+    finally:
+        sys.path.pop(0)
+    pki = tls_pki(tmp_path / "pki")  # a server certificate for 127.0.0.1 and localhost only
+
+    async def pod(request):
+        return web.json_response({"kind": "Pod"})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/default/pods/p", pod)
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(str(pki["server_cert"]), str(pki["server_key"]))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.2", 0, ssl_context=server_tls)  # an address the certificate lacks
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        for name, works in ((None, False), ("localhost", True)):
+            cluster = {"server": f"https://127.0.0.2:{port}", "certificate-authority": str(pki["ca"])}
+            if name:
+                cluster["tls-server-name"] = name
+            kubeconfig = tmp_path / "kubeconfig"
+            kubeconfig.write_text(
+                json.dumps(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Config",
+                        "current-context": "c",
+                        "clusters": [{"name": "c", "cluster": cluster}],
+                        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                        "users": [{"name": "u", "user": {"token": "t"}}],
+                    }
+                )
+            )
+            api = KubeApi.from_settings(Settings(kubeconfig=str(kubeconfig)))
+            try:
+                if works:
+                    assert await api.get_pod("default", "p", 5) == {"kind": "Pod"}
+                else:
+                    with pytest.raises(ApiError, match="certificate"):
+                        await api.get_pod("default", "p", 5)
+            finally:
+                await api.close()
+    finally:
+        await runner.cleanup()

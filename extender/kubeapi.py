@@ -25,6 +25,7 @@ import orjson
 import yarl
 
 from .bounded_read import AnswerTooLong, read_at_most, read_capped
+from .log_throttle import EveryFewSeconds, skipped_note
 from .names import check_pod_ref
 from .rejections import Rejections, describe
 from .settings import KubeSettings
@@ -37,6 +38,8 @@ informers' page size) is a few MiB even with large objects; far more is a broken
 MAX_ERROR_BYTES = 64 << 10
 """How much of an error answer is read (its Status message is cut shorter still)."""
 MAX_ERROR_MESSAGE_CHARS = 500
+CREDENTIAL_REFRESH_S = 10.0
+"""How often the credentials' refresh hook may run (it renews only what is near expiry)."""
 MAX_WATCH_LINE_BYTES = 16 << 20
 """The longest watch event (one line) read: 16 MiB. kube-apiserver stores no object larger than etcd's
 default request limit (~1.5 MiB), and an event is one object, so a line far longer is a broken stream
@@ -67,6 +70,12 @@ class KubeApi:
         self.server_hostname = server_hostname
         """The name the server's certificate is checked against when it is not the URL's host
         (kubeconfig ``tls-server-name``: a cluster reached by IP or through a tunnel)."""
+        self.refresh: Callable[[], None] | None = None
+        """Renews the credentials ``auth`` reads (the kubernetes loaders' refresh hook); run in a worker
+        thread at most every CREDENTIAL_REFRESH_S, never on the event loop."""
+        self._refreshed_at = -CREDENTIAL_REFRESH_S
+        self._refreshing: asyncio.Future[None] | None = None
+        self._refresh_errors = EveryFewSeconds(60.0)
         self._session: aiohttp.ClientSession | None = None
         self._header_cache: dict[tuple[str | None, str | None], dict[str, str]] = {}
 
@@ -104,6 +113,12 @@ class KubeApi:
         if cfg.cert_file:
             ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
 
+        # The loaders' token refresh (an exec plugin's subprocess, a service-account token file) runs
+        # inside every get_api_key_with_prefix call, on the calling thread: taken out here and run by
+        # KubeApi in a worker thread, at most every CREDENTIAL_REFRESH_S.
+        hook: Callable[[Any], None] | None = cfg.refresh_api_key_hook
+        cfg.refresh_api_key_hook = None
+
         def auth() -> str | None:
             return cfg.get_api_key_with_prefix("authorization") or cfg.get_api_key_with_prefix("BearerToken")
 
@@ -111,6 +126,8 @@ class KubeApi:
         api = cls(
             cfg.host, ctx if https else None, auth, (getattr(cfg, "tls_server_name", None) or None) if https else None
         )
+        if hook is not None:
+            api.refresh = lambda: hook(cfg)
         api.source = source  # type: ignore[attr-defined]
         return api
 
@@ -137,9 +154,40 @@ class KubeApi:
             await self._session.close()
             self._session = None
 
+    def _refresh_credentials(self) -> None:
+        """Start a credential refresh in a worker thread when one is due; the requests meanwhile use the
+        current token (the loaders renew minutes before expiry)."""
+        if self.refresh is None or self._refreshing is not None:
+            return
+        now = time.monotonic()
+        if now - self._refreshed_at < CREDENTIAL_REFRESH_S:
+            return
+        self._refreshed_at = now
+        refresh = self.refresh
+
+        def run() -> None:
+            try:
+                refresh()
+            except Exception as exc:  # noqa: BLE001 - an exec plugin can fail any way; the old token stays
+                skipped = self._refresh_errors("refresh")
+                if skipped is not None:
+                    log.warning(
+                        "refreshing the API credentials failed: %s%s",
+                        describe(exc),
+                        skipped_note(skipped),
+                        extra={"event": "auth_refresh_failed"},
+                    )
+
+        def done(_: asyncio.Future[None]) -> None:
+            self._refreshing = None
+
+        self._refreshing = asyncio.get_running_loop().run_in_executor(None, run)
+        self._refreshing.add_done_callback(done)
+
     def _headers(self, content_type: str | None = None) -> dict[str, str]:
         """The request's headers: built once per (token, content type), reused while they stay the
         same (aiohttp copies them; the token is asked for every time, so a refreshed one is used)."""
+        self._refresh_credentials()
         token = self.auth()
         key = (token, content_type)
         cached = self._header_cache.get(key)

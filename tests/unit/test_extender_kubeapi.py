@@ -381,3 +381,78 @@ async def test_kubeconfig_tls_server_name_is_the_name_checked(tmp_path) -> None:
                 await api.close()
     finally:
         await runner.cleanup()
+
+
+async def test_an_exec_plugin_refreshes_the_token_off_the_event_loop(tmp_path) -> None:
+    """The kubernetes loaders run their token refresh (here an exec plugin of 0.3 s issuing 4-minute
+    tokens) inside every token read: twice per request, on the event loop, stalling it 0.6 s a call."""
+    import datetime as dt
+    import json
+    import time
+
+    from rlsched.extender.settings import KubeSettings as Settings
+
+    runs = tmp_path / "runs"
+    plugin = tmp_path / "plugin.sh"
+    expiry = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=4)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    credential = json.dumps(
+        {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "kind": "ExecCredential",
+            "status": {"token": "tok", "expirationTimestamp": expiry},
+        }
+    )
+    plugin.write_text(f"#!/bin/sh\necho x >> {runs}\nsleep 0.3\necho '{credential}'\n")
+    plugin.chmod(0o755)
+
+    async def pod(request):
+        assert request.headers["Authorization"] == "Bearer tok"
+        return web.json_response({"kind": "Pod"})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/default/pods/p", pod)
+    async with TestServer(app) as ts:
+        user = {
+            "exec": {
+                "apiVersion": "client.authentication.k8s.io/v1",
+                "command": str(plugin),
+                "interactiveMode": "Never",
+            }
+        }
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "c",
+                    "clusters": [{"name": "c", "cluster": {"server": str(ts.make_url("")).rstrip("/")}}],
+                    "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                    "users": [{"name": "u", "user": user}],
+                }
+            )
+        )
+        api = KubeApi.from_settings(Settings(kubeconfig=str(kubeconfig)))
+        at_load = len(runs.read_text().split())
+        gaps: list[float] = []
+        done = False
+
+        async def heartbeat() -> None:
+            last = time.monotonic()
+            while not done:
+                await asyncio.sleep(0.02)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+        beat = asyncio.create_task(heartbeat())
+        try:
+            for _ in range(5):
+                assert await api.get_pod("default", "p", 5) == {"kind": "Pod"}
+        finally:
+            done = True
+            await beat
+            await api.close()
+        await asyncio.sleep(0.5)  # the refresh started by the first call ends in its thread
+    assert len(runs.read_text().split()) - at_load <= 1
+    assert max(gaps) < 0.2

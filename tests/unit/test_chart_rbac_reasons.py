@@ -53,7 +53,9 @@ def test_the_check_finds_a_rule_and_a_binding_without_a_reason() -> None:
     bare = re.sub(r"(?m)^\s*# (nodes|Why: what any kube-scheduler).*\n(#.*\n)*", "", text)
     assert sorted(m.split(":")[0] for m in unexplained(bare)) == [
         "ClusterRole rlsched-system-rl-scheduler-scheduler-extender",
-        "ClusterRoleBinding rlsched-system-rl-scheduler-scheduler-kube-scheduler (to system",
+        "ClusterRole rlsched-system-rl-scheduler-scheduler-kube-scheduler",
+        "ClusterRoleBinding rlsched-system-rl-scheduler-scheduler-kube-scheduler "
+        "(to rlsched-system-rl-scheduler-scheduler-kube-scheduler)",
     ]
 
 

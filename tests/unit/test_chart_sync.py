@@ -49,7 +49,7 @@ ALL_ON: dict[str, Any] = {
         "decisionLog": {"persistence": {"enabled": True, "keepOnUninstall": True}},
         "prometheusUrl": "http://prometheus:9090",
         "config": {"requeue": {"maxAttempts": 5}},
-        "watchNamespaces": ["ml", "batch"],
+        "watchNamespaces": ["ml", "batch", "rlsched-system"],
     },
     "extender": {
         "nativeSidecar": False,
@@ -76,7 +76,16 @@ ALL_ON: dict[str, Any] = {
         },
     },
 }
-"""Every switch flipped: the other rendering the tests check besides the defaults."""
+"""Every switch flipped: the other rendering the tests check besides the defaults (in the namespace
+rlsched-system: :func:`watching` adds another release namespace to operator.watchNamespaces)."""
+
+
+def watching(values: dict | None, namespace: str) -> dict | None:
+    """``values`` for a release in ``namespace``: a non-empty operator.watchNamespaces must hold it."""
+    watch = ((values or {}).get("operator") or {}).get("watchNamespaces")
+    if not watch or namespace in watch:
+        return values
+    return {**values, "operator": {**values["operator"], "watchNamespaces": [*watch, namespace]}}  # type: ignore[dict-item]
 
 
 def render(
@@ -147,7 +156,7 @@ def test_scheduler_config_is_scheduler_config_with_the_charts_parameters(tmp_pat
         == scheduler_config()
         == yaml.safe_load((REPO / "extender" / "scheduler-config.yaml").read_text())
     )  # the defaults: the committed file itself
-    assert chart_scheduler_config(render(tmp_path, ALL_ON, namespace="sched")) == scheduler_config(
+    assert chart_scheduler_config(render(tmp_path, watching(ALL_ON, "sched"), namespace="sched")) == scheduler_config(
         url="http://127.0.0.1:9000/rl",
         scheduler_name="gpu-scheduler",
         weight=5,
@@ -231,7 +240,7 @@ def test_extender_settings_load_and_match_the_pod(tmp_path, values) -> None:
 def test_operator_settings_load_and_point_at_the_extender_and_the_policy_configmap(tmp_path, values) -> None:
     from rlsched.operator.settings import load_settings
 
-    objs = render(tmp_path, values, namespace="sched")
+    objs = render(tmp_path, watching(values, "sched"), namespace="sched")
     path = tmp_path / "operator.yaml"
     path.write_text(find(objs, "ConfigMap", "-operator")["data"]["operator.yaml"])
     s = load_settings(path, {})
@@ -257,7 +266,11 @@ def test_operator_settings_load_and_point_at_the_extender_and_the_policy_configm
     health = op["containers"][0]["ports"][0]["containerPort"]
     assert s.liveness_endpoint == f"http://0.0.0.0:{health}/healthz"
     if values is ALL_ON:
-        assert s.scope.peering and s.requeue.max_attempts == 5 and s.scope.namespaces == ("ml", "batch")
+        assert (
+            s.scope.peering
+            and s.requeue.max_attempts == 5
+            and s.scope.namespaces == ("ml", "batch", "rlsched-system", "sched")
+        )
         assert {o["kind"] for o in objs if o["kind"].endswith("KopfPeering")} == {"KopfPeering"}
         claim = find(objs, "PersistentVolumeClaim")
         assert claim["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
@@ -282,9 +295,10 @@ def test_rbac_has_no_wildcards_and_binds_what_each_part_needs(tmp_path, values) 
         if b["kind"] in ("RoleBinding", "ClusterRoleBinding")
     }
     sched_sa = pod_spec(objs, "scheduler")["serviceAccountName"]
-    assert (
-        bound[("ClusterRole", "system:kube-scheduler")] == bound[("ClusterRole", "system:volume-scheduler")] == sched_sa
-    )
+    # the chart's copy of system:kube-scheduler without its lease rules (tests/unit/test_chart_scheduler_rbac.py)
+    own = find(objs, "ClusterRole", "-scheduler-kube-scheduler")["metadata"]["name"]
+    assert ("ClusterRole", "system:kube-scheduler") not in bound
+    assert bound[("ClusterRole", own)] == bound[("ClusterRole", "system:volume-scheduler")] == sched_sa
     extender = find(objs, "ClusterRole", "-scheduler-extender")
     grants = {(r["resources"][0], v) for r in extender["rules"] for v in r["verbs"]}
     # no pod patch: bind's one write is a Binding that carries the card annotations
@@ -297,7 +311,13 @@ def test_rbac_has_no_wildcards_and_binds_what_each_part_needs(tmp_path, values) 
         ("pods/binding", "create"),
     }
     op_sa = pod_spec(objs, "operator")["serviceAccountName"]
-    role = find([o for o in objs if o["metadata"].get("namespace") == "rlsched-system"], "Role", "-operator")
+    (role,) = [  # the policy ConfigMaps' Role (ALL_ON also watches this namespace: a second Role)
+        o
+        for o in objs
+        if o["kind"] == "Role"
+        and o["metadata"].get("namespace") == "rlsched-system"
+        and any("configmaps" in r.get("resources", []) for r in o["rules"])
+    ]
     updates = [r for r in role["rules"] if "update" in r["verbs"]]
     assert len(updates) == 1 and len(updates[0]["resourceNames"]) == 2  # only the two policy slots
     assert bound[("Role", role["metadata"]["name"])] == op_sa != sched_sa
@@ -330,8 +350,9 @@ def test_operator_patches_pods_only_where_it_watches(tmp_path) -> None:
     ]
     assert [o["metadata"]["namespace"] for o in operator_roles] == ["sched"]  # the ConfigMap Role only
 
+    watched = ("ml", "batch", "sched")  # the release namespace must be among them (the SchedulingPolicy)
     ns_objs = render(
-        tmp_path, {"operator": {"watchNamespaces": ["ml", "batch"], "peering": {"enabled": True}}}, namespace="sched"
+        tmp_path, {"operator": {"watchNamespaces": list(watched), "peering": {"enabled": True}}}, namespace="sched"
     )
     cluster = find(ns_objs, "ClusterRole", "-operator")
     assert not {
@@ -341,11 +362,21 @@ def test_operator_patches_pods_only_where_it_watches(tmp_path) -> None:
     }
     assert {("/status", "get"), ("/decisions", "get")} <= grants(cluster)
     op_sa = pod_spec(ns_objs, "operator")["serviceAccountName"]
-    for ns in ("ml", "batch"):
-        role = next(o for o in ns_objs if o["kind"] == "Role" and o["metadata"]["namespace"] == ns)
+    for ns in watched:
+        role = next(
+            o
+            for o in ns_objs
+            if o["kind"] == "Role" and o["metadata"]["namespace"] == ns and ("pods", "watch") in grants(o)
+        )
         assert {g for g in grants(role) if g[0].startswith("pods")} == pod_rights
         assert {("events", "create"), ("schedulingpolicies", "watch"), ("kopfpeerings", "patch")} <= grants(role)
-        binding = next(o for o in ns_objs if o["kind"] == "RoleBinding" and o["metadata"]["namespace"] == ns)
+        binding = next(
+            o
+            for o in ns_objs
+            if o["kind"] == "RoleBinding"
+            and o["metadata"]["namespace"] == ns
+            and o["roleRef"]["name"] == role["metadata"]["name"]
+        )
         assert binding["roleRef"]["name"] == role["metadata"]["name"]
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": op_sa, "namespace": "sched"}]
     # The operator's rights on pods exist nowhere else.
@@ -355,7 +386,7 @@ def test_operator_patches_pods_only_where_it_watches(tmp_path) -> None:
             and o["metadata"]["labels"]["app.kubernetes.io/component"] == "operator"
         ):
             assert ("pods/status", "patch") not in grants(o)
-            if o["metadata"].get("namespace") not in ("ml", "batch"):
+            if o["metadata"].get("namespace") not in watched:
                 assert not {g for g in grants(o) if g[0].startswith("pods")}, o["metadata"]
 
     f = tmp_path / "glob.yaml"
@@ -490,7 +521,7 @@ def test_two_releases_never_share_a_name(tmp_path) -> None:
         values = dict(ALL_ON, schedulerName=scheduler, scheduler={"config": {}})
         return {
             (o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"])
-            for o in render(tmp_path, values, release=release, namespace=namespace)
+            for o in render(tmp_path, watching(values, namespace), release=release, namespace=namespace)
         }
 
     a, b, c = names("rl", "team-a", "gpu-a"), names("rl", "team-b", "gpu-b"), names("other", "team-a", "gpu-c")
@@ -502,7 +533,7 @@ def test_two_releases_never_share_a_name(tmp_path) -> None:
 @needs_helm
 def test_helm_lint_strict(tmp_path) -> None:
     f = tmp_path / "all-on.yaml"
-    f.write_text(yaml.safe_dump(ALL_ON))
+    f.write_text(yaml.safe_dump(watching(ALL_ON, "default")))  # helm lint renders into "default"
     for extra in ([], ["--values", str(f)]):
         done = subprocess.run(
             [HELM, "lint", "--strict", str(CHART), *extra], capture_output=True, text=True, timeout=120

@@ -149,6 +149,7 @@ The extender's settings file (extender/settings.py keys). extender.config is dee
 */}}
 {{- define "rl-scheduler.extenderConfig" -}}
 {{- $v := .Values.extender -}}
+{{- include "rl-scheduler.checkExtenderConfig" . -}}
 {{- $policy := dict "mode" $v.policy.mode "fallback" $v.policy.fallback "deadlineMs" $v.policy.deadlineMs "topK" $v.policy.topK -}}
 {{- if $v.policy.modelPath -}}
 {{- $_ := set $policy "modelPath" $v.policy.modelPath -}}
@@ -173,6 +174,29 @@ The extender's settings file (extender/settings.py keys). extender.config is dee
 {{- fail "extender.auth.mode=none would open /status and /decisions (pod names, decision features) to anyone who reaches the status port: keep auth.mode kubernetes" -}}
 {{- end -}}
 {{- toYaml $cfg -}}
+{{- end -}}
+
+{{/*
+Keys of extender.config the rest of the chart depends on: the scheduler's urlPrefix, the container
+port, the Service, the NetworkPolicy and the probes follow the first-class values, so setting these
+in extender.config would silently disagree with them. Fail, naming the value to use.
+*/}}
+{{- define "rl-scheduler.checkExtenderConfig" -}}
+{{- $c := .Values.extender.config | default dict -}}
+{{- $server := dig "server" dict $c -}}
+{{- $kube := dig "kubernetes" dict $c -}}
+{{- $checks := list
+  (list (hasKey $server "port") "server.port" "set extender.port instead (the scheduler's urlPrefix follows it)")
+  (list (hasKey $server "statusPort") "server.statusPort" "set extender.statusPort instead (the container port, the Service, the NetworkPolicy and the probes follow it)")
+  (list (hasKey $server "statusHost") "server.statusHost" "the chart listens on 0.0.0.0 so that the Service and the kubelet's probes reach the status port; it has no value for this")
+  (list (hasKey $kube "schedulerName") "kubernetes.schedulerName" "set schedulerName instead (the scheduler profile and the operator follow it)")
+  (list (hasKey $c "policyFile") "policyFile" "set extender.policyMountPath instead (the policy ConfigMap is mounted there and the operator writes to it)")
+-}}
+{{- range $checks -}}
+{{- if index . 0 -}}
+{{- fail (printf "extender.config.%s: %s" (index . 1) (index . 2)) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
@@ -228,6 +252,9 @@ The operator's settings file (operator/settings.py keys). operator.config is dee
 */}}
 {{- define "rl-scheduler.operatorConfig" -}}
 {{- $o := .Values.operator -}}
+{{- if and $o.watchNamespaces (not (has .Release.Namespace $o.watchNamespaces)) -}}
+{{- fail (printf "operator.watchNamespaces=%v leaves out the release namespace %q, where the operator's SchedulingPolicy (operator.policyName) lives: add %q to the list, or leave the list empty to watch every namespace" $o.watchNamespaces .Release.Namespace .Release.Namespace) -}}
+{{- end -}}
 {{- $cfg := dict
   "scope" (dict "namespaces" $o.watchNamespaces "schedulerName" .Values.schedulerName)
   "policy" (dict "namespace" .Release.Namespace "name" $o.policyName)
@@ -239,6 +266,24 @@ The operator's settings file (operator/settings.py keys). operator.config is dee
 -}}
 {{- if $o.peering.enabled -}}
 {{- $_ := set $cfg.scope "peering" (include "rl-scheduler.peeringName" .) -}}
+{{- end -}}
+{{- /* The rebalancer reads GPUs, typical pods and node load as the extender does (docs/operator.md):
+the extender's settings, before operator.config, so that an override there still wins. */ -}}
+{{- $ext := .Values.extender.config | default dict -}}
+{{- with (dig "gpu" dict $ext) -}}
+{{- $_ := set $cfg.rebalancer "gpu" (deepCopy .) -}}
+{{- end -}}
+{{- $typical := dig "policy" "typicalPodsPath" "" $ext -}}
+{{- if and $typical (not (hasPrefix (printf "%s/" (trimSuffix "/" .Values.extender.policyMountPath)) $typical)) -}}
+{{- /* Same image, same file; a file under the policy mount exists in the scheduler pod only. */ -}}
+{{- $_ := set $cfg.rebalancer "typicalPodsPath" $typical -}}
+{{- end -}}
+{{- $prom := deepCopy (dig "prometheus" dict $ext) -}}
+{{- if .Values.extender.prometheusUrl -}}
+{{- $prom = mustMergeOverwrite (dict "url" .Values.extender.prometheusUrl) $prom -}}
+{{- end -}}
+{{- if $prom -}}
+{{- $_ := set $cfg.rebalancer "prometheus" $prom -}}
 {{- end -}}
 {{- if $o.metricsPort -}}
 {{- $_ := set $cfg "metricsEndpoint" (printf "0.0.0.0:%d" (int $o.metricsPort)) -}}

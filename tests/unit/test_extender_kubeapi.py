@@ -394,7 +394,7 @@ async def test_an_exec_plugin_refreshes_the_token_off_the_event_loop(tmp_path) -
 
     runs = tmp_path / "runs"
     plugin = tmp_path / "plugin.sh"
-    expiry = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=4)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    expiry = (dt.datetime.now(dt.UTC) + dt.timedelta(minutes=4)).strftime("%Y-%m-%dT%H:%M:%SZ")
     credential = json.dumps(
         {
             "apiVersion": "client.authentication.k8s.io/v1",

@@ -229,7 +229,10 @@ class PolicyEngine:
         self._failed: tuple[str, tuple[Any, ...] | None] | None = None
         """(path, stat key) of a model file that failed to load: not retried until it changes."""
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlsched-policy")
-        self._busy = False
+        self._running: asyncio.Future[Any] | None = None
+        """The model call in the worker thread (thread mode), until it ends — past its deadline too."""
+        self.busy_since: float | None = None
+        """Monotonic time the current worker call started (None: idle); /status shows a stuck one."""
         self._timer = DeadlineTimer()
         self.counters: dict[str, int] = {
             "decisions": 0,
@@ -260,13 +263,23 @@ class PolicyEngine:
                 if strict_model:
                     raise
                 self._policy_file_failed(exc, "starting on the base settings")
-        self._apply_typical_and_fallback(self.settings, None)
+        try:
+            self._apply_typical_and_fallback(self.settings, None)
+        except ConfigError as exc:  # the policy file's typicalPodsPath cannot be read
+            if strict_model or self.settings is self.base_settings:
+                raise
+            self._policy_file_failed(exc, "starting on the base settings")
+            self.settings = self.base_settings
+            self._apply_typical_and_fallback(self.settings, None)
         if self.settings.model_path:
-            self._model_key = _stat_key(self.settings.model_path)
+            key = _stat_key(self.settings.model_path)
             scorer, info = self._load(self.settings.model_path)
             if scorer is None:
                 if strict_model:
                     raise ConfigError(f"model {self.settings.model_path}: {info.error}")
+                # As poll does after a failed load: the error stays reported, and the file is tried
+                # again once it changes.
+                self._failed = (self.settings.model_path, key)
                 self.model_info = info
                 self._count("rlsched_model_reloads_total", "error")
                 log.error(
@@ -277,6 +290,7 @@ class PolicyEngine:
                     extra={"event": "model_load_failed"},
                 )
             else:
+                self._model_key = key
                 self._install(scorer, info)
         self._report()
 
@@ -311,7 +325,17 @@ class PolicyEngine:
         info.error_path = None
         return scorer, info
 
+    @property
+    def _busy(self) -> bool:
+        return self._running is not None
+
     def _install(self, scorer: Scorer | None, info: ModelInfo) -> None:
+        if self._running is not None:
+            # The previous model is still inside a call past its deadline (hung, perhaps): a thread
+            # cannot be stopped, but the new model gets a worker of its own instead of waiting for it.
+            self._executor.shutdown(wait=False)
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlsched-policy")
+            self._running, self.busy_since = None, None
         self.model = scorer
         self.model_info = info
         if scorer is not None:
@@ -469,8 +493,8 @@ class PolicyEngine:
                 )
             else:
                 loop = asyncio.get_running_loop()
-                self._busy = True
                 future = loop.run_in_executor(self._executor, _policy_call, model, state, tiebreak, req, nodes)
+                self._running, self.busy_since = future, time.monotonic()
                 future.add_done_callback(self._not_busy)
                 decision, verdict = await asyncio.wait_for(asyncio.shield(future), deadline_s)
         except (TimeoutError, PolicyDeadline):
@@ -499,8 +523,9 @@ class PolicyEngine:
         ms = (time.perf_counter() - start) * 1e3
         return Outcome(decision, "policy", model.name, None, verdict=verdict, policy_ms=ms, model_version=version)
 
-    def _not_busy(self, _future: Any) -> None:
-        self._busy = False
+    def _not_busy(self, future: Any) -> None:
+        if self._running is future:  # not a call of a worker abandoned by a reload
+            self._running, self.busy_since = None, None
 
     def _fallback(
         self,
@@ -537,7 +562,7 @@ class PolicyEngine:
         model = self.model
         # Only under the timer: in thread mode the model may be deciding in its worker thread right
         # now (it is not safe to call twice at once), and a call here would have no deadline.
-        if self.settings.mode == "active" and model is not None and self._timer_mode():
+        if self.settings.mode == "active" and model is not None and self._timer_mode() and not self._busy:
             try:
                 decision, _ = self._timer.run(
                     lambda: _policy_call(model, state, tiebreak, req, nodes), self.settings.deadline_ms / 1e3
@@ -641,6 +666,9 @@ class PolicyEngine:
             },
             "counters": dict(self.counters),
             "fallbacks": dict(self.fallbacks),
+            # Thread mode: how long the model's current call has run (past the deadline, every
+            # decision meanwhile goes to the fallback as "busy"); None when no call is running.
+            "policyCallRunningS": None if self.busy_since is None else round(time.monotonic() - self.busy_since, 3),
         }
 
     def _count(self, metric: str, result: str) -> None:

@@ -512,10 +512,11 @@ def node_keys(state: ClusterState) -> np.ndarray:
     kind, keys, versions = cached
     stale = np.flatnonzero(versions != state.node_version)
     if len(stale):
+        seen = state.node_version[stale]  # read first (see Fragmentation.node_frag)
         cpu = state.cpu_free[stale].tolist()
         mem = state.mem_free[stale].tolist()
         cards = np.sort(state.card_free[stale], axis=1).tolist()
         kinds = kind[stale].tolist()
         keys[stale] = [hash((k, c, m, *row)) for k, c, m, row in zip(kinds, cpu, mem, cards, strict=True)]
-        versions[stale] = state.node_version[stale]
+        versions[stale] = seen
     return keys

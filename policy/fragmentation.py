@@ -216,8 +216,12 @@ class Fragmentation:
             frag, versions = cached
         stale = np.flatnonzero(versions != state.node_version)
         if len(stale):
+            # The versions read before the rows: a model deciding in a worker thread runs this while
+            # the event loop may place a pod (the kernel releases the GIL); stamping the version read
+            # afterwards would mark a row computed before that placement as current.
+            seen = state.node_version[stale]
             _frag_rows(state.card_free, state.gpu_count, state.cpu_free, state.model_id, stale, *self._t, frag)
-            versions[stale] = state.node_version[stale]
+            versions[stale] = seen
         return frag
 
     def cluster_frag(self, state: ClusterState) -> float:

@@ -116,6 +116,15 @@ def build_args(ns: argparse.Namespace) -> Args:
         raise ValueError(f"--learn-from ({args.learn_from}) must be in [0, --end-at = {args.end_at})")
     if args.num_envs < 1 or args.num_steps < 1 or args.num_minibatches < 1:
         raise ValueError("--num-envs, --num-steps and --num-minibatches must be at least 1")
+    if (
+        training_method(args) == "ppo"
+        and args.advantage == "gae"
+        and args.num_minibatches > args.num_envs * args.num_steps
+    ):
+        raise ValueError(
+            f"--num-minibatches ({args.num_minibatches}) must be at most the batch, --num-envs × --num-steps "
+            f"({args.num_envs * args.num_steps})"
+        )
     if args.objective_from:
         from .dynamic.objective_spec import read_objective
 
@@ -147,8 +156,6 @@ def run(ns: argparse.Namespace) -> int:
     method = training_method(args)
     if method == "es":
         return _run_es(ns, args)
-    if args.init_model:
-        args = settings_of_init_model(args)
     try:
         from .ppo.trainer import train
     except ImportError as exc:  # pragma: no cover - depends on the install
@@ -179,32 +186,11 @@ def check_inputs(args: Args) -> None:
 
 
 def settings_of_init_model(args: Args) -> Args:
-    """``args`` with the start model's network sizes, decision rule and feature settings: PPO starts
-    from that model, not from its weights under this run's defaults (an ES-tuned rank weight, a QoS
-    model's columns). A flag that says otherwise is overruled, with a note."""
-    from .export import read_model, trained_with_qos
+    """The start model's settings over ``args`` (:func:`rlsched.policy.ppo.config.settings_of_init_model`,
+    which PPO's ``train`` applies itself)."""
+    from .ppo.config import settings_of_init_model as of_model
 
-    assert args.init_model is not None
-    _, manifest, _ = read_model(args.init_model)
-    net, decision, feats = manifest["network"], manifest["decision"], manifest["features"]
-    hidden = tuple(int(h) for h in net["hidden"])
-    theirs: dict[str, Any] = {
-        "hidden": hidden,
-        "value_hidden": int(net["valueHidden"]),
-        "prior_scale": float(net["priorScale"]),
-        "rank_scale": float(decision["rankScale"]),
-        "fgd_cpu_weight": float(feats["fgdCpuWeight"]),
-        "qos_features": trained_with_qos(manifest),
-    }
-    changed = {k: v for k, v in theirs.items() if getattr(args, k) != v}
-    if changed:
-        print(
-            f"rlsched train: starting from {args.init_model}: its "
-            + ", ".join(f"{k}={v}" for k, v in changed.items())
-            + " (the run's own values are overruled)",
-            file=sys.stderr,
-        )
-    return dataclasses.replace(args, **theirs)
+    return of_model(args)
 
 
 def training_method(args: Args) -> str:

@@ -7,6 +7,7 @@ import ast
 import dataclasses
 import functools
 import inspect
+import sys
 import typing
 from dataclasses import dataclass
 
@@ -33,7 +34,7 @@ class Args:
     nodes: str = "../shared/data/openb/openb_node_list_gpu_node.csv"
     """Node list (openb CSV or generic YAML/JSON)."""
     traces: tuple[str, ...] = ("../shared/data/openb/openb_pod_list_default.csv",)
-    """Pod lists to train on; env ``e`` plays trace ``e mod len(traces)``."""
+    """Pod lists to train on; env ``e`` (vine: trunk ``e``) plays trace ``e mod len(traces)``."""
     train_seed0: int = 1000
     """First workload seed of training episodes (the evaluation seeds 42–51 are never used)."""
     val_seeds: tuple[int, ...] = (100, 101, 102)
@@ -232,6 +233,73 @@ def parse_tuple_fields(args: Args) -> Args:
 
 
 ARGS_FIELDS: list[dataclasses.Field] = list(dataclasses.fields(Args))
+
+RUN_CONTROL_FIELDS = ("resume", "max_minutes", "max_iterations", "progress", "workers", "checkpoint_every")
+"""The settings a ``--resume`` takes from its own invocation: how long and how visibly the run goes on, never
+what it learns (``workers`` changes only the speed; the rest comes from the checkpoint)."""
+
+
+def resumed_args(args: Args, saved: dict[str, typing.Any] | None, checkpoint: str) -> Args:
+    """The settings a resumed run continues with: the checkpoint's ``saved`` ones, with only
+    :data:`RUN_CONTROL_FIELDS` from ``args``; other fields of ``args`` that differ are ignored, with a note
+    (the run continues as it started, whatever the flags of this invocation default to). A checkpoint
+    written before it stored its settings (``saved`` None) continues with ``args``."""
+    if saved is None:
+        print(
+            f"rlsched train: {checkpoint} holds no settings (an older checkpoint): using this invocation's",
+            file=sys.stderr,
+        )
+        return args
+    known = {f.name for f in ARGS_FIELDS}
+    theirs = {k: v for k, v in saved.items() if k in known}
+    ours = dataclasses.asdict(args)
+    control = {k: ours[k] for k in RUN_CONTROL_FIELDS}
+    merged = parse_tuple_fields(Args(**{**theirs, **control}))
+    ignored = [f"{k}={ours[k]!r} (the run's: {v!r})" for k, v in dataclasses.asdict(merged).items() if ours[k] != v]
+    if ignored:
+        print(
+            f"rlsched train: resuming {checkpoint} with the run's own settings; ignored: " + ", ".join(ignored),
+            file=sys.stderr,
+        )
+    return merged
+
+
+def settings_of_init_model(args: Args) -> Args:
+    """``args`` with the start model's network sizes, decision rule, feature settings and special actions:
+    PPO starts from that model, not from its weights under this run's defaults (an ES-tuned rank weight, a
+    QoS model's columns, a model that delays). A flag that says otherwise is overruled, with a note; the
+    delay and reject actions stay offered when the model was trained with them (a flag may add one).
+    :func:`rlsched.policy.ppo.trainer.train` applies it, so the API and ``rlsched train`` start alike."""
+    from ..export import read_model, trained_with_qos
+
+    _, manifest, _ = read_model(args.init_model)
+    net, decision, feats = manifest["network"], manifest["decision"], manifest["features"]
+    actions = manifest.get("actions") or {}
+    trained = (manifest.get("training") or {}).get("args") or {}
+    theirs: dict[str, typing.Any] = {
+        "hidden": tuple(int(h) for h in net["hidden"]),
+        "value_hidden": int(net["valueHidden"]),
+        "prior_scale": float(net["priorScale"]),
+        "rank_scale": float(decision["rankScale"]),
+        "fgd_cpu_weight": float(feats["fgdCpuWeight"]),
+        "qos_features": trained_with_qos(manifest),
+        "allow_delay": args.allow_delay or bool(actions.get("delay")),
+        "allow_reject": args.allow_reject or bool(actions.get("reject")),
+    }
+    if decision.get("mode") in ("greedy", "sample"):
+        theirs["serve_mode"] = decision["mode"]
+    hold = trained.get("hold_s")
+    if isinstance(hold, (int, float)) and not isinstance(hold, bool):  # the hold the served model delays for
+        theirs["hold_s"] = float(hold)
+    changed = {k: v for k, v in theirs.items() if getattr(args, k) != v}
+    if changed:
+        print(
+            f"rlsched train: starting from {args.init_model}: its "
+            + ", ".join(f"{k}={v}" for k, v in changed.items())
+            + " (the run's own values are overruled)",
+            file=sys.stderr,
+        )
+    return dataclasses.replace(args, **theirs)
 
 
 @functools.cache

@@ -40,7 +40,7 @@ from ..trace import load_nodes, load_pods
 from ..typical import typical_pods
 from .agent import Agent
 from .buffer import RolloutBuffer
-from .config import Args, TrainResult, parse_tuple_fields
+from .config import Args, TrainResult, parse_tuple_fields, resumed_args, settings_of_init_model
 
 # -- pieces the loop calls ------------------------------------------------------------------------
 
@@ -243,8 +243,17 @@ def git_commit() -> str:
 
 
 def export(
-    agent: Agent, args: Args, path: Path, training: dict[str, Any], typical_json: list[dict], version: str
+    agent: Agent,
+    args: Args,
+    path: Path,
+    training: dict[str, Any],
+    typical_json: list[dict],
+    version: str,
+    carried: tuple[dict[str, np.ndarray], dict[str, Any]] | None = None,
 ) -> str:
+    """Write ``agent`` as a model file (and its manifest beside it); ``carried``: arrays and manifest
+    entries of the start model that PPO does not train and the export keeps (:func:`carried_from_init`)."""
+    arrays, entries = carried or ({}, {})
     manifest = build_manifest(
         version=version,
         hidden=args.hidden,
@@ -260,9 +269,24 @@ def export(
         qos_live=args.qos_features,
         allow_reject=args.allow_reject,
     )
-    digest = save_model(path, agent.to_arrays(), manifest)
+    manifest.update(entries)
+    digest = save_model(path, {**agent.to_arrays(), **arrays}, manifest)
     path.with_suffix(".json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return digest
+
+
+def carried_from_init(args: Args) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """What of ``init_model`` PPO keeps as it is: its learned delay head (the ``delay_*`` arrays and the
+    ``delayHead`` entry), which PPO does not train but the served model answers the delay question with."""
+    if not args.init_model:
+        return {}, {}
+    from ..delay_head import ARRAYS as DELAY_ARRAYS
+    from ..export import read_model
+
+    params, manifest, _ = read_model(args.init_model)
+    if "delayHead" not in manifest:
+        return {}, {}
+    return {k: params[k] for k in DELAY_ARRAYS}, {"delayHead": manifest["delayHead"]}
 
 
 def numpy_net(agent: Agent, args: Args) -> PolicyNetwork:
@@ -310,6 +334,7 @@ class RunOutput:
         self.version = args.model_version or f"{args.exp_name}-s{args.seed}"
         self.best_path, self.final_path = self.dir / "best.npz", self.dir / "final.npz"
         self.best_val = best_val
+        self.carried = carried_from_init(args)
 
     def provenance(self, extra: dict[str, Any]) -> dict[str, Any]:
         a = self.args
@@ -336,16 +361,17 @@ class RunOutput:
             self.provenance({**extra, "valUnallocated": val}),
             self.typical_json,
             self.version,
+            self.carried,
         )
         return True
 
     def finish(self, agent: Agent, final_val: float, extra: dict[str, Any]) -> None:
         """Export the final policy, and as the best one too when it validates at least as well."""
         prov = self.provenance({**extra, "valUnallocated": final_val})
-        export(agent, self.args, self.final_path, prov, self.typical_json, self.version)
+        export(agent, self.args, self.final_path, prov, self.typical_json, self.version, self.carried)
         if self.best_val is None or final_val <= self.best_val:
             self.best_val = final_val
-            export(agent, self.args, self.best_path, prov, self.typical_json, self.version)
+            export(agent, self.args, self.best_path, prov, self.typical_json, self.version, self.carried)
 
     def log(self, row: dict[str, Any]) -> None:
         with open(self.dir / "metrics.jsonl", "a") as f:
@@ -355,9 +381,39 @@ class RunOutput:
 # -- the loop -------------------------------------------------------------------------------------
 
 
+def prepare_args(args: Args) -> tuple[Args, dict[str, Any] | None]:
+    """The settings a run goes with, and its checkpoint when it resumes: a resumed run continues with the
+    settings it started with (:func:`~rlsched.policy.ppo.config.resumed_args`), and a run from
+    ``init_model`` takes that model's own (:func:`~rlsched.policy.ppo.config.settings_of_init_model`),
+    whether it was started by ``rlsched train`` or through this API."""
+    args = parse_tuple_fields(args)
+    ckpt = None
+    if args.resume:
+        ckpt = torch.load(args.resume, weights_only=False)
+        args = resumed_args(args, ckpt.get("args"), args.resume)
+    if args.init_model:
+        args = settings_of_init_model(args)
+    return args, ckpt
+
+
+def episode_decisions(episodes: Sequence[dict], cores: Sequence[Any], end_at: float) -> float:
+    """Decisions in one episode: the mean of the last finished training episodes, or before any has
+    finished, the furthest running one's decisions scaled up by the arrivals it has still to come
+    (FGD protocol; a living cluster's running episode counts as it stands)."""
+    done = [e["decisions"] for e in episodes[-8:] if e.get("decisions")]
+    if done:
+        return float(np.mean(done))
+    guesses = [float(c.decisions) for c in cores]
+    for c in cores:
+        share = getattr(c, "arrived", 0) / (end_at * c.capacity) if c.capacity else 0.0
+        if share > 0:
+            guesses.append(c.decisions / min(share, 1.0))
+    return max(guesses)
+
+
 def train(args: Args) -> TrainResult:
     """Run PPO; returns where the exported model went and the validation figures."""
-    args = parse_tuple_fields(args)
+    args, ckpt = prepare_args(args)
     if args.advantage == "vine":
         from .vine_trainer import train_vine
 
@@ -366,7 +422,10 @@ def train(args: Args) -> TrainResult:
         raise ValueError(f"learn_from ({args.learn_from}) must be in [0, end_at = {args.end_at})")
     start_time = time.time()
     batch_size = args.num_envs * args.num_steps
-    minibatch_size = batch_size // args.num_minibatches
+    if not 1 <= args.num_minibatches <= batch_size:
+        raise ValueError(
+            f"num_minibatches ({args.num_minibatches}) must be in [1, num_envs × num_steps = {batch_size}]"
+        )
     num_iterations = max(1, args.total_timesteps // batch_size)
     seed_everything(args)
     shuffle_rng = np.random.default_rng([args.seed, 7])
@@ -381,8 +440,10 @@ def train(args: Args) -> TrainResult:
     episodes: list[dict] = []
     global_step, first_iteration, elapsed_before = 0, 1, 0.0
     best_val: float | None = None
-    if args.resume:
-        ckpt = torch.load(args.resume, weights_only=False)
+    # measured below: what the next iteration and the final validation cost (carried over a resume)
+    validation_s = iteration_s = 0.0
+    validation_timed = False
+    if ckpt is not None:
         agent.load_state_dict(ckpt["agent"])
         optimizer.load_state_dict(ckpt["optimizer"])
         envs = pickle.loads(ckpt["envs"])
@@ -390,15 +451,18 @@ def train(args: Args) -> TrainResult:
         torch.set_rng_state(ckpt["torch_rng"])
         history, episodes, best_val = ckpt["history"], ckpt["episodes"], ckpt["best_val"]
         global_step, first_iteration, elapsed_before = ckpt["global_step"], ckpt["iteration"] + 1, ckpt["elapsed"]
+        timed = [h["iteration_s"] for h in history if h.get("iteration_s")]
+        iteration_s = ckpt.get("iteration_s", timed[-1] if timed else 0.0)
+        validation_s = ckpt.get("validation_s", 0.0)
+        validation_timed = bool(ckpt.get("validation_timed", False))
     out = RunOutput(args, cores[0].typical.to_json(), f"{args.train_seed0 + 10_000 * args.seed}+", best_val)
     run_dir = out.dir
 
-    validation_s = iteration_s = 0.0  # measured below: what the next iteration and the final validation cost
     if not args.resume and args.eval_every:
         # the starting policy is a candidate too: PPO must beat it on validation to replace it
         val_start = time.time()
         start_val = float(np.mean(validate(numpy_net(agent, args), args, args.val_seeds, val_core)))
-        validation_s = time.time() - val_start
+        validation_s, validation_timed = time.time() - val_start, True
         out.offer(agent, start_val, {"globalStep": 0})
         history.append(
             {"iteration": 0, "global_step": 0, "val_unallocated": start_val, "elapsed_s": time.time() - start_time}
@@ -415,8 +479,8 @@ def train(args: Args) -> TrainResult:
         if out_of_budget(args, iteration, first_iteration, elapsed, iteration_s + validation_s):
             break
         it_start = time.time()
-        if args.anneal_lr:
-            set_lr(optimizer, (1.0 - (iteration - 1.0) / num_iterations) * args.learning_rate)
+        # every iteration, annealed or not: set_lr is what applies head_lr_scale
+        set_lr(optimizer, (1.0 - (iteration - 1.0) / num_iterations if args.anneal_lr else 1.0) * args.learning_rate)
 
         # rollout: the numpy policy, as served
         net = numpy_net(agent, args)
@@ -461,8 +525,9 @@ def train(args: Args) -> TrainResult:
         pg_loss = v_loss = entropy_loss = torch.tensor(0.0)
         for epoch in range(args.update_epochs):  # noqa: B007 (read after the loop: the epochs that ran)
             shuffle_rng.shuffle(b_inds)
-            for start in range(0, batch_size, minibatch_size):
-                mb, extra = buffer.batch(b_inds[start : start + minibatch_size])
+            # num_minibatches near-equal parts: no leftover sliver of a few samples takes a full step
+            for mb_inds in np.array_split(b_inds, args.num_minibatches):
+                mb, extra = buffer.batch(mb_inds)
                 _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb, extra["actions"])
                 choice = extra["choice"].float()
                 n_choice = choice.sum().clamp(min=1.0)
@@ -534,12 +599,15 @@ def train(args: Args) -> TrainResult:
         if (args.eval_every and iteration % args.eval_every == 0) or last_iteration:
             val_start = time.time()
             val = validate(numpy_net(agent, args), args, args.val_seeds, val_core)
-            validation_s = time.time() - val_start
+            validation_s, validation_timed = time.time() - val_start, True
             row["val_unallocated"] = float(np.mean(val))
             out.offer(agent, row["val_unallocated"], {"globalStep": global_step})
         history.append(row)
         out.log(row)
         iteration_s = time.time() - it_start
+        if not validation_timed:  # no validation ran yet (--eval-every 0): its episodes at this rollout's pace
+            decision_s = rollout_s / max(batch_size + warmup, 1)
+            validation_s = len(args.val_seeds) * episode_decisions(episodes, envs.cores, args.end_at) * decision_s
         if bar is not None:
             bar.update(1)
             bar.set_postfix(
@@ -562,6 +630,8 @@ def train(args: Args) -> TrainResult:
                 global_step,
                 iteration,
                 elapsed_before + time.time() - start_time,
+                args,
+                {"iteration_s": iteration_s, "validation_s": validation_s, "validation_timed": validation_timed},
             )
             plot_curves(history, episodes, run_dir / "learning_curves.png", metric_label(args))
         done_iterations = iteration
@@ -569,7 +639,9 @@ def train(args: Args) -> TrainResult:
         bar.close()
 
     # the end: validate the final policy, export final and (if it is better than every validated one) best
+    val_start = time.time()
     final_val = float(np.mean(validate(numpy_net(agent, args), args, args.val_seeds, val_core)))
+    validation_s, validation_timed = time.time() - val_start, True
     seconds = elapsed_before + time.time() - start_time
     out.finish(agent, final_val, {"globalStep": global_step, "wallSeconds": seconds})
     save_checkpoint(
@@ -584,6 +656,8 @@ def train(args: Args) -> TrainResult:
         global_step,
         done_iterations,
         seconds,
+        args,
+        {"iteration_s": iteration_s, "validation_s": validation_s, "validation_timed": validation_timed},
     )
     plot_curves(history, episodes, run_dir / "learning_curves.png", metric_label(args))
     (run_dir / "episodes.json").write_text(json.dumps(episodes, indent=0))
@@ -594,9 +668,10 @@ def make_optimizer(agent: Agent, args: Args) -> optim.Adam:
     """Adam over every parameter, the score head at ``head_lr_scale`` times the base step size."""
     head = list(agent.out.parameters())
     rest = [p for n, p in agent.named_parameters() if not n.startswith("out.")]
+    lr, scale = args.learning_rate, args.head_lr_scale
     return optim.Adam(
-        [{"params": rest, "lr_scale": 1.0}, {"params": head, "lr_scale": args.head_lr_scale}],
-        lr=args.learning_rate,
+        [{"params": rest, "lr_scale": 1.0}, {"params": head, "lr_scale": scale, "lr": lr * scale}],
+        lr=lr,
         eps=1e-5,
     )
 
@@ -618,8 +693,11 @@ def save_checkpoint(
     global_step: int,
     iteration: int,
     elapsed: float,
+    args: Args,
+    timings: dict[str, Any],
 ) -> None:
-    """Everything needed to continue the run exactly: weights, optimizer, simulations, random streams."""
+    """Everything needed to continue the run exactly: its settings, weights, optimizer, simulations, random
+    streams, and the timings the ``max_minutes`` check reserves (the last iteration's, one validation's)."""
     tmp = path.with_suffix(".tmp")
     torch.save(
         {
@@ -634,6 +712,8 @@ def save_checkpoint(
             "global_step": global_step,
             "iteration": iteration,
             "elapsed": elapsed,
+            "args": asdict(args),
+            **timings,
         },
         tmp,
     )
@@ -659,12 +739,23 @@ class DecisionRecord:
     """Nodes per row (default 1)."""
     offset: np.ndarray | None = None
     """Tie-break offsets per row (default 0)."""
+    offered: tuple[bool, bool] | None = None
+    """Whether delay and reject were offered at this decision (default: as :func:`records_buffer` is told)."""
 
 
-def records_buffer(records: Sequence[DecisionRecord]) -> RolloutBuffer:
-    """The records as one rollout buffer (one decision per step), for :meth:`RolloutBuffer.batch`."""
+def records_buffer(
+    records: Sequence[DecisionRecord], allow_delay: bool = False, allow_reject: bool = False
+) -> RolloutBuffer:
+    """The records as one rollout buffer (one decision per step), for :meth:`RolloutBuffer.batch`.
+
+    A record's special actions are offered as its ``offered`` says, else per ``allow_delay`` and
+    ``allow_reject`` — or wherever any record took one: a log with delays came from a policy that could
+    delay at every decision. Offering delay only where it was taken would teach "always delay"."""
+    any_delay = allow_delay or any(r.action == -1 for r in records)
+    any_reject = allow_reject or any(r.action == -2 for r in records)
     buf = RolloutBuffer(len(records), 1, len(FEATURES), len(CLUSTER_FEATURES))
     for t, r in enumerate(records):
+        delay, reject = r.offered if r.offered is not None else (any_delay, any_reject)
         g = len(r.features)
         buf.add(
             t,
@@ -674,7 +765,7 @@ def records_buffer(records: Sequence[DecisionRecord]) -> RolloutBuffer:
             r.offset if r.offset is not None else np.zeros(g),
             r.count if r.count is not None else np.ones(g),
             r.features[0, CLUSTER_SLICE] if g else np.zeros(len(CLUSTER_FEATURES)),
-            np.array([r.action == -1, r.action == -2]),
+            np.array([delay or r.action == -1, reject or r.action == -2]),
             r.action,
             0.0,
             0.0,
@@ -695,8 +786,9 @@ def fit_from_records(
     """Fit the agent's policy to logged decisions by (optionally advantage-weighted) behaviour cloning.
 
     Loss per decision: ``−w · log π(action)`` with ``w = 1`` (cloning) or ``w = exp(β · (r − mean r) / std r)``
-    clipped to 20 (advantage-weighted regression with the observed reward as the advantage). The
-    returned agent exports with :func:`export` like a PPO-trained one.
+    clipped to 20 (advantage-weighted regression with the observed reward as the advantage). Delay and
+    reject are offered as :func:`records_buffer` says (``args.allow_delay``/``allow_reject``, or as the
+    records show). The returned agent exports with :func:`export` like a PPO-trained one.
     """
     args = parse_tuple_fields(args or Args())
     if not records:
@@ -708,7 +800,7 @@ def fit_from_records(
             raise ValueError(f"record {i}: action {r.action} out of range for {len(r.features)} rows")
     torch.manual_seed(args.seed)
     agent = init or Agent(len(FEATURES), len(CLUSTER_FEATURES), args.hidden, args.value_hidden, args.prior_scale)
-    buf = records_buffer(records)
+    buf = records_buffer(records, args.allow_delay, args.allow_reject)
     rewards = np.array([r.reward for r in records], dtype=np.float64)
     if advantage_weighted:
         z = (rewards - rewards.mean()) / (rewards.std() + 1e-8)

@@ -242,17 +242,17 @@ def vine_loss(
 
 
 def trunk_job(job: dict[str, Any]) -> tuple[list[BranchPoint], float]:
-    """Worker entry point: ``job`` = params, prior scale, seed, points, actions, rank scale, mode; the
-    worker's core comes from :func:`set_worker_core`."""
+    """Worker entry point: ``job`` = params, prior scale, seed, trace, points, actions, rank scale, mode;
+    the worker's simulation of trace ``job["trace"]`` comes from :func:`set_worker_cores`."""
     net = PolicyNetwork(job["params"], prior_scale=job["prior_scale"])
-    return collect_trunk(
-        net, _WORKER["core"], job["seed"], job["points"], job["actions"], job["rank_scale"], job["mode"]
-    )
+    core = _WORKER["cores"][job.get("trace", 0)]
+    return collect_trunk(net, core, job["seed"], job["points"], job["actions"], job["rank_scale"], job["mode"])
 
 
-_WORKER: dict[str, SchedulingCore] = {}
-"""The simulation of a worker process (built once by the pool's initializer)."""
+_WORKER: dict[str, list[SchedulingCore]] = {}
+"""The simulations of a worker process, one per trace (built once by the pool's initializer)."""
 
 
-def set_worker_core(core_bytes: bytes) -> None:
-    _WORKER["core"] = pickle.loads(core_bytes)
+def set_worker_cores(cores_bytes: bytes) -> None:
+    """Pool initializer: the pickled list of simulations, one per trace."""
+    _WORKER["cores"] = pickle.loads(cores_bytes)

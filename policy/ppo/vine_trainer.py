@@ -11,6 +11,7 @@ loop (:func:`rlsched.policy.ppo.trainer.train`): the same ``Args``, the same run
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import pickle
 import sys
@@ -36,10 +37,11 @@ from .trainer import (
     new_agent,
     numpy_net,
     out_of_budget,
+    prepare_args,
     seed_everything,
     set_lr,
 )
-from .vine import BranchBatch, branch_points, set_worker_core, trunk_job, vine_loss
+from .vine import BranchBatch, branch_points, set_worker_cores, trunk_job, vine_loss
 
 
 def validate_mode(net: PolicyNetwork, args: Args, seeds: Sequence[int], core: SchedulingCore) -> list[float]:
@@ -53,8 +55,9 @@ def validate_mode(net: PolicyNetwork, args: Args, seeds: Sequence[int], core: Sc
 
 
 def trunk_jobs(args: Args, params: dict[str, np.ndarray], iteration: int, seed0: int) -> list[dict]:
-    """The iteration's trunks: workload seeds and branch states, a pure function of the seed and iteration
-    (so a resumed run plays exactly what an uninterrupted one would)."""
+    """The iteration's trunks: workload seeds, traces (trunk ``t`` plays trace ``t mod len(traces)``, as
+    env ``e`` does in the GAE loop) and branch states, a pure function of the seed and iteration (so a
+    resumed run plays exactly what an uninterrupted one would)."""
     jobs = []
     for t in range(args.vine_trunks):
         rng = np.random.default_rng([args.seed, iteration, t])
@@ -63,6 +66,7 @@ def trunk_jobs(args: Args, params: dict[str, np.ndarray], iteration: int, seed0:
                 "params": params,
                 "prior_scale": args.prior_scale,
                 "seed": seed0 + (iteration - 1) * args.vine_trunks + t,
+                "trace": t % len(args.traces),
                 "points": branch_points(rng, args.vine_window, args.vine_points),
                 "actions": args.vine_actions,
                 "rank_scale": args.rank_scale,
@@ -75,26 +79,35 @@ def trunk_jobs(args: Args, params: dict[str, np.ndarray], iteration: int, seed0:
 def train_vine(args: Args) -> TrainResult:
     """Run PPO on vine advantages; returns where the exported model went and the validation figures."""
     start_time = time.time()
+    args, ckpt = prepare_args(args)
     seed_everything(args)
     num_iterations = max(1, args.total_timesteps // max(1, args.vine_trunks * args.vine_points))
-    core = make_cores(Args(**{**asdict(args), "num_envs": 1}), args.end_at)[0]
+    # one simulation per trace; validation plays the first
+    cores = make_cores(Args(**{**asdict(args), "num_envs": len(args.traces)}), args.end_at)
+    core = cores[0]
     agent = new_agent(args)
     optimizer = make_optimizer(agent, args)
     history: list[dict] = []
     first_iteration, elapsed_before, best_val = 1, 0.0, None
-    if args.resume:
-        ckpt = torch.load(args.resume, weights_only=False)
+    # what the next iteration and the final validation cost, for the max_minutes check (None: not timed yet)
+    iteration_s, validation_s, validation_guess = 0.0, None, 0.0
+    if ckpt is not None:
         agent.load_state_dict(ckpt["agent"])
         optimizer.load_state_dict(ckpt["optimizer"])
         torch.set_rng_state(ckpt["torch_rng"])
         history, best_val = ckpt["history"], ckpt["best_val"]
         first_iteration, elapsed_before = ckpt["iteration"] + 1, ckpt["elapsed"]
+        timed = [h["iteration_s"] for h in history if h.get("iteration_s")]
+        iteration_s = ckpt.get("iteration_s", timed[-1] if timed else 0.0)
+        validation_s = ckpt.get("validation_s")
     seed0 = args.train_seed0 + 10_000 * args.seed
     out = RunOutput(args, core.typical.to_json(), f"{seed0}+", best_val)
 
     if not args.resume and args.eval_every:
         # the starting policy is a candidate too: training must beat it on validation to replace it
+        val_start = time.time()
         start_val = float(np.mean(validate_mode(numpy_net(agent, args), args, args.val_seeds, core)))
+        validation_s = time.time() - val_start
         out.offer(agent, start_val, {"iteration": 0})
         history.append({"iteration": 0, "val_unallocated": start_val, "elapsed_s": time.time() - start_time})
 
@@ -102,14 +115,16 @@ def train_vine(args: Args) -> TrainResult:
     workers = args.workers or default_jobs()
     if workers > 1:
         pool = multiprocessing.get_context("fork").Pool(
-            workers, initializer=set_worker_core, initargs=(pickle.dumps(core),)
+            workers, initializer=set_worker_cores, initargs=(pickle.dumps(cores),)
         )
     else:
-        set_worker_core(pickle.dumps(core))
+        set_worker_cores(pickle.dumps(cores))
     done_iterations = first_iteration - 1
     try:
         for iteration in range(first_iteration, num_iterations + 1):
-            if out_of_budget(args, iteration, first_iteration, elapsed_before + time.time() - start_time):
+            elapsed = elapsed_before + time.time() - start_time
+            reserve = iteration_s + (validation_s if validation_s is not None else validation_guess)
+            if out_of_budget(args, iteration, first_iteration, elapsed, reserve):
                 break
             it_start = time.time()
             set_lr(
@@ -127,15 +142,15 @@ def train_vine(args: Args) -> TrainResult:
             moving = batch.advantage[batch.advantage != 0]
             adv_scale = float(moving.std()) if len(moving) > 1 and moving.std() > 0 else 1.0
             pairs = np.arange(len(batch))
-            mb_size = max(1, len(pairs) // args.num_minibatches)
             stats: dict[str, float] = {}
             for epoch in range(args.update_epochs):
                 np.random.default_rng([args.seed, iteration, 1000 + epoch]).shuffle(pairs)
-                for start in range(0, len(pairs), mb_size):
+                # num_minibatches near-equal parts (none empty): no leftover sliver takes a full step
+                for mb in np.array_split(pairs, min(args.num_minibatches, len(pairs))) if len(pairs) else []:
                     loss, stats = vine_loss(
                         agent,
                         batch,
-                        pairs[start : start + mb_size],
+                        mb,
                         args.clip_coef,
                         adv_scale,
                         args.ent_coef,
@@ -178,12 +193,20 @@ def train_vine(args: Args) -> TrainResult:
             }
             last_iteration = iteration == num_iterations
             if (args.eval_every and iteration % args.eval_every == 0) or last_iteration:
+                val_start = time.time()
                 row["val_unallocated"] = float(
                     np.mean(validate_mode(numpy_net(agent, args), args, args.val_seeds, core))
                 )
+                validation_s = time.time() - val_start
                 out.offer(agent, row["val_unallocated"], {"iteration": iteration})
+            elif validation_s is None:
+                # not timed yet (--eval-every 0): each trunk job plays at least one whole episode, so one
+                # episode takes at most the rollout's time over the rounds of jobs the workers ran
+                rounds = math.ceil(len(jobs) / (workers if pool else 1))
+                validation_guess = len(args.val_seeds) * rollout_s / max(rounds, 1)
             history.append(row)
             out.log(row)
+            iteration_s = time.time() - it_start
             if args.progress:
                 print(
                     f"[vine] it {iteration}/{num_iterations} trunk {row['episode_unallocated']:.3f} "
@@ -203,6 +226,9 @@ def train_vine(args: Args) -> TrainResult:
                         "best_val": out.best_val,
                         "iteration": iteration,
                         "elapsed": elapsed_before + time.time() - start_time,
+                        "args": asdict(args),
+                        "iteration_s": iteration_s,
+                        "validation_s": validation_s if validation_s is not None else validation_guess,
                     },
                     out.dir / "checkpoint.pt",
                 )

@@ -1,13 +1,15 @@
 """Small synthetic clusters and workloads for the PPO tests (test_env, test_features, test_network,
-test_learned, test_train_smoke): fast, and independent of the openb files."""
+test_learned, test_train_smoke, test_ppo_*): fast, and independent of the openb files."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from rlsched.policy import ClusterState, NodeSpec, PodSpec, default_cards, feasible_nodes
+from rlsched.policy.ppo.config import Args
 from rlsched.policy.trace import dump_generic
 from rlsched.policy.typical import TypicalPods, typical_pods
 
@@ -67,3 +69,32 @@ def write_workload(folder: Path) -> tuple[str, str]:
     nodes_path = folder / "cluster.json"
     nodes_path.write_text(doc)
     return str(nodes_path), str(nodes_path)
+
+
+def tiny_args(folder: Path, **kw: Any) -> Args:
+    """Settings of a PPO run on the small cluster that takes a second or two (``kw`` overrides)."""
+    nodes, pods = write_workload(folder)
+    base: dict[str, Any] = dict(
+        exp_name="tiny",
+        seed=3,
+        nodes=nodes,
+        traces=(pods,),
+        num_envs=2,
+        num_steps=32,
+        total_timesteps=256,
+        num_minibatches=2,
+        update_epochs=2,
+        hidden=(16, 16),
+        value_hidden=16,
+        end_at=1.0,
+        learn_from=0.3,
+        eval_every=2,
+        checkpoint_every=100,
+        val_seeds=(5,),
+        out_dir=str(folder / "runs"),
+        progress=False,
+        rank_scale=20.0,
+        workers=1,
+    )
+    base.update(kw)
+    return Args(**base)

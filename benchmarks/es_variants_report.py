@@ -30,11 +30,24 @@ COLUMNS = ("fine-tuned", "network zeroed", "hand rule", "fgd-cpu", "fgd")
 
 
 def per_seed(evals: list[Path]) -> dict[str, dict[int, float]]:
-    """policy → seed → unallocated GPU % at 100 % arrival, from ``rlsched evaluate --json`` files."""
+    """policy → seed → unallocated GPU % at 100 % arrival, from ``rlsched evaluate --json`` files; they
+    must be of one setup (node list, pod list, inflation), or a later file's seeds would overwrite an
+    earlier one's under the same policy name. A policy and seed in two files must agree."""
     out: dict[str, dict[int, float]] = {}
+    setup = None
     for path in evals:
-        for run in json.loads(path.read_text())["runs"]:
-            out.setdefault(run["policy"], {})[int(run["seed"])] = float(run["unallocated_gpu_pct_at_100"])
+        evaluation = json.loads(path.read_text())
+        this = {k: evaluation.get(k) for k in ("nodes", "pods", "inflation_target")}
+        if setup is None:
+            setup = (path, this)
+        elif this != setup[1]:
+            raise SystemExit(f"{path} evaluates another setup ({this}) than {setup[0]} ({setup[1]})")
+        for run in evaluation["runs"]:
+            seeds = out.setdefault(run["policy"], {})
+            seed, value = int(run["seed"]), float(run["unallocated_gpu_pct_at_100"])
+            if seeds.get(seed, value) != value:
+                raise SystemExit(f"{path}: {run['policy']} seed {seed} is {value}, another file says {seeds[seed]}")
+            seeds[seed] = value
     return out
 
 

@@ -120,6 +120,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+MODE_FLAGS: dict[str, tuple[str, object, tuple[str, ...]]] = {
+    "--target": ("target", DEFAULT_TARGET, ("fgd",)),
+    "--retry-failed": ("retry_failed", False, ("events",)),
+    "--jobs": ("jobs", 0, ("fgd", "dynamic")),
+    "--load": ("load", 0.9, ("dynamic",)),
+    "--window": ("window", 3600.0, ("dynamic",)),
+    "--sla-threshold": ("sla_threshold", None, ("dynamic",)),
+    "--scrape-interval": ("scrape_interval", 30.0, ("dynamic",)),
+    "--scrape-miss": ("scrape_miss", 0.0, ("dynamic",)),
+    "--beta": ("beta", None, ("dynamic",)),
+    "--objective-from": ("objective_from", None, ("dynamic",)),
+    "--rebalancer": ("rebalancer", "none", ("dynamic",)),
+}
+"""Flag → (attribute, default, the modes that read it): a flag set for another mode is refused, not
+silently ignored (a figure must not be credited to a setting that never applied)."""
+
+
+def flags_of_other_modes(args: argparse.Namespace) -> list[str]:
+    """The flags given a value other than their default that ``args.mode`` does not read."""
+    return [
+        flag
+        for flag, (dest, default, modes) in MODE_FLAGS.items()
+        if args.mode not in modes and getattr(args, dest, default) != default
+    ]
+
+
 def run(args: argparse.Namespace) -> int:
     from .evaluate import default_jobs, evaluate, format_table, parse_policies, parse_seeds, write_outputs
     from .scorers import UnknownPolicyError
@@ -128,8 +154,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         seeds = parse_seeds(args.seeds)
         policies = parse_policies(args.policy)
-        if args.target <= 0:
-            raise ValueError(f"--target must be positive, got {args.target}")
+        if args.target < 1.0:
+            raise ValueError(
+                f"--target must be at least 1.0 (arrivals up to {args.target:g} of capacity never reach the "
+                "100 % point the headline figure is read at)"
+            )
+        unused = flags_of_other_modes(args)
+        if unused:
+            raise ValueError(f"{', '.join(unused)} do(es) nothing in --mode {args.mode}")
         for flag, path in (("--nodes", args.nodes), ("--pods", args.pods), ("--typical-from", args.typical_from)):
             if path and not Path(path).is_file():
                 raise ValueError(f"{flag}: no such file: {path}")

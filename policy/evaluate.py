@@ -62,7 +62,7 @@ def parse_policies(text: str) -> list[str]:
             out.append(canonical_name(part))
     if not out:
         raise UnknownPolicyError("no policy given")
-    return out
+    return list(dict.fromkeys(out))  # one row per policy: "fgd,FGD" ran it twice into one row of 2× seeds
 
 
 @dataclass
@@ -123,6 +123,8 @@ class Evaluation:
     runs: list[RunResult] = field(default_factory=list)
     published_setup: str | None = None
     """The published trace these node and pod lists are (by content), else None: no published column."""
+    models: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Learned policy → its model file's sha256 and version (:func:`model_identities`)."""
 
     def summaries(self) -> list[PolicySummary]:
         by_policy: dict[str, list[RunResult]] = {}
@@ -160,6 +162,7 @@ class Evaluation:
             "trace": trace_name(self.pods_path),
             "published_setup": self.published_setup,
             "inflation_target": self.target,
+            "models": self.models,
             "summary": [
                 {
                     **s.to_json(),
@@ -265,6 +268,10 @@ def format_table(evaluation: Evaluation) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    lines.extend(
+        f"{policy}: model sha256 {m['sha256'][:16]}, version {m['version'] or '-'}"
+        for policy, m in evaluation.models.items()
+    )
     return "\n".join(lines)
 
 
@@ -330,14 +337,21 @@ def evaluate(
     typical_from: str | Path | None = None,
     progress: bool = True,
 ) -> Evaluation:
-    """Run every policy on every seed. ``typical_from`` takes typical pods from another pod list."""
+    """Run every policy on every seed. ``typical_from`` takes typical pods from another pod list.
+
+    A learned policy's model file is identified (sha256, version) before the runs and checked after
+    them: every run reads it, and a file replaced meanwhile would mix two models in one column."""
+    if target < 1.0:
+        raise ValueError(f"target {target:g} is below 1.0: arrivals would never reach the 100 % point")
+    seeds = list(seeds)  # every policy plays every seed (a generator would serve the first policy only)
+    models = model_identities(policies)
     nodes = load_nodes(nodes_path)
     pods = load_pods(pods_path)
     typical = typical_pods(load_pods(typical_from) if typical_from else pods)
     tasks = [(policy, seed) for policy in policies for seed in seeds]
     # The published figures hold for the published node and pod lists under the paper's inflation only.
     setup = published_setup(nodes, pods) if target == DEFAULT_TARGET and not typical_from else None
-    evaluation = Evaluation(str(nodes_path), str(pods_path), target, published_setup=setup)
+    evaluation = Evaluation(str(nodes_path), str(pods_path), target, published_setup=setup, models=models)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -362,7 +376,21 @@ def evaluate(
     finally:
         if bar:
             bar.close()
+    if model_identities(policies) != models:
+        raise ValueError("a model file changed during the evaluation: its runs mix two models; run it again")
     return evaluation
+
+
+def model_identities(policies: Sequence[str]) -> dict[str, dict[str, str]]:
+    """Learned policy → the sha256 and version of its model file, as it is now."""
+    from .export import read_model
+
+    out = {}
+    for policy in policies:
+        if policy.startswith(("ppo:", "ppo-prior:")):
+            _, manifest, sha256 = read_model(policy.split(":", 1)[1])
+            out[policy] = {"sha256": sha256, "version": str(manifest.get("version", ""))}
+    return out
 
 
 def default_jobs(cpu_max: str | Path = "/sys/fs/cgroup/cpu.max") -> int:

@@ -14,13 +14,13 @@ def load_script() -> Any:
     return load_benchmark("es_variants_report")
 
 
-def evaluation(path: Path, values: dict[str, list[float]]) -> Path:
+def evaluation(path: Path, values: dict[str, list[float]], pods: str = "variant.csv") -> Path:
     runs = [
         {"policy": policy, "seed": 42 + i, "unallocated_gpu_pct_at_100": v}
         for policy, vs in values.items()
         for i, v in enumerate(vs)
     ]
-    path.write_text(json.dumps({"runs": runs}))
+    path.write_text(json.dumps({"nodes": "nodes.csv", "pods": pods, "inflation_target": 1.3, "runs": runs}))
     return path
 
 
@@ -81,3 +81,15 @@ def test_an_evaluation_without_a_column_is_refused(tmp_path: Path) -> None:
     ours = evaluation(tmp_path / "eval.json", {f"ppo:{export}": [4.0], "fgd-cpu": [4.5], "fgd": [5.0]})
     with pytest.raises(SystemExit, match="lack network zeroed, hand rule"):
         script.main([f"half={run_dir}:{ours}"])
+
+
+def test_evaluations_of_another_setup_are_not_merged(tmp_path: Path) -> None:
+    """Evaluations were merged by policy name alone: fgd on another trace overwrote the variant's fgd."""
+    script = load_script()
+    ours = evaluation(tmp_path / "eval.json", {"fgd": [4.7]})
+    other = evaluation(tmp_path / "other.json", {"fgd": [13.37]}, pods="gpushare100.csv")
+    with pytest.raises(SystemExit, match="evaluates another setup"):
+        script.per_seed([ours, other])
+    again = evaluation(tmp_path / "again.json", {"fgd": [4.8]})
+    with pytest.raises(SystemExit, match="fgd seed 42 is 4.8, another file says 4.7"):
+        script.per_seed([ours, again])

@@ -493,3 +493,45 @@ def test_a_delay_head_logit_that_is_not_a_number_never_holds(tmp_path: Path) -> 
     state = filled_state(1)
     req = state.request(small_pods(1, 4)[0])
     assert scorer.verdict(state, req, feasible_nodes(state, req), None) is None
+
+
+def test_an_evaluation_names_its_models_and_refuses_one_replaced_meanwhile(tmp_path: Path, monkeypatch) -> None:
+    """Every run read the model file afresh, and the JSON did not say which file it was: a file replaced
+    during an evaluation mixed two models in one column, unseen."""
+    from ppo_fixtures import write_workload
+
+    import rlsched.policy.evaluate as evaluate_module
+    from rlsched.policy.export import read_model
+
+    model = write_model(tmp_path / "m.npz")
+    other = write_model(tmp_path / "other.npz", seed=1, version="test-2")
+    nodes, pods = write_workload(tmp_path / "w")
+    policies = [f"ppo:{model}", f"ppo-prior:{model}", "fgd", "FGD"]
+    seeds = (s for s in (1, 2))  # a one-shot iterable: every policy must still play every seed
+    evaluation = evaluate_module.evaluate(
+        nodes, pods, evaluate_module.parse_policies(",".join(policies)), seeds, progress=False
+    )
+    _, _, sha256 = read_model(model)
+    assert evaluation.to_json()["models"] == {
+        f"ppo:{model}": {"sha256": sha256, "version": "test-1"},
+        f"ppo-prior:{model}": {"sha256": sha256, "version": "test-1"},
+    }
+    assert [(s.policy, s.seeds) for s in evaluation.summaries()] == [
+        (f"ppo:{model}", 2),
+        (f"ppo-prior:{model}", 2),
+        ("fgd", 2),
+    ]
+    assert f"model sha256 {sha256[:16]}, version test-1" in evaluate_module.format_table(evaluation)
+
+    real = evaluate_module._run_one
+    runs = []
+
+    def replaced_after_the_first_run(task):
+        runs.append(task)
+        if len(runs) == 1:
+            Path(model).write_bytes(Path(other).read_bytes())
+        return real(task)
+
+    monkeypatch.setattr(evaluate_module, "_run_one", replaced_after_the_first_run)
+    with pytest.raises(ValueError, match="a model file changed during the evaluation"):
+        evaluate_module.evaluate(nodes, pods, [f"ppo:{model}"], [1, 2], progress=False)

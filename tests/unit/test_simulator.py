@@ -305,7 +305,13 @@ def tiny(tmp_path: Path) -> Path:
         (["--policy", "ppo:/nonexistent/model.npz"], "does not exist"),
         (["--policy", "bestfit", "--seeds", "42-x"], "bad seed list '42-x'"),
         (["--policy", "bestfit", "--seeds", "9-3"], "the end is below the start"),
-        (["--policy", "bestfit", "--target", "0"], "--target must be positive"),
+        (["--policy", "bestfit", "--target", "0"], "--target must be at least 1.0"),
+        # "unalloc@100" was read at 84 % arrival, unlabelled
+        (["--policy", "bestfit", "--target", "0.9"], "--target must be at least 1.0"),
+        # accepted and ignored: a figure credited to a setting that never applied
+        (["--policy", "bestfit", "--retry-failed"], "--retry-failed do(es) nothing in --mode fgd"),
+        (["--policy", "bestfit", "--load", "0.5"], "--load do(es) nothing in --mode fgd"),
+        (["--policy", "bestfit", "--mode", "events", "--target", "1.1"], "--target, --jobs do(es) nothing"),
     ],
 )
 def test_evaluate_bad_arguments_exit_2(capsys, tiny: Path, extra: list[str], message: str) -> None:

@@ -89,13 +89,16 @@ class Api:
         await asyncio.gather(*(one(o) for o in objs))
 
     async def list(self, path: str, params: Mapping[str, str] | None = None) -> tuple[list[dict], str]:
+        """Every item (pages of 1,000) and the list's resourceVersion; with a ``limit`` of the caller's,
+        its first page only (``{"limit": "1"}``: is it empty, and from where to watch)."""
         items: list[dict] = []
-        p = dict(params or {}, limit="1000")
+        one_page = "limit" in (params or {})
+        p = {"limit": "1000", **(params or {})}
         while True:
             r = await self.request("GET", path, params=p)
             items.extend(r.get("items") or [])
             cont = r.get("metadata", {}).get("continue")
-            if not cont:
+            if not cont or one_page:
                 return items, r["metadata"]["resourceVersion"]
             p["continue"] = cont
 

@@ -13,7 +13,8 @@ nodes, which node and cards?" — through :func:`rlsched.policy.decide`:
 
 Models and the policy file are hot-reloaded (:meth:`PolicyEngine.poll`): a new file is loaded off the
 event loop and swapped in atomically; if it fails the old one keeps serving and the error is shown
-in /status and counted.
+in /status and counted. With ``modelSha256`` in the settings, a file with other bytes fails the same
+way before the loader reads it.
 
 The learned policy may also answer *delay* instead of a node (models trained with the delay action
 in the living cluster do; *reject* no trainer produces): a scorer with a
@@ -110,6 +111,19 @@ class ModelInfo:
     """sha256 of the file as read (detects changes on disk)."""
 
 
+@dataclass(frozen=True)
+class _FailedFile:
+    """A model file that failed to load: not tried again until it (or the expected digest) changes."""
+
+    path: str
+    key: tuple[Any, ...] | None
+    """The file's stat key when it failed (:func:`_stat_key`)."""
+    sha256: str | None
+    """The ``modelSha256`` it was checked against."""
+    error: str
+    """Why it failed: shown again when the policy file names the same file again."""
+
+
 def default_typical() -> TypicalPods:
     """The built-in typical pods (openb default trace, 35 groups) shipped with the extender."""
     text = resources.files("rlsched.extender").joinpath("typical_default.json").read_text(encoding="utf-8")
@@ -138,6 +152,11 @@ def file_sha256(path: str) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def _digest_error(path: str, actual: str, expected: str) -> str:
+    """The load error of a model file whose bytes are not the ones ``modelSha256`` names."""
+    return f"sha256 mismatch: {path} has sha256 {actual}, modelSha256 expects {expected}; not loaded"
 
 
 def _stat_key(path: str | None) -> tuple[Any, ...] | None:
@@ -226,8 +245,10 @@ class PolicyEngine:
         self.settings_loaded_at: float | None = None
         self._file_key: tuple[Any, ...] | None = None
         self._model_key: tuple[Any, ...] | None = None
-        self._failed: tuple[str, tuple[Any, ...] | None] | None = None
-        """(path, stat key) of a model file that failed to load: not retried until it changes."""
+        self._failed: _FailedFile | None = None
+        """A model file that failed to load: not retried until it changes."""
+        self._failed_shown_for: PolicySettings | None = None
+        """The settings under which ``_failed``'s error was last shown in ``model_info``."""
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlsched-policy")
         self._running: asyncio.Future[Any] | None = None
         """The model call in the worker thread (thread mode), until it ends — past its deadline too."""
@@ -273,13 +294,14 @@ class PolicyEngine:
             self._apply_typical_and_fallback(self.settings, None)
         if self.settings.model_path:
             key = _stat_key(self.settings.model_path)
-            scorer, info = self._load(self.settings.model_path)
+            scorer, info = self._load(self.settings.model_path, self.settings.model_sha256)
             if scorer is None:
                 if strict_model:
                     raise ConfigError(f"model {self.settings.model_path}: {info.error}")
                 # As poll does after a failed load: the error stays reported, and the file is tried
                 # again once it changes.
-                self._failed = (self.settings.model_path, key)
+                self._failed = _FailedFile(self.settings.model_path, key, self.settings.model_sha256, info.error or "")
+                self._failed_shown_for = self.settings
                 self.model_info = info
                 self._count("rlsched_model_reloads_total", "error")
                 log.error(
@@ -294,8 +316,11 @@ class PolicyEngine:
                 self._install(scorer, info)
         self._report()
 
-    def _load(self, path: str) -> tuple[Scorer | None, ModelInfo]:
-        """Load a model (any thread). Never raises: the error goes into the returned info."""
+    def _load(self, path: str, expected_sha256: str | None = None) -> tuple[Scorer | None, ModelInfo]:
+        """Load a model (any thread). Never raises: the error goes into the returned info.
+
+        With ``expected_sha256`` (the policy file's ``modelSha256``) a file with other bytes is
+        refused before the loader reads it: unreviewed bytes never serve."""
         info = ModelInfo(path=path, error_path=path)
         try:
             st = os.stat(path)
@@ -304,6 +329,10 @@ class PolicyEngine:
             if st.st_size > MAX_MODEL_BYTES:
                 raise ValueError(f"{path} is larger than {MAX_MODEL_BYTES:,} bytes; it is not an rlsched model")
             info.file_digest = file_sha256(path)
+            if expected_sha256 and info.file_digest != expected_sha256:
+                info.error = _digest_error(path, info.file_digest, expected_sha256)
+                info.error_at = self.clock()
+                return None, info
             scorer = self.model_loader(path, self.typical)
         except ImportError as exc:
             info.error = f"learned policies are not available in this installation ({exc})"
@@ -393,15 +422,23 @@ class PolicyEngine:
                 self._install_none()
             return
         key = _stat_key(path)
+        expected = self.settings.model_sha256
+        failed = self._failed
+        if failed is not None and (failed.path, failed.key, failed.sha256) == (path, key, expected):
+            self._show_failed_again(failed)
+            return  # the same bytes failed before; wait for the file to change
         if path == self.model_info.path and key == self._model_key:
+            # A new modelSha256 for the unchanged serving file is no load: the model serves on, and
+            # /status shows its fileDigest (the file named may be on its way; whoever published the
+            # digest compares them). A file that changes is checked when it is loaded.
             if self.model_info.error is not None:  # back to the serving file after a failed other one
                 self._clear_error()
             return
-        if self._failed == (path, key):
-            return  # the same bytes failed before; wait for the file to change
-        scorer, info = await loop.run_in_executor(None, self._load, path)
+        args = (path,) if expected is None else (path, expected)  # the one-argument call without a digest
+        scorer, info = await loop.run_in_executor(None, self._load, *args)
         if scorer is None:
-            self._failed = (path, key)
+            self._failed = _FailedFile(path, key, expected, info.error or "")
+            self._failed_shown_for = self.settings
             self.model_info = (
                 replace(self.model_info, error=info.error, error_at=info.error_at, error_path=path)
                 if self.model
@@ -429,6 +466,29 @@ class PolicyEngine:
         self.settings_error = str(exc)
         self._count("rlsched_policy_reloads_total", "error")
         log.error("policy file not applied, %s: %s", what_now, exc, extra={"event": "policy_reload_failed"})
+
+    def _show_failed_again(self, failed: _FailedFile) -> None:
+        """The policy file names a file that failed before and has not changed: not loaded again,
+        but its error is shown again — fresh, with ``errorPath`` — once per policy file that names
+        it. Whoever published that file (the operator, verifying a rollout) learns at once that it
+        fails, instead of waiting for a load that never comes (the error may have been cleared
+        meanwhile by a rollback to the serving file)."""
+        if self._failed_shown_for is self.settings:
+            return
+        self._failed_shown_for = self.settings
+        now = self.clock()
+        if self.model is not None:
+            self.model_info = replace(self.model_info, error=failed.error, error_at=now, error_path=failed.path)
+        else:
+            self.model_info = ModelInfo(path=failed.path, error=failed.error, error_at=now, error_path=failed.path)
+        log.error(
+            "model %s not loaded (unchanged since it failed: %s); %s",
+            failed.path,
+            failed.error,
+            "the previous model keeps serving" if self.model else "the fallback serves",
+            extra={"event": "model_load_failed"},
+        )
+        self._report()
 
     def _clear_error(self) -> None:
         """The serving model's file is as it was loaded: an error about another version is history."""

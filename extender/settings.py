@@ -231,6 +231,11 @@ class PolicySettings:
     """``active`` | ``shadow`` | ``off`` (see :data:`MODES`)."""
     model_path: str | None = None
     """Exported PPO model (``.npz``); unset or unloadable: the fallback heuristic serves."""
+    model_sha256: str | None = None
+    """Expected sha256 of the model file (64 lowercase hex digits); unset: any file is loaded. A file
+    with other bytes is not loaded (the previous model keeps serving, the error is in ``/status``):
+    the operator publishes the digest it verified, so bytes swapped at a ``path`` after review are
+    refused instead of served."""
     fallback: str = "fgd"
     """Heuristic used without a model, on any policy error, or past the deadline."""
     deadline_ms: float = 100.0
@@ -436,6 +441,11 @@ def validate(obj: Any, where: str = "") -> None:
             raise ConfigError(f"{prefix}deadlineEnforcement: {clip(obj.deadline_enforcement)} is not timer or thread")
         if obj.top_k < 0:
             raise ConfigError(f"{prefix}topK: must be 0 (keep all) or more, got {obj.top_k}")
+        if obj.model_sha256 is not None and not SHA256_HEX.fullmatch(obj.model_sha256):
+            raise ConfigError(
+                f"{prefix}modelSha256: expected 64 lowercase hex digits (sha256sum of the model), "
+                f"got {clip(obj.model_sha256)}"
+            )
         from rlsched.policy.scorers import UnknownPolicyError, canonical_name
 
         try:
@@ -546,6 +556,8 @@ def check_complete(settings: ExtenderSettings) -> ExtenderSettings:
     return settings
 
 
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+"""A sha256 digest as ``sha256sum`` prints it (``policy.modelSha256``)."""
 MAX_YAML_BYTES = 256 * 1024
 """Largest settings or policy file read (they are a few KiB): a larger one is refused unread."""
 MAX_DEADLINE_MS = 10_000.0

@@ -6,7 +6,8 @@ SchedulingPolicy (``rlsched.io/v1alpha1``):
   reason ``InvalidSpec``, a message naming each field, ``PermanentError``), build the bundle, roll it
   out, report what the extender loaded, roll back on failure; an event on every transition.
   Progress is stored in annotations (``kopf.rlsched.io/…``), so a handler that finished is never
-  run again for the same change — also across operator and API-server restarts.
+  run again for the same change — also across operator and API-server restarts. A generation that
+  was rolled back is not published again by ``resume`` (the rollback's ``rollbackOf`` says so).
 - delete → :func:`retire`: the extender goes back to its own settings (an empty policy file).
 - a timer → :func:`refresh`: ``status.counts`` from the extender, and drift (the extender no longer
   serves what was rolled out: restarted without the files, …) as ``Degraded``.
@@ -146,6 +147,8 @@ async def reconcile(
     rt.reward_weights = dict(ps.reward_weights)
     rt.objective = ps.objective.to_spec()
     async with rt.lock(uid):
+        if cause == "resume" and await _rolled_back_before(rt, namespace, name, generation):
+            return
         if cause == "resume":  # the operator restarted: what it published may still be served
             published = await rt.rollout.published_for(namespace, name, generation, ps)
             if published is not None and await _confirm_served(rt, published, patch, status, generation):
@@ -224,6 +227,42 @@ async def reconcile(
             raise kopf.TemporaryError(str(exc), delay=15) from None
         await _note_policy(rt, body, generation, ps.mode, result)
         report(result, body, status, patch, generation)
+
+
+async def _rolled_back_before(rt: Runtime, namespace: str, name: str, generation: int | None) -> bool:
+    """On resume: was this generation rolled back already (the current slot holds the rollback
+    target, marked ``rollbackOf``)? Then it is not published again — the rollout failed for good
+    until the spec changes, and the status still says why. The rollback target stays published and
+    is checked once; a restart is not a retry of a bad model."""
+    try:
+        current = await rt.sink.read(CURRENT)
+    except SinkError as exc:  # unknown: roll out as for any resume
+        log.warning("resume: cannot read the served bundle (%s)", exc)
+        return False
+    if (
+        current is None
+        or generation is None
+        or current.meta.get("policy") != f"{namespace}/{name}"
+        or current.meta.get("rollbackOf") != generation
+    ):
+        return False
+    try:
+        served = serves(await rt.extender.status(), current)
+    except ExtenderUnavailable as exc:
+        served = False
+        log.warning("resume: the extender does not answer (%s)", exc)
+    log.log(
+        logging.INFO if served else logging.WARNING,
+        "policy %s/%s generation %s was rolled back to %s before this restart; not publishing it again "
+        "(the extender %s the rollback target)",
+        namespace,
+        name,
+        generation,
+        bundle_label(current),
+        "serves" if served else "does not (yet) serve",
+        extra={"event": "resume_rolled_back", "policy": f"{namespace}/{name}", "generation": generation},
+    )
+    return True
 
 
 async def _note_policy(
@@ -378,7 +417,9 @@ async def refresh(
     except SinkError as exc:  # the next tick tries again; the sink logs what is wrong with the slot
         log.debug("refresh: cannot read the served bundle: %s", exc)
         return
-    if expected is None:
+    # The awaits above let a rollout start (a spec change): its new bundle is not what this tick's
+    # view of the extender was taken for, and comparing them would report a false Drift.
+    if expected is None or rt.lock(uid).locked() or expected.meta.get("generation") != generation:
         return
     ok = serves(view, expected)
     was_degraded = (degraded or {}).get("status") == "True"

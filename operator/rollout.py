@@ -7,11 +7,13 @@ its :class:`RolloutResult` into status, conditions and events):
    extender reads itself, checks ``sha256`` and names the file by content (``model-<sha16>.npz``);
 2. the bundle goes to the sink's ``current`` slot;
 3. the extender's ``GET /status`` is polled until it serves exactly that bundle (mode, fallback,
-   model path, model loaded without a newer error) — success: the bundle becomes ``last-good``;
+   model path, model loaded, the file's sha256 when the bundle has one — other bytes at the path are
+   "not yet": the extender reads a ``path`` model on its own timer) — success: the bundle becomes
+   ``last-good``;
 4. a model load error newer than the publication, a rejected policy file, or no confirmation within
    ``rolloutTimeoutS`` → the ``last-good`` bundle is published again (or, with none — or one that
-   cannot be read —, the same settings without a model: the fallback serves) and the result says
-   what failed and why;
+   cannot be read —, the same settings without a model: the fallback serves), marked ``rollbackOf``
+   the failed generation, and the result says what failed and why;
 5. an extender that does not answer at all is *not* a reason to roll back: the bundle stays
    published (the extender picks it up when it is back) and the caller retries the verification.
 """
@@ -145,6 +147,12 @@ class ModelFetcher:
                 "fix it",
                 False,
             ) from None
+        except aiohttp.ClientConnectorError as exc:
+            # Before ClientError: the resolver's LinkLocalRefused arrives wrapped in one
+            # (ClientConnectorDNSError). A name that resolves to instance metadata stays refused.
+            if isinstance(exc.os_error, LinkLocalRefused):
+                raise SourceError("ModelSourceRefused", f"GET {shown}: {exc.os_error}", False) from None
+            raise SourceError("ModelSourceUnavailable", f"GET {shown}: {type(exc).__name__}: {exc}", True) from None
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise SourceError("ModelSourceUnavailable", f"GET {shown}: {type(exc).__name__}: {exc}", True) from None
         except LinkLocalRefused as exc:
@@ -227,8 +235,12 @@ def bundle_label(b: Bundle | None) -> str:
     return f"{what} (generation {gen})" if gen is not None else what
 
 
-def serves(view: ExtenderView, bundle: Bundle) -> bool:
-    """Does the extender serve exactly ``bundle``?"""
+def serves(view: ExtenderView, bundle: Bundle, *, check_digest: bool = True) -> bool:
+    """Does the extender serve exactly ``bundle``?
+
+    A bundle with a digest is served only by a file with that sha256 (when the extender reports
+    one): the same ``path`` with other bytes is not this bundle (a file replaced at the path). With
+    ``check_digest`` False: everything else matches."""
     s = bundle.settings
     if not s:  # the extender's own settings: nothing to compare
         return True
@@ -246,8 +258,14 @@ def serves(view: ExtenderView, bundle: Bundle) -> bool:
     if path is None:
         return not view.model_loaded
     # A load error in /status may belong to another file (the extender keeps serving the previous
-    # model and reports the failed one's error): only the path and "loaded" say what serves.
-    return view.model_path == path and view.model_loaded
+    # model and reports the failed one's error): only the path, "loaded" and the digest say what serves.
+    if view.model_path != path or not view.model_loaded:
+        return False
+    return not check_digest or _digest_matches(view, bundle)
+
+
+def _digest_matches(view: ExtenderView, bundle: Bundle) -> bool:
+    return not bundle.digest or not view.file_digest or view.file_digest == bundle.digest
 
 
 _MODEL_FILE = re.compile(r"model-[0-9a-f]{16}\.npz")
@@ -266,7 +284,9 @@ def load_failed(view: ExtenderView, bundle: Bundle, since: float) -> bool:
     if not path or not view.error or view.error_at is None or view.error_at < since - CLOCK_SKEW_S:
         return False
     if view.model_path == path:
-        return not view.model_loaded
+        # Loaded from our path, but other bytes (a ``path`` model replaced and its digest changed):
+        # failed only once the extender says it refused our file — before, it may not have read it yet.
+        return not view.model_loaded or (not _digest_matches(view, bundle) and view.error_path == path)
     if view.error_path:
         return view.error_path == path
     named = _MODEL_FILE.findall(view.error)
@@ -360,13 +380,9 @@ class Rollout:
             except ExtenderUnavailable as exc:
                 last_error = str(exc)
             else:
+                # Other bytes at our path are "not yet", not a failure: a ``path`` model and its
+                # sha256 change together, and the extender reads the file on its own timer.
                 if serves(view, bundle):
-                    if bundle.digest and view.file_digest and view.file_digest != bundle.digest:
-                        return (
-                            "failed",
-                            view,
-                            (f"the extender loaded a file with sha256 {view.file_digest}, expected {bundle.digest}"),
-                        )
                     return "ok", view, ""
                 if load_failed(view, bundle, since):
                     return "failed", view, f"the extender could not load the model: {view.error}"
@@ -377,6 +393,12 @@ class Rollout:
             return "unreachable", None, f"the extender's status port did not answer: {last_error}"
         if view.policy_file_error:
             return "failed", view, f"the extender rejected the policy file: {view.policy_file_error}"
+        if serves(view, bundle, check_digest=False):
+            return (
+                "failed",
+                view,
+                f"the extender loaded a file with sha256 {view.file_digest}, expected {bundle.digest}",
+            )
         return (
             "timeout",
             view,
@@ -410,21 +432,26 @@ class Rollout:
         # A last-good slot that cannot be read now (an API hiccup) is not an empty one: raising
         # SinkError retries the whole rollout (kopf's TemporaryError). Rolling back to no model
         # instead dropped the model the extender served, and overwrote the last-good slot for good.
-        target = await self.sink.read(LAST_GOOD)
-        synthesized = target is None or target.same_content(bundle)
-        if synthesized:
+        last_good = await self.sink.read(LAST_GOOD)
+        if last_good is not None and last_good.same_content(bundle):
+            last_good = None  # the failed bundle itself: no earlier good one
+        # ``rollbackOf`` marks the current slot as the rollback from this generation: an operator
+        # restart (resume) then leaves the known-bad generation alone instead of publishing it again.
+        if last_good is None:
             # No earlier good bundle: the same settings without the model — the fallback serves.
+            settings = {k: v for k, v in bundle.settings.items() if k != "modelSha256"}
             target = Bundle(
-                dict(bundle.settings, modelPath=None),
+                dict(settings, modelPath=None),
                 None,
                 None,
                 dict(bundle.meta, digest=None, source=None, generation=None, rollbackOf=bundle.meta.get("generation")),
             )
-        assert target is not None
+        else:
+            target = dataclasses.replace(last_good, meta=dict(last_good.meta, rollbackOf=bundle.meta.get("generation")))
         since = await self.publish(target)
         back, back_view, back_message = await self.verify(target, since)
-        if back == "ok" and not synthesized:  # the last-good slot only ever holds a bundle that rolled out
-            await self.sink.write(LAST_GOOD, target)
+        if back == "ok" and last_good is not None:
+            await self.sink.write(LAST_GOOD, last_good)  # it only ever holds a bundle that rolled out
         text = f"{message}; rolled back to {bundle_label(target)}"
         if back != "ok":
             text += f", but the rollback is not confirmed either: {back_message}"

@@ -33,6 +33,8 @@ MODES = ("active", "shadow", "off")
 
 _SHA256 = re.compile(r"^[a-f0-9]{64}$")
 _KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+"""A ConfigMap's name (Kubernetes' DNS-1123 subdomain; the CRD has the same pattern)."""
 MAX_MESSAGE_CHARS = 4000
 """SpecError's message (all the problems joined) is cut to this length (rlsched.policy.spec_problems)."""
 
@@ -98,14 +100,21 @@ class PolicySpec:
     :mod:`rlsched.policy.dynamic.objective_spec`). The decision log records it."""
 
     def extender_settings(self, model_path: str | None) -> dict[str, Any]:
-        """The extender's policy file (keys of ``rlsched.extender.settings.PolicySettings``)."""
-        return {
+        """The extender's policy file (keys of ``rlsched.extender.settings.PolicySettings``).
+
+        A ``path`` model with ``sha256`` also gets ``modelSha256``: the operator never sees that
+        file, so the extender checks its bytes itself and refuses others (a file replaced at the path
+        after the rollout, or before the new digest was applied)."""
+        out: dict[str, Any] = {
             "mode": self.mode,
             "modelPath": model_path,
             "fallback": self.fallback,
             "deadlineMs": self.deadline_ms,
             "topK": self.top_k,
         }
+        if self.model is not None and self.model.path and model_path == self.model.path and self.model.sha256:
+            out["modelSha256"] = self.model.sha256
+        return out
 
 
 def _number(value: Any) -> bool:
@@ -224,8 +233,11 @@ def _parse_model(raw: Any, problems: list[str]) -> ModelSource | None:
             problems.append("spec.model.configMapKeyRef: needs name and key")
         else:
             name, key = ref["name"], ref["key"]
-            if not isinstance(name, str) or len(name) > 253:
-                problems.append("spec.model.configMapKeyRef.name: expected a ConfigMap name")
+            if not isinstance(name, str) or len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(name):
+                problems.append(
+                    f"spec.model.configMapKeyRef.name: {shown(name)} is not a ConfigMap name "
+                    "(lowercase letters, digits, '-' and '.', starting and ending with a letter or digit)"
+                )
             if not isinstance(key, str) or len(key) > 253 or not _KEY.fullmatch(key):
                 problems.append(
                     "spec.model.configMapKeyRef.key: expected a ConfigMap key (letters, digits, '-', '_', '.')"

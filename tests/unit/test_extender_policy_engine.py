@@ -141,3 +141,132 @@ def test_fragmentation_computed_while_a_pod_is_placed_is_not_stamped_current(mon
     fresh = state.copy()
     fresh.caches = {}
     assert frag.node_frag(state)[0] == fragmentation.Fragmentation(typical, state.model_names).node_frag(fresh)[0]
+
+
+# -- modelSha256 and files that failed before --------------------------------------------------------
+
+
+def _digest(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def _engine_with_policy_file(tmp_path: Path, text: str, loads: list[str]) -> PolicyEngine:
+    from rlsched.operator.testing import fake_model_loader
+
+    def loader(path, typical):
+        loads.append(Path(path).read_bytes())
+        return fake_model_loader(path, typical)
+
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(text)
+    engine = PolicyEngine(PolicySettings(fallback="least-allocated"), str(policy), model_loader=loader)
+    engine.start(strict_model=False)
+    return engine
+
+
+def test_a_model_file_whose_sha256_is_not_model_sha256_is_never_loaded(tmp_path: Path) -> None:
+    """modelSha256 was not a setting: whatever bytes were at modelPath were loaded and served."""
+    from rlsched.operator.testing import fake_model
+
+    good, other = fake_model("v1"), fake_model("unreviewed")
+    f = tmp_path / "m.npz"
+    f.write_bytes(other)
+    loads: list[str] = []
+    engine = _engine_with_policy_file(tmp_path, f"modelPath: {f}\nmodelSha256: {_digest(good)}\n", loads)
+    try:
+        model = engine.status()["model"]
+        assert engine.model is None and loads == [] and model["errorPath"] == str(f)
+        assert f"has sha256 {_digest(other)}, modelSha256 expects {_digest(good)}" in model["error"]
+        f.write_bytes(good)  # the reviewed bytes arrive
+        asyncio.run(engine.poll())
+        assert engine.model_info.version == "v1" and loads == [good] and engine.status()["model"]["error"] is None
+        f.write_bytes(other)  # replaced after the rollout: refused, the loaded model keeps serving
+        asyncio.run(engine.poll())
+        asyncio.run(engine.poll())
+        assert engine.model_info.version == "v1" and loads == [good]
+        model = engine.status()["model"]
+        assert model["errorPath"] == str(f) and model["fileDigest"] == _digest(good)
+    finally:
+        engine.close()
+
+
+def test_a_new_model_sha256_for_the_unchanged_serving_file_is_checked_when_the_file_changes(tmp_path: Path) -> None:
+    """The digest may name bytes still on their way to the path: the serving model stays (no error, its
+    fileDigest in /status), and the file is checked against the new digest when it changes."""
+    from rlsched.operator.testing import fake_model
+
+    f = tmp_path / "m.npz"
+    v1, v2 = fake_model("v1"), fake_model("v2-named")  # sizes differ: a rewrite is seen within a clock tick
+    f.write_bytes(v1)
+    loads: list[str] = []
+    engine = _engine_with_policy_file(tmp_path, f"modelPath: {f}\nmodelSha256: {_digest(v1)}\n", loads)
+    try:
+        policy = Path(engine.policy_file or "")
+        policy.write_text(f"modelPath: {f}\nmodelSha256: {_digest(v2)}\nmode: shadow\n")
+        asyncio.run(engine.poll())
+        model = engine.status()["model"]
+        assert model["version"] == "v1" and model["fileDigest"] == _digest(v1) and model["error"] is None
+        f.write_bytes(fake_model("v3-unnamed"))  # not the bytes named: refused
+        asyncio.run(engine.poll())
+        assert engine.model_info.version == "v1" and "modelSha256 expects " + _digest(v2) in model_error(engine)
+        f.write_bytes(v2)
+        asyncio.run(engine.poll())
+        assert engine.model_info.version == "v2-named" and engine.status()["model"]["error"] is None
+        assert loads == [v1, v2]
+    finally:
+        engine.close()
+
+
+def model_error(engine: PolicyEngine) -> str:
+    return str(engine.status()["model"]["error"])
+
+
+def test_model_sha256_must_be_a_digest(tmp_path: Path) -> None:
+    from rlsched.extender.settings import ConfigError, load_policy_file
+
+    policy = tmp_path / "policy.yaml"
+    for bad in ("ABC", "A" * 64, "0" * 63, "g" * 64):
+        policy.write_text(f"modelSha256: {bad}\n")
+        try:
+            load_policy_file(policy, PolicySettings())
+        except ConfigError as exc:
+            assert "modelSha256: expected 64 lowercase hex digits" in str(exc)
+        else:
+            raise AssertionError(f"{bad!r} accepted")
+    policy.write_text(f"modelSha256: '{'0' * 64}'\n")  # quoted: unquoted digits are a YAML number
+    assert load_policy_file(policy, PolicySettings()).model_sha256 == "0" * 64
+
+
+def test_a_file_that_failed_before_is_reported_again_when_the_policy_file_names_it_again(tmp_path: Path) -> None:
+    """A rollback cleared the error; the next policy file naming the same unchanged file was skipped with
+    no error at all, so whoever published it waited for a load that never came."""
+    from rlsched.operator.testing import fake_model
+
+    good, bad = tmp_path / "good.npz", tmp_path / "bad.npz"
+    good.write_bytes(fake_model("v1"))
+    bad.write_bytes(b"\x00 not a model")
+    loads: list[str] = []
+    clock = {"t": 100.0}
+    engine = _engine_with_policy_file(tmp_path, f"modelPath: {good}\n", loads)
+    engine.clock = lambda: clock["t"]
+    policy = Path(engine.policy_file or "")
+    try:
+        policy.write_text(f"modelPath: {bad}\n")
+        asyncio.run(engine.poll())
+        assert engine.status()["model"]["errorPath"] == str(bad) and len(loads) == 2
+        policy.write_text(f"modelPath: {good}\n")  # the rollback
+        asyncio.run(engine.poll())
+        assert engine.status()["model"]["error"] is None
+        clock["t"] = 200.0
+        policy.write_text(f"modelPath: {bad}\nmode: shadow\n")  # the same file again
+        asyncio.run(engine.poll())
+        model = engine.status()["model"]
+        assert model["errorPath"] == str(bad) and model["errorAt"] == 200.0 and "not a model file" in model["error"]
+        assert len(loads) == 2 and engine.model_info.version == "v1"  # not loaded again
+        clock["t"] = 300.0
+        asyncio.run(engine.poll())
+        assert engine.status()["model"]["errorAt"] == 200.0  # once per policy file naming it
+    finally:
+        engine.close()

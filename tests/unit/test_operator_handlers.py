@@ -340,3 +340,163 @@ async def test_an_unreadable_served_slot_neither_stops_resume_nor_refresh(env, m
 def test_a_load_time_that_is_not_a_time_is_left_out(loaded_at: float) -> None:
     assert handlers._iso(loaded_at) is None
     assert handlers._iso(1_800_000_000.0) is not None
+
+
+# -- path digests, rollbacks across restarts, overlapping timers -----------------------------------
+
+
+def sha(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def status_after(*patches: kopf.Patch) -> dict:
+    out: dict = {}
+    for p in patches:
+        out.update(p.status)
+    return out
+
+
+async def test_a_path_models_sha256_is_enforced_by_the_extender(env, tmp_path: Path) -> None:
+    """spec.model.sha256 of a path model was checked only by the operator, after the fact: the extender
+    served other bytes until the rollback, hot-reloaded a replaced file unchecked, and refresh saw no Drift."""
+    memo, _, ext, events = env
+    f = tmp_path / "m.npz"
+    v1, unreviewed = fake_model("v1"), fake_model("unreviewed")
+    spec = {"fallback": "least-allocated", "model": {"path": str(f), "sha256": sha(v1)}}
+    loaded: list[str] = []
+    loader = ext.engine.model_loader
+    ext.engine.model_loader = lambda path, typical: (loaded.append(Path(path).read_bytes()), loader(path, typical))[1]
+
+    # other bytes at the path: never loaded, and the rollout says why
+    f.write_bytes(unreviewed)
+    failed = kopf.Patch()
+    with pytest.raises(kopf.PermanentError):
+        await call(handlers.reconcile, body(spec), memo, patch=failed)
+    assert cond(failed, "Degraded")["reason"] == "DigestMismatch" and loaded == []
+    assert "sha256 mismatch" in cond(failed, "Degraded")["message"]
+
+    # the reviewed bytes roll out; the policy file names their digest
+    f.write_bytes(v1)
+    ok = await call(handlers.reconcile, body(spec, generation=2), memo, reason="update")
+    assert cond(ok, "Ready")["reason"] == "RolledOut" and loaded == [v1]
+    assert "modelSha256: " + sha(v1) in (Path(memo.settings.sink.directory) / "policy.yaml").read_text()
+
+    # replaced afterwards: refused; the reviewed model keeps serving
+    f.write_bytes(unreviewed)
+    status = status_after(ok)
+    await call(handlers.refresh, body(spec, 2, status), memo)
+    assert ext.engine.model_info.version == "v1" and loaded == [v1]
+    assert ext.engine.status()["model"]["errorPath"] == str(f)
+
+    # the extender restarts (or the operator resumes) with those bytes at the path: Drift, not Ready
+    from rlsched.extender.policy import PolicyEngine
+    from rlsched.extender.settings import PolicySettings
+    from rlsched.operator.testing import fake_model_loader
+
+    ext.engine.close()
+    ext.engine = PolicyEngine(
+        PolicySettings(mode="active", fallback="least-allocated"), ext.engine.policy_file, fake_model_loader
+    )
+    ext.engine.start(strict_model=False)
+    events.clear()
+    drift = await call(handlers.refresh, body(spec, 2, status), memo)
+    assert cond(drift, "Degraded")["reason"] == "Drift" and [e[1] for e in events] == ["Drift"]
+    assert ext.engine.model is None
+    resumed = kopf.Patch()
+    with pytest.raises(kopf.PermanentError):  # resume does not report Ready for it either
+        await call(handlers.reconcile, body(spec, 2, status), memo, reason="resume", patch=resumed)
+    assert cond(resumed, "Ready")["status"] == "False"
+
+
+async def test_a_path_that_failed_before_fails_again_at_once(env, tmp_path: Path) -> None:
+    """The extender skipped a file that had failed and not changed without a word: the next generation
+    naming it waited rolloutTimeoutS and reported RolloutTimeout instead of ModelLoadFailed."""
+    memo, _, ext, _ = env
+    good, bad = tmp_path / "good.npz", tmp_path / "bad.npz"
+    good.write_bytes(fake_model("v1"))
+    bad.write_bytes(b"\x00 not a model")
+    await call(handlers.reconcile, body({"fallback": "least-allocated", "model": {"path": str(good)}}), memo)
+    for generation, mode in ((2, "active"), (3, "shadow")):
+        failed = kopf.Patch()
+        spec = {"mode": mode, "fallback": "least-allocated", "model": {"path": str(bad)}}
+        with pytest.raises(kopf.PermanentError):
+            await call(handlers.reconcile, body(spec, generation), memo, reason="update", patch=failed)
+        assert cond(failed, "Degraded")["reason"] == "ModelLoadFailed", cond(failed, "Degraded")["message"]
+        assert "not a model file" in cond(failed, "Degraded")["message"]
+    assert ext.engine.model_info.version == "v1"
+
+
+async def test_resume_does_not_publish_a_generation_that_was_rolled_back(env) -> None:
+    """Every operator restart published the known-bad generation again, verified it and rolled it back
+    again (the current slot holds the rollback target, so nothing looked published for it)."""
+    memo, kube, ext, events = env
+    add_model(kube, "m1", fake_model("v1"))
+    add_model(kube, "bad", b"\x00 not a model")
+    s1 = {"mode": "shadow", "fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "m1", "key": "m.npz"}}}
+    s2 = {**s1, "mode": "active", "model": {"configMapKeyRef": {"name": "bad", "key": "m.npz"}}}
+    first = await call(handlers.reconcile, body(s1), memo)
+    failed = kopf.Patch()
+    with pytest.raises(kopf.PermanentError):
+        await call(handlers.reconcile, body(s2, 2, status_after(first)), memo, reason="update", patch=failed)
+    status = status_after(first, failed)
+    writes: list = []
+    write = memo.runtime.sink.write
+
+    async def spy(slot, b):
+        writes.append((slot, b.meta.get("generation")))
+        await write(slot, b)
+
+    memo.runtime.sink.write = spy
+    for _restart in range(2):
+        events.clear()
+        patch = await call(handlers.reconcile, body(s2, 2, status), memo, reason="resume")
+        assert writes == [] and events == [] and "conditions" not in patch.status
+    assert ext.engine.settings.mode == "shadow" and ext.engine.model_info.version == "v1"
+    # a new generation rolls out as usual
+    add_model(kube, "m3", fake_model("v3"))
+    s3 = {**s2, "model": {"configMapKeyRef": {"name": "m3", "key": "m.npz"}}}
+    third = await call(handlers.reconcile, body(s3, 3, status), memo, reason="update")
+    assert cond(third, "Ready")["reason"] == "RolledOut" and ext.engine.model_info.version == "v3"
+
+
+async def test_a_refresh_tick_overlapping_a_rollout_reports_no_drift(env) -> None:
+    """A tick whose /status answer was taken before a spec change compared it with the bundle the
+    rollout had just published, and reported Drift for a rollout that went fine."""
+    import asyncio
+
+    memo, kube, ext, events = env
+    add_model(kube, "m1", fake_model("v1"))
+    add_model(kube, "m2", fake_model("v2"))
+    s1 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "m1", "key": "m.npz"}}}
+    s2 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "m2", "key": "m.npz"}}}
+    first = await call(handlers.reconcile, body(s1), memo)
+    status = {**status_after(first), "observedGeneration": 1}
+    status_now = ext.status
+    slow = {"once": True}
+
+    async def slow_status():
+        view = await status_now()
+        if slow.pop("once", False):
+            await asyncio.sleep(0.2)  # the answer is on its way while the spec changes
+        return view
+
+    ext.status = slow_status
+    events.clear()
+    tick = asyncio.create_task(call(handlers.refresh, body(s1, 1, status), memo))
+    await asyncio.sleep(0.05)
+    second = await call(handlers.reconcile, body(s2, 2, status), memo, reason="update")
+    ticked = await tick
+    assert cond(second, "Ready")["reason"] == "RolledOut"
+    assert "conditions" not in ticked.status and [e[1] for e in events] == ["RollingOut", "RolledOut"]
+
+
+async def test_a_configmap_name_that_cannot_exist_is_invalid_not_retried(env) -> None:
+    """Such a name was accepted and retried every 10 s as ModelSourceNotFound, forever."""
+    memo, _, _, events = env
+    failed = kopf.Patch()
+    spec = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "Models_V2", "key": "m.npz"}}}
+    with pytest.raises(kopf.PermanentError):
+        await call(handlers.reconcile, body(spec), memo, patch=failed)
+    assert cond(failed, "Degraded")["reason"] == "InvalidSpec" and events[-1][1] == "InvalidSpec"

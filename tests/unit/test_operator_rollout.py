@@ -444,3 +444,83 @@ def test_load_failed_only_counts_errors_about_our_file() -> None:
         error_at=10.0,
     )
     assert load_failed(first, ours, since=5.0)
+
+
+# -- link-local names, path digests ------------------------------------------------------------------
+
+
+async def test_a_name_that_resolves_to_instance_metadata_is_refused_for_good(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The resolver's refusal arrives wrapped in aiohttp's ClientConnectorDNSError (a ClientError): it was
+    reported as ModelSourceUnavailable and retried every 10 s forever, the reason lost."""
+    import socket
+
+    import aiohttp
+
+    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[dict]:
+        return [{"hostname": host, "host": "169.254.169.254", "port": port, "family": family, "proto": 0, "flags": 0}]
+
+    monkeypatch.setattr(aiohttp.ThreadedResolver, "resolve", resolve)
+    with pytest.raises(SourceError) as err:
+        await ModelFetcher(None, timeout_s=3.0)._url("http://metadata.google.internal/computeMetadata/v1/")
+    assert err.value.reason == "ModelSourceRefused" and not err.value.temporary
+    assert "resolves only to link-local addresses" in str(err.value)
+
+
+def test_serves_requires_the_bundles_digest() -> None:
+    """Other bytes at the bundle's path are not the bundle: refresh and resume reported Ready (no Drift)
+    for a path model whose file had been replaced."""
+    from rlsched.operator.extender_client import ExtenderView
+    from rlsched.operator.rollout import load_failed
+
+    settings = {"mode": "active", "modelPath": "/m/p.npz", "fallback": "fgd", "deadlineMs": 100.0, "topK": 1}
+    b = Bundle(settings, None, None, {"digest": "a" * 64})
+    v = ExtenderView(mode="active", fallback="fgd", model_path="/m/p.npz", model_loaded=True, file_digest="a" * 64)
+    assert serves(v, b)
+    other = ExtenderView(**{**v.__dict__, "file_digest": "b" * 64})
+    assert not serves(other, b) and serves(other, b, check_digest=False)
+    assert serves(other, Bundle(settings))  # no digest to compare
+    # the old bytes still serve while the new ones are not read yet: not a failure ...
+    assert not load_failed(other, b, since=5.0)
+    # ... until the extender reports that it refused (or failed) our file
+    refused = ExtenderView(**{**other.__dict__, "error": "sha256 mismatch", "error_at": 10.0, "error_path": "/m/p.npz"})
+    assert load_failed(refused, b, since=5.0) and not load_failed(refused, b, since=20.0)
+
+
+async def test_a_path_model_whose_file_the_extender_has_not_read_yet_is_waited_for(setup, tmp_path: Path) -> None:
+    """The file and spec.model.sha256 change together; the extender reads the file on its own timer. The
+    operator compared the digest at the first /status answer and failed the rollout (DigestMismatch)."""
+    sink, kube, ext, rollout = setup
+    f = tmp_path / "m.npz"
+    f.write_bytes(fake_model("v1"))
+    import hashlib
+
+    r1 = await rollout.apply(await rollout.build(NS, "p", 1, parse_spec(spec(model={"path": str(f)}))))
+    assert r1.ok
+    v2 = fake_model("v2-new")  # another size: the rewrite is seen even within one clock tick
+    f.write_bytes(v2)
+    real_poll, polls = ext.engine.poll, []
+
+    async def late_poll() -> None:  # the extender's own timer: the first two /status answers come before it
+        polls.append(1)
+        if len(polls) > 2:
+            await real_poll()
+
+    ext.engine.poll = late_poll
+    sha2 = hashlib.sha256(v2).hexdigest()
+    r2 = await rollout.apply(await rollout.build(NS, "p", 2, parse_spec(spec(model={"path": str(f), "sha256": sha2}))))
+    assert r2.ok, r2.message
+    assert r2.view is not None and r2.view.file_digest == sha2 and r2.view.version == "v2-new"
+
+
+async def test_a_path_model_with_other_bytes_fails_as_digest_mismatch_at_the_deadline(setup, tmp_path: Path) -> None:
+    """An extender that loads the file but does not check its digest (an older one): DigestMismatch at
+    the deadline, not at the first answer."""
+    sink, kube, ext, rollout = setup
+    f = tmp_path / "m.npz"
+    f.write_bytes(fake_model("v1"))
+    import dataclasses
+
+    b = await rollout.build(NS, "p", 1, parse_spec(spec(model={"path": str(f)})))  # no modelSha256 to check
+    result = await rollout.apply(dataclasses.replace(b, meta=dict(b.meta, digest="0" * 64)))
+    assert not result.ok and result.reason == "DigestMismatch"
+    assert "expected " + "0" * 64 in result.message and ext.polls >= 5  # it waited for rolloutTimeoutS

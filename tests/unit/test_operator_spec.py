@@ -61,6 +61,10 @@ def test_valid(spec: dict) -> None:
         ({"model": {"path": "/m", "sha256": "XYZ"}}, "spec.model.sha256: expected 64 lowercase hex digits"),
         ({"model": {"path": "/m", "sha256": "a" * 64 + "\n"}}, "spec.model.sha256: expected 64 lowercase hex digits"),
         ({"model": {"configMapKeyRef": {"name": "m", "key": "v3.npz\n"}}}, "expected a ConfigMap key"),
+        ({"model": {"configMapKeyRef": {"name": "Models_V2", "key": "m"}}}, "'Models_V2' is not a ConfigMap name"),
+        ({"model": {"configMapKeyRef": {"name": "models-", "key": "m"}}}, "is not a ConfigMap name"),
+        ({"model": {"configMapKeyRef": {"name": "a/b", "key": "m"}}}, "is not a ConfigMap name"),
+        ({"model": {"configMapKeyRef": {"name": "models\n", "key": "m"}}}, "is not a ConfigMap name"),
         ({"model": {"url": "https://models.example/v3.npz\n"}}, "must be an http:// or https:// URL"),
         ({"deadlineMs": 0}, "spec.deadlineMs: 0 must be a number from 1 to 5000"),
         ({"topK": -1}, "spec.topK: -1 must be an integer"),
@@ -148,6 +152,16 @@ def _structural(node: dict, where: str) -> list[str]:
     if "items" in node:
         problems += _structural(node["items"], f"{where}[]")
     return problems
+
+
+def test_crd_configmap_name_pattern_is_the_parsers() -> None:
+    """A name the API server would accept but no ConfigMap can have was retried forever (NotFound)."""
+    from rlsched.operator.spec import _DNS1123_SUBDOMAIN
+
+    model = schema()["properties"]["spec"]["properties"]["model"]["properties"]
+    assert model["configMapKeyRef"]["properties"]["name"]["pattern"] == _DNS1123_SUBDOMAIN.pattern
+    ps = parse_spec({"model": {"configMapKeyRef": {"name": "models.v2-a", "key": "m"}}})
+    assert ps.model is not None and ps.model.configmap == "models.v2-a"
 
 
 def test_crd_is_structural_with_status_and_printer_columns() -> None:

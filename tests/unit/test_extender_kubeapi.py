@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import orjson
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from loop_watch import loop_stalls
 
 from rlsched.extender.kubeapi import MAX_WATCH_LINE_BYTES, ApiError, BadWatchLine, Informer, KubeApi
 from rlsched.extender.metrics import Metrics
@@ -23,6 +25,23 @@ def status(code, reason, message):
         {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": reason, "code": code},
         status=code,
     )
+
+
+def write_kubeconfig(path: Path, cluster: dict, user: dict) -> Path:
+    """A kubeconfig of one cluster, one user and the context joining them."""
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [{"name": "c", "cluster": cluster}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "users": [{"name": "u", "user": user}],
+            }
+        )
+    )
+    return path
 
 
 class FakeServer:
@@ -328,7 +347,6 @@ async def test_answers_are_read_within_caps_and_errors_cut(monkeypatch) -> None:
 async def test_kubeconfig_tls_server_name_is_the_name_checked(tmp_path) -> None:
     """A cluster reached by an address its certificate does not name (kubeconfig ``tls-server-name``):
     kubectl and client-go connect, the extender checked the URL's host and could not."""
-    import json
     import ssl
 
     from rlsched.extender.settings import KubeSettings as Settings
@@ -357,19 +375,7 @@ async def test_kubeconfig_tls_server_name_is_the_name_checked(tmp_path) -> None:
             cluster = {"server": f"https://127.0.0.2:{port}", "certificate-authority": str(pki["ca"])}
             if name:
                 cluster["tls-server-name"] = name
-            kubeconfig = tmp_path / "kubeconfig"
-            kubeconfig.write_text(
-                json.dumps(
-                    {
-                        "apiVersion": "v1",
-                        "kind": "Config",
-                        "current-context": "c",
-                        "clusters": [{"name": "c", "cluster": cluster}],
-                        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-                        "users": [{"name": "u", "user": {"token": "t"}}],
-                    }
-                )
-            )
+            kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", cluster, {"token": "t"})
             api = KubeApi.from_settings(Settings(kubeconfig=str(kubeconfig)))
             try:
                 if works:
@@ -388,7 +394,6 @@ async def test_an_exec_plugin_refreshes_the_token_off_the_event_loop(tmp_path) -
     tokens) inside every token read: twice per request, on the event loop, stalling it 0.6 s a call."""
     import datetime as dt
     import json
-    import time
 
     from rlsched.extender.settings import KubeSettings as Settings
 
@@ -419,39 +424,14 @@ async def test_an_exec_plugin_refreshes_the_token_off_the_event_loop(tmp_path) -
                 "interactiveMode": "Never",
             }
         }
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "current-context": "c",
-                    "clusters": [{"name": "c", "cluster": {"server": str(ts.make_url("")).rstrip("/")}}],
-                    "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-                    "users": [{"name": "u", "user": user}],
-                }
-            )
-        )
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", {"server": str(ts.make_url("")).rstrip("/")}, user)
         api = KubeApi.from_settings(Settings(kubeconfig=str(kubeconfig)))
         at_load = len(runs.read_text().split())
-        gaps: list[float] = []
-        done = False
-
-        async def heartbeat() -> None:
-            last = time.monotonic()
-            while not done:
-                await asyncio.sleep(0.02)
-                now = time.monotonic()
-                gaps.append(now - last)
-                last = now
-
-        beat = asyncio.create_task(heartbeat())
         try:
-            for _ in range(5):
-                assert await api.get_pod("default", "p", 5) == {"kind": "Pod"}
+            async with loop_stalls() as gaps:
+                for _ in range(5):
+                    assert await api.get_pod("default", "p", 5) == {"kind": "Pod"}
         finally:
-            done = True
-            await beat
             await api.close()
         await asyncio.sleep(0.5)  # the refresh started by the first call ends in its thread
     assert len(runs.read_text().split()) - at_load <= 1

@@ -3,13 +3,13 @@ loop, and whatever goes wrong reading them is a KubeError (the callers catch not
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
+from loop_watch import loop_stalls
 
 from rlsched.operator.kube import Kube, KubeError
 
@@ -64,21 +64,8 @@ def kube_at(port: int) -> Kube:
 async def test_a_slow_answer_does_not_hold_the_event_loop(server) -> None:
     state, port = server
     kube = kube_at(port)
-    gaps: list[float] = []
-    done = False
-
-    async def heartbeat() -> None:
-        last = time.monotonic()
-        while not done:
-            await asyncio.sleep(0.02)
-            now = time.monotonic()
-            gaps.append(now - last)
-            last = now
-
-    beat = asyncio.create_task(heartbeat())
-    cm = await kube.get_configmap("default", "x")
-    done = True
-    await beat
+    async with loop_stalls() as gaps:
+        cm = await kube.get_configmap("default", "x")
     assert cm is not None and cm["metadata"]["name"] == "x"
     assert max(gaps) < 0.3  # the body's 0.4 s pause was spent in the worker thread
 

@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ppo_fixtures import small_nodes, small_pods, small_typical, write_workload  # noqa: E402
+from ppo_fixtures import small_nodes, small_pods, small_typical, tiny_args, write_workload  # noqa: E402
 
 from rlsched.cli import main as cli_main  # noqa: E402
 from rlsched.policy.env import EnvConfig, SchedulingCore  # noqa: E402
@@ -19,33 +19,6 @@ from rlsched.policy.features import NUM_FEATURES  # noqa: E402
 from rlsched.policy.learned import load_learned_scorer  # noqa: E402
 from rlsched.policy.ppo import Args, DecisionRecord, fit_from_records, train  # noqa: E402
 from rlsched.policy.ppo.agent import Agent  # noqa: E402
-
-
-def tiny_args(tmp_path: Path, **kw) -> Args:
-    nodes, pods = write_workload(tmp_path)
-    base = dict(
-        exp_name="tiny",
-        seed=3,
-        nodes=nodes,
-        traces=(pods,),
-        num_envs=2,
-        num_steps=32,
-        total_timesteps=256,
-        num_minibatches=2,
-        update_epochs=2,
-        hidden=(16, 16),
-        value_hidden=16,
-        end_at=1.0,
-        learn_from=0.3,
-        eval_every=2,
-        checkpoint_every=100,
-        val_seeds=(5,),
-        out_dir=str(tmp_path / "runs"),
-        progress=False,
-        rank_scale=20.0,
-    )
-    base.update(kw)
-    return Args(**base)
 
 
 def params_of(agent_path: Path) -> dict[str, np.ndarray]:

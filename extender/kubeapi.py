@@ -120,7 +120,14 @@ class KubeApi:
         cfg.refresh_api_key_hook = None
 
         def auth() -> str | None:
-            return cfg.get_api_key_with_prefix("authorization") or cfg.get_api_key_with_prefix("BearerToken")
+            # Read directly, never through get_api_key_with_prefix: the kubeconfig loader's refresh puts
+            # its hook back on the configuration, and that call would run it here, on the event loop.
+            for key in ("authorization", "BearerToken"):
+                value = cfg.api_key.get(key)
+                if value:
+                    prefix = cfg.api_key_prefix.get(key)
+                    return f"{prefix} {value}" if prefix else str(value)
+            return None
 
         https = cfg.host.startswith("https")
         api = cls(
@@ -470,7 +477,7 @@ class Informer:
                     self._handle(event)  # raises for an ERROR event: that one does not count as working
                     self.failures = self.gone_in_a_row = 0
                     self._opened()
-                self.failures = 0
+                self.failures = self.gone_in_a_row = 0
                 self._restart("timeout")
                 if not events and self.clock() - started < 1.0:  # a server that ends every watch at once
                     await self.sleep(backoff_delay(self.settings.retry_backoff_s, 1, self.jitter()))

@@ -6,8 +6,9 @@ SchedulingPolicy (``rlsched.io/v1alpha1``):
   reason ``InvalidSpec``, a message naming each field, ``PermanentError``), build the bundle, roll it
   out, report what the extender loaded, roll back on failure; an event on every transition.
   Progress is stored in annotations (``kopf.rlsched.io/…``), so a handler that finished is never
-  run again for the same change — also across operator and API-server restarts. A generation that
-  was rolled back is not published again by ``resume`` (the rollback's ``rollbackOf`` says so).
+  run again for the same change — also across operator and API-server restarts. A generation whose
+  model failed and was rolled back is not published again by ``resume`` (the rollback's
+  ``rollbackOf`` says so).
 - delete → :func:`retire`: the extender goes back to its own settings (an empty policy file).
 - a timer → :func:`refresh`: ``status.counts`` from the extender, and drift (the extender no longer
   serves what was rolled out: restarted without the files, …) as ``Degraded``.
@@ -417,9 +418,12 @@ async def refresh(
     except SinkError as exc:  # the next tick tries again; the sink logs what is wrong with the slot
         log.debug("refresh: cannot read the served bundle: %s", exc)
         return
-    # The awaits above let a rollout start (a spec change): its new bundle is not what this tick's
-    # view of the extender was taken for, and comparing them would report a false Drift.
-    if expected is None or rt.lock(uid).locked() or expected.meta.get("generation") != generation:
+    # The awaits above let a rollout start (a spec change), or even finish: its new bundle is not what
+    # this tick's view of the extender was taken for, and comparing them would report a false Drift.
+    # An older generation in the slot is fine: a resume that found the same content served keeps it.
+    published = expected.meta.get("generation") if expected is not None else None
+    newer = isinstance(published, int) and isinstance(generation, int) and published > generation
+    if expected is None or rt.lock(uid).locked() or newer:
         return
     ok = serves(view, expected)
     was_degraded = (degraded or {}).get("status") == "True"

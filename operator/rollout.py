@@ -13,7 +13,8 @@ its :class:`RolloutResult` into status, conditions and events):
 4. a model load error newer than the publication, a rejected policy file, or no confirmation within
    ``rolloutTimeoutS`` → the ``last-good`` bundle is published again (or, with none — or one that
    cannot be read —, the same settings without a model: the fallback serves), marked ``rollbackOf``
-   the failed generation, and the result says what failed and why;
+   the failed generation when its model failed (not a rejected policy file or a timeout, which a
+   restart tries again), and the result says what failed and why;
 5. an extender that does not answer at all is *not* a reason to roll back: the bundle stays
    published (the extender picks it up when it is back) and the caller retries the verification.
 """
@@ -203,6 +204,10 @@ class _NoLinkLocalResolver(aiohttp.abc.AbstractResolver):
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+MODEL_FAILURES = ("ModelLoadFailed", "DigestMismatch")
+"""Rollout failures of the model itself: a restart of the operator does not retry them."""
 
 
 @dataclass
@@ -435,19 +440,18 @@ class Rollout:
         last_good = await self.sink.read(LAST_GOOD)
         if last_good is not None and last_good.same_content(bundle):
             last_good = None  # the failed bundle itself: no earlier good one
-        # ``rollbackOf`` marks the current slot as the rollback from this generation: an operator
-        # restart (resume) then leaves the known-bad generation alone instead of publishing it again.
+        # ``rollbackOf`` marks the current slot as the rollback from this generation when its model is
+        # what failed: an operator restart (resume) then leaves the known-bad generation alone instead
+        # of publishing it again. A rejected policy file or a timeout may be the extender's (an older
+        # extender during an upgrade, a volume not mounted): a restart tries those again.
+        mark = {"rollbackOf": bundle.meta.get("generation")} if reason in MODEL_FAILURES else {}
         if last_good is None:
             # No earlier good bundle: the same settings without the model — the fallback serves.
             settings = {k: v for k, v in bundle.settings.items() if k != "modelSha256"}
-            target = Bundle(
-                dict(settings, modelPath=None),
-                None,
-                None,
-                dict(bundle.meta, digest=None, source=None, generation=None, rollbackOf=bundle.meta.get("generation")),
-            )
+            meta = dict(bundle.meta, digest=None, source=None, generation=None, rollbackOf=None)
+            target = Bundle(dict(settings, modelPath=None), None, None, dict(meta, **mark))
         else:
-            target = dataclasses.replace(last_good, meta=dict(last_good.meta, rollbackOf=bundle.meta.get("generation")))
+            target = dataclasses.replace(last_good, meta=dict(last_good.meta, **mark))
         since = await self.publish(target)
         back, back_view, back_message = await self.verify(target, since)
         if back == "ok" and last_good is not None:

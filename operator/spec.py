@@ -103,8 +103,10 @@ class PolicySpec:
         """The extender's policy file (keys of ``rlsched.extender.settings.PolicySettings``).
 
         A ``path`` model with ``sha256`` also gets ``modelSha256``: the operator never sees that
-        file, so the extender checks its bytes itself and refuses others (a file replaced at the path
-        after the rollout, or before the new digest was applied)."""
+        file, so the extender checks its bytes itself and refuses others when it loads the file (a
+        file replaced at the path after the rollout). A file that already serves, unchanged, is not
+        loaded again for a new digest: the rollout's verification finds the other bytes and reports
+        ``DigestMismatch`` at its deadline."""
         out: dict[str, Any] = {
             "mode": self.mode,
             "modelPath": model_path,

@@ -54,7 +54,7 @@ def test_the_check_finds_a_rule_and_a_binding_without_a_reason() -> None:
     assert sorted(m.split(":")[0] for m in unexplained(bare)) == [
         "ClusterRole rlsched-system-rl-scheduler-scheduler-extender",
         "ClusterRole rlsched-system-rl-scheduler-scheduler-kube-scheduler",
-        "ClusterRoleBinding rlsched-system-rl-scheduler-scheduler-kube-scheduler "
+        "ClusterRoleBinding rlsched-system-rl-scheduler-scheduler-kube-scheduler-rules "
         "(to rlsched-system-rl-scheduler-scheduler-kube-scheduler)",
     ]
 

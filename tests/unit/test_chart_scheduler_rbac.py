@@ -99,7 +99,14 @@ def test_the_charts_kube_scheduler_role_is_upstreams_without_leases(tmp_path: Pa
     role = find(objs, "ClusterRole", "-scheduler-kube-scheduler")
     expected = grants([{"apiGroups": list(g), "resources": list(r), "verbs": list(v)} for g, r, v in EXPECTED])
     assert grants(role["rules"]) == expected
-    binding = find(objs, "ClusterRoleBinding", "-scheduler-kube-scheduler")
+    # Earlier releases bound system:kube-scheduler under "<...>-scheduler-kube-scheduler", and a
+    # binding's roleRef is immutable: the same name with the new role would fail every upgrade.
+    assert not [
+        o
+        for o in objs
+        if o["kind"] == "ClusterRoleBinding" and o["metadata"]["name"].endswith("-scheduler-kube-scheduler")
+    ]
+    binding = find(objs, "ClusterRoleBinding", "-scheduler-kube-scheduler-rules")
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "ClusterRole",

@@ -431,8 +431,38 @@ async def test_an_exec_plugin_refreshes_the_token_off_the_event_loop(tmp_path) -
             async with loop_stalls() as gaps:
                 for _ in range(5):
                     assert await api.get_pod("default", "p", 5) == {"kind": "Pod"}
+                await asyncio.sleep(0.5)  # the refresh started by the first call ends in its thread ...
+                for _ in range(3):  # ... and put its hook back on the configuration: never called here
+                    assert await api.get_pod("default", "p", 5) == {"kind": "Pod"}
         finally:
             await api.close()
-        await asyncio.sleep(0.5)  # the refresh started by the first call ends in its thread
     assert len(runs.read_text().split()) - at_load <= 1
     assert max(gaps) < 0.2
+
+
+async def test_a_410_after_a_quiet_watch_that_ended_relists_at_once() -> None:
+    """A watch that ran to its end (no events: a server that sends no bookmarks) works: the next 410 is
+    the first in a row, not the second."""
+    api = ScriptedWatchApi(
+        [
+            ("list", [], "10"),
+            ("watch", [GONE]),
+            ("list", [], "11"),
+            ("watch", []),
+            ("watch", [GONE]),
+            ("list", [], "12"),
+            ("watch", [ev("ADDED", "a", "13")]),
+        ]
+    )
+    sleeps = []
+
+    async def sleep(s):
+        sleeps.append(s)
+
+    inf = Informer(
+        api, "nodes", "/x", lambda items: None, lambda k, o: None, KubeSettings(), sleep=sleep, jitter=lambda: 1.0
+    )
+    with pytest.raises(asyncio.CancelledError):
+        await inf.run()
+    assert sleeps == [1.0]  # the quiet watch's own short pause; no backoff for the 410 after it
+    assert inf.last_error is None and inf.resolved is None

@@ -492,6 +492,25 @@ async def test_a_refresh_tick_overlapping_a_rollout_reports_no_drift(env) -> Non
     assert "conditions" not in ticked.status and [e[1] for e in events] == ["RollingOut", "RolledOut"]
 
 
+async def test_drift_is_still_seen_after_a_resume_that_found_the_same_content_served(env) -> None:
+    """A spec changed while the operator was down, leaving the bundle's content alone (generation 2): the
+    resume confirmed what was served without publishing, the slot kept generation 1, and refresh then
+    returned before comparing on every tick, so a drift was never reported."""
+    import dataclasses
+
+    memo, kube, ext, events = env
+    add_model(kube, "models", fake_model("v1"))
+    s1 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "models", "key": "m.npz"}}}
+    first = await call(handlers.reconcile, body(s1), memo)
+    s2 = {**s1, "extenderWeight": 7}
+    before = {"conditions": first.status["conditions"], "observedGeneration": 1}
+    resumed = await call(handlers.reconcile, body(s2, 2, before), memo, reason="resume")
+    assert cond(resumed, "Ready")["reason"] == "RolledOut"
+    ext.engine.settings = dataclasses.replace(ext.engine.settings, mode="off")  # restarted without the policy
+    ticked = await call(handlers.refresh, body(s2, 2, {**status_after(resumed), "observedGeneration": 2}), memo)
+    assert cond(ticked, "Degraded")["reason"] == "Drift"
+
+
 async def test_a_configmap_name_that_cannot_exist_is_invalid_not_retried(env) -> None:
     """Such a name was accepted and retried every 10 s as ModelSourceNotFound, forever."""
     memo, _, _, events = env

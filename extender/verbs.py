@@ -20,12 +20,13 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from rlsched.policy.cluster import LOAD_METRICS, ClusterState, PodRequest
+from rlsched.policy.delay_head import MAX_HOLDS_PER_POD
 from rlsched.policy.feasibility import feasible_mask, fits_on_cards, infeasibility_reason, unresolvable_mask
 from rlsched.policy.resources import MILLI_PER_CARD
 
@@ -72,6 +73,29 @@ class Remembered:
     kept: list[str] | None = None
     """The names filter kept (prioritize usually gets exactly these)."""
     kept_idx: np.ndarray | None = None
+
+
+class HoldCounts:
+    """How often each pod was delayed (by UID, the most recent MAX_PODS pods): a pod delayed
+    MAX_HOLDS_PER_POD times is placed at its next decision, as the simulator the delay was trained in
+    does — a cluster that stays full would otherwise hold it for good. A restart forgets the counts."""
+
+    MAX_PODS = 8192
+
+    def __init__(self) -> None:
+        self._counts: OrderedDict[str, int] = OrderedDict()
+
+    def get(self, uid: str) -> int:
+        return self._counts.get(uid, 0)
+
+    def add(self, uid: str) -> None:
+        self._counts[uid] = self._counts.get(uid, 0) + 1
+        self._counts.move_to_end(uid)
+        while len(self._counts) > self.MAX_PODS:
+            self._counts.popitem(last=False)
+
+    def forget(self, uid: str) -> None:
+        self._counts.pop(uid, None)
 
 
 class DecisionMemory:
@@ -150,6 +174,7 @@ class Extender:
         self.cache, self.engine, self.binder, self.ring = cache, engine, binder, ring
         self.settings, self.metrics, self.clock = settings, metrics, clock
         self.memory = DecisionMemory(settings.decision_cache_ttl_s)
+        self.holds = HoldCounts()
         self.reason_memo = ReasonMemo()
         self._names_key: tuple[int, int] | None = None
         self._names_idx: np.ndarray | None = None
@@ -299,6 +324,11 @@ class Extender:
             raise BadRequest("", "the node set kept changing during the decision; retry", 503)
         for i in np.flatnonzero(~known).tolist():
             failed[names[i]] = UNKNOWN_NODE
+        if outcome.verdict is not None and outcome.verdict.action == "delay":
+            if self.holds.get(info.uid) >= MAX_HOLDS_PER_POD and outcome.decision is not None:
+                outcome = replace(outcome, verdict=None)  # held often enough: placed now
+            else:
+                self.holds.add(info.uid)
         remembered = Remembered(info, epoch, outcome, self.cache.clock())
         self.memory.put(info.uid, remembered)
         if outcome.verdict is not None:
@@ -522,6 +552,9 @@ class Extender:
             outcome = await self.engine.decide(state, self.cache.tiebreak, req, cand)
             if self.cache.state is not state or self.cache.epoch != epoch:  # reading it rebuilds it
                 return [{"Host": n, "Score": 0} for n in names]
+            # Verdicts are filter's to serve: this pod passed filter, and a delay decided here must
+            # not make bind refuse it.
+            outcome = replace(outcome, verdict=None)
             remembered = Remembered(info, epoch, outcome, self.cache.clock())
             self.memory.put(info.uid, remembered)
         scores = extender_scores(remembered.outcome, idx, self.cache.tiebreak.rank)
@@ -575,6 +608,7 @@ class Extender:
         )
         if not result.error:
             self.memory.pop(args.pod_uid)
+            self.holds.forget(args.pod_uid)
         return {"Error": result.error}
 
     # -- preempt ------------------------------------------------------------------------------------

@@ -61,6 +61,9 @@ def delay_inputs(state: ClusterState, req: PodRequest) -> np.ndarray:
 MAX_HOLD_S = 3600.0
 """The longest a delay may hold a pod back (an hour): a model's hold, its delay head's, and the
 extender's check of every delay verdict it serves."""
+MAX_HOLDS_PER_POD = 3
+"""How often one pod may be held back: the living-cluster simulator and its training environment
+stop asking after this many delays, and the extender serves the placement instead of a fourth."""
 
 
 MIN_SCALE = 1e-6

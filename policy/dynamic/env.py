@@ -50,6 +50,7 @@ import numpy as np
 
 from ..cluster import ClusterState, NodeSpec, PodRequest, PodSpec
 from ..decision import decide
+from ..delay_head import MAX_HOLDS_PER_POD
 from ..feasibility import feasible_nodes
 from ..features import Candidates, FeatureEncoder
 from ..scorers import make_scorer
@@ -87,7 +88,7 @@ class LivingConfig:
     allow_delay: bool = False
     hold_s: float = 60.0
     """How long the delay action holds a pod back."""
-    max_holds: int = 3
+    max_holds: int = MAX_HOLDS_PER_POD
     fill_policy: str = "fgd-cpu"
     """Who places the steady-state start."""
 
@@ -213,7 +214,9 @@ class LivingCore:
             nodes = feasible_nodes(self.state, req)
             if len(nodes) == 0:
                 continue  # it waits for a departure
-            if len(nodes) == 1 and not self.config.allow_delay:
+            if len(nodes) == 1:
+                # One place to go: served, a pod with one feasible node is placed unscored and never
+                # held (no scores for the delay to beat), so training offers no choice here either.
                 self._place_with(self.fill, i, req)
                 continue
             self.pod_index, self.req = i, req

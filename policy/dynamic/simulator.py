@@ -39,6 +39,7 @@ import numpy as np
 
 from ..cluster import LATENCY_SENSITIVE, ClusterState, NodeSpec, Placement, PodRequest, PodSpec
 from ..decision import decide
+from ..delay_head import MAX_HOLDS_PER_POD
 from ..feasibility import fits_on, unresolvable_mask
 from ..fragmentation import Fragmentation
 from ..resources import MILLI_PER_CARD
@@ -52,8 +53,8 @@ from .usage import UsageModel, UsageSettings
 
 DEPART, SCRAPE, ARRIVE, RETURN = 0, 1, 2, 3
 """Event kinds, in the order they apply at equal times (RETURN: a held pod comes back)."""
-MAX_HOLDS = 3
-"""A policy may hold one pod back at most this often (as in training, rlsched.policy.dynamic.env)."""
+MAX_HOLDS = MAX_HOLDS_PER_POD
+"""A policy may hold one pod back at most this often (as in training and in the extender)."""
 
 
 @dataclass(frozen=True)

@@ -535,6 +535,41 @@ async def test_bind_refuses_a_pod_the_policy_held_back(tmp_path, verdict: str) -
     assert h.metrics.registry.get_sample_value("rlsched_extender_binds_total", {"result": "refused"}) == 1
 
 
+async def test_a_pod_delayed_three_times_is_placed_at_its_next_decision(tmp_path) -> None:
+    """The simulator the delay head was trained in stops asking after three holds; served, nothing
+    counted them, and in a cluster that stayed full a pod was held for good."""
+    h = harness(model_path=model_file(tmp_path, verdict="delay"))
+    pod = h.add_pod(make_pod("p", gpus=1))
+    h.cache.set_pod(copy.deepcopy(pod))
+    async with TestClient(TestServer(h.app())) as c:
+        kept = []
+        for _ in range(4):
+            h.extender.memory.pop(pod["metadata"]["uid"])
+            h.cache.unreserve(pod["metadata"]["uid"])
+            _, body = await call(c, "filter", {"Pod": pod, "NodeNames": NAMES})
+            kept.append(bool(body["NodeNames"]))
+        assert kept == [False, False, False, True]
+        node = body["NodeNames"][0]
+        ref = {"PodName": "p", "PodNamespace": "default", "PodUID": pod["metadata"]["uid"], "Node": node}
+        _, bound = await call(c, "bind", ref)
+    assert bound["Error"] == "" and h.extender.holds.get(pod["metadata"]["uid"]) == 0
+    assert h.extender.counts == {"delayed": 3, "policy": 1}
+
+
+async def test_a_verdict_decided_at_prioritize_does_not_refuse_the_bind(tmp_path) -> None:
+    """Prioritize decides again when the cluster changed after filter; a delay it found was kept in
+    the decision memory, and bind refused a pod filter had passed."""
+    h = harness(model_path=model_file(tmp_path, verdict="delay"))
+    pod = h.add_pod(make_pod("p", gpus=1))
+    h.cache.set_pod(copy.deepcopy(pod))
+    async with TestClient(TestServer(h.app())) as c:
+        status, scores = await call(c, "prioritize", {"Pod": pod, "NodeNames": ["v100-0", "v100-1"]})
+        assert status == 200
+        ref = {"PodName": "p", "PodNamespace": "default", "PodUID": pod["metadata"]["uid"], "Node": "v100-0"}
+        _, bound = await call(c, "bind", ref)
+    assert bound["Error"] == ""
+
+
 @pytest.mark.parametrize(
     ("meta", "field"),
     [({"uid": "u" * 5000}, "Pod.metadata.uid"), ({"name": "n" * 5000}, "Pod.metadata.name")],

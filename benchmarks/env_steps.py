@@ -1,6 +1,6 @@
 """Environment steps per second of the vectorized simulator (openb default trace, 1,213 nodes).
 
-    python benchmarks/env_steps.py [--data ../shared/data/openb] [--seconds 20] [--model PATH]
+    python benchmarks/env_steps.py --data "$OPENB" [--seconds 20] [--model PATH]
 
 Three figures, each a decision = one pod placed by a policy:
 
@@ -31,7 +31,7 @@ from rlsched.policy.env import EnvConfig, SchedulingCore, SchedulingEnv, VectorC
 from rlsched.policy.features import FeatureEncoder  # noqa: E402
 from rlsched.policy.learned import DEFAULT_MODEL, load_learned_scorer  # noqa: E402
 from rlsched.policy.network import choose_node  # noqa: E402
-from rlsched.policy.trace import load_nodes, load_pods  # noqa: E402
+from rlsched.policy.trace import load_nodes, load_pods, openb_default  # noqa: E402
 from rlsched.policy.typical import typical_pods  # noqa: E402
 
 
@@ -88,12 +88,15 @@ def gym_vector(nodes, pods, typical, num_envs: int, seconds: float) -> tuple[flo
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default="../shared/data/openb")
+    parser.add_argument("--data", help="folder with the openb CSV files (default: $RLSCHED_OPENB_DIR)")
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
     parser.add_argument("--seconds", type=float, default=20.0, help="measuring time per figure")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
-    data = Path(args.data)
+    try:
+        data = Path(openb_default(args.data, "--data"))
+    except ValueError as exc:
+        parser.error(str(exc))
     nodes = load_nodes(data / "openb_node_list_gpu_node.csv")
     pods = load_pods(data / "openb_pod_list_default.csv")
     typical = typical_pods(pods)

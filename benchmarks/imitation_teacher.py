@@ -13,7 +13,8 @@ loss is the decision rule's own log-likelihood (prior, network and tie-break off
 training). It starts from the model and is then judged online, greedy as served, on the evaluation
 seeds, against the model and against its own ablation (``ppo-prior:``, the network zeroed).
 
-    python benchmarks/imitation_teacher.py --train-seeds 5000-5039 --eval-seeds 42-51 --json imitation.json
+    python benchmarks/imitation_teacher.py --nodes "$OPENB"/openb_node_list_gpu_node.csv \\
+        --pods "$OPENB"/openb_pod_list_default.csv --train-seeds 5000-5039 --eval-seeds 42-51 --json imitation.json
 
 Needs the ``train`` extra (torch) for the fit.
 """
@@ -39,7 +40,7 @@ from rlsched.policy.learned import SERVED_MODEL, LearnedScorer, load_learned_sco
 from rlsched.policy.network import group_offsets, rank_fraction
 from rlsched.policy.scorers.base import TieBreak
 from rlsched.policy.simulator import ProtocolMeter, RequestCache, run_fgd_protocol
-from rlsched.policy.trace import load_nodes, load_pods
+from rlsched.policy.trace import OPENB_NODES, OPENB_PODS, load_nodes, load_pods, openb_default
 from rlsched.policy.typical import TypicalPods, typical_pods
 from rlsched.policy.workload import inflate
 
@@ -295,8 +296,8 @@ def mean_nll(agent: Any, records: Sequence[Any]) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--nodes", default="../shared/data/openb/openb_node_list_gpu_node.csv")
-    p.add_argument("--pods", default="../shared/data/openb/openb_pod_list_default.csv")
+    p.add_argument("--nodes", help="node list (default: the openb node list in $RLSCHED_OPENB_DIR)")
+    p.add_argument("--pods", help="pod list (default: the openb default trace in $RLSCHED_OPENB_DIR)")
     p.add_argument("--model", default=str(SERVED_MODEL), help="teacher's scorer and the student's start")
     p.add_argument("--train-seeds", default="5000-5039", help="workload seeds of the teacher's demonstrations")
     p.add_argument("--eval-seeds", default="42-51")
@@ -317,6 +318,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/imitation/student.npz", help="the student's model file")
     p.add_argument("--json", help="write the figures here")
     args = p.parse_args(argv)
+    try:
+        args.nodes = openb_default(args.nodes, "--nodes", OPENB_NODES)
+        args.pods = openb_default(args.pods, "--pods", OPENB_PODS)
+    except ValueError as exc:
+        p.error(str(exc))
 
     t0 = time.time()
     out = Path(args.out)

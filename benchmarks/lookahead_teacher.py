@@ -8,7 +8,8 @@ numbers: the same arrivals, the same random stream — the teacher knows the fut
 best. Outside the window the model decides. The gain of the teacher over the model on the same seed
 bounds what learning per-decision corrections from such labels could give in that window.
 
-    python benchmarks/lookahead_teacher.py --seed 5000 --window 0.90 0.965 --actions 3
+    python benchmarks/lookahead_teacher.py --nodes "$OPENB"/openb_node_list_gpu_node.csv \\
+        --pods "$OPENB"/openb_pod_list_default.csv --seed 5000 --window 0.90 0.965 --actions 3
 """
 
 from __future__ import annotations
@@ -26,14 +27,14 @@ from rlsched.policy.features import FeatureEncoder
 from rlsched.policy.learned import DEFAULT_MODEL, load_learned_scorer
 from rlsched.policy.network import group_offsets, log_softmax
 from rlsched.policy.ppo.vine import group_node, play_out, policy_step
-from rlsched.policy.trace import load_nodes, load_pods
+from rlsched.policy.trace import OPENB_NODES, OPENB_PODS, load_nodes, load_pods, openb_default
 from rlsched.policy.typical import typical_pods
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--nodes", default="../shared/data/openb/openb_node_list_gpu_node.csv")
-    p.add_argument("--pods", default="../shared/data/openb/openb_pod_list_default.csv")
+    p.add_argument("--nodes", help="node list (default: the openb node list in $RLSCHED_OPENB_DIR)")
+    p.add_argument("--pods", help="pod list (default: the openb default trace in $RLSCHED_OPENB_DIR)")
     p.add_argument("--model", default=str(DEFAULT_MODEL))
     p.add_argument("--with-network", action="store_true", help="use the model as trained (default: its prior only)")
     p.add_argument("--seed", type=int, default=5000)
@@ -44,6 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--json", help="write the figures here")
     args = p.parse_args(argv)
+    try:
+        args.nodes = openb_default(args.nodes, "--nodes", OPENB_NODES)
+        args.pods = openb_default(args.pods, "--pods", OPENB_PODS)
+    except ValueError as exc:
+        p.error(str(exc))
 
     pods = load_pods(args.pods)
     typical = typical_pods(pods)

@@ -38,7 +38,8 @@ baselines (random, fgd, fgd-cpu, bestfit, the bundled model and its prior alone)
 ``<out>/crosscheck.json`` and ``<out>/crosscheck.md``; prints the verdict.
 
     pip install -e '.[crosscheck]'
-    nice -n 19 python benchmarks/maskable_ppo_crosscheck.py --budget-minutes 10 --out runs/crosscheck
+    nice -n 19 python benchmarks/maskable_ppo_crosscheck.py --nodes "$OPENB"/openb_node_list_gpu_node.csv \\
+        --pods "$OPENB"/openb_pod_list_default.csv --budget-minutes 10 --out runs/crosscheck
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ from rlsched.policy.env import EnvConfig, RewardConfig, SchedulingEnv
 from rlsched.policy.evaluate import parse_seeds
 from rlsched.policy.learned import DEFAULT_MODEL
 from rlsched.policy.simulator import run_fgd_protocol
-from rlsched.policy.trace import dump_generic, load_nodes, load_pods
+from rlsched.policy.trace import OPENB_NODES, OPENB_PODS, dump_generic, load_nodes, load_pods, openb_default
 from rlsched.policy.typical import TypicalPods, typical_pods
 
 RUNS = ("maskable", "ours", "ours-noprior", "ours-init")
@@ -447,8 +448,8 @@ def verdict(report: dict[str, Any]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--nodes", default="../shared/data/openb/openb_node_list_gpu_node.csv")
-    p.add_argument("--pods", default="../shared/data/openb/openb_pod_list_default.csv")
+    p.add_argument("--nodes", help="node list (default: the openb node list in $RLSCHED_OPENB_DIR)")
+    p.add_argument("--pods", help="pod list (default: the openb default trace in $RLSCHED_OPENB_DIR)")
     p.add_argument("--cluster-nodes", type=int, default=64, help="nodes in the small cluster (default: %(default)s)")
     p.add_argument("--cluster-seed", type=int, default=0, help="seed of the node sample (default: %(default)s)")
     p.add_argument("--budget-minutes", type=float, default=10.0, help="wall-clock per run (default: %(default)s)")
@@ -460,6 +461,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--init-model", default=str(DEFAULT_MODEL), help="model for ours-init (default: the bundled)")
     p.add_argument("--out", default="runs/crosscheck", help="output folder (default: %(default)s)")
     a = p.parse_args(argv)
+    try:
+        a.nodes = openb_default(a.nodes, "--nodes", OPENB_NODES)
+        a.pods = openb_default(a.pods, "--pods", OPENB_PODS)
+    except ValueError as exc:
+        p.error(str(exc))
     runs = [r for r in a.runs.split(",") if r]
     unknown = set(runs) - set(RUNS)
     if unknown:

@@ -29,9 +29,12 @@ departures at an offered load, here 90 %), where the cluster is never pushed to 
 kube-scheduler's count of free whole cards is approximated by the cards with any room (a card
 filled to the last milli by shares counts as taken, which kube-scheduler would count as free).
 
-    python benchmarks/nodes_to_score.py --policy fgd,ppo:policy/models/ppo-openb-default.npz \\
+    python benchmarks/nodes_to_score.py --nodes "$OPENB"/openb_node_list_gpu_node.csv \\
+        --pods "$OPENB"/openb_pod_list_default.csv --policy fgd,ppo:policy/models/ppo-openb-default.npz \\
         --percentages 100,50,0,20,10 --seeds 42-51 --jobs 2 --json docs/nodes-to-score.json
-    python benchmarks/nodes_to_score.py --mode living --policy fgd,ppo:policy/models/ppo-openb-dynamic.npz \\
+    python benchmarks/nodes_to_score.py --nodes "$OPENB"/openb_node_list_gpu_node.csv \\
+        --pods "$OPENB"/openb_pod_list_default.csv --mode living \\
+        --policy fgd,ppo:policy/models/ppo-openb-dynamic.npz \\
         --percentages 100,50,0,20,10 --seeds 42-51 --jobs 2 --json docs/nodes-to-score-living.json
 """
 
@@ -59,7 +62,7 @@ from rlsched.policy.dynamic.simulator import DynamicSettings, LivingCluster
 from rlsched.policy.evaluate import parse_seeds
 from rlsched.policy.scorers import Scorer, TieBreak, make_scorer
 from rlsched.policy.simulator import ProtocolMeter, RequestCache
-from rlsched.policy.trace import load_nodes, load_pods
+from rlsched.policy.trace import OPENB_NODES, OPENB_PODS, load_nodes, load_pods, openb_default
 from rlsched.policy.typical import typical_pods
 from rlsched.policy.workload import DEFAULT_TARGET, inflate
 
@@ -236,8 +239,8 @@ METRICS = {"fgd": ("unallocated_gpu_pct_at_100", "unalloc@100", -1), "living": (
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--nodes", default="../shared/data/openb/openb_node_list_gpu_node.csv")
-    p.add_argument("--pods", default="../shared/data/openb/openb_pod_list_default.csv")
+    p.add_argument("--nodes", help="node list (default: the openb node list in $RLSCHED_OPENB_DIR)")
+    p.add_argument("--pods", help="pod list (default: the openb default trace in $RLSCHED_OPENB_DIR)")
     p.add_argument("--policy", default="fgd,ppo:policy/models/ppo-openb-default.npz")
     p.add_argument("--percentages", default="100,50,0,20,10", help="percentageOfNodesToScore values (0: adaptive)")
     p.add_argument("--seeds", default="42-51")
@@ -248,6 +251,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--json", help="write every run and the summary here")
     args = p.parse_args(argv)
+    try:
+        args.nodes = openb_default(args.nodes, "--nodes", OPENB_NODES)
+        args.pods = openb_default(args.pods, "--pods", OPENB_PODS)
+    except ValueError as exc:
+        p.error(str(exc))
     policies = [x for x in args.policy.split(",") if x]
     percentages = [int(x) for x in args.percentages.split(",")]
     seeds = parse_seeds(args.seeds)

@@ -18,7 +18,8 @@ share the future (common random numbers, :mod:`rlsched.policy.ppo.vine`). It rep
   and judged on the other 20 %: how often it orders two actions as their outcomes do, against the
   bundled model and its prior.
 
-    python benchmarks/ppo_diagnosis.py --seeds 6000-6019 --points 16 --actions 3 --window 0.6 0.96 \\
+    python benchmarks/ppo_diagnosis.py --nodes "$OPENB"/openb_node_list_gpu_node.csv \\
+        --pods "$OPENB"/openb_pod_list_default.csv --seeds 6000-6019 --points 16 --actions 3 --window 0.6 0.96 \\
         --workers 2 --fit --json docs/ppo-diagnosis.json
 
 Playing is the slow part (about 30 s per seed and core): ``--max-minutes`` stops it and keeps the seeds
@@ -44,7 +45,7 @@ from rlsched.policy.evaluate import parse_seeds
 from rlsched.policy.features import FeatureEncoder
 from rlsched.policy.learned import DEFAULT_MODEL, load_learned_scorer
 from rlsched.policy.ppo.vine import BranchPoint, advantages, branch_points, collect_trunk
-from rlsched.policy.trace import load_nodes, load_pods
+from rlsched.policy.trace import OPENB_NODES, OPENB_PODS, load_nodes, load_pods, openb_default
 from rlsched.policy.typical import typical_pods
 
 
@@ -219,8 +220,8 @@ def collect(args: argparse.Namespace) -> tuple[dict[int, list[BranchPoint]], lis
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--nodes", default="../shared/data/openb/openb_node_list_gpu_node.csv")
-    p.add_argument("--pods", default="../shared/data/openb/openb_pod_list_default.csv")
+    p.add_argument("--nodes", help="node list (default: the openb node list in $RLSCHED_OPENB_DIR)")
+    p.add_argument("--pods", help="pod list (default: the openb default trace in $RLSCHED_OPENB_DIR)")
     p.add_argument("--model", default=str(DEFAULT_MODEL))
     p.add_argument("--seeds", default="6000-6019", help="workload seeds (default: %(default)s)")
     p.add_argument("--points", type=int, default=16, help="branch states per seed (default: %(default)s)")
@@ -249,6 +250,12 @@ def main(argv: list[str] | None = None) -> int:
         "files you wrote",
     )
     args = p.parse_args(argv)
+    try:
+        if not args.from_points:  # saved states need no trace
+            args.nodes = openb_default(args.nodes, "--nodes", OPENB_NODES)
+            args.pods = openb_default(args.pods, "--pods", OPENB_PODS)
+    except ValueError as exc:
+        p.error(str(exc))
 
     t0 = time.time()
     if args.from_points:

@@ -1,6 +1,6 @@
 """Wall time of one FGD-protocol run (default trace, one seed, ~10,800 pods on 1,213 nodes).
 
-    python benchmarks/simulator_speed.py [--data ../shared/data/openb] [--repeat 5]
+    python benchmarks/simulator_speed.py --data "$OPENB" [--repeat 5]
 
 Targets (issue #2): ≤ 1 s with BestFit and ≤ 5 s with FGD on the 2-core development machine. The
 first run of each policy warms numba's compiled kernels (cached on disk) and is reported separately.
@@ -16,14 +16,14 @@ from pathlib import Path
 from rlsched.policy.cluster import ClusterState
 from rlsched.policy.scorers import make_scorer
 from rlsched.policy.simulator import run_sequence
-from rlsched.policy.trace import load_nodes, load_pods
+from rlsched.policy.trace import load_nodes, load_pods, openb_default
 from rlsched.policy.typical import typical_pods
 from rlsched.policy.workload import inflate
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default="../shared/data/openb")
+    parser.add_argument("--data", help="folder with the openb CSV files (default: $RLSCHED_OPENB_DIR)")
     parser.add_argument("--trace", default="default")
     parser.add_argument(
         "--policy",
@@ -32,7 +32,10 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    data = Path(args.data)
+    try:
+        data = Path(openb_default(args.data, "--data"))
+    except ValueError as exc:
+        parser.error(str(exc))
     nodes = load_nodes(data / "openb_node_list_gpu_node.csv")
     pods = load_pods(data / f"openb_pod_list_{args.trace}.csv")
     typical = typical_pods(pods)

@@ -23,9 +23,11 @@ Three simulator references for the same sequence and policy:
 - the spread of ``sim-by-name`` over other tie-break seeds: how much tie-breaking alone moves the
   figure.
 
+    export RLSCHED_OPENB_DIR=~/clusterdata/cluster-trace-gpu-v2023/csv   # the openb files (or --nodes, --pods)
     .venv/bin/python hack/replay_openb.py                         # default trace, seed 42, FGD, up to 100 % arrival
     .venv/bin/python hack/replay_openb.py --limit 300             # a quick check (first 300 pods)
-    .venv/bin/python hack/replay_openb.py --pods .../openb_pod_list_gpushare60.csv --until 130 --json out.json
+    .venv/bin/python hack/replay_openb.py --pods "$RLSCHED_OPENB_DIR"/openb_pod_list_gpushare60.csv \\
+        --until 130 --json out.json
 
 A fresh cluster is started in a temporary folder (``hack/local-cluster.sh up --no-scheduler``) and torn
 down afterwards unless ``--cluster-dir`` names a running one.
@@ -59,11 +61,13 @@ from rlsched.policy.cluster import ClusterState, NodeSpec, PodSpec  # noqa: E402
 from rlsched.policy.decision import decide  # noqa: E402
 from rlsched.policy.scorers import TieBreak, make_scorer  # noqa: E402
 from rlsched.policy.simulator import ProtocolMeter, RequestCache, RunResult, run_sequence  # noqa: E402
-from rlsched.policy.trace import load_nodes, load_pods  # noqa: E402
+from rlsched.policy.trace import OPENB_NODES, OPENB_PODS, load_nodes, load_pods, missing_input, openb_dir  # noqa: E402
 from rlsched.policy.typical import TypicalPods, typical_pods  # noqa: E402
 from rlsched.policy.workload import DEFAULT_TARGET, inflate  # noqa: E402
 
-DATA = Path(os.environ.get("RLSCHED_OPENB_DIR", REPO_ROOT.parent / "shared" / "data" / "openb"))
+DATA = openb_dir() or Path()
+"""The openb folder, ``$RLSCHED_OPENB_DIR``; unset, the defaults are the bare file names (and a missing
+file's error names the flag and the variable)."""
 NS = "replay"
 
 
@@ -328,9 +332,11 @@ async def replay(
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="hack/replay_openb.py", description=__doc__.split("\n\n")[0])
     ap.add_argument(
-        "--nodes", default=str(DATA / "openb_node_list_gpu_node.csv"), help="openb node list (1,213 GPU nodes)"
+        "--nodes",
+        default=str(DATA / OPENB_NODES),
+        help="openb node list (1,213 GPU nodes; default: in $RLSCHED_OPENB_DIR)",
     )
-    ap.add_argument("--pods", default=str(DATA / "openb_pod_list_default.csv"), help="openb pod list")
+    ap.add_argument("--pods", default=str(DATA / OPENB_PODS), help="openb pod list (default: in $RLSCHED_OPENB_DIR)")
     ap.add_argument("--seed", type=int, default=42, help="the protocol's seed (inflation; also the tie-break seed)")
     ap.add_argument("--policy", default="fgd", help="fallback heuristic served by the extender (and simulated)")
     ap.add_argument("--model", help="serve this learned model instead (the simulator references use it too)")
@@ -349,6 +355,9 @@ def main(argv: list[str] | None = None) -> int:
         help="exit 0 even when a real placement differs from the simulator's (by default a difference fails the run)",
     )
     args = ap.parse_args(argv)
+    for flag, path in (("--nodes", args.nodes), ("--pods", args.pods)):
+        if not Path(path).is_file():
+            ap.error(missing_input(path, flag))
 
     nodes = load_nodes(args.nodes)
     trace = load_pods(args.pods)

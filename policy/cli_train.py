@@ -101,15 +101,17 @@ def build_args(ns: argparse.Namespace) -> Args:
             f"--max-minutes and --max-iterations must be 0 (no limit) or more, got {args.max_minutes} and "
             f"{args.max_iterations}"
         )
+    from .trace import missing_input
+
     traces = () if getattr(ns, "from_decisions", None) else args.traces
-    for path in (
-        args.nodes,
-        *traces,
-        *([args.init_model] if args.init_model else []),
-        *([args.resume] if args.resume else []),
+    for flag, path in (
+        ("--nodes", args.nodes),
+        *(("--traces", trace) for trace in traces),
+        *([("--init-model", args.init_model)] if args.init_model else []),
+        *([("--resume", args.resume)] if args.resume else []),
     ):
         if not Path(path).is_file():
-            raise ValueError(f"no such file: {path}")
+            raise ValueError(missing_input(path, flag))
     if args.serve_mode not in ("sample", "greedy"):
         raise ValueError(f"--serve-mode must be sample or greedy, got {args.serve_mode!r}")
     if not 0 <= args.learn_from < args.end_at:

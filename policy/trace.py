@@ -29,12 +29,16 @@ Generic format (``.yaml``, ``.yml`` or ``.json``; documented in docs/trace-forma
 
 Every malformed row or field stops loading with a :class:`TraceError` naming the file, the line,
 the column or field, and what was expected; no row is silently dropped.
+
+The openb files are the user's own download, never part of the repository: commands that default to
+them find them in the folder named by ``$RLSCHED_OPENB_DIR`` (:func:`openb_file`, :func:`openb_default`).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -72,6 +76,54 @@ class Trace:
 
     nodes: tuple[NodeSpec, ...]
     pods: tuple[PodSpec, ...]
+
+
+# -- where the openb files are ---------------------------------------------------------------------
+
+OPENB_ENV = "RLSCHED_OPENB_DIR"
+"""Environment variable naming the folder of the openb CSV files (cluster-trace-gpu-v2023's ``csv/``):
+where every command's openb default (``--nodes``, ``--pods``, ``--data``) points."""
+OPENB_NODES = "openb_node_list_gpu_node.csv"
+"""The openb node list (1,213 GPU nodes)."""
+OPENB_PODS = "openb_pod_list_default.csv"
+"""The openb default pod list."""
+_OPENB_FOLDER = "the folder of the openb CSV files (cluster-trace-gpu-v2023/csv)"
+
+
+def openb_dir() -> Path | None:
+    """The folder ``$RLSCHED_OPENB_DIR`` names; None when the variable is unset or empty."""
+    configured = os.environ.get(OPENB_ENV, "")
+    return Path(configured).expanduser() if configured else None
+
+
+def openb_file(name: str) -> str:
+    """Default path of the openb file ``name``: inside ``$RLSCHED_OPENB_DIR``, or the bare name when the
+    variable is unset (a command then reports the file missing: :func:`missing_input`)."""
+    folder = openb_dir()
+    return str(folder / name) if folder else name
+
+
+def openb_default(given: str | None, flag: str, name: str = "") -> str:
+    """A command's openb input: ``given`` (the flag's value) when set, else ``name`` inside
+    ``$RLSCHED_OPENB_DIR`` (the folder itself without a name). ValueError, naming the flag and the
+    variable, when neither is there."""
+    if given:
+        return given
+    folder = openb_dir()
+    if folder is None:
+        raise ValueError(
+            f"{flag} not given and {OPENB_ENV} not set: give {flag}, or set {OPENB_ENV} to {_OPENB_FOLDER}"
+        )
+    return str(folder / name) if name else str(folder)
+
+
+def missing_input(path: str | Path, flag: str) -> str:
+    """What to say about an input file that is not there: ``no such file``, and for an openb default left
+    bare (``$RLSCHED_OPENB_DIR`` unset, :func:`openb_file`) the flag and the variable that name it."""
+    message = f"no such file: {path}"
+    if openb_dir() is None and str(path) in (OPENB_NODES, OPENB_PODS):
+        message += f"; give {flag} FILE, or set {OPENB_ENV} to {_OPENB_FOLDER}"
+    return message
 
 
 # -- openb CSV -------------------------------------------------------------------------------------

@@ -51,7 +51,7 @@ from ..cluster import ClusterState, NodeSpec, PodRequest, PodSpec
 from ..delay_head import DELAY_INPUTS, DelayHead, delay_inputs
 from ..export import read_model, save_model
 from ..scorers import NodeScores, Scorer, TieBreak, make_scorer
-from ..trace import load_nodes, load_pods
+from ..trace import OPENB_NODES, OPENB_PODS, load_nodes, load_pods, openb_file
 from ..typical import TypicalPods, typical_pods
 from .arrivals import ArrivalSettings
 from .evaluation import priced_nodes
@@ -90,10 +90,12 @@ class WithDelayHead:
 class DelaySearchSettings:
     """How ``rlsched train-delay`` searches (every field is a flag)."""
 
-    nodes: str = "../shared/data/openb/openb_node_list_gpu_node.csv"
-    """Node list (openb CSV or generic YAML/JSON); nodes without prices get the published price table's."""
-    pods: str = "../shared/data/openb/openb_pod_list_default.csv"
-    """Pod list whose arrivals, lifetimes and QoS the living cluster replays."""
+    nodes: str = openb_file(OPENB_NODES)
+    """Node list (openb CSV or generic YAML/JSON; by default the openb node list in ``$RLSCHED_OPENB_DIR``);
+    nodes without prices get the published price table's."""
+    pods: str = openb_file(OPENB_PODS)
+    """Pod list whose arrivals, lifetimes and QoS the living cluster replays (by default the openb default
+    trace in ``$RLSCHED_OPENB_DIR``)."""
     start_model: str = "policy/models/ppo-openb-dynamic.npz"
     """The model the head is added to (its placement network is kept as it is)."""
     policy: str = "fgd"

@@ -42,7 +42,7 @@ from ..cluster import NodeSpec, PodSpec
 from ..rebalance import RebalanceSettings
 from ..rebalance_weights import WEIGHTS, settings_from_weights, weights_of, write_weights_file
 from ..scorers import make_scorer
-from ..trace import load_nodes, load_pods
+from ..trace import OPENB_NODES, OPENB_PODS, load_nodes, load_pods, openb_file
 from ..typical import TypicalPods, typical_pods
 from .arrivals import ArrivalSettings
 from .evaluation import priced_nodes
@@ -67,10 +67,12 @@ SEARCHED: dict[str, float] = {
 class SearchSettings:
     """How ``rlsched train-rebalancer`` searches (every field is a flag)."""
 
-    nodes: str = "../shared/data/openb/openb_node_list_gpu_node.csv"
-    """Node list (openb CSV or generic YAML/JSON); nodes without prices get the published price table's."""
-    pods: str = "../shared/data/openb/openb_pod_list_default.csv"
-    """Pod list whose arrivals, lifetimes and QoS the living cluster replays."""
+    nodes: str = openb_file(OPENB_NODES)
+    """Node list (openb CSV or generic YAML/JSON; by default the openb node list in ``$RLSCHED_OPENB_DIR``);
+    nodes without prices get the published price table's."""
+    pods: str = openb_file(OPENB_PODS)
+    """Pod list whose arrivals, lifetimes and QoS the living cluster replays (by default the openb default
+    trace in ``$RLSCHED_OPENB_DIR``)."""
     policy: str = "fgd"
     """Placement policy the evicted pods are placed by (as in ``rlsched evaluate``)."""
     seed: int = 1

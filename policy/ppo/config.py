@@ -12,6 +12,7 @@ import typing
 from dataclasses import dataclass
 
 from ..scorers.fgd_cpu import DEFAULT_CPU_WEIGHT
+from ..trace import OPENB_NODES, OPENB_PODS, openb_file
 
 
 @dataclass
@@ -31,10 +32,11 @@ class Args:
     search directions only (the training workloads follow --train-seed0)."""
     torch_threads: int = 1
     """Threads torch may use (the simulator is single-threaded; 1 keeps runs reproducible)."""
-    nodes: str = "../shared/data/openb/openb_node_list_gpu_node.csv"
-    """Node list (openb CSV or generic YAML/JSON)."""
-    traces: tuple[str, ...] = ("../shared/data/openb/openb_pod_list_default.csv",)
-    """Pod lists to train on; env ``e`` (vine: trunk ``e``) plays trace ``e mod len(traces)``."""
+    nodes: str = openb_file(OPENB_NODES)
+    """Node list (openb CSV or generic YAML/JSON); by default the openb node list in ``$RLSCHED_OPENB_DIR``."""
+    traces: tuple[str, ...] = (openb_file(OPENB_PODS),)
+    """Pod lists to train on; env ``e`` (vine: trunk ``e``) plays trace ``e mod len(traces)``; by default
+    the openb default trace in ``$RLSCHED_OPENB_DIR``."""
     train_seed0: int = 1000
     """First workload seed of training episodes (the evaluation seeds 42–51 are never used)."""
     val_seeds: tuple[int, ...] = (100, 101, 102)

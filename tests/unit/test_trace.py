@@ -7,12 +7,26 @@ line (where there is one), the column or field, and what was expected.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from rlsched.policy import NodeSpec, PodSpec, TraceError, load_nodes, load_pods
-from rlsched.policy.trace import dump_generic, read_generic, read_openb_nodes, read_openb_pods
+from rlsched.policy.trace import (
+    OPENB_ENV,
+    OPENB_NODES,
+    OPENB_PODS,
+    dump_generic,
+    missing_input,
+    openb_default,
+    openb_file,
+    read_generic,
+    read_openb_nodes,
+    read_openb_pods,
+)
 
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model"
 POD_HEADER = (
@@ -368,3 +382,39 @@ def test_generic_missing_file_and_bad_encoding(tmp_path: Path) -> None:
     binary = tmp_path / "bin.yaml"
     binary.write_bytes(b"\xff\xfe\x00nodes")
     trace_error(read_generic, binary, None, None, "not UTF-8 text")
+
+
+# -- where the openb files are ---------------------------------------------------------------------
+
+
+def test_openb_defaults_come_from_the_variable(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(OPENB_ENV, str(tmp_path))
+    assert openb_file(OPENB_NODES) == str(tmp_path / OPENB_NODES)
+    assert openb_default(None, "--pods", OPENB_PODS) == str(tmp_path / OPENB_PODS)
+    assert openb_default(None, "--data") == str(tmp_path)
+    assert openb_default("mine.csv", "--pods", OPENB_PODS) == "mine.csv"  # the flag wins
+
+
+def test_without_the_variable_the_error_names_the_flag_and_the_variable(monkeypatch) -> None:
+    monkeypatch.delenv(OPENB_ENV, raising=False)
+    assert openb_file(OPENB_NODES) == OPENB_NODES  # a bare name: found only in the current folder
+    with pytest.raises(ValueError, match=f"give --nodes, or set {OPENB_ENV}"):
+        openb_default(None, "--nodes", OPENB_NODES)
+    assert openb_default("mine.csv", "--nodes", OPENB_NODES) == "mine.csv"
+    assert OPENB_ENV in missing_input(OPENB_NODES, "--nodes") and "--nodes" in missing_input(OPENB_NODES, "--nodes")
+    assert missing_input("elsewhere.csv", "--nodes") == "no such file: elsewhere.csv"
+
+
+def test_rlsched_train_without_nodes_or_the_variable_says_what_to_give(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != OPENB_ENV}
+    done = subprocess.run(
+        [sys.executable, "-m", "rlsched", "train", "--method", "es"],
+        cwd=tmp_path,
+        env={**env, "PYTHONSAFEPATH": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"no such file: {OPENB_NODES}" in done.stderr and "--nodes" in done.stderr and OPENB_ENV in done.stderr

@@ -74,7 +74,7 @@ from rlsched.policy.dynamic.replay import (  # noqa: E402
 )
 from rlsched.policy.dynamic.simulator import DynamicSettings, run_dynamic  # noqa: E402
 from rlsched.policy.scorers import TieBreak, make_scorer  # noqa: E402
-from rlsched.policy.trace import load_nodes, load_pods  # noqa: E402
+from rlsched.policy.trace import load_nodes, load_pods, missing_input  # noqa: E402
 from rlsched.policy.typical import typical_pods  # noqa: E402
 
 DATA = replay_openb.DATA
@@ -340,6 +340,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.window < settings.scrape.interval_s:
         ap.error(f"--window must cover at least one scrape interval ({settings.scrape.interval_s:g} s)")
     interval_real = compression.real(settings.scrape.interval_s)
+    for flag, path in (("--nodes", args.nodes), ("--pods", args.pods)):
+        if not Path(path).is_file():
+            ap.error(missing_input(path, flag))
     all_nodes = load_nodes(args.nodes)
     trace = load_pods(args.pods)
     typical = typical_pods(trace)

@@ -13,6 +13,8 @@ import sys
 import typing
 from pathlib import Path
 
+from .trace import missing_input
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .dynamic.delay_search import DelaySearchSettings
@@ -45,7 +47,8 @@ def run(ns: argparse.Namespace) -> int:
     cfg.loads = tuple(cfg.loads)
     for path in (cfg.nodes, cfg.pods, cfg.start_model, *([cfg.objective_from] if cfg.objective_from else [])):
         if not Path(path).is_file():
-            print(f"rlsched train-delay: no such file: {path}", file=sys.stderr)
+            flag = "--nodes" if path == cfg.nodes else "--pods" if path == cfg.pods else "the file"
+            print(f"rlsched train-delay: {missing_input(path, flag)}", file=sys.stderr)
             return 2
     if not (1 <= cfg.elites <= cfg.population) or cfg.generations < 1 or cfg.seeds_per_load < 1 or not cfg.loads:
         print(

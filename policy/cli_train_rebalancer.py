@@ -13,6 +13,8 @@ import sys
 import typing
 from pathlib import Path
 
+from .trace import missing_input
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .dynamic.rebalance_search import SearchSettings
@@ -41,7 +43,8 @@ def run(ns: argparse.Namespace) -> int:
     cfg.val_seeds = tuple(cfg.val_seeds)
     for path in (cfg.nodes, cfg.pods, *([cfg.objective_from] if cfg.objective_from else [])):
         if not Path(path).is_file():
-            print(f"rlsched train-rebalancer: no such file: {path}", file=sys.stderr)
+            flag = "--nodes" if path == cfg.nodes else "--pods" if path == cfg.pods else "the file"
+            print(f"rlsched train-rebalancer: {missing_input(path, flag)}", file=sys.stderr)
             return 2
     if not (1 <= cfg.elites <= cfg.population) or cfg.generations < 1 or cfg.seeds_per_candidate < 1:
         print(

@@ -1,6 +1,6 @@
 """The FGD evaluation protocol: schedule an inflated arrival sequence once, pod by pod.
 
-Protocol (``../shared/data/openb/README.md``): no departures; pods arrive one at a time in the
+Protocol (docs/simulator.md, after the FGD paper's artifact): no departures; pods arrive one at a time in the
 seeded, inflated order; a pod with no feasible node fails and is never retried; after every pod
 the arrived GPU demand (failed pods included) and the allocated GPU milli are recorded. The
 allocation curve at ``x`` % is the mean allocated % over the pod events whose arrived % rounds to

@@ -76,26 +76,36 @@ class Remembered:
 
 
 class HoldCounts:
-    """How often each pod was delayed (by UID, the most recent MAX_PODS pods): a pod delayed
-    MAX_HOLDS_PER_POD times is placed at its next decision, as the simulator the delay was trained in
-    does — a cluster that stays full would otherwise hold it for good. A restart forgets the counts."""
+    """The holds served to each pod (by UID, the most recent MAX_PODS pods): how many, and until when
+    the last one runs. A delay while a hold runs is the same hold again (kube-scheduler retries a pod
+    on every cluster event, long before the hold's end); after MAX_HOLDS_PER_POD holds the pod is
+    placed at its next decision, as the simulator the delay was trained in does — a cluster that stays
+    full would otherwise hold it for good. A restart forgets them."""
 
     MAX_PODS = 8192
 
     def __init__(self) -> None:
-        self._counts: OrderedDict[str, int] = OrderedDict()
+        self._holds: OrderedDict[str, tuple[int, float]] = OrderedDict()
 
     def get(self, uid: str) -> int:
-        return self._counts.get(uid, 0)
+        return self._holds.get(uid, (0, 0.0))[0]
 
-    def add(self, uid: str) -> None:
-        self._counts[uid] = self._counts.get(uid, 0) + 1
-        self._counts.move_to_end(uid)
-        while len(self._counts) > self.MAX_PODS:
-            self._counts.popitem(last=False)
+    def admit(self, uid: str, now: float, hold_s: float) -> bool:
+        """Whether a delay for ``uid`` decided at ``now`` is served: within the last hold (not counted
+        again), or as a new hold while fewer than MAX_HOLDS_PER_POD were served."""
+        count, until = self._holds.get(uid, (0, 0.0))
+        if count and now < until:
+            return True
+        if count >= MAX_HOLDS_PER_POD:
+            return False
+        self._holds[uid] = (count + 1, now + hold_s)
+        self._holds.move_to_end(uid)
+        while len(self._holds) > self.MAX_PODS:
+            self._holds.popitem(last=False)
+        return True
 
     def forget(self, uid: str) -> None:
-        self._counts.pop(uid, None)
+        self._holds.pop(uid, None)
 
 
 class DecisionMemory:
@@ -324,11 +334,10 @@ class Extender:
             raise BadRequest("", "the node set kept changing during the decision; retry", 503)
         for i in np.flatnonzero(~known).tolist():
             failed[names[i]] = UNKNOWN_NODE
-        if outcome.verdict is not None and outcome.verdict.action == "delay":
-            if self.holds.get(info.uid) >= MAX_HOLDS_PER_POD and outcome.decision is not None:
+        verdict = outcome.verdict
+        if verdict is not None and verdict.action == "delay" and outcome.decision is not None:
+            if not self.holds.admit(info.uid, self.cache.clock(), verdict.retry_after_s):
                 outcome = replace(outcome, verdict=None)  # held often enough: placed now
-            else:
-                self.holds.add(info.uid)
         remembered = Remembered(info, epoch, outcome, self.cache.clock())
         self.memory.put(info.uid, remembered)
         if outcome.verdict is not None:

@@ -24,6 +24,7 @@ pods still pending and rejected. The same measures from ``run_dynamic`` on the s
 same policy and the extender's tie-break (``TieBreak.by_name``) stand beside them, with the spread of
 the simulator over other tie-break seeds; exit status 1 when a measure is outside its tolerance.
 
+    export RLSCHED_OPENB_DIR=~/clusterdata/cluster-trace-gpu-v2023/csv   # the openb files (or --nodes, --pods)
     .venv/bin/python hack/replay_dynamic.py                                 # 150 nodes, 30 simulated minutes, fgd
     .venv/bin/python hack/replay_dynamic.py --node-count 40 --window 600    # a quick check
     .venv/bin/python hack/replay_dynamic.py --model policy/models/ppo-openb-dynamic.npz --json out.json

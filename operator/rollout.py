@@ -206,8 +206,10 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-MODEL_FAILURES = ("ModelLoadFailed", "DigestMismatch")
-"""Rollout failures of the model itself: a restart of the operator does not retry them."""
+MODEL_FAILURES = ("ModelLoadFailed",)
+"""Rollout failures of the model itself: a restart of the operator does not retry them. Not a
+``DigestMismatch``: its file may just not be there yet (a spec applied before the file is copied in),
+or the extender older than the digest check; a restart tries it again."""
 
 
 @dataclass

@@ -535,25 +535,30 @@ async def test_bind_refuses_a_pod_the_policy_held_back(tmp_path, verdict: str) -
     assert h.metrics.registry.get_sample_value("rlsched_extender_binds_total", {"result": "refused"}) == 1
 
 
-async def test_a_pod_delayed_three_times_is_placed_at_its_next_decision(tmp_path) -> None:
+async def test_a_pod_held_three_times_is_placed_at_its_next_decision(tmp_path) -> None:
     """The simulator the delay head was trained in stops asking after three holds; served, nothing
-    counted them, and in a cluster that stayed full a pod was held for good."""
-    h = harness(model_path=model_file(tmp_path, verdict="delay"))
+    counted them, and in a cluster that stayed full a pod was held for good. A filter during a hold
+    (kube-scheduler retries on every cluster event) is that hold again, not another."""
+    h = harness(model_path=model_file(tmp_path, verdict="delay", hold=60.0))
+    clock = {"now": 1000.0}
+    h.cache.clock = lambda: clock["now"]
     pod = h.add_pod(make_pod("p", gpus=1))
+    uid = pod["metadata"]["uid"]
     h.cache.set_pod(copy.deepcopy(pod))
     async with TestClient(TestServer(h.app())) as c:
         kept = []
-        for _ in range(4):
-            h.extender.memory.pop(pod["metadata"]["uid"])
-            h.cache.unreserve(pod["metadata"]["uid"])
+        for step in (0, 1, 1, 60, 1, 60, 60):  # seconds before each filter
+            clock["now"] += step
+            h.extender.memory.pop(uid)
+            h.cache.unreserve(uid)
             _, body = await call(c, "filter", {"Pod": pod, "NodeNames": NAMES})
             kept.append(bool(body["NodeNames"]))
-        assert kept == [False, False, False, True]
-        node = body["NodeNames"][0]
-        ref = {"PodName": "p", "PodNamespace": "default", "PodUID": pod["metadata"]["uid"], "Node": node}
+        assert kept == [False, False, False, False, False, False, True]
+        assert h.extender.holds.get(uid) == 3
+        ref = {"PodName": "p", "PodNamespace": "default", "PodUID": uid, "Node": body["NodeNames"][0]}
         _, bound = await call(c, "bind", ref)
-    assert bound["Error"] == "" and h.extender.holds.get(pod["metadata"]["uid"]) == 0
-    assert h.extender.counts == {"delayed": 3, "policy": 1}
+    assert bound["Error"] == "" and h.extender.holds.get(uid) == 0
+    assert h.extender.counts == {"delayed": 6, "policy": 1}
 
 
 async def test_a_verdict_decided_at_prioritize_does_not_refuse_the_bind(tmp_path) -> None:

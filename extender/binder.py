@@ -112,7 +112,7 @@ class Binder:
             log.exception("bind of %s/%s failed unexpectedly", namespace, name)
             entry = self.cache.pods.get(uid)
             if entry is not None and entry.status == ASSUMED:
-                self.cache.forget(uid)
+                self.cache.release(uid)
             result = BindResult(f"internal error while binding: {type(exc).__name__}: {exc}", node, result="error")
         finally:
             self._inflight.pop(uid, None)
@@ -175,6 +175,8 @@ class Binder:
                 and existing.placement is not None  # it holds its cards (a shrunk node may not)
             ):
                 entry = existing  # filter's reservation, or a retry after an unknown outcome: keep it
+                # A binding that may have been written (an unknown outcome) may run: counted so.
+                entry.bind_done = entry.bind_done or entry.status == UNCERTAIN
                 entry.status, entry.since = ASSUMED, self.cache.clock()
             else:
                 if existing is not None:
@@ -189,7 +191,7 @@ class Binder:
                             node,
                             result="error",
                         )
-                    self.cache.forget(uid)
+                    self.cache.release(uid)
                 state = self.cache.state
                 if state is None or node not in state.index:
                     return BindResult(
@@ -207,7 +209,7 @@ class Binder:
                 if cards is not None:  # filter's choice, if its cards are still free
                     hinted = self.cache.add(uid, key, node, spec, cards, ASSUMED, exact=True)
                     if hinted.placement is None:
-                        self.cache.forget(uid)
+                        self.cache.release(uid)
                         hinted = None
                 if hinted is not None:
                     entry = hinted
@@ -217,7 +219,7 @@ class Binder:
                         return BindResult(f"pod {key} no longer fits node {node}", node, result="error")
                     entry = self.cache.add(uid, key, node, spec, cards, ASSUMED, exact=True)
                     if entry.placement is None:
-                        self.cache.forget(uid)
+                        self.cache.release(uid)
                         return BindResult(
                             f"pod {key} cannot take cards {list(cards)} on node {node}: {entry.problem}",
                             node,
@@ -237,6 +239,7 @@ class Binder:
             return failed
         write_s = time.perf_counter() - started
         entry.bind_done = True
+        self.cache.count_running(uid)
         log.info(
             "bound %s to %s cards %s",
             key,
@@ -328,6 +331,7 @@ class Binder:
                 entry = self.cache.pods.get(uid)
                 if entry is not None and entry.status != BOUND:
                     entry.status, entry.since = UNCERTAIN, self.cache.clock()
+                    self.cache.count_running(uid)
             else:
                 self.cache.forget(uid)  # another pod under this name now: this one's cards are free
             where = f" to node {current.node_name}" if current is not None and current.node_name else ""
@@ -338,6 +342,7 @@ class Binder:
             # tells. A 4xx (429 included) is a definite no.
             if entry is not None:
                 entry.status, entry.since = UNCERTAIN, self.cache.clock()
+                self.cache.count_running(uid)
             log.warning(
                 "binding %s to %s: outcome unknown (%s); cards stay reserved for %.0f s "
                 "unless the watch says otherwise",
@@ -354,7 +359,7 @@ class Binder:
                 milli,
                 "uncertain",
             )
-        self.cache.forget(uid)
+        self.cache.release(uid)
         what = {
             404: "pod not found (deleted?)",
             409: "conflict (pod recreated or changed)",

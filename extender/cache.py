@@ -447,6 +447,28 @@ class ClusterCache:
             self._release(entry)
         return entry
 
+    def release(self, uid: str) -> Entry | None:
+        """Release a pod's hold or reservation and drop its entry, the pod itself staying known as
+        pending (a bind that failed, a binding outcome that stayed unknown): unlike :meth:`forget`,
+        which is for a pod that is gone, its next filter may hold cards for it at once."""
+        entry = self.pods.pop(uid, None)
+        if entry is not None:
+            self.provisional_live.pop(uid, None)
+            self._mark_placed(entry)
+            self._release(entry)
+        return entry
+
+    def count_running(self, uid: str) -> None:
+        """Count the entry of ``uid`` now that it may run (our binding written, or its outcome
+        unknown), if a node change during the write left it unplaced: as :meth:`add` counts a running
+        pod, whatever its cpu and memory. Without this, its cards read as free until the watch
+        confirmed it, or for the whole TTL of an unknown outcome, and went to another pod."""
+        entry = self.pods.get(uid)
+        if entry is None or entry.placement is not None or self._state is None or not running(entry):
+            return
+        if not (bool(entry.cards) and self._place(entry, exact=True, quiet=True, overcommit=True)):
+            self._place(entry, quiet=True, overcommit=True)
+
     def _release(self, entry: Entry) -> None:
         """Give the entry's placement back to the state. Released even while a rebuild is pending:
         the old state stays exact, and the rebuild carries its unchanged nodes over as they are."""
@@ -502,7 +524,8 @@ class ClusterCache:
                 entry.problem = str(exc)
         for cards in tried:
             try:
-                entry.placement = state.place(req, idx, cards, overcommit=overcommit and running(entry))
+                runs = running(entry)
+                entry.placement = state.place(req, idx, cards, overcommit=overcommit and runs, any_model=runs)
                 entry.cards = tuple(cards)
                 entry.problem = ""
                 self._mark_placed(entry)
@@ -685,7 +708,7 @@ class ClusterCache:
         now = self.clock()
         expired = [u for u, e in self.pods.items() if e.status == UNCERTAIN and now - e.since > ttl_s]
         for uid in expired:
-            entry = self.forget(uid)
+            entry = self.release(uid)
             if entry is not None:
                 log.warning(
                     "released cards of %s on %s: binding outcome unknown for %.0f s",

@@ -297,13 +297,16 @@ class ClusterState:
             or (req.memory_mib > 0 and self.mem_free[node] < req.memory_mib)
         )
 
-    def place(self, req: PodRequest, node: int, cards: Iterable[int], overcommit: bool = False) -> Placement:
+    def place(
+        self, req: PodRequest, node: int, cards: Iterable[int], overcommit: bool = False, any_model: bool = False
+    ) -> Placement:
         """Put a pod on ``node`` using ``cards``. Raises ValueError if it does not fit there.
 
         ``overcommit``: place it even when cpu or memory run short (free goes below 0), as
         kube-scheduler's node info counts a pod that is already running there whatever it asked;
-        its GPU-model constraint is not checked either (another scheduler may have put it there, or
-        the node's model label changed since); its cards are still checked."""
+        its cards are still checked. ``any_model`` (implied by ``overcommit``): its GPU-model
+        constraint is not checked (a running pod: another scheduler may have put it there, or the
+        node's model label changed since)."""
         cards = tuple(int(c) for c in cards)
         milli = req.gpu_milli if req.is_gpu else 0
         if len(cards) != req.num_gpu:
@@ -315,7 +318,7 @@ class ClusterState:
         for c in cards:
             if not 0 <= c < self.gpu_count[node] or self.card_free[node, c] < milli:
                 raise ValueError(f"node {self.names[node]}: card {c} has not {milli} milli free")
-        if req.is_gpu and not overcommit and not req.model_ok[self.model_id[node]]:
+        if req.is_gpu and not (overcommit or any_model) and not req.model_ok[self.model_id[node]]:
             raise ValueError(f"node {self.names[node]}: GPU model not allowed for this pod")
         self.cpu_free[node] -= req.cpu_milli
         self.mem_free[node] -= req.memory_mib

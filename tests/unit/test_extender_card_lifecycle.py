@@ -12,6 +12,8 @@ import copy
 from collections import defaultdict
 from typing import Any
 
+import pytest
+
 from rlsched.extender.kubeapi import ApiError
 from rlsched.extender.testing import Harness, make_node, make_pod
 from rlsched.extender.wire import BindingArgs, ExtenderArgs
@@ -278,3 +280,56 @@ async def test_a_running_pod_takes_its_own_card_when_several_holds_give_way() ->
     assert h.cache.pods["q"].cards == (1,) and usage(h) == {"n": [0, 1000]}
     r = pending(h, "r", gpus=1)
     assert await filter_(h, r, ["n"]) == ["n"] and h.cache.pods["r"].cards == (0,)
+
+
+@pytest.mark.parametrize("answer", ["ok", "504"])
+async def test_a_node_change_during_the_binding_write_leaves_the_pod_counted(answer: str) -> None:
+    """The node's allocatable shrank by 100m while p's Binding was on its way: the rebuild could not
+    fit p (not written yet: not running), and when the write succeeded (or ended in a 5xx: maybe
+    written) nothing counted it again, so q got the same card."""
+    h = Harness([make_node("g", cpu="8", gpus=1)], [])
+    h.api.delay_s = 0.05
+    p = pending(h, "p", cpu="8", gpus=1)
+    assert await filter_(h, p, ["g"]) == ["g"]
+    if answer == "504":
+        h.api.fail["bind"] = ApiError(504, "Timeout", "gateway timeout")
+    task = asyncio.create_task(bind(h, p, "g"))
+    await asyncio.sleep(0.01)
+    h.cache.set_node(make_node("g", cpu="7900m", gpus=1, rv="2"))
+    assert h.cache.state is not None  # rebuilt during the write
+    await task
+    h.api.fail.pop("bind", None)
+    assert h.cache.pods["p"].placement is not None and usage(h) == {"g": [1000]}
+    q = pending(h, "q", cpu="1", gpus=1)
+    assert await filter_(h, q, ["g"]) == []
+
+
+async def test_a_released_binding_leaves_the_pod_pending_for_its_next_filter() -> None:
+    """A binding outcome that stayed unknown past its TTL released the cards with forget(), which also
+    dropped the pod from the pending pods: its next filters could not hold cards for it."""
+    h = Harness([make_node("g", gpus=1)], [])
+    clock = {"now": 100.0}
+    h.cache.clock = lambda: clock["now"]
+    p = pending(h, "p", gpus=1)
+    assert await filter_(h, p, ["g"]) == ["g"]
+    h.api.fail["bind"] = ApiError(0, "Timeout", "no answer")
+    assert "cards stay reserved" in await bind(h, p, "g")
+    h.api.fail.pop("bind")
+    clock["now"] += 31
+    assert h.cache.expire_uncertain(30) == ["p"] and "p" in h.cache.pending
+    h.extender.memory.pop("p")
+    assert await filter_(h, p, ["g"]) == ["g"] and h.cache.pods["p"].status == "reserved"
+    clock["now"] += 10  # past a provisional hold's life: this one is not provisional
+    assert h.cache.expire_provisional() == [] and "p" in h.cache.pods
+
+
+async def test_a_running_pod_of_another_gpu_model_leaves_the_holds_alone() -> None:
+    """x runs on a V100 node although it asks for A100 (another scheduler ignores the annotation): the
+    model check failed its first placement, and every hold on the node was released for nothing."""
+    h = Harness([make_node("g", cpu="16", gpus=4, model="V100M16")], [])
+    q = pending(h, "q", cpu="1", gpus=1)
+    assert await filter_(h, q, ["g"]) == ["g"]
+    x = make_pod("x", uid="x", cpu="1", gpus=1, node="g", gpu_models="A100", scheduler="default-scheduler")
+    h.cache.set_pod(copy.deepcopy(x))
+    assert h.cache.pods["x"].placement is not None and h.cache.pods["q"].status == "reserved"
+    assert sorted(usage(h)["g"]) == [0, 0, 1000, 1000]

@@ -244,6 +244,8 @@ def test_extender_container_turns_ready_against_the_control_plane(image, cluster
         with urllib.request.urlopen(request, timeout=3) as resp:
             status = json.loads(resp.read())
         assert status["policy"]["mode"] == "active" and status["cache"]["nodes"] >= 1
+        model = status["policy"]["model"]  # the image's own model, loaded from its read-only root
+        assert model["path"].startswith("/opt/rlsched/models/") and model["loaded"] and model["error"] is None, model
         assert "Read-only file system" not in logs.stderr and "cannot cache" not in logs.stderr
     finally:
         podman("rm", "-f", "-t", "5", name, env=image, check=False)

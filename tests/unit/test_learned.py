@@ -112,7 +112,7 @@ def test_typical_pods_default_to_the_manifest(tmp_path: Path) -> None:
         ("hold", lambda a, m: m.setdefault("training", {}).update(args={"hold_s": float("inf")}), "hold_s"),
         ("huge manifest", lambda a, m: m.update(training={"junk": [{}] * 100_000}), "its manifest holds"),
         ("infinite layer", lambda a, m: m["network"].update(hidden=[float("inf"), 16]), "OverflowError"),
-        ("names not a list", lambda a, m: m["features"].update(names=5), "model file"),
+        ("names not a list", lambda a, m: m["features"].update(names=5), "not a model this rlsched can read"),
         ("training a list", lambda a, m: m.update(training=[1]), "AttributeError"),
         ("actions a list", lambda a, m: m.update(actions=[1]), "AttributeError"),
         ("typical inf", lambda a, m: m["typicalPods"][0].update(cpuMilli=float("inf")), "typical pods"),

@@ -466,8 +466,13 @@ class ClusterCache:
         entry = self.pods.get(uid)
         if entry is None or entry.placement is not None or self._state is None or not running(entry):
             return
-        if not (bool(entry.cards) and self._place(entry, exact=True, quiet=True, overcommit=True)):
-            self._place(entry, quiet=True, overcommit=True)
+        self._place_again(entry)
+
+    def _place_again(self, entry: Entry) -> bool:
+        """Place an unplaced entry, counted as the running pod it may be: on its own cards when it
+        has them and they are free, else by the default rule; whether it is placed (quietly)."""
+        placed = bool(entry.cards) and self._place(entry, exact=True, overcommit=True)
+        return placed or self._place(entry, quiet=True, overcommit=True)
 
     def _release(self, entry: Entry) -> None:
         """Give the entry's placement back to the state. Released even while a rebuild is pending:
@@ -490,8 +495,7 @@ class ClusterCache:
         for entry in sorted(waiting, key=lambda e: (e.status != BOUND, e.since)):
             if entry.status == RESERVED or entry.placement is not None:
                 continue
-            placed = bool(entry.cards) and self._place(entry, exact=True, overcommit=True)
-            if placed or self._place(entry, quiet=True, overcommit=True):
+            if self._place_again(entry):
                 log.info(
                     "pod %s on %s counted again: its node has room now",
                     entry.key,
@@ -696,12 +700,8 @@ class ClusterCache:
     def unreserve(self, uid: str) -> None:
         """Release filter's reservation for ``uid``, if it has one (the pod stays pending and known)."""
         entry = self.pods.get(uid)
-        if entry is None or entry.status != RESERVED:
-            return
-        self.provisional_live.pop(uid, None)
-        del self.pods[uid]
-        self._mark_placed(entry)
-        self._release(entry)
+        if entry is not None and entry.status == RESERVED:
+            self.release(uid)
 
     def expire_uncertain(self, ttl_s: float) -> list[str]:
         """Release reservations whose binding outcome stayed unknown longer than ``ttl_s``."""

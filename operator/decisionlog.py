@@ -8,7 +8,9 @@ Three parts (the format and its reader live in :mod:`rlsched.policy.decision_dat
 - :class:`Drainer` pulls the extender's ring (``GET /decisions?after=<cursor>``) every
   ``drainIntervalS``, logs each record, hands ``delay``/``reject`` verdicts to the listeners (the
   requeuer) and persists the cursor (``cursor.json``) *after* the fsync — at-least-once; the reader
-  drops duplicates by (epoch, seq). A changed extender ``epoch`` (restart) starts from 0.
+  drops duplicates by (epoch, seq). A changed extender ``epoch`` (restart) starts from 0. The records
+  are encoded, appended, fsync'd and the cursor saved in worker threads, and the cursor only when it
+  moved: a slow volume must not stall kopf's event loop every ``drainIntervalS``.
 - :class:`OutcomeTracker` turns pod watch events into ``outcome`` lines: ``bound`` (node, pending
   time), ``ended`` (evicted / preempted / deleted / succeeded / failed, lifetime) and ``load`` (the
   node's load ``loadDelayS`` after binding, from Prometheus when configured).
@@ -24,7 +26,7 @@ import math
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,14 +49,34 @@ def _dumps(obj: Mapping[str, Any]) -> bytes:
     return json.dumps(obj, separators=(",", ":"), default=str, allow_nan=False).encode() + b"\n"
 
 
-def _writable(record: Mapping[str, Any]) -> bool:
-    """Whether :func:`_dumps` can write ``record``: the extender's JSON may hold NaN or 1e400 (Python's
-    parser reads them), which one line would otherwise turn into a failed batch, retried forever."""
-    try:
-        _dumps(record)
-    except (ValueError, TypeError, RecursionError):
-        return False
-    return True
+def _encode_decisions(
+    head: list[dict[str, Any]], received: list[Any], epoch: str, now: float
+) -> tuple[list[dict[str, Any]], list[bytes], Any, int]:
+    """``head`` (the drainer's own lines) and the ring's records as ``decision`` lines: (the records that
+    are JSON objects JSON can write, all the lines, the first of the other records or None, how many
+    others). The extender's JSON may hold NaN or 1e400 (Python's parser reads them), which one line
+    would otherwise turn into a failed batch, retried forever. Run in a worker thread: a page of
+    records can be megabytes of JSON."""
+    records: list[dict[str, Any]] = []
+    lines = [_dumps(h) for h in head]
+    first_bad: Any = None
+    bad = 0
+    for rec in received:
+        try:
+            if not isinstance(rec, dict):
+                raise TypeError("not a JSON object")
+            line = _dumps({"type": "decision", "epoch": epoch, "loggedAt": now, **rec})
+        except (ValueError, TypeError, RecursionError):
+            first_bad = rec if bad == 0 else first_bad
+            bad += 1
+            continue
+        records.append(rec)
+        lines.append(line)
+    return records, lines, first_bad, bad
+
+
+class CursorNotSaved(OSError):
+    """The lines were appended and fsync'd, but ``cursor.json`` could not be written."""
 
 
 class DecisionLog:
@@ -148,9 +170,12 @@ class DecisionLog:
     # -- writing ------------------------------------------------------------------------------------
     def append(self, records: Iterable[Mapping[str, Any]]) -> int:
         """Append records (one line each) and fsync; returns how many were written."""
+        return self.append_lines([_dumps(r) for r in records])
+
+    def append_lines(self, lines: Sequence[bytes]) -> int:
+        """Append encoded lines (:func:`_dumps`) and fsync; returns how many were written."""
         if self._file is None:
             self.open()
-        lines = [_dumps(r) for r in records]
         if not lines:
             return 0
         for line in lines:
@@ -168,6 +193,25 @@ class DecisionLog:
         records = list(records)
         async with self._lock:
             return await asyncio.to_thread(self.append, records)
+
+    def commit(self, lines: Sequence[bytes], cursor: Mapping[str, Any] | None) -> int:
+        """Append ``lines`` (fsync'd), then save ``cursor`` (None: it did not move); :class:`CursorNotSaved`
+        when only the cursor failed."""
+        written = self.append_lines(lines)
+        if cursor is not None:
+            try:
+                self.save_cursor(cursor)
+            except OSError as exc:
+                raise CursorNotSaved(
+                    exc.errno, f"cannot save the decision log's {CURSOR_FILE}: {exc.strerror or exc}"
+                ) from exc
+        return written
+
+    async def acommit(self, lines: Sequence[bytes], cursor: Mapping[str, Any] | None) -> int:
+        """:meth:`commit` off the event loop, under the writers' lock (the drainer's whole write)."""
+        lines = list(lines)
+        async with self._lock:
+            return await asyncio.to_thread(self.commit, lines, cursor)
 
     def total_bytes(self) -> int:
         return sum(s.stat().st_size for s in self.directory.glob(SEGMENT_GLOB))
@@ -240,6 +284,8 @@ class Drainer:
             self.next = 0
         epoch = cursor.get("epoch")
         self.epoch: str | None = epoch if isinstance(epoch, str) else None
+        self._saved: tuple[str | None, int] = (self.epoch, self.next)
+        """The cursor ``cursor.json`` holds: an unchanged one is not written again."""
         self.drained = 0
         self.dropped = 0
         self.skipped = 0
@@ -248,7 +294,11 @@ class Drainer:
         self.bad_answers = 0
         """Answers whose ``next``/``last``/``dropped`` was not a count (the poll fails, as if unavailable)."""
         self.last_error: str | None = None
+        self.write_failed = 0
+        """Polls whose records or cursor could not be written to the log (a full disk, say)."""
         self._once = LogOnce(log, 100).log
+        self._write_errors = LogOnce(log, 100)
+        """Write failures, logged once per kind of error until a write succeeds again."""
         self._dispatched_epoch: str | None = None
         self._dispatched_seq = -1
         """The ring position up to which the listeners were called (in this process)."""
@@ -299,54 +349,81 @@ class Drainer:
                     self.next,
                 )
                 break
-            records = [r for r in received if isinstance(r, dict) and _writable(r)]
-            if len(records) < len(received):
-                self.skipped += len(received) - len(records)
+            now = round(self.clock(), 3)
+            head = (
+                [{"type": "gap", "epoch": epoch, "dropped": dropped, "after": self.next, "time": now}]
+                if dropped
+                else []
+            )
+            records, lines, first_bad, bad = (
+                await asyncio.to_thread(_encode_decisions, head, received, epoch, now)
+                if head or received
+                else ([], [], None, 0)
+            )
+            if bad:
+                self.skipped += bad
                 self._once(
                     "skipped",
                     logging.WARNING,
                     "skipped %d decision records that are not JSON objects or hold what JSON cannot write "
                     "(NaN, infinities; the first: %.100r); later ones are only counted (Drainer.skipped)",
-                    len(received) - len(records),
-                    next(r for r in received if not (isinstance(r, dict) and _writable(r))),
+                    bad,
+                    first_bad,
                 )
-            now = round(self.clock(), 3)
-            lines: list[dict[str, Any]] = []
             if dropped:
                 self.dropped += dropped
-                lines.append({"type": "gap", "epoch": epoch, "dropped": dropped, "after": self.next, "time": now})
                 log.warning(
                     "the extender's decision ring dropped %d records before they were drained; "
                     "drain more often (decisionLog.drainIntervalS) or enlarge the ring (decisionRingSize)",
                     dropped,
                 )
-            for rec in records:
-                lines.append({"type": "decision", "epoch": epoch, "loggedAt": now, **rec})
             # The listeners first: a requeue must not wait for the log's disk. When the write fails,
             # the cursor stays and the same records come again; they are not dispatched twice.
             self._dispatch(epoch, records, next_)
-            if self.log is not None and lines:
-                await self.log.awrite(lines)
-            self.next = next_
-            if self.log is not None:
-                self.log.save_cursor({"epoch": self.epoch, "next": self.next})
+            await self._commit(lines, next_)
             handled += len(records)
             self.drained += len(records)
             if not received or self.next >= last:
                 break
         return handled
 
+    async def _commit(self, lines: list[bytes], next_: int) -> None:
+        """Write ``lines`` and move the cursor to ``next_``, in one worker-thread call; the cursor file
+        only when the cursor moved. Nothing is written without a log."""
+        cursor = (self.epoch, next_)
+        if self.log is not None and (lines or cursor != self._saved):
+            moved = {"epoch": self.epoch, "next": next_} if cursor != self._saved else None
+            try:
+                await self.log.acommit(lines, moved)
+            except CursorNotSaved:
+                self.next = next_  # the lines are in the log: not again; the cursor file is retried
+                raise
+            self._saved = cursor
+        self.next = next_
+
+    def _write_failure(self, exc: OSError) -> None:
+        """Count a failed write and log it once per kind of error (a full disk fails every poll)."""
+        self.write_failed += 1
+        self._write_errors.log(
+            f"{type(exc).__name__}:{exc.errno}",
+            logging.ERROR,
+            "cannot write the decision log: %s (logged once until it works again; counted in decisionWriteFailed)",
+            exc,
+        )
+
     async def run(self) -> None:
         while True:
             try:
                 await self.drain_once()
                 self.last_error = None
+                if self._write_errors.reset():
+                    log.info("the decision log is written again")
             except ExtenderUnavailable as exc:
                 if self.last_error is None:
                     log.warning("cannot drain decisions: %s (retrying every %.0fs)", exc, self.interval_s)
                 self.last_error = str(exc)
             except OSError as exc:
-                log.error("cannot write the decision log: %s", exc)
+                self._write_failure(exc)
                 self.last_error = str(exc)
             except Exception as exc:  # noqa: BLE001 - one bad poll must not end the drain task
                 self.last_error = f"{type(exc).__name__}: {exc}"[:500]
@@ -455,8 +532,13 @@ class OutcomeTracker:
         self._seen: OrderedDict[str, set[str]] = OrderedDict()
         self._probes: set[asyncio.Task[None]] = set()
         self._once = LogOnce(log, 100).log
+        self._write_errors = LogOnce(log, 100)
+        """Write failures, logged once per kind of error until a write succeeds again."""
         self.probe_failures = 0
         """Load outcomes that could not be logged (the first error is logged)."""
+        self.write_failed = 0
+        """Batches of ``bound``/``ended`` outcomes that could not be written (a full disk, say): lost,
+        counted, and logged once per kind of error rather than once per pod event."""
 
     def _mark(self, uid: str, event: str) -> bool:
         """True the first time (uid, event) is seen."""
@@ -484,24 +566,22 @@ class OutcomeTracker:
         bound_at = (
             parse_time(scheduled.get("lastTransitionTime")) if scheduled and scheduled.get("status") == "True" else None
         )
-        if node:
-            fresh = event_type is not None or (bound_at is not None and now - bound_at < self.recent_s)
-            if fresh and self._mark(uid, "bound"):
-                at = bound_at or now
-                lines.append(
-                    {
-                        "type": "outcome",
-                        "event": "bound",
-                        "pod": ref,
-                        "node": node,
-                        "time": round(now, 3),
-                        "pendingSeconds": round(at - created, 3) if created else None,
-                    }
-                )
-                if self.probe is not None and len(self._probes) < 1000:
-                    task = asyncio.get_running_loop().create_task(self._probe_later(ref, node))
-                    self._probes.add(task)
-                    task.add_done_callback(self._probes.discard)
+        if node and self._binding_is_news(event_type, bound_at, now) and self._mark(uid, "bound"):
+            at = bound_at or now
+            lines.append(
+                {
+                    "type": "outcome",
+                    "event": "bound",
+                    "pod": ref,
+                    "node": node,
+                    "time": round(now, 3),
+                    "pendingSeconds": round(at - created, 3) if created else None,
+                }
+            )
+            if self.probe is not None and len(self._probes) < 1000:
+                task = asyncio.get_running_loop().create_task(self._probe_later(ref, node))
+                self._probes.add(task)
+                task.add_done_callback(self._probes.discard)
         how = ended_how(pod, deleted=event_type == "DELETED" or bool(meta.get("deletionTimestamp")))
         if how is not None and (event_type is not None or how in ("evicted", "preempted")) and self._mark(uid, "ended"):
             start = bound_at or created
@@ -519,7 +599,34 @@ class OutcomeTracker:
         if event_type == "DELETED":
             self._seen.pop(uid, None)
         if lines:
+            await self._write(lines)
+
+    def _binding_is_news(self, event_type: str | None, bound_at: float | None, now: float) -> bool:
+        """Whether a bound pod's ``bound`` outcome is logged now: not when its PodScheduled condition says
+        it was bound more than ``recent_s`` ago — whatever the event (the initial listing after a restart,
+        or any later change of a pod that runs for hours), which would stamp an old binding with the
+        current time and sample the node's load hours late. Without that time, only a watch event."""
+        if bound_at is None:
+            return event_type is not None
+        return now - bound_at < self.recent_s
+
+    async def _write(self, lines: list[dict[str, Any]]) -> None:
+        """Write outcome lines; a failure is counted and logged once per kind of error, not raised (the
+        pod watch would log it on every event)."""
+        try:
             await self.write(lines)
+        except OSError as exc:
+            self.write_failed += 1
+            self._write_errors.log(
+                f"{type(exc).__name__}:{exc.errno}",
+                logging.ERROR,
+                "cannot write outcomes to the decision log: %s (logged once until it works again; counted in "
+                "outcomeWriteFailed)",
+                exc,
+            )
+            return
+        if self._write_errors.reset():
+            log.info("outcomes are written to the decision log again")
 
     async def _probe_later(self, ref: Mapping[str, Any], node: str) -> None:
         await asyncio.sleep(self.load_delay_s)

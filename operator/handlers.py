@@ -519,15 +519,17 @@ def index_pending(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, Pendi
 
 
 async def pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:  # noqa: A002 - kopf's name
+    """Outcomes into the decision log (the tracker counts and logs its own write failures, once per kind
+    of error: this runs on every pod event), notices for rejected pods, and the requeue's memory of a
+    deleted pod dropped."""
     rt: Runtime | None = memo.get("runtime")
     if rt is None:
         return
     if rt.tracker is not None:
-        try:
-            await rt.tracker.observe(type, body)
-        except OSError as exc:
-            log.error("cannot write an outcome to the decision log: %s", exc)
-    if type != "DELETED":
+        await rt.tracker.observe(type, body)
+    if type == "DELETED":
+        rt.requeuer.forget(str((body.get("metadata") or {}).get("uid", "")))
+    else:
         pod = pending_pod(body, rt.settings.requeue.annotation)
         if pod is not None and pod.rejected and not pod.rejection_noted:
             rt.rejections.rejected(pod.uid, pod.namespace, pod.name, pod.rejected)
@@ -551,6 +553,8 @@ def probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
         "decisionsDrained": rt.drainer.drained,
         "decisionsSkipped": rt.drainer.skipped,
         "decisionAnswersRefused": rt.drainer.bad_answers,
+        "decisionWriteFailed": rt.drainer.write_failed,
+        "outcomeWriteFailed": rt.tracker.write_failed if rt.tracker is not None else 0,
         # Whether draining fails, not why: this endpoint is open (kubelet probes carry no token) and the
         # error names the extender's URL; the reason is in the operator's log (once per outage).
         "drainFailing": rt.drainer.last_error is not None,
@@ -608,15 +612,15 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
 
 
 def retry_backoffs(total_s: float) -> list[float]:
-    """kopf's retry delays: 1, 1, 2, 3, 5, 8, 13, 21, then 30 s each, adding up to ``total_s``."""
+    """kopf's retry delays: 1, 1, 2, 3, 5, 8, 13, 21, then 30 s each, adding up to ``total_s``. The 30 s
+    steps are counted, not summed up one by one (that took seconds at start-up for a tolerance of days;
+    ``kubernetes.outageToleranceS`` is bounded by settings validation)."""
     out: list[float] = []
     for d in (1, 1, 2, 3, 5, 8, 13, 21):
         if sum(out) + d > total_s:
             return out or [1.0]
         out.append(float(d))
-    while sum(out) + 30 <= total_s:
-        out.append(30.0)
-    return out
+    return out + [30.0] * int((total_s - sum(out)) // 30)
 
 
 def configure_kopf(settings: kopf.OperatorSettings, s: OperatorSettings) -> None:

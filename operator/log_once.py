@@ -22,3 +22,9 @@ class LogOnce:
             self._seen.clear()
         self._seen.add(key)
         self.logger.log(level, message, *args, exc_info=exc_info)
+
+    def reset(self) -> bool:
+        """Forget every key (the problem went away: its return is news again); whether any was logged."""
+        had = bool(self._seen)
+        self._seen.clear()
+        return had

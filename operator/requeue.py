@@ -23,6 +23,12 @@ a finite number within ``[0, RETRY_AFTER_FACTOR · maxS]`` (``json.loads`` reads
 ``1e400`` as inf) counts as absent, condition messages are read only up to
 ``MAX_CONDITION_MESSAGE`` characters, and one pod whose requeue fails is logged, counted
 (``failed``) and skipped.
+
+A requeue that fails for good — the patch refused (400, 403, 422: RBAC, the admission policy, a bad
+annotation), failing transiently ``MAX_TRANSIENT_RETRIES`` times in a row, or raising something
+unexpected — stops the requeues of that pod: it is remembered like a pod given up on, so the sweep
+does not schedule it again (the annotation never moved, so ``maxAttempts`` would never end it), and
+forgotten when the pod is deleted (:meth:`Requeuer.forget`). kube-scheduler's own retries go on.
 """
 
 from __future__ import annotations
@@ -137,6 +143,20 @@ Event = Callable[[Mapping[str, Any], str, str, str], Coroutine[Any, Any, None]]
 MAX_TRANSIENT_RETRIES = 8
 """Transient failures in a row (5xx, timeouts, 429) after which a pod's requeue is dropped: retried
 at 5, 10, 20, … s up to 5 minutes apart, about 15 minutes in all."""
+GONE = (404, 409)
+"""Patch answers that mean the pod was deleted or recreated (the ``metadata.uid`` precondition):
+nothing is left to requeue, and nothing failed."""
+MEMORY = 50_000
+"""Pods remembered per bookkeeping map (given up, dropped, retries, last requeue); the oldest are
+forgotten past it."""
+
+
+def _remember(memory: OrderedDict[str, Any], uid: str, value: Any = None) -> None:
+    """``memory[uid] = value`` as the newest entry, the oldest forgotten beyond :data:`MEMORY`."""
+    memory[uid] = value
+    memory.move_to_end(uid)
+    while len(memory) > MEMORY:
+        memory.popitem(last=False)
 
 
 class Requeuer:
@@ -159,12 +179,15 @@ class Requeuer:
         self._due: dict[str, tuple[float, str, str]] = {}
         self._last: OrderedDict[str, float] = OrderedDict()
         self._gave_up: OrderedDict[str, None] = OrderedDict()
+        self._dropped: OrderedDict[str, None] = OrderedDict()
+        """Pods whose requeue failed for good (module docstring): not scheduled again until deleted."""
         self._wake = asyncio.Event()
         self._once = LogOnce(log).log
         self.requeued = 0
         self.given_up = 0
         self.failed = 0
-        """Pods whose scheduling or requeue raised, or whose requeue kept failing (skipped; the others go on)."""
+        """Pods whose scheduling or requeue raised, or whose requeue was refused or kept failing (skipped;
+        the others go on)."""
         self._retries: OrderedDict[str, int] = OrderedDict()
         """UID → transient failures of its pending requeue in a row (backoff, then it is dropped)."""
 
@@ -199,8 +222,17 @@ class Requeuer:
                 )
             self.delayed(pod["uid"], pod.get("namespace", ""), pod.get("name", ""), retry)
 
+    def _stopped(self, uid: str) -> bool:
+        """Whether the requeues of ``uid`` ended: given up on after ``maxAttempts``, or failed for good."""
+        return uid in self._gave_up or uid in self._dropped
+
+    def forget(self, uid: str) -> None:
+        """The pod was deleted: its UID never comes back, so nothing about it needs remembering."""
+        for memory in (self._gave_up, self._dropped, self._last, self._retries):
+            memory.pop(uid, None)
+
     def delayed(self, uid: str, namespace: str, name: str, retry_after_s: float | None) -> None:
-        if not self.settings.enabled or uid in self._due or uid in self._gave_up:
+        if not self.settings.enabled or uid in self._due or self._stopped(uid):
             return
         known = self.lookup(uid)
         if known is None:
@@ -237,7 +269,7 @@ class Requeuer:
         added = 0
         now = self.clock()
         for pod in self.pending():
-            if not pod.delayed or pod.uid in self._due or pod.uid in self._gave_up:
+            if not pod.delayed or pod.uid in self._due or self._stopped(pod.uid):
                 continue
             try:
                 last = self._last.get(pod.uid)
@@ -286,6 +318,7 @@ class Requeuer:
                 await self._requeue(uid, entry[1], entry[2])
             except Exception:  # noqa: BLE001 - one bad pod must not stop the requeue of the others
                 self._failed(uid, "requeue of %s/%s failed", entry[1], entry[2])
+                _remember(self._dropped, uid)  # the sweep would bring it back, to fail again
                 continue
             done += 1
         return done
@@ -301,44 +334,16 @@ class Requeuer:
         try:
             await self.patch(pod.namespace, pod.name, uid, {self.settings.annotation: str(attempt)})
         except KubeError as exc:
-            if exc.transient and exc.status != 409:
-                tries = self._retries.pop(uid, 0) + 1
-                if tries > MAX_TRANSIENT_RETRIES:
-                    self.failed += 1
-                    self._once(
-                        f"retries:{uid}",
-                        logging.WARNING,
-                        "requeue of %s/%s failed %d times in a row (%s); dropped (kube-scheduler still retries "
-                        "the pod itself)",
-                        namespace,
-                        name,
-                        tries - 1,
-                        exc,
-                    )
-                    return
-                delay = min(5.0 * 2 ** (tries - 1), 300.0)
-                self._retries[uid] = tries
-                while len(self._retries) > 50_000:
-                    self._retries.popitem(last=False)
-                self._once(
-                    f"retry:{uid}",
-                    logging.WARNING,
-                    "requeue of %s/%s failed (%s); retrying with backoff (logged once per pod)",
-                    namespace,
-                    name,
-                    exc,
-                )
-                self._due[uid] = (self.clock() + delay, namespace, name)
-                heapq.heappush(self._heap, (self._due[uid][0], uid))
-            else:
+            if exc.status in GONE:
                 log.info("pod %s/%s not requeued: %s", namespace, name, exc)
+            elif exc.transient:
+                self._retry_later(uid, namespace, name, exc)
+            else:
+                self._drop(uid, "requeue of %s/%s refused (%s); not requeued again", namespace, name, exc)
             return
         self._retries.pop(uid, None)
         self.requeued += 1
-        self._last[uid] = self.clock()
-        self._last.move_to_end(uid)
-        while len(self._last) > 50_000:
-            self._last.popitem(last=False)
+        _remember(self._last, uid, self.clock())
         log.info(
             "requeued delayed pod %s/%s (attempt %d of %d)",
             namespace,
@@ -348,10 +353,42 @@ class Requeuer:
             extra={"event": "requeued", "pod": f"{namespace}/{name}", "attempt": attempt},
         )
 
+    def _retry_later(self, uid: str, namespace: str, name: str, exc: Exception) -> None:
+        """A transient failure: the same requeue again after a backoff, until it failed too often."""
+        tries = self._retries.pop(uid, 0) + 1
+        if tries > MAX_TRANSIENT_RETRIES:
+            self._drop(
+                uid,
+                "requeue of %s/%s failed %d times in a row (%s); dropped (kube-scheduler still retries the pod itself)",
+                namespace,
+                name,
+                tries - 1,
+                exc,
+            )
+            return
+        delay = min(5.0 * 2 ** (tries - 1), 300.0)
+        _remember(self._retries, uid, tries)
+        self._once(
+            f"retry:{uid}",
+            logging.WARNING,
+            "requeue of %s/%s failed (%s); retrying with backoff (logged once per pod)",
+            namespace,
+            name,
+            exc,
+        )
+        self._due[uid] = (self.clock() + delay, namespace, name)
+        heapq.heappush(self._heap, (self._due[uid][0], uid))
+
+    def _drop(self, uid: str, message: str, *args: Any) -> None:
+        """A requeue that failed for good: counted, logged once per pod, and the pod's requeues end
+        (the sweep skips it until it is deleted; module docstring)."""
+        self.failed += 1
+        self._retries.pop(uid, None)
+        _remember(self._dropped, uid)
+        self._once(f"dropped:{uid}", logging.WARNING, message, *args)
+
     def _give_up(self, uid: str, namespace: str, name: str, done: int) -> None:
-        self._gave_up[uid] = None
-        while len(self._gave_up) > 50_000:
-            self._gave_up.popitem(last=False)
+        _remember(self._gave_up, uid)
         self.given_up += 1
         message = (
             f"the scheduling policy delayed this pod {done} times; rlsched operator stops requeueing it "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +40,8 @@ class KubeAccess:
     """Timeout of the operator's own API requests (ConfigMap writes, pod patches), seconds."""
     outage_tolerance_s: float = 600.0
     """How long kopf keeps retrying a failing API request (watches included) before giving up and
-    stopping the operator (Kubernetes then restarts it). Covers API-server restarts and upgrades."""
+    stopping the operator (Kubernetes then restarts it). Covers API-server restarts and upgrades. At
+    most :data:`MAX_OUTAGE_TOLERANCE_S` (7 days)."""
 
 
 @dataclass
@@ -134,7 +136,8 @@ class RequeueSettings:
     annotation: str = "rlsched.io/requeue-attempt"
     """Pod annotation the operator bumps: an update of the pod itself is the cluster event that
     moves it out of kube-scheduler's unschedulable pool (docs/operator.md). Must start with
-    ``rlsched.io/``: the chart's admission policy denies the operator any other pod change."""
+    ``rlsched.io/``: the chart's admission policy denies the operator any other pod change; and be a
+    valid annotation key (a qualified name), or the API server refuses every requeue (422)."""
     sweep_interval_s: float = 15.0
     """Seconds between sweeps over pending pods whose condition says "delayed by policy" but that
     no decision record announced (operator restarts, a drained ring)."""
@@ -256,6 +259,24 @@ def _positive(seconds: float) -> bool:
     return math.isfinite(seconds) and seconds > 0
 
 
+MAX_OUTAGE_TOLERANCE_S = 7 * 24 * 3600.0
+"""The longest ``kubernetes.outageToleranceS``: kopf holds one 30 s retry delay per step of it, and an
+API server gone for a week is not an outage an operator should wait out without restarting."""
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+
+
+def qualified_name(key: str) -> bool:
+    """Whether ``key`` is a Kubernetes qualified name, as annotation keys must be (apimachinery's
+    ``IsQualifiedName``): an optional DNS-subdomain prefix of at most 253 characters and ``/``, then a
+    name of at most 63 characters: alphanumerics, ``-``, ``_`` and ``.``, alphanumeric at both ends."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and not (len(prefix) <= 253 and _DNS_SUBDOMAIN.fullmatch(prefix)):
+        return False
+    return len(name) <= 63 and _QUALIFIED_NAME.fullmatch(name) is not None
+
+
 def validate(s: OperatorSettings) -> OperatorSettings:
     """Cross-field checks; returns ``s`` with derived defaults filled in."""
     if s.sink.kind not in ("configmap", "directory"):
@@ -280,6 +301,11 @@ def validate(s: OperatorSettings) -> OperatorSettings:
             f"requeue.annotation: {r.annotation!r} must start with rlsched.io/ "
             "(the only pod annotations the operator may change)"
         )
+    if not qualified_name(r.annotation):
+        raise SettingsError(
+            f"requeue.annotation: {r.annotation[:300]!r} is not a valid annotation key: after rlsched.io/, "
+            "at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+        )
     if not _positive(r.sweep_interval_s):
         raise SettingsError(f"requeue.sweepIntervalS: must be a positive number of seconds, got {r.sweep_interval_s!r}")
     d = s.decision_log
@@ -298,6 +324,11 @@ def validate(s: OperatorSettings) -> OperatorSettings:
     k = s.kubernetes
     if not (_positive(k.request_timeout_s) and _positive(k.outage_tolerance_s)):
         raise SettingsError("kubernetes: requestTimeoutS and outageToleranceS must be positive numbers of seconds")
+    if k.outage_tolerance_s > MAX_OUTAGE_TOLERANCE_S:
+        raise SettingsError(
+            f"kubernetes.outageToleranceS: at most {MAX_OUTAGE_TOLERANCE_S:.0f} seconds (7 days), "
+            f"got {k.outage_tolerance_s!r}"
+        )
     if not (s.policy.name and s.policy.namespace):
         raise SettingsError("policy: name and namespace must not be empty (the SchedulingPolicy this operator serves)")
     if s.sink.max_model_bytes < 1:

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import os
+import threading
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
 from rlsched.extender.decision_ring import DecisionRing
+from rlsched.operator import decisionlog
 from rlsched.operator.decisionlog import DecisionLog, Drainer, OutcomeTracker, ended_how
 from rlsched.operator.extender_client import ExtenderUnavailable
 from rlsched.policy.decision_dataset import (
@@ -397,10 +402,10 @@ async def test_verdicts_reach_the_requeue_when_the_log_cannot_be_written_and_onl
     class FullLog(DecisionLog):
         full = True
 
-        def append(self, lines: list) -> None:
+        def append_lines(self, lines: Sequence[bytes]) -> int:
             if self.full:
                 raise OSError(28, "No space left on device")
-            super().append(lines)
+            return super().append_lines(lines)
 
     client = RingClient()
     log = FullLog(tmp_path / "log", segment_bytes=1 << 20, max_bytes=4 << 20)
@@ -433,3 +438,176 @@ async def test_a_load_outcome_that_cannot_be_written_is_counted_not_lost_in_a_ta
     tracker = OutcomeTracker(broken, cast("Any", Probe()), load_delay_s=0.0)
     await tracker._probe_later({"uid": "a"}, "n1")
     assert tracker.probe_failures == 1
+
+
+async def test_the_drainer_writes_nothing_on_the_event_loop_and_an_unmoved_cursor_not_at_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/tmp/rev-operator/cursor_blocks_loop.py: cursor.json was written and fsync'd on kopf's event loop
+    on every poll, empty ones too (every 2 s; 200 ms each on a slow volume), and each page of records
+    was serialized there to check that JSON could write it."""
+    loop_thread = threading.get_ident()
+    work: list[tuple[str, bool]] = []  # (what, on the event loop)
+    real_fsync, real_dumps = os.fsync, decisionlog._dumps
+
+    def fsync(fd: int) -> None:
+        work.append(("fsync", threading.get_ident() == loop_thread))
+        real_fsync(fd)
+
+    def dumps(obj: Any) -> bytes:
+        work.append(("dumps", threading.get_ident() == loop_thread))
+        return real_dumps(obj)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(decisionlog, "_dumps", dumps)
+    client = RingClient(size=3)
+    log = DecisionLog(tmp_path / "log", segment_bytes=1 << 20, max_bytes=4 << 20)
+    saved: list[dict] = []
+    real_save = log.save_cursor
+
+    def save_cursor(cursor: dict) -> None:
+        saved.append(dict(cursor))
+        real_save(cursor)
+
+    monkeypatch.setattr(log, "save_cursor", save_cursor)
+    d = Drainer(client, log, [])
+    for i in range(5):  # more than the ring holds: a gap line too
+        client.ring.append(filter_record(f"a{i}"))
+    assert await d.drain_once() == 3
+    for _ in range(3):  # nothing new
+        assert await d.drain_once() == 0
+    assert {what for what, _ in work} == {"fsync", "dumps"}
+    assert not [what for what, on_loop in work if on_loop]
+    assert [c["next"] for c in saved] == [5]  # once, when it moved
+    assert log.load_cursor() == {"epoch": d.epoch, "next": 5}
+    assert [r["type"] for r in iter_records(tmp_path / "log")] == ["header", "gap", "decision", "decision", "decision"]
+    log.close()
+
+
+async def test_lines_written_but_a_cursor_not_saved_are_not_written_again(tmp_path: Path) -> None:
+    class NoCursor(DecisionLog):
+        broken = True
+
+        def save_cursor(self, cursor: Mapping[str, Any]) -> None:
+            if self.broken:
+                raise PermissionError(13, "Permission denied")
+            super().save_cursor(cursor)
+
+    client = RingClient()
+    log = NoCursor(tmp_path / "log", segment_bytes=1 << 20, max_bytes=4 << 20)
+    d = Drainer(client, log, [])
+    client.ring.append(filter_record("a"))
+    with pytest.raises(OSError, match="Permission denied"):
+        await d.drain_once()
+    assert d.next == 1 and log.lines_written == 1
+    with pytest.raises(OSError, match="Permission denied"):
+        await d.drain_once()
+    assert log.lines_written == 1 and log.load_cursor() == {}  # not logged twice; the cursor file waits
+    log.broken = False
+    await d.drain_once()
+    assert log.lines_written == 1 and log.load_cursor() == {"epoch": d.epoch, "next": 1}
+    log.close()
+
+
+async def test_a_pod_bound_long_ago_gets_no_bound_outcome_from_a_later_event() -> None:
+    """/tmp/rev-operator/spurious_bound.py: after a restart the initial listing rightly skipped a pod bound
+    hours ago, but its next MODIFIED event logged a fresh ``bound`` (time: now) and probed the node's
+    load hours late."""
+    lines: list[dict] = []
+    probes: list[str] = []
+
+    async def write(batch: list) -> None:
+        lines.extend(batch)
+
+    class Probe:
+        async def sample(self, node: str) -> dict:
+            probes.append(node)
+            return {"cpu": 0.5}
+
+    now = 1767232800.0  # 2026-01-01T02:00:00Z
+    tracker = OutcomeTracker(write, cast("Any", Probe()), load_delay_s=0.0, clock=lambda: now)
+    old = pod("a", "n1", "Running", created="2026-01-01T00:00:00Z", scheduled_at="2026-01-01T00:00:05Z")
+    await tracker.observe(None, old)  # the initial listing after a restart
+    await tracker.observe("MODIFIED", old)  # a readiness flip, say
+    await tracker.observe("ADDED", old)  # a watch that re-lists
+    fresh = pod("b", "n2", "Running", created="2026-01-01T01:59:00Z", scheduled_at="2026-01-01T01:59:30Z")
+    await tracker.observe("MODIFIED", fresh)
+    await tracker.observe("MODIFIED", fresh)  # once
+    untimed = pod("c", "n3", "Running")  # no PodScheduled time: a watch event still counts
+    await tracker.observe("MODIFIED", untimed)
+    await asyncio.sleep(0.01)
+    assert [(line["pod"]["uid"], line["event"]) for line in lines if line["event"] == "bound"] == [
+        ("b", "bound"),
+        ("c", "bound"),
+    ]
+    assert sorted(probes) == ["n2", "n3"]
+    await tracker.close()
+
+
+async def test_outcomes_that_cannot_be_written_are_logged_once_and_counted(caplog: pytest.LogCaptureFixture) -> None:
+    state = {"full": True}
+    written: list[dict] = []
+
+    async def write(batch: list) -> None:
+        if state["full"]:
+            raise OSError(28, "No space left on device")
+        written.extend(batch)
+
+    tracker = OutcomeTracker(write)
+    with caplog.at_level(logging.INFO, logger="rlsched.operator.decisions"):
+        for i in range(20):
+            await tracker.observe("ADDED", pod(f"u{i}", "n1", "Running"))
+        state["full"] = False
+        await tracker.observe("ADDED", pod("ok", "n1", "Running"))
+        state["full"] = True
+        await tracker.observe("ADDED", pod("again", "n1", "Running"))
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 2 and all("No space left on device" in e for e in errors)  # once per outage
+    assert any("written to the decision log again" in r.getMessage() for r in caplog.records)
+    assert tracker.write_failed == 21 and [line["pod"]["uid"] for line in written] == ["ok"]
+
+
+async def test_a_drainer_that_cannot_write_logs_once_and_counts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """/tmp/rev-operator/log_flood.py: the drain task logged an ERROR every drainIntervalS."""
+
+    class FullLog(DecisionLog):
+        full = True
+        refused = 0
+
+        def append_lines(self, lines: Sequence[bytes]) -> int:
+            if self.full:
+                self.refused += 1
+                raise OSError(28, "No space left on device")
+            return super().append_lines(lines)
+
+        def append(self, records: Iterable[Mapping[str, Any]]) -> int:  # the drainer before append_lines
+            if self.full:
+                self.refused += 1
+                raise OSError(28, "No space left on device")
+            return super().append(records)
+
+    client = RingClient()
+    client.ring.append(filter_record("a"))
+    log = FullLog(tmp_path / "log", segment_bytes=1 << 20, max_bytes=4 << 20)
+    d = Drainer(client, log, [], interval_s=0.001)
+    with caplog.at_level(logging.INFO, logger="rlsched.operator.decisions"):
+        task = asyncio.create_task(d.run())
+        for _ in range(500):
+            if log.refused >= 10:
+                break
+            await asyncio.sleep(0.002)
+        log.full = False
+        for _ in range(500):
+            if d.next == 1:
+                break
+            await asyncio.sleep(0.002)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert log.refused >= 10 and len(errors) == 1 and "No space left" in errors[0].getMessage()
+    assert d.write_failed == log.refused
+    assert d.next == 1 and any("written again" in r.getMessage() for r in caplog.records)
+    log.close()

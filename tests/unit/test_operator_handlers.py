@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import base64
+import logging
 from pathlib import Path
 
 import kopf
 import pytest
 
 from rlsched.operator import handlers
-from rlsched.operator.decisionlog import Drainer
+from rlsched.operator.decisionlog import Drainer, OutcomeTracker
 from rlsched.operator.requeue import Rejections, Requeuer
 from rlsched.operator.rollout import ModelFetcher, Rollout
 from rlsched.operator.runtime import Runtime
@@ -519,3 +520,62 @@ async def test_a_configmap_name_that_cannot_exist_is_invalid_not_retried(env) ->
     with pytest.raises(kopf.PermanentError):
         await call(handlers.reconcile, body(spec), memo, patch=failed)
     assert cond(failed, "Degraded")["reason"] == "InvalidSpec" and events[-1][1] == "InvalidSpec"
+
+
+def test_kopf_retry_delays_are_counted_not_summed_step_by_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """/tmp/rev-operator: ``while sum(out) + 30 <= total`` summed the list once per 30 s step, at start-up:
+    13.8 s for an outageToleranceS of 30 days, about 35 minutes for a year."""
+    sums: list[int] = []
+
+    def counting_sum(values: list[float]) -> float:
+        sums.append(len(values))
+        return float(sum(values))
+
+    monkeypatch.setattr(handlers, "sum", counting_sum, raising=False)  # module globals shadow the builtin
+    week = handlers.retry_backoffs(7 * 86400)
+    assert len(sums) <= 10  # the Fibonacci steps and one count, not one sum per 30 s entry
+    assert week[:9] == [1, 1, 2, 3, 5, 8, 13, 21, 30] and set(week[8:]) == {30.0}
+    assert 7 * 86400 - 30 < sum(week) <= 7 * 86400 and len(week) == 8 + (7 * 86400 - 54) // 30
+    monkeypatch.undo()
+    for total in (0.5, 10, 53, 54, 83.9, 84, 600, 601.5):  # the same delays as the step-by-step sum
+        expected: list[float] = []
+        for d in (1, 1, 2, 3, 5, 8, 13, 21):
+            if sum(expected) + d > total:
+                break
+            expected.append(float(d))
+        else:
+            while sum(expected) + 30 <= total:
+                expected.append(30.0)
+        assert handlers.retry_backoffs(total) == (expected or [1.0]), total
+
+
+async def test_a_full_decision_log_is_logged_once_not_per_pod_event(env, caplog: pytest.LogCaptureFixture) -> None:
+    """/tmp/rev-operator/log_flood.py: with the log's disk full, every pod watch event logged an ERROR."""
+    memo, _, _, _ = env
+
+    async def full(lines: list) -> None:
+        raise OSError(28, "No space left on device")
+
+    memo.runtime.tracker = OutcomeTracker(full)
+    with caplog.at_level(logging.INFO, logger="rlsched.operator"):
+        for i in range(50):
+            pod = {
+                "metadata": {"uid": f"u{i}", "namespace": "ns", "name": f"p{i}"},
+                "spec": {"schedulerName": "rl-scheduler", "nodeName": "n1"},
+                "status": {"phase": "Running"},
+            }
+            await handlers.pod_event(type="ADDED", body=pod, memo=memo)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "No space left on device" in errors[0].getMessage()
+    assert handlers.probe(memo=memo)["outcomeWriteFailed"] == 50
+
+
+async def test_a_deleted_pod_is_forgotten_by_the_requeue(env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The requeue remembers pods it stopped requeueing (bounded); a deleted pod's UID never comes back."""
+    memo, _, _, _ = env
+    forgotten: list[str] = []
+    monkeypatch.setattr(memo.runtime.requeuer, "forget", forgotten.append, raising=False)
+    pod = {"metadata": {"uid": "u1", "namespace": "ns", "name": "p1"}, "spec": {}, "status": {"phase": "Pending"}}
+    await handlers.pod_event(type="MODIFIED", body=pod, memo=memo)
+    await handlers.pod_event(type="DELETED", body=pod, memo=memo)
+    assert forgotten == ["u1"]

@@ -404,3 +404,59 @@ def test_the_rejected_reason_is_cut_at_preemption_without_backtracking() -> None
     assert pending_pod(pod_body(message=msg), ANN).rejected == "too big"
     m = requeue.REJECTED.search(msg)
     assert m is not None and m.end() == msg.index("too big")  # the pattern matches only the prefix
+
+
+async def run_sweeps(h: Harness, seconds: float, step: float = 15.0) -> None:
+    """The requeue loop over simulated time: a sweep and the due requeues every ``step`` seconds."""
+    t = 0.0
+    while t < seconds:
+        h.now = t
+        h.r.sweep()
+        await h.r.process_due()
+        await asyncio.sleep(0)
+        t += step
+
+
+@pytest.mark.parametrize("status", [400, 403, 422])
+async def test_a_refused_requeue_is_counted_and_the_sweep_does_not_retry_it(
+    status: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """/tmp/rev-operator/test_requeue_403.py: a patch refused for good (RBAC, the admission policy, an
+    annotation key the API server rejects) was logged at INFO, not counted, and the 15 s sweep
+    scheduled the pod again forever: a patch and a DelayedByPolicy event per pod every round (the
+    annotation never moved, so maxAttempts never ended it)."""
+    h = Harness()
+    h.add("u1", delayed=True)
+    h.kube.fail["patch_pod"] = KubeError(status, "Refused", "pods is forbidden")
+    with caplog.at_level(logging.INFO, logger="rlsched.operator.requeue"):
+        await run_sweeps(h, 3000.0)
+    events = [e["reason"] for e in h.kube.events]
+    assert len(h.patched()) == 1 and h.r.failed == 1 and h.r.scheduled == 0
+    assert events == ["DelayedByPolicy"]
+    about = [r for r in caplog.records if "pod-u1" in r.getMessage() and "refused" in r.getMessage()]
+    assert [r.levelname for r in about] == ["WARNING"]  # once per pod
+    # Deleted: its memory goes (bounded); a pod that is still pending would be scheduled again.
+    h.r.forget("u1")
+    assert h.r.sweep() == 1
+
+
+async def test_a_requeue_dropped_after_transient_failures_stays_dropped() -> None:
+    """/tmp/rev-operator/test_requeue_500_sweep.py: "dropped" after MAX_TRANSIENT_RETRIES, but the sweep
+    brought the still-delayed pod back at once: the drop bounded nothing."""
+    h = Harness()
+    h.add("u1", delayed=True)
+    h.kube.fail["patch_pod"] = KubeError(500, "InternalError", "webhook failed")
+    await run_sweeps(h, 24 * 3600.0)
+    assert len(h.patched()) == 1 + MAX_TRANSIENT_RETRIES and h.r.failed == 1 and h.r.scheduled == 0
+    assert [e["reason"] for e in h.kube.events] == ["DelayedByPolicy"]
+
+
+@pytest.mark.parametrize("status", [404, 409])
+async def test_a_pod_deleted_or_recreated_before_its_requeue_is_no_failure(status: int) -> None:
+    h = Harness()
+    h.add("u1", delayed=True)
+    h.kube.fail["patch_pod"] = KubeError(status, "Gone", "not there")
+    h.r.sweep()
+    h.now = 5.0
+    await h.r.process_due()
+    assert len(h.patched()) == 1 and h.r.failed == 0 and h.r.requeued == 0

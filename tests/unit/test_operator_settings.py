@@ -90,3 +90,33 @@ def test_cli_flags_map_to_settings() -> None:
     assert s.scope.namespaces == ("a", "b") and s.decision_log.path == "/log"
     assert s.requeue.max_attempts == 4 and s.requeue.enabled is False
     assert load_settings(None, _overrides(p.parse_args(["--policy", "only-name"]))).policy.name == "only-name"
+
+
+@pytest.mark.parametrize(
+    "annotation",
+    [
+        "rlsched.io/requeue attempt",
+        "rlsched.io/-requeue",
+        "rlsched.io/requeue-",
+        "rlsched.io/" + "a" * 64,
+        "rlsched.io/a/b",
+        "rlsched.io/requeue\n",
+        "rlsched.io/rück",
+    ],
+)
+def test_a_requeue_annotation_that_is_not_an_annotation_key_is_refused(annotation: str) -> None:
+    """Any key under rlsched.io/ was accepted; the API server then refused every requeue patch (422)."""
+    with pytest.raises(SettingsError, match="requeue.annotation: .* is not a valid annotation key"):
+        load_settings(None, {"requeue.annotation": annotation})
+
+
+@pytest.mark.parametrize("annotation", ["rlsched.io/requeue-attempt", "rlsched.io/Requeue_2.v1", "rlsched.io/x"])
+def test_valid_requeue_annotations_are_accepted(annotation: str) -> None:
+    assert load_settings(None, {"requeue.annotation": annotation}).requeue.annotation == annotation
+
+
+def test_the_outage_tolerance_is_bounded() -> None:
+    """kopf's retry delays hold one entry per 30 s of it: a year meant a list built for half an hour."""
+    assert load_settings(None, {"kubernetes.outageToleranceS": 7 * 86400}).kubernetes.outage_tolerance_s == 604800
+    with pytest.raises(SettingsError, match=r"kubernetes.outageToleranceS: at most 604800 seconds \(7 days\)"):
+        load_settings(None, {"kubernetes.outageToleranceS": 30 * 86400})

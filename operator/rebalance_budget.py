@@ -8,15 +8,18 @@ younger than ``minPodAgeSeconds`` for a while, which keeps the same workload fro
 Where it lives: in memory, and mirrored into the SchedulingPolicy's ``status.rebalance.recent`` (the
 evictions still inside either window, at most :data:`MAX_RECENT`) before every eviction (written
 ahead: an operator killed between an eviction and the end of its cycle has recorded it) and after
-every cycle;
-:meth:`Ledger.restore` reads it back on the first cycle after a restart, so neither the hourly nor the
-per-owner budget resets when the operator restarts. Dry-run moves go to a ledger of their own, in
-memory only (they move nothing), so that a dry run shows what the budgets would let a real one do.
+every cycle. :meth:`Ledger.merge` reads it back at the start of every cycle and adds what the ledger
+lacks, so neither the hourly nor the per-owner budget resets when the operator restarts, and a
+replica that was paused (kopf peering) while another one evicted counts that one's evictions too —
+and writes them back with its own instead of erasing them. Each eviction is dated when it is sent,
+not when its cycle began: a cycle may take minutes, and a record dated earlier than its eviction
+would leave the sliding hour early. Dry-run moves go to a ledger of their own, in memory only (they
+move nothing), so that a dry run shows what the budgets would let a real one do.
 An eviction whose answer was lost (the rebalancer's ``unknown``) is recorded like one that was answered:
 the API server may have carried it out, and the budget errs on the side of fewer moves.
 
-The restored list is read from an object anyone with write access to the status can edit, so
-:meth:`Ledger.restore` keeps only entries that are well-formed and inside the windows: an entry dated
+The merged list is read from an object anyone with write access to the status can edit, so
+:meth:`Ledger.merge` keeps only entries that are well-formed and inside the windows: an entry dated
 more than :data:`MAX_CLOCK_SKEW_S` ahead would never be pruned and would count in every hour (the
 hourly budget exhausted for good, and written back by every cycle); those are dropped and logged.
 """
@@ -36,10 +39,13 @@ MAX_RECENT = 1000
 """Evictions kept (in memory and in the status). A record leaves only when it is outside both windows,
 never to make room: when the ledger is full the budget is spent (:class:`Allowance`), so the per-owner
 budget cannot forget a move it still counts."""
+MAX_OWNER_CHARS = 400
+"""Length of a controller key read from the status (longer ones are cut: the status is not trusted)."""
 MAX_CLOCK_SKEW_S = 300.0
-"""How far ahead of this operator's clock a restored eviction may be dated and still be taken. The
-status was written by an earlier operator process, perhaps on another node whose clock runs a little
-ahead; beyond a few minutes the date is not skew but a bad entry (module docstring)."""
+"""How far ahead of this operator's clock an eviction read from the status may be dated and still be
+taken. The status was written by an earlier operator process or another replica, perhaps on another
+node whose clock runs a little ahead; beyond a few minutes the date is not skew but a bad entry
+(module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -53,33 +59,33 @@ class Ledger:
 
     def __init__(self) -> None:
         self.records: list[Record] = []
-        self.restored = False
 
-    def restore(self, recent: Any, now: float, owner_window_s: float) -> int:
-        """Records from ``status.rebalance.recent`` (``[{at, owner}]``); bad entries are skipped, and so
-        are those already outside both windows and those dated more than :data:`MAX_CLOCK_SKEW_S` after
-        ``now`` (logged, with how many). Only the first call does anything; returns how many were taken."""
-        if self.restored:
-            return 0
-        self.restored = True
-        taken = future = 0
+    def merge(self, recent: Any, now: float, owner_window_s: float) -> int:
+        """Add the records of ``status.rebalance.recent`` (``[{at, owner}]``) that the ledger lacks, the
+        same eviction being the same ``(at, owner)`` at the status' precision (milliseconds). Called
+        every cycle: the status may hold evictions this process never made (its own before a restart,
+        or another replica's while this one was paused). Bad entries are skipped, and so are those
+        already outside both windows and those dated more than :data:`MAX_CLOCK_SKEW_S` after ``now``
+        (logged, with how many). The ledger never grows past :data:`MAX_RECENT` here: when the union is
+        larger, the newest are kept, and a full ledger spends the budget (:class:`Allowance`) until
+        the oldest leave both windows. Returns how many records were added."""
+        future = 0
         keep = _keep_s(owner_window_s)
-        if isinstance(recent, list):
-            for item in recent[:MAX_RECENT]:
-                if not isinstance(item, Mapping):
-                    continue
-                at, owner = item.get("at"), item.get("owner")
-                if not (isinstance(at, (int, float)) and not isinstance(at, bool) and isinstance(owner, str)):
-                    continue
-                if math.isnan(at):
-                    continue
-                if at > now + MAX_CLOCK_SKEW_S:  # +inf too
-                    future += 1
-                    continue
-                if now - at >= keep:  # outside both windows already (-inf too)
-                    continue
-                self.records.append(Record(float(at), owner[:400]))
-                taken += 1
+        have = {_key(r.at, r.owner) for r in self.records}
+        new: list[Record] = []
+        for item in recent[:MAX_RECENT] if isinstance(recent, list) else ():
+            record = _parse(item)
+            if record is None:
+                continue
+            if record.at > now + MAX_CLOCK_SKEW_S:  # +inf too
+                future += 1
+                continue
+            if now - record.at >= keep:  # outside both windows already (-inf too)
+                continue
+            key = _key(record.at, record.owner)
+            if key not in have:
+                have.add(key)
+                new.append(record)
         if future:
             log.warning(
                 "rebalancer: %d eviction(s) in status.rebalance.recent are dated more than %.0f s in the future; "
@@ -87,8 +93,11 @@ class Ledger:
                 future,
                 MAX_CLOCK_SKEW_S,
             )
+        new.sort(key=lambda r: r.at, reverse=True)
+        new = new[: max(0, MAX_RECENT - len(self.records))]
+        self.records.extend(new)
         self.records.sort(key=lambda r: r.at)
-        return taken
+        return len(new)
 
     def prune(self, now: float, owner_window_s: float) -> None:
         keep = _keep_s(owner_window_s)
@@ -114,6 +123,23 @@ class Ledger:
 
     def dump(self) -> list[dict[str, Any]]:
         return [{"at": round(r.at, 3), "owner": r.owner} for r in self.records]
+
+
+def _parse(item: Any) -> Record | None:
+    """One ``{at, owner}`` entry of the status, or None when it is not one (NaN dates included)."""
+    if not isinstance(item, Mapping):
+        return None
+    at, owner = item.get("at"), item.get("owner")
+    if not (isinstance(at, (int, float)) and not isinstance(at, bool) and isinstance(owner, str)):
+        return None
+    if math.isnan(at):
+        return None
+    return Record(float(at), owner[:MAX_OWNER_CHARS])
+
+
+def _key(at: float, owner: str) -> tuple[float, str]:
+    """What makes two records the same eviction: the status keeps milliseconds (:meth:`Ledger.dump`)."""
+    return round(at, 3), owner[:MAX_OWNER_CHARS]
 
 
 def _keep_s(owner_window_s: float) -> float:

@@ -6,6 +6,9 @@ fixed word, counted in the cycle's report). The rules, in order:
 - ``unreadable``: the object is not the shape of a pod (hostile input is normal input);
 - ``other-scheduler``: ``spec.schedulerName`` is not ours — another scheduler would place the
   replacement, and it is not ours to move;
+- ``not-watched``: its namespace is outside the operator's ``scope.namespaces`` (when set): the chart
+  grants ``pods/eviction`` only in the watched namespaces, so an eviction elsewhere would be refused
+  (403) every cycle — and the operator was told to stay out of them;
 - ``not-running``: not bound, not ``Running``, or already terminating (``deletionTimestamp``);
 - ``mirror``: a static pod's mirror (annotation ``kubernetes.io/config.mirror``): the API cannot move it;
 - ``no-controller``: no owner reference with ``controller: true`` — nothing would bring it back;
@@ -20,7 +23,8 @@ The owner budget (``maxMovesPerOwner``) is applied by the caller with :func:`own
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import fnmatch
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .decisionlog import parse_time
@@ -33,6 +37,7 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 REASONS = (
     "unreadable",
     "other-scheduler",
+    "not-watched",
     "not-running",
     "mirror",
     "no-controller",
@@ -88,8 +93,10 @@ def why_not(
     namespace_opted_in: Callable[[str], bool],
     min_age_s: float,
     now: float,
+    watched: Callable[[str], bool],
 ) -> str | None:
-    """None when the pod may be moved, else the rule that keeps it (module docstring)."""
+    """None when the pod may be moved, else the rule that keeps it (module docstring). ``watched``:
+    whether a namespace is in the operator's scope (:func:`namespace_watched`)."""
     if not isinstance(pod, Mapping):
         return "unreadable"
     meta, spec, status = _map(pod.get("metadata")), _map(pod.get("spec")), _map(pod.get("status"))
@@ -98,6 +105,8 @@ def why_not(
         return "unreadable"
     if spec.get("schedulerName") != scheduler_name:
         return "other-scheduler"
+    if not watched(namespace):
+        return "not-watched"
     if not spec.get("nodeName") or status.get("phase") != "Running" or meta.get("deletionTimestamp"):
         return "not-running"
     annotations = _str_map(meta.get("annotations"))
@@ -117,6 +126,39 @@ def why_not(
     if start is None or now - start < min_age_s:
         return "too-young"
     return None
+
+
+def namespace_watched(patterns: Iterable[str]) -> Callable[[str], bool]:
+    """Whether a namespace is in the operator's scope: ``scope.namespaces``, the namespaces (or kopf
+    patterns) the operator watches; empty: every namespace. Read as kopf reads them
+    (:func:`_kopf_match`), so the rebalancer works where the operator does and nowhere else."""
+    patterns = tuple(patterns)
+    if not patterns:
+        return lambda _ns: True
+    cache: dict[str, bool] = {}
+
+    def watched(ns: str) -> bool:
+        if ns not in cache:
+            cache[ns] = any(_kopf_match(ns, p) for p in patterns)
+        return cache[ns]
+
+    return watched
+
+
+def _kopf_match(name: str, pattern: str) -> bool:
+    """kopf's namespace pattern (``kopf._cogs.structs.references.match_namespace``, private there, so
+    restated): comma-separated globs, ``!`` excludes, a leading exclusion implies ``*`` first; the
+    first inclusive glob matches, later inclusive globs only re-include what the first one matched."""
+    globs = [g.strip() for g in pattern.split(",")]
+    if not globs or globs[0].startswith("!"):
+        globs.insert(0, "*")
+    matches = first = fnmatch.fnmatch(name, globs[0])
+    for glob in globs[1:]:
+        if glob.startswith("!"):
+            matches = matches and not fnmatch.fnmatch(name, glob.lstrip("!"))
+        else:
+            matches = matches or (first and fnmatch.fnmatch(name, glob))
+    return matches
 
 
 def namespace_filter(

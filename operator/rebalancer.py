@@ -11,20 +11,27 @@ One cycle (:meth:`Rebalancer.cycle`, driven by a kopf timer on the served Schedu
    objects — logged once per version, counted, skipped). Node load comes from Prometheus through the
    extender's own poller when ``rebalancer.prometheus.url`` is set (one round per cycle); without it
    the load stays NaN and the planner's hot-node term has nothing to act on (docs/operator.md);
-3. the candidates: pods the safety rules allow (:mod:`.rebalance_select`) whose controller is still
-   within its budget (:mod:`.rebalance_budget`);
+3. the candidates: pods the safety rules allow (:mod:`.rebalance_select`; among them the operator's
+   watched namespaces, ``scope.namespaces``, the only ones where the chart lets it evict) whose
+   controller is still within its budget (:mod:`.rebalance_budget`, merged with
+   ``status.rebalance.recent`` first: another replica may have evicted meanwhile);
 4. the moves: :func:`rlsched.policy.rebalance.plan_moves` (the policy decides; never more than the
    budget left this cycle and this hour; the target is where the served policy's fallback heuristic
    would place the pod now), run off the event loop;
 5. each move: a policy/v1 Eviction (dry-run: with ``dryRun: [All]``, which checks everything and
    changes nothing). A PodDisruptionBudget that refuses (429) is counted ``blocked_by_pdb`` and the
-   next move is tried; a refused pod is not a candidate for :data:`REFUSAL_COOLDOWN_S`, and when every
-   move of a plan was refused the planner is asked again without those pods (:data:`MAX_REPLANS`). A
+   next move is tried (a pod that more than one budget selects is refused by the API server with a
+   500 every time: ``multiple_pdbs``, a refusal too); a refused pod is not a candidate for
+   :data:`REFUSAL_COOLDOWN_S` (dry runs keep their own cooldown: a dry run's refusal does not hold back
+   a real run), and when every move of a plan was refused the planner is asked again without those
+   pods (:data:`MAX_REPLANS`). Each eviction is dated by the clock as it is sent (its budget
+   record, its controller's check, its cooldown), not when the cycle began: a cycle may take minutes. A
    move whose controller already used its budget in this cycle is skipped (the planner does not know
    controllers). An eviction whose answer is lost (no HTTP answer: a timeout, a dropped
    connection — :class:`.kube.KubeError` status 0 — or a 5xx) may have been carried out by the API
    server all the same: it is ``unknown``, and it is charged to the cycle, hourly and per-owner budgets
-   exactly like an eviction (the safe side: at worst a move fewer), logged once. Every move gets an
+   exactly like an eviction (the safe side: at worst a move fewer), logged once; the pod also waits out
+   the cooldown (if it was not evicted, it is not asked for again at once). Every move gets an
    Event on the pod, a count in ``rlsched_operator_rebalance_evictions_total{result}`` and a
    ``rebalance`` line in the decision log, each with the planner's reason and gain.
 
@@ -40,7 +47,7 @@ import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,7 +67,7 @@ from .kube import KubeError
 from .log_once import LogOnce
 from .pod_usage import read_pod_cpu
 from .rebalance_budget import MAX_RECENT, Ledger, allowance, owners_over_budget
-from .rebalance_select import REASONS, namespace_filter, namespace_labels, owner_key, why_not
+from .rebalance_select import REASONS, namespace_filter, namespace_labels, namespace_watched, owner_key, why_not
 from .rebalance_spec import RebalanceSpec
 from .settings import RebalancerSettings
 
@@ -71,6 +78,7 @@ RESULTS = (
     "unknown",
     "dry_run",
     "blocked_by_pdb",
+    "multiple_pdbs",
     "throttled",
     "gone",
     "forbidden",
@@ -79,10 +87,12 @@ RESULTS = (
 )
 """``result`` label values of the evictions counter: a small fixed set.
 
-evicted: the Eviction was accepted; unknown: its answer was lost (status 0 or 5xx), so it may have
-been carried out — charged to the budget like ``evicted`` (:data:`CHARGED`); dry_run: it would have been
-accepted (dry-run mode; a lost dry-run answer is ``error``: a dry run changes nothing); blocked_by_pdb: a
-PodDisruptionBudget refused it (429); throttled: a 429 that is not a PDB (API priority and fairness);
+evicted: the Eviction was accepted; unknown: its answer was lost (status 0, or a 5xx other than
+``multiple_pdbs``), so it may have been carried out — charged to the budget like ``evicted``
+(:data:`CHARGED`); dry_run: it would have been accepted (dry-run mode; a lost dry-run answer is
+``error``: a dry run changes nothing); blocked_by_pdb: a PodDisruptionBudget refused it (429);
+multiple_pdbs: more than one PodDisruptionBudget selects the pod, which the Eviction API refuses with a
+500 every time (:func:`multiple_pdbs`); throttled: a 429 that is not a PDB (API priority and fairness);
 gone: the pod was deleted or replaced meanwhile (404, or 409 on the UID precondition); forbidden: the
 operator may not evict (403: RBAC or the chart's admission policy — operator.rebalancer.enabled);
 error: any other failure; invalid_move: the planner named a pod or node that is not a candidate."""
@@ -90,10 +100,12 @@ CHARGED = frozenset({"evicted", "unknown"})
 """Results that may have moved a pod: each is recorded in the ledger and spends the budget."""
 MAX_STATUS_MOVES = 50
 """Moves listed in ``status.rebalance.moves`` (the cycle's, at most)."""
-COOLDOWN_RESULTS = frozenset({"blocked_by_pdb", "forbidden", "error"})
-"""Refusals that keep the pod out of the candidates for :data:`REFUSAL_COOLDOWN_S` (a PodDisruptionBudget
-that does not allow a disruption now, an eviction the operator may not make in that namespace, any
-other failure): the planner is deterministic, and without the pause it would pick the same pod every cycle."""
+COOLDOWN_RESULTS = frozenset({"blocked_by_pdb", "multiple_pdbs", "forbidden", "error", "unknown"})
+"""Results that keep the pod out of the candidates for :data:`REFUSAL_COOLDOWN_S` (a PodDisruptionBudget
+that does not allow a disruption now, more than one that selects the pod, an eviction the operator may
+not make in that namespace, any other failure; and a lost answer: if the pod was evicted it is gone
+anyway, and if it was not, the API server is in trouble with it — each try would be charged again):
+the planner is deterministic, and without the pause it would pick the same pod every cycle."""
 REFUSAL_COOLDOWN_S = 900.0
 """How long a pod whose eviction was refused is not a candidate (15 minutes: long enough for the next
 cycles to try other pods, short enough for a PodDisruptionBudget that allows a disruption again)."""
@@ -102,6 +114,18 @@ MAX_REFUSED = 10_000
 MAX_REPLANS = 4
 """Plans after the first in one cycle, made only when every move of the previous plan was refused or
 skipped (without them, one refused pod at the top of the plan ends the cycle with nothing moved)."""
+
+
+MULTIPLE_PDBS_MESSAGE = "more than one poddisruptionbudget"
+"""In the API server's answer to an eviction of a pod that several PodDisruptionBudgets select (500,
+"This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.")."""
+
+
+def multiple_pdbs(status: int, text: str) -> bool:
+    """Whether an eviction's error is the API server's refusal of a pod with more than one
+    PodDisruptionBudget: a 500 that is an answer, not a lost one — the same for every try until the
+    budgets change, so it is a refusal (cooldown, no budget spent), not ``unknown``."""
+    return status == 500 and MULTIPLE_PDBS_MESSAGE in text.lower()
 
 
 class Metrics:
@@ -190,12 +214,16 @@ class Rebalancer:
         clock: Callable[[], float] = time.time,
         load_query: Callable[[str], Awaitable[Any]] | None = None,
         persist: Callable[[list[dict[str, Any]]], Awaitable[object]] | None = None,
+        namespaces: Iterable[str] = (),
     ):
         self.settings, self.scheduler_name, self.kube = settings, scheduler_name, kube
         self.persist = persist
         """Writes the ledger (``status.rebalance.recent``) before each eviction; None: only the handler's
         patch after the cycle (tests, and callers without a SchedulingPolicy to write to)."""
         self.write_log, self.policy_ref, self.clock = write_log, policy_ref, clock
+        self.watched = namespace_watched(namespaces)
+        """Whether a namespace is in the operator's scope (``scope.namespaces``; empty: all): the rule
+        ``not-watched`` (:mod:`.rebalance_select`)."""
         self._planner = planner
         self.metrics = metrics or Metrics()
         self.cache = ClusterCache(settings.gpu, scheduler_name=scheduler_name)
@@ -207,9 +235,11 @@ class Rebalancer:
         self.ledger = Ledger()
         self.dry_ledger = Ledger()
         """What dry runs would have moved: the same budgets apply to the preview (memory only)."""
-        self.dry_ledger.restored = True
         self.refused: dict[str, float] = {}
         """UID → until when a pod whose eviction was refused is not a candidate (:meth:`_refuse`)."""
+        self.dry_refused: dict[str, float] = {}
+        """The same for dry runs: a dry run's refusal must not keep a pod from the next real run (nor
+        a real refusal from the preview: each shows what it would do on its own)."""
         self.totals: Counter[str] = Counter()
         self.last_cycle: float | None = None
         self._typical: TypicalPods | None = None
@@ -257,10 +287,12 @@ class Rebalancer:
         policy's ``spec.fallback`` (:meth:`scorer`)."""
         now = self.clock()
         self.last_cycle = now
-        self.ledger.restore((status or {}).get("recent"), now, spec.owner_window_s)
+        # Every cycle, not only the first: another replica may have evicted while this one was paused.
+        self.ledger.merge((status or {}).get("recent"), now, spec.owner_window_s)
         self.ledger.prune(now, spec.owner_window_s)
         self.dry_ledger.prune(now, spec.owner_window_s)
         self.refused = {uid: until for uid, until in self.refused.items() if until > now}
+        self.dry_refused = {uid: until for uid, until in self.dry_refused.items() if until > now}
         report = CycleReport(at=now, dry_run=spec.dry_run, outcome="planned")
         try:
             await self._cycle(spec, now, report, fallback)
@@ -329,7 +361,7 @@ class Rebalancer:
             pod = by_uid.get(uid)
             if pod is None or entry.placement is None or entry.status != BOUND:
                 continue
-            rule = why_not(pod, self.scheduler_name, opted_in, spec.min_pod_age_s, now)
+            rule = why_not(pod, self.scheduler_name, opted_in, spec.min_pod_age_s, now, self.watched)
             if rule is not None:
                 report.skipped[rule] += 1
                 continue
@@ -339,11 +371,12 @@ class Rebalancer:
         )
         candidates = []
         by_key: dict[str, tuple[Any, Mapping[str, Any], str]] = {}
+        refused = self._cooldown(spec.dry_run)
         for uid, (entry, pod, owner) in eligible.items():
             if owner in full:
                 report.skipped["owner-budget"] += 1
                 continue
-            if self.refused.get(uid, 0.0) > now:
+            if refused.get(uid, 0.0) > now:
                 report.skipped["recently-refused"] += 1
                 continue
             candidates.append(
@@ -384,7 +417,7 @@ class Rebalancer:
             moves = await asyncio.to_thread(planner.plan_moves, snapshot, pool, self.typical, settings, scorer)
             report.planned += len(moves)
             before = len(excluded)
-            moved = await self._carry_out(moves, by_key, excluded, ledger, budget, spec, now, report, state)
+            moved = await self._carry_out(moves, by_key, excluded, ledger, budget, spec, report, state)
             # Plan again only when every move of this plan was refused or skipped, and it took a pod
             # out of the pool (else the next plan would be this one): the cluster is then as this plan
             # saw it, less those pods. After a move it is not (the next cycle reads it).
@@ -402,14 +435,17 @@ class Rebalancer:
         ledger: Ledger,
         budget: Any,
         spec: RebalanceSpec,
-        now: float,
         report: CycleReport,
         state: Any,
     ) -> int:
         """Evict (or dry-run) one plan's moves within the budget; returns how many were carried out or
         may have been (charged). A refused move puts its pod on :data:`REFUSAL_COOLDOWN_S`; a move whose
         controller has used its budget in this cycle is skipped (``owner-budget``). Each of those
-        leaves the pod in ``excluded``, and so does every move tried, for the caller's next plan."""
+        leaves the pod in ``excluded``, and so does every move tried, for the caller's next plan.
+
+        Each move reads the clock when it is sent: planning, replans and slow API calls may have taken
+        minutes since the cycle began, and a record dated at the cycle's start would leave the sliding
+        hour (and the owner window) that much early — the next cycle could evict again within a true hour."""
         moved = 0
         for move in list(moves)[: max(0, budget.left) + 10]:
             if budget.left <= 0:
@@ -427,7 +463,8 @@ class Rebalancer:
                 await self._record(report, spec, None, move, "invalid_move", "", state)
                 continue
             entry, pod, owner = target
-            if ledger.owner_moves(owner, now, spec.owner_window_s) >= spec.max_moves_per_owner:
+            at = self.clock()
+            if ledger.owner_moves(owner, at, spec.owner_window_s) >= spec.max_moves_per_owner:
                 # Its controller was moved earlier in this cycle: the planner does not know controllers.
                 report.skipped["owner-budget"] += 1
                 excluded.update(k for k, (_, _, o) in by_key.items() if o == owner)
@@ -435,7 +472,7 @@ class Rebalancer:
             excluded.add(move.key)
             ahead = None
             if not spec.dry_run:  # written ahead: a kill after the eviction must not forget it
-                ahead = ledger.add(owner, now)
+                ahead = ledger.add(owner, at)
                 if not await self._persist(ledger):
                     ledger.discard(ahead)
                     detail = "not evicted: it could not be recorded in status.rebalance.recent first"
@@ -445,14 +482,13 @@ class Rebalancer:
             result, detail = await self._evict(pod, spec.dry_run)
             if result in CHARGED or result == "dry_run":  # a dry run spends its own ledger (dry_ledger)
                 if ahead is None:
-                    ledger.add(owner, now)
+                    ledger.add(owner, at)
                 budget.spend()
                 moved += 1
-            else:
-                if ahead is not None:
-                    ledger.discard(ahead)  # the status keeps it until the cycle's patch: fewer moves, never more
-                if result in COOLDOWN_RESULTS:
-                    self._refuse(entry.uid, now)
+            elif ahead is not None:
+                ledger.discard(ahead)  # the status keeps it until the cycle's patch: fewer moves, never more
+            if result in COOLDOWN_RESULTS:
+                self._refuse(entry.uid, at, spec.dry_run)
             await self._record(report, spec, (entry, pod, owner), move, result, detail, state)
             if result == "throttled":  # the API server asks for fewer requests: no more this cycle
                 budget.cycle = 0
@@ -470,13 +506,19 @@ class Rebalancer:
             return False
         return True
 
-    def _refuse(self, uid: str, now: float) -> None:
-        """Keep a pod whose eviction was refused out of the candidates for a while (the planner is
-        deterministic: it would pick the same pod again, and the same refusal would block every cycle)."""
-        self.refused.pop(uid, None)
-        self.refused[uid] = now + REFUSAL_COOLDOWN_S
-        while len(self.refused) > MAX_REFUSED:
-            del self.refused[next(iter(self.refused))]
+    def _cooldown(self, dry_run: bool) -> dict[str, float]:
+        """The cooldown of the run's kind: dry runs keep their own (:attr:`dry_refused`)."""
+        return self.dry_refused if dry_run else self.refused
+
+    def _refuse(self, uid: str, now: float, dry_run: bool) -> None:
+        """Keep a pod whose eviction was refused (or whose answer was lost) out of the candidates for a
+        while (the planner is deterministic: it would pick the same pod again, and the same refusal
+        would block every cycle), in the cooldown of the run's kind."""
+        refused = self._cooldown(dry_run)
+        refused.pop(uid, None)
+        refused[uid] = now + REFUSAL_COOLDOWN_S
+        while len(refused) > MAX_REFUSED:
+            del refused[next(iter(refused))]
 
     async def _evict(self, pod: Mapping[str, Any], dry_run: bool) -> tuple[str, str]:
         meta = pod.get("metadata") or {}
@@ -488,11 +530,19 @@ class Rebalancer:
                 return ("blocked_by_pdb" if "disruption budget" in text.lower() else "throttled"), text
             if exc.status in (404, 409):
                 return "gone", text
+            if multiple_pdbs(exc.status, text):
+                self._once(
+                    "multiple_pdbs",
+                    "rebalancer: the API server refuses to evict a pod that more than one PodDisruptionBudget "
+                    "selects (%s); such pods are tried again after the cooldown",
+                    text,
+                )
+                return "multiple_pdbs", text
             if exc.status == 403:
                 self._once(
                     "forbidden",
-                    "rebalancer: evictions are forbidden (%s); grant pods/eviction "
-                    "(chart: operator.rebalancer.enabled)",
+                    "rebalancer: evictions are forbidden (%s); grant pods/eviction in the watched namespaces "
+                    "(chart: operator.rebalancer.enabled; or an admission policy refused it)",
                     text,
                 )
                 return "forbidden", text
@@ -558,6 +608,12 @@ class Rebalancer:
                 "RebalanceBlocked",
                 "Normal",
                 f"a PodDisruptionBudget kept the rebalancer from moving it {where}",
+            ),
+            "multiple_pdbs": (
+                "RebalanceBlocked",
+                "Warning",
+                f"more than one PodDisruptionBudget selects it, and the Eviction API refuses to evict such a pod: "
+                f"the rebalancer could not move it {where}",
             ),
         }.get(result, ("RebalanceFailed", "Warning", f"the rebalancer could not move it {where}: {result} {detail}"))
         ref = {"apiVersion": "v1", "kind": "Pod", **{k: meta.get(k) for k in ("namespace", "name", "uid")}}

@@ -158,6 +158,7 @@ def start_runtime(
             persist=lambda recent: kube.patch_policy_status(
                 settings.policy.namespace, settings.policy.name, {"rebalance": {"recent": recent}}
             ),
+            namespaces=settings.scope.namespaces,  # evict only where the operator works (and may)
         )
     if decision_log is not None:
         decision_log.open()

@@ -17,6 +17,11 @@ The operator (``rlsched.operator.decisionlog``) writes a folder of JSON Lines *s
 - ``policy`` — a rollout of the served SchedulingPolicy: ``generation``, ``mode``, ``modelVersion``,
   ``ok`` and ``reason``, and its ``rewardWeights`` and ``objective`` (which hold from that line on).
 - ``gap`` — ``dropped`` ring records the operator never saw (the ring overflowed between drains).
+- ``rebalance`` — a move of the operator's rebalancer: ``pod``, ``owner``, ``from``, ``to``,
+  ``reason``, ``gain``, ``result``, ``dryRun``, ``time``. A pod it evicted (``result`` ``evicted``, or
+  ``unknown``: the answer was lost, so it may have been) is marked :attr:`Outcome.rebalanced`: that
+  eviction was the rebalancer's choice, not a consequence of where the pod was placed, so
+  :func:`reward` does not charge it to the placing decision.
 
 Crash safety: the writer appends whole lines and fsyncs; a crash can leave at most a torn last line,
 which :func:`iter_records` skips (as it skips, and counts, any line that is not a JSON object).
@@ -42,6 +47,9 @@ FORMAT = "rlsched.decisions/v1"
 """``format`` of the segment headers this reader understands."""
 
 SEGMENT_GLOB = "segment-*.jsonl"
+
+REBALANCER_EVICTIONS = frozenset({"evicted", "unknown"})
+"""``result`` of a ``rebalance`` line whose pod the rebalancer evicted, or may have (its answer was lost)."""
 
 REWARD_DEFAULTS: dict[str, float] = {"placed": 1.0, "pendingSeconds": 0.01, "evicted": 5.0, "nodeLoad": 0.5}
 """The SchedulingPolicy CRD's defaults for ``spec.rewardWeights``."""
@@ -114,6 +122,9 @@ class Outcome:
     lifetime_seconds: float | None = None
     load: dict[str, float] = field(default_factory=dict)
     """Load of the bound node some time after binding (0..1 per column)."""
+    rebalanced: bool = False
+    """The rebalancer evicted the pod (a ``rebalance`` line with ``result`` in :data:`REBALANCER_EVICTIONS`,
+    not a dry run): an ``ended`` ``evicted`` is then its move, not the placement's fault (:func:`reward`)."""
 
 
 @dataclass
@@ -168,8 +179,14 @@ def load_examples(path: str | Path, stats: ReadStats | None = None) -> list[Deci
     decisions: list[dict[str, Any]] = []
     seen: set[tuple[Any, Any]] = set()
     outcomes: dict[str, dict[str, dict[str, Any]]] = {}
+    rebalanced: set[str] = set()
     for rec in iter_records(path, stats):
         kind = rec.get("type")
+        if kind == "rebalance":
+            uid = _rebalanced_uid(rec)
+            if uid is not None:
+                rebalanced.add(uid)
+            continue
         if kind in ("decision", "outcome") and not _well_typed(rec):
             if stats is not None:
                 stats.bad_lines += 1
@@ -199,6 +216,7 @@ def load_examples(path: str | Path, stats: ReadStats | None = None) -> list[Deci
             ended=ended.get("how") if ended else None,
             lifetime_seconds=_num(ended.get("lifetimeSeconds")) if ended else None,
             load={k: float(v) for k, v in ((load or {}).get("load") or {}).items() if _num(v) is not None},
+            rebalanced=uid in rebalanced,
         )
         verdict = rec.get("verdict")
         action = verdict if verdict in ("delay", "reject") else ("place" if rec.get("node") else "none")
@@ -230,6 +248,17 @@ def load_examples(path: str | Path, stats: ReadStats | None = None) -> list[Deci
         if ex.action == "place" and last_place.get(ex.pod_uid) != i:
             ex.outcome = Outcome()
     return out
+
+
+def _rebalanced_uid(rec: Mapping[str, Any]) -> str | None:
+    """The UID of the pod a ``rebalance`` line says the rebalancer evicted (or may have), else None: a dry
+    run moved nothing, and a refused eviction (``blocked_by_pdb``, ``forbidden``, ...) left the pod where it was."""
+    result = rec.get("result")
+    if rec.get("dryRun") is True or not isinstance(result, str) or result not in REBALANCER_EVICTIONS:
+        return None
+    pod = rec.get("pod")
+    uid = pod.get("uid") if isinstance(pod, dict) else None
+    return uid if isinstance(uid, str) and uid else None
 
 
 _OPTIONAL_TEXT = ("node", "servedBy", "scorer", "modelVersion", "mode", "verdict", "event", "how")
@@ -284,6 +313,12 @@ def reward(example: DecisionExample, weights: Mapping[str, float] | None = None)
     ``placed`` if the pod was bound where the decision said, minus ``pendingSeconds`` × the time it
     waited, minus ``evicted`` if it was evicted or preempted, minus ``nodeLoad`` × the mean load of
     the node afterwards. Decisions without an observed binding score 0 (nothing known yet).
+
+    A pod the rebalancer evicted (:attr:`Outcome.rebalanced`, ended ``evicted``) is not charged
+    ``evicted``: the rebalancer chose to move it (the operator's ``rebalance`` line says so), and
+    charging the placement would teach the policy to avoid the placements the rebalancer improves on.
+    It gets what a pod that ran until it was moved gets: the placed, waiting and load terms only.
+    A preemption of such a pod is still charged (the rebalancer does not preempt).
     """
     w = dict(REWARD_DEFAULTS)
     w.update(weights or {})
@@ -292,11 +327,16 @@ def reward(example: DecisionExample, weights: Mapping[str, float] | None = None)
         return 0.0
     r = w["placed"] if example.followed else 0.0
     r -= w["pendingSeconds"] * (o.pending_seconds or 0.0)
-    if o.ended in ("evicted", "preempted"):
+    if o.ended in ("evicted", "preempted") and not _moved(o):
         r -= w["evicted"]
     if o.load:
         r -= w["nodeLoad"] * (sum(o.load.values()) / len(o.load))
     return r
+
+
+def _moved(outcome: Outcome) -> bool:
+    """Whether the pod's end was the rebalancer's eviction (:attr:`Outcome.rebalanced`)."""
+    return outcome.ended == "evicted" and outcome.rebalanced
 
 
 def workload(examples: Iterable[DecisionExample]) -> list[PodSpec]:
@@ -325,14 +365,18 @@ class DatasetSummary:
     bound: int
     followed: int
     evicted: int
+    """Placements whose pod was evicted or preempted for cause (charged by :func:`reward`)."""
     mean_reward: float
     model_versions: dict[str, int]
     stats: ReadStats
+    rebalanced: int = 0
+    """Placements whose pod the rebalancer evicted (not charged; not in :attr:`evicted`)."""
 
     def lines(self) -> list[str]:
         return [
             f"{self.examples} decisions ({self.placements} placements, {self.delays} delays, {self.rejects} rejects); "
-            f"{self.bound} bound, {self.followed} where the policy said, {self.evicted} evicted or preempted",
+            f"{self.bound} bound, {self.followed} where the policy said, {self.evicted} evicted or preempted, "
+            f"{self.rebalanced} moved by the rebalancer",
             f"mean reward {self.mean_reward:.4f}; model versions: "
             + (", ".join(f"{k} ({v})" for k, v in sorted(self.model_versions.items())) or "none"),
             f"read {self.stats.files} segments, {self.stats.lines} lines; skipped {self.stats.torn_tails} torn tails, "
@@ -360,7 +404,8 @@ def summarize(
         rejects=sum(e.action == "reject" for e in examples),
         bound=sum(e.outcome.bound_node is not None for e in places),
         followed=sum(bool(e.followed) for e in places),
-        evicted=sum(e.outcome.ended in ("evicted", "preempted") for e in places),
+        evicted=sum(e.outcome.ended in ("evicted", "preempted") and not _moved(e.outcome) for e in places),
+        rebalanced=sum(_moved(e.outcome) for e in places),
         mean_reward=sum(rewards) / len(rewards) if rewards else 0.0,
         model_versions=versions,
         stats=stats,

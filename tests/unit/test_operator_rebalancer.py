@@ -817,3 +817,177 @@ async def test_each_pods_measured_cpu_use_reaches_the_planner(caplog: pytest.Log
     assert sample("rlsched_operator_rebalance_pod_usage_queries_total", {"result": "error"}) == 2.0
     assert sample("rlsched_operator_rebalance_pod_usage_queries_total", {"result": "ok"}) == 1.0
     await rb.close()
+
+
+# -- when an eviction happens, and what the status says about others' -----------------------------
+
+
+def slow_planner(clock: Clock, keys: tuple[str, ...], seconds: float) -> Any:
+    """:func:`fake_planner` that takes ``seconds`` of the clock to plan (a large cluster, replans)."""
+    plan = fake_planner(*keys)
+    inner = plan.plan_moves
+
+    def plan_moves(state, candidates, typical, settings, scorer=None):  # noqa: ANN001, ANN202
+        clock.t += seconds
+        return inner(state, candidates, typical, settings, scorer)
+
+    plan.plan_moves = plan_moves
+    return plan
+
+
+async def test_an_eviction_is_dated_when_it_is_sent_not_when_its_cycle_began() -> None:
+    """A cycle that plans for 5 minutes: its eviction (and its refusal's cooldown) are dated when they
+    happen, so the next cycle an hour after the first began is still inside the eviction's hour."""
+    clock = Clock()
+    kube = FakeKube([node("n0"), node("n1"), node("n2")], [pod("a", "n0", gpus=1), pod("b", "n1", gpus=1)])
+    kube.pdb.add("a")
+    rb, _ = make(kube, slow_planner(clock, ("team/a", "team/b"), 300.0), clock)
+    s = spec(budget={"maxMovesPerCycle": 2, "maxMovesPerHour": 1})
+    first = await rb.cycle(s, None)
+    assert [m["result"] for m in first.moves] == ["blocked_by_pdb", "evicted"]
+    assert rb.ledger.dump() == [{"at": NOW + 600, "owner": "team/ReplicaSet/b-rs"}]  # after two plans
+    assert rb.refused == {"uid-a": NOW + 300 + REFUSAL_COOLDOWN_S}
+    kube.pdb.clear()
+    clock.t = NOW + 3600
+    again = await rb.cycle(s, rb.as_status(first))
+    assert again.outcome == "budget_exhausted" and sum(not e[2] for e in kube.evictions) == 2
+    clock.t = NOW + 600 + 3600
+    later = await rb.cycle(s, rb.as_status(again))
+    assert [(m["pod"], m["result"]) for m in later.moves] == [("team/a", "evicted")]
+
+
+async def test_evictions_another_replica_wrote_to_the_status_are_counted_and_kept() -> None:
+    """Peering: this replica paused while another evicted and wrote ``recent``. This one counts those
+    evictions against its budgets when it resumes, and writes them back with its own."""
+    clock = Clock()
+    kube = FakeKube([node("n0"), node("n1"), node("n2")], [pod("a", "n0", gpus=1), pod("b", "n1", gpus=1)])
+    rb, _ = make(kube, fake_planner(), clock)
+    hourly = spec(budget={"maxMovesPerHour": 1, "maxMovesPerOwner": 100})
+    assert (await rb.cycle(hourly, {"recent": []})).outcome == "no_moves"  # this replica's first cycle
+    rb._planner = fake_planner("team/a", "team/b")
+    other = {"at": NOW + 600, "owner": "team/ReplicaSet/elsewhere"}
+    clock.t = NOW + 1200
+    report = await rb.cycle(hourly, {"recent": [other]})
+    assert report.outcome == "budget_exhausted" and kube.evictions == []
+    assert rb.as_status(report)["recent"] == [other]
+    per_owner = spec(budget={"maxMovesPerHour": 100, "maxMovesPerOwner": 1})
+    mine = {"at": NOW + 900, "owner": "team/ReplicaSet/a-rs"}
+    report = await rb.cycle(per_owner, {"recent": [other, mine]})
+    assert report.skipped["owner-budget"] == 1 and [e[0] for e in kube.evictions] == ["team/b"]
+    recent = rb.as_status(report)["recent"]
+    assert recent[:2] == [other, mine] and recent[2]["owner"] == "team/ReplicaSet/b-rs" and len(recent) == 3
+
+
+async def test_a_pod_with_more_than_one_pdb_is_refused_not_lost() -> None:
+    """The API server answers 500 for a pod that two PodDisruptionBudgets select, every time: an answer,
+    so a refusal (cooldown, no budget spent, its own result), not a lost one charged every cycle."""
+    clock = Clock()
+    kube = FakeKube([node("n0"), node("n1"), node("n2")], [pod("a", "n0", gpus=1)])
+    message = "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
+
+    async def evict(namespace: str, name: str, uid: str, dry_run: bool = False) -> None:
+        kube.evictions.append((f"{namespace}/{name}", uid, dry_run))
+        raise KubeError(500, "InternalError", message)
+
+    kube.evict_pod = evict  # type: ignore[method-assign]
+    rb, _ = make(kube, fake_planner("team/a"), clock)
+    s = spec(budget={"maxMovesPerHour": 6, "maxMovesPerOwner": 100})
+    first = await rb.cycle(s, None)
+    assert [m["result"] for m in first.moves] == ["multiple_pdbs"] and rb.ledger.records == []
+    assert counter(rb, "multiple_pdbs") == 1 and counter(rb, "unknown") == 0
+    assert [(e[1], e[2]) for e in kube.events] == [("Warning", "RebalanceBlocked")]
+    assert "more than one PodDisruptionBudget" in kube.events[0][3]
+    clock.t += 300
+    second = await rb.cycle(s, rb.as_status(first))
+    assert second.skipped["recently-refused"] == 1 and len(kube.evictions) == 1
+    dry, _ = make(kube, fake_planner("team/a"), clock)
+    assert [m["result"] for m in (await dry.cycle(spec(dryRun=True), None)).moves] == ["multiple_pdbs"]
+
+
+async def test_a_pod_whose_eviction_answer_was_lost_is_not_asked_for_again_at_once() -> None:
+    """``unknown``: perhaps evicted, perhaps not. Either way not the next cycle's first pick."""
+    clock = Clock()
+    kube = FakeKube([node("n0"), node("n1"), node("n2")], [pod("a", "n0", gpus=1)])
+
+    async def lost(namespace: str, name: str, uid: str, dry_run: bool = False) -> None:
+        kube.evictions.append((f"{namespace}/{name}", uid, dry_run))
+        raise KubeError(0, "ReadTimeoutError", "read timed out")  # and the pod is still there
+
+    kube.evict_pod = lost  # type: ignore[method-assign]
+    rb, _ = make(kube, fake_planner("team/a"), clock)
+    s = spec(budget={"maxMovesPerHour": 100, "maxMovesPerOwner": 100})
+    assert [m["result"] for m in (await rb.cycle(s, None)).moves] == ["unknown"]
+    clock.t += 300
+    second = await rb.cycle(s, None)
+    assert second.skipped["recently-refused"] == 1 and len(kube.evictions) == 1
+    clock.t += REFUSAL_COOLDOWN_S
+    assert [m["result"] for m in (await rb.cycle(s, None)).moves] == ["unknown"]
+
+
+async def test_a_dry_run_refusal_does_not_hold_back_a_real_run_nor_the_reverse() -> None:
+    """Dry-run state is separate: its refusals have a cooldown of their own."""
+    clock = Clock()
+    kube = FakeKube([node("n0"), node("n1"), node("n2")], [pod("a", "n0", gpus=1)])
+    refuse: set[bool] = {True}  # which kind of run is refused
+
+    async def evict(namespace: str, name: str, uid: str, dry_run: bool = False) -> None:
+        kube.evictions.append((f"{namespace}/{name}", uid, dry_run))
+        if dry_run in refuse:
+            raise KubeError(429, "TooManyRequests", PDB_MESSAGE)
+
+    kube.evict_pod = evict  # type: ignore[method-assign]
+    rb, _ = make(kube, fake_planner("team/a"), clock)
+    assert [m["result"] for m in (await rb.cycle(spec(dryRun=True), None)).moves] == ["blocked_by_pdb"]
+    clock.t += 300
+    real = await rb.cycle(spec(dryRun=False), None)
+    assert real.skipped["recently-refused"] == 0 and [m["result"] for m in real.moves] == ["evicted"]
+    assert rb.refused == {} and set(rb.dry_refused) == {"uid-a"}
+
+    refuse.clear()
+    refuse.add(False)
+    other, _ = make(kube, fake_planner("team/a"), clock)
+    assert [m["result"] for m in (await other.cycle(spec(), None)).moves] == ["blocked_by_pdb"]
+    clock.t += 300
+    preview = await other.cycle(spec(dryRun=True), None)
+    assert preview.skipped["recently-refused"] == 0 and [m["result"] for m in preview.moves] == ["dry_run"]
+
+
+async def test_pods_outside_the_watched_namespaces_are_never_candidates() -> None:
+    """With ``scope.namespaces`` set the chart grants ``pods/eviction`` only there: a pod elsewhere
+    would be refused (403) every cycle. Counted ``not-watched``; an empty scope watches everything."""
+    kube = FakeKube(
+        [node("n0"), node("n1"), node("n2")],
+        [pod("a", "n0", gpus=1, ns="team"), pod("b", "n1", gpus=1, ns="elsewhere")],
+    )
+    rb = Rebalancer(
+        RebalancerSettings(),
+        "rl-scheduler",
+        kube,
+        planner=fake_planner("elsewhere/b", "team/a"),
+        clock=Clock(),
+        namespaces=("team",),
+    )
+    report = await rb.cycle(spec(budget={"maxMovesPerCycle": 2}), None)
+    assert report.candidates == 1 and report.skipped["not-watched"] == 1
+    assert [e[0] for e in kube.evictions] == ["team/a"]
+    assert rb.as_status(report)["skipped"]["not-watched"] == 1
+    everywhere, _ = make(FakeKube(kube.nodes, [pod("b", "n1", gpus=1, ns="elsewhere")]), fake_planner("elsewhere/b"))
+    assert (await everywhere.cycle(spec(), None)).candidates == 1
+
+
+async def test_the_runtime_gives_the_rebalancer_the_operators_scope() -> None:
+    from rlsched.operator.runtime import start_runtime
+    from rlsched.operator.settings import load_settings
+
+    class Kube:
+        async def patch_pod_annotations(self, *_: Any, **__: Any) -> None: ...
+        async def post_event(self, *_: Any, **__: Any) -> None: ...
+        async def patch_policy_status(self, *_: Any, **__: Any) -> None: ...
+
+    settings = load_settings(None, {"scope.namespaces": ["team", "ml-*"], "decisionLog.path": ""})
+    rt = start_runtime(settings, Kube(), lambda _uid: None, lambda: [])
+    try:
+        assert rt.rebalancer is not None
+        assert [rt.rebalancer.watched(ns) for ns in ("team", "ml-a", "other")] == [True, True, False]
+    finally:
+        await rt.stop()

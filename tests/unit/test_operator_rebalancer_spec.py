@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from rlsched.operator.rebalance_budget import HOUR_S, MAX_CLOCK_SKEW_S, Ledger, allowance
+from rlsched.operator.rebalance_budget import HOUR_S, MAX_CLOCK_SKEW_S, MAX_RECENT, Ledger, allowance
+from rlsched.operator.rebalance_select import namespace_watched
 from rlsched.operator.rebalance_spec import LabelSelector, RebalanceSpec, Requirement, schema_defaults
 from rlsched.operator.settings import SettingsError, load_settings
 from rlsched.operator.spec import SpecError, crd_manifest, parse_spec
@@ -160,23 +161,20 @@ def test_settings() -> None:
 
 def test_the_ledger_reads_back_only_what_makes_sense() -> None:
     ledger = Ledger()
-    taken = ledger.restore(
-        [
-            {"at": 100.0, "owner": "a"},
-            {"at": "x", "owner": "b"},
-            "junk",
-            {"at": float("nan"), "owner": "c"},
-            {"at": 50},
-        ],
-        100.0,
-        60.0,
-    )
-    assert taken == 1 and ledger.restore([{"at": 1.0, "owner": "z"}], 100.0, 60.0) == 0  # only once
+    recent = [
+        {"at": 100.0, "owner": "a"},
+        {"at": "x", "owner": "b"},
+        "junk",
+        {"at": float("nan"), "owner": "c"},
+        {"at": 50},
+    ]
+    taken = ledger.merge(recent, 100.0, 60.0)
+    assert taken == 1 and ledger.merge(recent, 100.0, 60.0) == 0  # the same eviction is not counted twice
     ledger.add("a", 200.0)
     assert ledger.owner_moves("a", 300.0, 150.0) == 1 and ledger.in_last_hour(300.0) == 2
     ledger.prune(100.0 + 3600.0, 60.0)
     assert ledger.dump() == [{"at": 200.0, "owner": "a"}]
-    assert Ledger().restore({"not": "a list"}, 100.0, 60.0) == 0
+    assert Ledger().merge({"not": "a list"}, 100.0, 60.0) == 0
 
 
 def test_the_ledger_drops_restored_evictions_dated_in_the_future_or_outside_the_windows(
@@ -196,10 +194,51 @@ def test_the_ledger_drops_restored_evictions_dated_in_the_future_or_outside_the_
     ]
     ledger = Ledger()
     with caplog.at_level("WARNING", logger="rlsched.operator.rebalancer"):
-        assert ledger.restore(recent, now, day) == 2
+        assert ledger.merge(recent, now, day) == 2
     assert [r.owner for r in ledger.records] == ["ns/ReplicaSet/recent", "ns/ReplicaSet/skewed"]
     (warning,) = [r.getMessage() for r in caplog.records]
     assert "3 eviction(s)" in warning and "future" in warning
     assert allowance(ledger, now + HOUR_S + MAX_CLOCK_SKEW_S, 1, 1).left == 1  # the hour does pass
     ledger.prune(now + day + MAX_CLOCK_SKEW_S, day)
     assert ledger.dump() == []  # and nothing is written back for ever
+
+
+def test_the_ledger_merges_the_status_every_cycle_without_counting_twice() -> None:
+    """The status may hold evictions this process never made (another replica's, while this one was
+    paused): they are merged on every call, not only the first; the ledger's own, read back at the
+    status' precision (milliseconds), are not added again."""
+    now, day = 1_800_000_000.0, 86_400.0
+    ledger = Ledger()
+    mine = ledger.add("ns/ReplicaSet/mine", now - 10.0004)
+    assert ledger.merge(ledger.dump(), now, day) == 0 and ledger.records == [mine]
+    other = {"at": now - 5, "owner": "ns/ReplicaSet/other"}
+    assert ledger.merge([other], now, day) == 1
+    assert ledger.merge([other, *ledger.dump()], now, day) == 0
+    assert ledger.in_last_hour(now) == 2 and ledger.owner_moves("ns/ReplicaSet/other", now, day) == 1
+
+
+def test_merging_never_grows_the_ledger_past_its_cap() -> None:
+    """A status edited to hold more evictions than the ledger keeps: the newest are taken, the ledger is
+    full, and a full ledger spends the budget (a move is never made because the list overflowed)."""
+    now, day = 1_800_000_000.0, 86_400.0
+    ledger = Ledger()
+    for i in range(MAX_RECENT - 2):
+        ledger.add(f"ns/ReplicaSet/own-{i}", now - 100 - i)
+    edited = [{"at": now - i, "owner": f"ns/ReplicaSet/edited-{i}"} for i in range(5)]
+    assert ledger.merge(edited, now, day) == 2 and len(ledger.records) == MAX_RECENT
+    assert {r.owner for r in ledger.records} >= {"ns/ReplicaSet/edited-0", "ns/ReplicaSet/edited-1"}
+    assert allowance(ledger, now, 5, 10_000).left == 0
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    ["team", "team-*", "!kube-system", "team-*, !*-pr-*, *pr-123", "!*-pr-*, *pr-123", "a?c", "*"],
+)
+def test_the_watched_namespaces_are_read_as_kopf_reads_them(pattern: str) -> None:
+    from kopf._cogs.structs.references import match_namespace
+
+    watched = namespace_watched([pattern])
+    for ns in ["team", "team-a", "team-pr-5", "team-pr-123", "other-pr-123", "kube-system", "abc", "default"]:
+        assert watched(ns) is match_namespace(ns, pattern), (ns, pattern)
+    assert namespace_watched([])("anything") and namespace_watched(["a", "b"])("b")
+    assert not namespace_watched(["a", "b"])("c")

@@ -149,11 +149,7 @@ class Binder:
         if info.spec is None:
             return BindResult(f"pod {key}: {info.problem}", node, result="error")
         if node not in self.cache.nodes:
-            return BindResult(
-                f"node {node} is not in the extender's cache (not yet seen by the watch, or deleted)",
-                node,
-                result="error",
-            )
+            return self._not_cached(node)
         facts = self.cache.node_facts.get(node)
         if facts is None:
             return BindResult(
@@ -194,11 +190,7 @@ class Binder:
                     self.cache.release(uid)
                 state = self.cache.state
                 if state is None or node not in state.index:
-                    return BindResult(
-                        f"node {node} is not in the extender's cache (not yet seen by the watch, or deleted)",
-                        node,
-                        result="error",
-                    )
+                    return self._not_cached(node)
                 idx = state.index[node]
                 req = state.request(spec)
                 if not fits_on(state, req, idx):  # one node: no mask over all of them
@@ -289,6 +281,17 @@ class Binder:
                 f"refused: pod {key}'s placement rules cannot be read: {describe(exc)}", "", result="refused"
             )
         return info, rules
+
+    def _not_cached(self, node: str) -> BindResult:
+        """The answer for a node the cache does not hold: one the watch delivered but could not read
+        is refused with the reason (binding there would fail until the node changes), another one is
+        an error (not yet seen by the watch, or deleted)."""
+        reason = self.cache.rejected_nodes.get(node)
+        if reason is not None:
+            return BindResult(f"refused: node {node} was rejected by the extender: {reason}", node, result="refused")
+        return BindResult(
+            f"node {node} is not in the extender's cache (not yet seen by the watch, or deleted)", node, result="error"
+        )
 
     def _hinted_cards(self, uid: str, info: PodInfo, node: str) -> tuple[int, ...] | None:
         """Filter's cards for this node, when its memory is about this very pod version."""

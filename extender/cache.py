@@ -45,8 +45,8 @@ from rlsched.policy.cluster import (
 from rlsched.policy.scorers import TieBreak
 
 from .node_rules import NodeFacts, PodRules, node_facts, pod_rules
-from .objects import PodInfo, node_addresses, node_spec, pod_info
-from .rejections import Rejections, identity
+from .objects import PodInfo, PodRequestError, node_addresses, node_spec, pod_info
+from .rejections import Rejections, identity, short_reason
 from .settings import GpuConventions
 
 log = logging.getLogger("rlsched.extender.cache")
@@ -64,6 +64,9 @@ MAX_PROVISIONAL_HOLDS = 64
 """Provisional holds at once (kube-scheduler binds one pod at a time per profile)."""
 MAX_PROVISIONAL_SEEN = 4096
 """UIDs remembered as provisionally held once."""
+MAX_REJECTED_NODES = 8192
+"""Names of nodes the watch delivered but could not read, remembered with the reason (the oldest
+forgotten beyond this)."""
 
 
 @dataclass
@@ -133,6 +136,14 @@ class ClusterCache:
         """Pods without a node, by UID (bind looks pods up here before it falls back to a GET)."""
         self.pod_rules: dict[str, PodRules] = {}
         """Placement rules of pending pods (of ``scheduler_name``), by UID; a subset of ``pending``."""
+        self.rules_problems: dict[str, str] = {}
+        """Why the placement rules of a pending pod (of ``scheduler_name``) cannot be read, by UID; a
+        subset of ``pending``, disjoint from ``pod_rules``. Filter answers such a pod unschedulable
+        with the reason and holds nothing for it: bind would refuse it on any node."""
+        self.rejected_nodes: OrderedDict[str, str] = OrderedDict()
+        """Nodes whose latest version could not be read, by name → why (short), the newest last: filter
+        and bind say so rather than "not seen yet". Forgotten when the node is deleted, missing from a
+        relist, or a later version reads; at most MAX_REJECTED_NODES."""
         self.provisional: OrderedDict[str, float] = OrderedDict()
         """UID → when filter first held cards for a pod the watch had not seen yet (:meth:`reserve`);
         kept after the hold ends, up to MAX_PROVISIONAL_SEEN, so a pod is held so only once."""
@@ -195,7 +206,9 @@ class ClusterCache:
         except Exception as exc:  # noqa: BLE001 - any failure on one object: log once, count, ignore
             self.stats.node_errors += 1
             self.rejections.reject("Node", node, exc)
+            self._remember_rejected(identity(node)[1], exc)
             return
+        self.rejected_nodes.pop(spec.name, None)
         try:
             facts: NodeFacts | None = node_facts(node)
         except Exception as exc:  # noqa: BLE001
@@ -212,9 +225,19 @@ class ClusterCache:
             self._node_digests.pop(spec.name, None)
         self._touch()
 
+    def _remember_rejected(self, name: str, exc: BaseException) -> None:
+        """Keep why node ``name`` could not be read (nothing for a node without a name)."""
+        if not name:
+            return
+        self.rejected_nodes[name] = short_reason(exc)
+        self.rejected_nodes.move_to_end(name)
+        while len(self.rejected_nodes) > MAX_REJECTED_NODES:
+            self.rejected_nodes.popitem(last=False)
+
     def delete_node(self, name: str) -> None:
         self._node_digests.pop(name, None)
         self.node_facts.pop(name, None)
+        self.rejected_nodes.pop(name, None)
         if self.nodes.pop(name, None) is not None:
             self.addresses.pop(name, None)
             self._dirty = True
@@ -231,6 +254,8 @@ class ClusterCache:
         for name in list(self.nodes):
             if name not in seen:
                 self.delete_node(name)
+        for name in [n for n in self.rejected_nodes if n not in seen]:
+            del self.rejected_nodes[name]
         self.synced["nodes"] = True
 
     # -- pods -------------------------------------------------------------------------------------
@@ -258,17 +283,20 @@ class ClusterCache:
             if uid:
                 self._pod_digests.pop(uid, None)
                 self.pending.pop(uid, None)
-                self.pod_rules.pop(uid, None)
+                self._drop_rules(uid)
             return
         self.observe(info)
         clean = True
         if not info.node_name and not info.terminal and self._wants_rules(info):
             try:
                 self.pod_rules[info.uid] = pod_rules(pod)
-            except Exception as exc:  # noqa: BLE001 - bind reads the pod afresh and refuses it
+            except Exception as exc:  # noqa: BLE001 - filter answers it unschedulable, bind refuses it
                 clean = False
-                self.pod_rules.pop(info.uid, None)
-                self.rejections.reject("Pod", pod, exc, "kept without placement rules (bind refuses it)")
+                self.rules_problems[info.uid] = short_reason(exc)
+                self.unreserve(info.uid)  # a provisional hold from before the watch saw it: bind would refuse
+                self.rejections.reject(
+                    "Pod", pod, exc, "kept unschedulable (its placement rules cannot be read; bind refuses it)"
+                )
         if (
             clean
             and digest is not None
@@ -280,6 +308,11 @@ class ClusterCache:
     def _wants_rules(self, info: PodInfo) -> bool:
         return self.scheduler_name is None or info.scheduler_name == self.scheduler_name
 
+    def _drop_rules(self, uid: str) -> None:
+        """Forget a pod's placement rules, or why they could not be read."""
+        self.pod_rules.pop(uid, None)
+        self.rules_problems.pop(uid, None)
+
     def observe(self, info: PodInfo) -> None:
         """Apply what the API server says about a pod."""
         self._touch()
@@ -288,7 +321,7 @@ class ClusterCache:
             self.forget(info.uid)
             return
         entry = self.pods.get(info.uid)
-        self.pod_rules.pop(info.uid, None)  # set_pod puts them back for a pending pod
+        self._drop_rules(info.uid)  # set_pod puts them back for a pending pod
         if not info.node_name:
             self.pending[info.uid] = info
             # A pod we are binding, or whose binding outcome is unknown, keeps its reservation.
@@ -300,19 +333,14 @@ class ClusterCache:
         if spec is None:
             # Bound (by another scheduler: ours refuses such pods) with a GPU request we cannot read:
             # it runs all the same, so count the most it can hold (PodInfo.held), or nothing if
-            # even that cannot be read.
+            # even that cannot be read. Logged once per version and counted (reason gpu-request).
             self.stats.pod_errors += 1
-            counted = "counted as " + (
-                f"{info.held.num_gpu} whole card(s) and its cpu and memory" if info.held is not None else "nothing"
+            counted = (
+                f"on {info.node_name} counted as {info.held.num_gpu} whole card(s) and its cpu and memory"
+                if info.held is not None
+                else f"on {info.node_name} not counted (its cpu and memory cannot be read either)"
             )
-            log.warning(
-                "pod %s on %s: %s; %s",
-                info.key,
-                info.node_name,
-                info.problem,
-                counted,
-                extra={"event": "pod_unreadable"},
-            )
+            self.rejections.reject("Pod", _metadata(info), PodRequestError(info.problem), counted)
             if info.held is None:
                 self.forget(info.uid)
                 return
@@ -374,7 +402,7 @@ class ClusterCache:
                 e.status, e.since = UNCERTAIN, now
         for uid in [u for u in self.pending if u not in seen]:
             del self.pending[uid]
-            self.pod_rules.pop(uid, None)
+            self._drop_rules(uid)
             self._pod_digests.pop(uid, None)
         self.synced["pods"] = True
 
@@ -440,7 +468,7 @@ class ClusterCache:
         """Release a pod's resources and drop it."""
         self._pod_digests.pop(uid, None)
         self.pending.pop(uid, None)
-        self.pod_rules.pop(uid, None)
+        self._drop_rules(uid)
         entry = self.pods.pop(uid, None)
         if entry is not None:
             self._mark_placed(entry)
@@ -744,6 +772,18 @@ class ClusterCache:
 
     def _touch(self) -> None:
         self.last_update = self.clock()
+
+
+def _metadata(info: PodInfo) -> dict[str, Any]:
+    """The metadata of the pod version ``info`` was read from, as :func:`~.rejections.identity` reads it."""
+    return {
+        "metadata": {
+            "namespace": info.namespace,
+            "name": info.name,
+            "uid": info.uid,
+            "resourceVersion": info.resource_version,
+        }
+    }
 
 
 def _digest(parts: tuple[Any, ...]) -> bytes | None:

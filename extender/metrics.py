@@ -30,6 +30,9 @@ LATENCY_BUCKETS = (
 )
 """Seconds; dense below 15 ms where the filter/prioritize targets are."""
 
+BAD_HTTP_VERB = "http"
+"""The ``verb`` of ``bad_requests_total`` for a request that is not valid HTTP (either listener)."""
+
 
 class Metrics:
     """Every metric the extender exports."""
@@ -45,8 +48,14 @@ class Metrics:
             registry=r,
         )
         self.bad_requests = Counter(
-            "rlsched_extender_bad_requests_total", "Requests answered 400/413, by verb", ["verb"], registry=r
+            "rlsched_extender_bad_requests_total",
+            'Requests answered 400/408/413/415, by verb: "other" another path (the status listener), '
+            '"http" not valid HTTP (a bad request line, header or chunk size; aiohttp answers 400 and '
+            "closes the connection)",
+            ["verb"],
+            registry=r,
         )
+        self.bad_requests.labels(BAD_HTTP_VERB)
         self.decisions = Counter(
             "rlsched_extender_decisions_total",
             "Filter decisions by outcome: policy, fallback, unschedulable, delayed, rejected, invalid",
@@ -114,8 +123,9 @@ class Metrics:
         )
         self.objects_rejected = Counter(
             "rlsched_extender_objects_rejected_total",
-            "Watched objects (one count per object version) that could not be read and were "
-            "ignored, by kind and reason (quantity, field, placement-rules, event, unexpected)",
+            "Watched objects (one count per object version) that could not be read, by kind and reason "
+            "(quantity, field, placement-rules, gpu-request, event, unexpected); the log line says what "
+            "was done with each (ignored, kept unschedulable, counted as whole cards)",
             ["kind", "reason"],
             registry=r,
         )

@@ -17,9 +17,12 @@ otherwise place any pod anywhere. The semantics are kube-scheduler's (v1.37):
   missing label satisfies ``NotIn`` and ``DoesNotExist``; ``Gt``/``Lt`` need an int64 label value);
   ``matchFields`` supports ``In``/``NotIn`` with one value, on ``metadata.name``.
 
-Objects are read into small frozen values (what the cache keeps instead of raw JSON); every list is
-capped so that the work per object and the memory per cached object stay bounded. Malformed input
-raises :class:`RuleError` naming the field.
+Objects are read into small frozen values (what the cache keeps instead of raw JSON). Kubernetes caps
+no list here (a required ``In`` of 1,100 hostnames is valid), so no list has a cap of its own: the
+entries of one object's lists and maps together are (:data:`MAX_ITEMS`), which bounds the work per
+object and the memory per cached object. A requirement's key, operator or value longer than
+:data:`MAX_STRING` fails its own term only, as kube-scheduler's validation of it would; anything
+else malformed raises :class:`RuleError` naming the field.
 """
 
 from __future__ import annotations
@@ -29,8 +32,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-MAX_ITEMS = 1024
-"""At most this many taints, tolerations, selector entries, terms, requirements or values per list."""
+MAX_ITEMS = 100_000
+"""At most this many entries in all of one object's lists and maps together (taints, labels,
+tolerations, selector entries, terms, requirements, values). Kubernetes limits the object, not its
+lists: a stored object is at most ~1.5 MiB (etcd's request limit), ~100,000 hostnames of 12
+characters; reading that many takes ~30 ms. The watch reads events up to 16 MiB and a verb body up
+to ``server.maxBodyBytes``, so the byte caps alone would allow millions of entries."""
 MAX_STRING = 1024
 """Longest key or value kept (Kubernetes allows 317-character keys and 63-character label values)."""
 
@@ -55,6 +62,25 @@ class RuleError(ValueError):
     def __init__(self, field: str, message: str):
         self.field = field
         super().__init__(f"{field}: {message}")
+
+
+class _Budget:
+    """The entries one object may still have (:data:`MAX_ITEMS` in all its lists and maps)."""
+
+    __slots__ = ("left",)
+
+    def __init__(self) -> None:
+        self.left = MAX_ITEMS
+
+    def take(self, n: int, where: str) -> None:
+        """Count ``n`` more entries; RuleError at ``where`` when the object has too many in all."""
+        self.left -= n
+        if self.left < 0:
+            raise RuleError(
+                where,
+                f"brings the object over {MAX_ITEMS} entries in all (taints, labels, tolerations, "
+                f"selector entries, terms, requirements and values together); at most {MAX_ITEMS} are read",
+            )
 
 
 @dataclass(frozen=True)
@@ -124,13 +150,12 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     return value
 
 
-def _list(value: Any, where: str) -> list[Any]:
+def _list(value: Any, where: str, budget: _Budget) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
         raise RuleError(where, f"expected a list, got {type(value).__name__}")
-    if len(value) > MAX_ITEMS:
-        raise RuleError(where, f"has {len(value)} entries; at most {MAX_ITEMS} are supported")
+    budget.take(len(value), where)
     return value
 
 
@@ -144,22 +169,33 @@ def _str(value: Any, where: str) -> str:
     return value
 
 
-def _str_map(value: Any, where: str) -> dict[str, str]:
+def _term_str(value: Any, where: str) -> str:
+    """A requirement's key, operator or value: a longer string than :data:`MAX_STRING` is cut to
+    MAX_STRING + 1 characters (bounded memory), and its requirement is then made malformed
+    (:data:`_UNREADABLE`) without the pod becoming unreadable: only the term fails, as in
+    kube-scheduler (where a value longer than a label value fails its requirement's parsing, so even
+    ``NotIn`` does not match)."""
+    if isinstance(value, str) and len(value) > MAX_STRING:
+        return value[: MAX_STRING + 1]
+    return _str(value, where)
+
+
+def _str_map(value: Any, where: str, budget: _Budget) -> dict[str, str]:
     m = _mapping(value, where)
-    if len(m) > MAX_ITEMS:
-        raise RuleError(where, f"has {len(m)} entries; at most {MAX_ITEMS} are supported")
+    budget.take(len(m), where)
     return {_str(k, where): _str(v, f"{where}.{k}") for k, v in m.items()}
 
 
 def node_facts(node: Any, where: str = "node") -> NodeFacts:
     """Labels, NoSchedule/NoExecute taints and ``spec.unschedulable`` of a v1.Node."""
+    budget = _Budget()
     node = _mapping(node, where)
     meta = _mapping(node.get("metadata"), f"{where}.metadata")
     name = _str(meta.get("name"), f"{where}.metadata.name")
-    labels = _str_map(meta.get("labels"), f"{where}.metadata.labels")
+    labels = _str_map(meta.get("labels"), f"{where}.metadata.labels", budget)
     spec = _mapping(node.get("spec"), f"{where}.spec")
     taints = []
-    for i, t in enumerate(_list(spec.get("taints"), f"{where}.spec.taints")):
+    for i, t in enumerate(_list(spec.get("taints"), f"{where}.spec.taints", budget)):
         w = f"{where}.spec.taints[{i}]"
         t = _mapping(t, w)
         effect = _str(t.get("effect"), f"{w}.effect")
@@ -171,18 +207,31 @@ def node_facts(node: Any, where: str = "node") -> NodeFacts:
     return NodeFacts(name=name, labels=labels, taints=tuple(taints), unschedulable=bool(unschedulable))
 
 
-def _requirement(r: Any, where: str) -> Requirement:
+_UNREADABLE = ""
+"""The operator of a requirement whose key, operator or a value is longer than MAX_STRING: no
+operator, so the requirement is malformed and its term matches nothing (kube-scheduler's parsing
+fails it)."""
+
+
+def _requirement(r: Any, where: str, budget: _Budget, label: bool = True) -> Requirement:
+    """One requirement; ``label``: of ``matchExpressions``, whose values kube-scheduler parses as label
+    values (an over-long one fails the term), not of ``matchFields`` (a node name, compared as is)."""
     r = _mapping(r, where)
-    values = tuple(_str(v, f"{where}.values[{j}]") for j, v in enumerate(_list(r.get("values"), f"{where}.values")))
-    return Requirement(_str(r.get("key"), f"{where}.key"), _str(r.get("operator"), f"{where}.operator"), values)
+    raw = _list(r.get("values"), f"{where}.values", budget)
+    values = tuple(_term_str(v, f"{where}.values[{j}]") for j, v in enumerate(raw))
+    key, op = _term_str(r.get("key"), f"{where}.key"), _term_str(r.get("operator"), f"{where}.operator")
+    if len(key) > MAX_STRING or len(op) > MAX_STRING or (label and any(len(v) > MAX_STRING for v in values)):
+        op = _UNREADABLE  # NotIn with an over-long value must fail too, not exclude nothing
+    return Requirement(key, op, values)
 
 
 def pod_rules(pod: Any, where: str = "pod") -> PodRules:
     """Tolerations, nodeSelector and required node affinity of a v1.Pod (NO_RULES when it has none)."""
+    budget = _Budget()
     pod = _mapping(pod, where)
     spec = _mapping(pod.get("spec"), f"{where}.spec")
     tolerations = []
-    for i, t in enumerate(_list(spec.get("tolerations"), f"{where}.spec.tolerations")):
+    for i, t in enumerate(_list(spec.get("tolerations"), f"{where}.spec.tolerations", budget)):
         w = f"{where}.spec.tolerations[{i}]"
         t = _mapping(t, w)
         tolerations.append(
@@ -193,7 +242,7 @@ def pod_rules(pod: Any, where: str = "pod") -> PodRules:
                 _str(t.get("effect"), f"{w}.effect"),
             )
         )
-    selector = _str_map(spec.get("nodeSelector"), f"{where}.spec.nodeSelector")
+    selector = _str_map(spec.get("nodeSelector"), f"{where}.spec.nodeSelector", budget)
     w = f"{where}.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
     affinity = _mapping(
         _mapping(spec.get("affinity"), f"{where}.spec.affinity").get("nodeAffinity"),
@@ -202,18 +251,18 @@ def pod_rules(pod: Any, where: str = "pod") -> PodRules:
     required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     terms: tuple[Term, ...] | None = None
     if required is not None:
-        raw_terms = _list(_mapping(required, w).get("nodeSelectorTerms"), f"{w}.nodeSelectorTerms")
+        raw_terms = _list(_mapping(required, w).get("nodeSelectorTerms"), f"{w}.nodeSelectorTerms", budget)
         out = []
         for i, term in enumerate(raw_terms):
             tw = f"{w}.nodeSelectorTerms[{i}]"
             term = _mapping(term, tw)
             exprs = tuple(
-                _requirement(r, f"{tw}.matchExpressions[{j}]")
-                for j, r in enumerate(_list(term.get("matchExpressions"), f"{tw}.matchExpressions"))
+                _requirement(r, f"{tw}.matchExpressions[{j}]", budget)
+                for j, r in enumerate(_list(term.get("matchExpressions"), f"{tw}.matchExpressions", budget))
             )
             flds = tuple(
-                _requirement(r, f"{tw}.matchFields[{j}]")
-                for j, r in enumerate(_list(term.get("matchFields"), f"{tw}.matchFields"))
+                _requirement(r, f"{tw}.matchFields[{j}]", budget, label=False)
+                for j, r in enumerate(_list(term.get("matchFields"), f"{tw}.matchFields", budget))
             )
             out.append(Term(exprs, flds))
         terms = tuple(out)

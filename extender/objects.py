@@ -53,9 +53,10 @@ class ObjectError(ValueError):
 
 
 class PodRequestError(ValueError):
-    """A well-formed pod whose GPU request makes no sense (asks whole cards and a share, …).
-
-    Not a protocol error: filter answers it by marking every node unresolvable with this message.
+    """A well-formed pod whose GPU request makes no sense (asks whole cards and a share, …): its
+    ``PodInfo.problem``. Not a protocol error: filter answers such a pending pod by marking every node
+    unresolvable with the message; one bound already (by another scheduler) is counted as the whole
+    cards it may hold and reported through :class:`~.rejections.Rejections` (reason ``gpu-request``).
     """
 
 

@@ -16,14 +16,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .node_rules import RuleError
-from .objects import ObjectError
+from .objects import ObjectError, PodRequestError
 
 log = logging.getLogger("rlsched.extender.cache")
 
-REASONS = ("quantity", "field", "placement-rules", "event", "unexpected")
+REASONS = ("quantity", "field", "placement-rules", "gpu-request", "event", "unexpected")
 """quantity: a resource amount that cannot be read; field: another malformed field (wrong type, missing
-name); placement-rules: taints/tolerations/selector/affinity; event: a watch event that is not an
-object; unexpected: any other exception (a bug: the log line has the type)."""
+name); placement-rules: taints/tolerations/selector/affinity; gpu-request: a bound pod whose GPU request
+makes no sense (whole cards and a share, …; counted as the whole cards it may hold); event: a watch
+event that is not an object; unexpected: any other exception (a bug: the log line has the type)."""
 
 _QUANTITY_PARTS = (".resources", ".overhead", ".allocatable", ".capacity")
 
@@ -32,6 +33,8 @@ def classify(exc: BaseException) -> tuple[str, str]:
     """(reason, field) for an exception raised while reading an object."""
     if isinstance(exc, RuleError):
         return "placement-rules", exc.field
+    if isinstance(exc, PodRequestError):
+        return "gpu-request", ""
     if isinstance(exc, ObjectError):
         return ("quantity" if any(p in exc.field for p in _QUANTITY_PARTS) else "field"), exc.field
     return "unexpected", ""
@@ -47,6 +50,15 @@ def describe(exc: BaseException, limit: int = 300) -> str:
     if len(text) > limit:
         text = text[: limit - 1] + "…"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def short_reason(exc: BaseException, limit: int = 200) -> str:
+    """Why an object could not be read, for an answer to a client: the message of a malformed field
+    (it names the field), else :func:`describe`; bounded."""
+    if isinstance(exc, (ObjectError, RuleError)):
+        text = describe(exc, limit)
+        return text.split(": ", 1)[1] if ": " in text else text
+    return describe(exc, limit)
 
 
 def identity(obj: Any) -> tuple[str, str, str, str]:

@@ -43,7 +43,8 @@ from .cache import ClusterCache
 from .decision_ring import DecisionRing
 from .kubeapi import NODES_PATH, PODS_PATH, ApiError, Informer, KubeApi, backoff_delay
 from .listener import ConnectionGuard, ConnectionMetrics, GuardedSite
-from .metrics import Metrics, gauge
+from .log_throttle import HttpServerLog
+from .metrics import BAD_HTTP_VERB, Metrics, gauge
 from .policy import PolicyEngine, load_model
 from .prometheus import LoadPoller
 from .rejections import Rejections, describe, identity
@@ -270,12 +271,18 @@ class Service:
         return out
 
 
-def _runner(app: web.Application, srv: ServerSettings) -> web.AppRunner:
+def _runner(
+    app: web.Application, srv: ServerSettings, listener: str = "http", metrics: Metrics | None = None
+) -> web.AppRunner:
     """A listener's runner. lingering_time: after an early answer (408, 413, 401) aiohttp reads and drops
     the rest of the body for this long before closing; its default of 10 s would let a stalled client
-    keep the connection."""
+    keep the connection. logger: aiohttp's own log of the requests it cannot parse (answered 400 before
+    any middleware), throttled and counted in ``bad_requests_total{verb="http"}`` (HttpServerLog) —
+    it would log each with a traceback at ERROR, for anything that can reach the port."""
+    count = (lambda: metrics.bad_requests.labels(BAD_HTTP_VERB).inc()) if metrics is not None else None
     return web.AppRunner(
         app,
+        logger=HttpServerLog(listener, count),
         access_log=None,
         shutdown_timeout=srv.shutdown_timeout_s,
         keepalive_timeout=srv.idle_timeout_s,
@@ -365,7 +372,7 @@ async def serve(
         protect_metrics=settings.auth.protect_metrics,
         connections=status_guard,
     )
-    status_runner = _runner(status_app, srv)
+    status_runner = _runner(status_app, srv, "status", metrics)
     await status_runner.setup()
     verb_runner: web.AppRunner | None = None
     try:
@@ -382,7 +389,7 @@ async def serve(
         gc.freeze()
         verb_app = make_app(service.extender, service.metrics, settings, connections=verb_guard)
         verb_app.cleanup_ctx.append(service.background)
-        verb_runner = _runner(verb_app, srv)
+        verb_runner = _runner(verb_app, srv, "verbs", metrics)
         await verb_runner.setup()
         try:
             await GuardedSite(verb_runner, srv.host, srv.port, verb_guard, ssl_context=verb_ssl, backlog=1024).start()

@@ -58,6 +58,10 @@ a broken or hostile caller, whose list would otherwise be answered with one reas
 UNKNOWN_NODE = "not in the extender's cache yet (its watch lags); considered once the watch delivers it"
 """The reason for a node name the cache does not hold: one short sentence, sent once per such name."""
 
+REJECTED_NODE = "node rejected by the extender: "
+"""The start of the reason for a node the watch delivered but the extender could not read (its short
+reason follows): unresolvable, as no retry helps until the node changes."""
+
 MAX_REASON_CHARS = 256
 """A reason copied to every node of the answer (an unreadable pod) is cut to this length."""
 
@@ -272,6 +276,28 @@ class Extender:
             return None
         return known, False
 
+    def _rules_problem(self, info: PodInfo) -> str | None:
+        """Why the placement rules of the watch's pending pod ``info`` (same UID and name) cannot be
+        read, or None (readable, or not seen by the watch yet)."""
+        problem = self.cache.rules_problems.get(info.uid)
+        if problem is None:
+            return None
+        known = self.cache.pending.get(info.uid)
+        return problem if known is not None and known.key == info.key else None
+
+    def _unknown(
+        self, names: list[str], failed: dict[str, str], unresolvable: dict[str, str], why: str = UNKNOWN_NODE
+    ) -> None:
+        """Reasons for node names the state does not hold: a node the watch delivered but could not
+        read is unresolvable with its reason; the others fail with ``why`` (the watch lags)."""
+        rejected = self.cache.rejected_nodes
+        for name in names:
+            reason = rejected.get(name)
+            if reason is None:
+                failed[name] = why
+            else:
+                unresolvable[name] = (REJECTED_NODE + reason)[:MAX_REASON_CHARS]
+
     def _count(self, outcome: str) -> None:
         self.counts[outcome] = self.counts.get(outcome, 0) + 1
         if self.metrics is not None:
@@ -306,12 +332,22 @@ class Extender:
         held = self.cache.pods.get(info.uid)
         if held is not None and held.key == info.key:
             self.cache.unreserve(info.uid)  # a new decision for this pod: its last one no longer holds
+        problem = self._rules_problem(info)
+        if problem is not None:
+            # bind would refuse it on every node: no node kept, no cards held (they would block others)
+            self._count("invalid")
+            why = (
+                f"pod cannot be scheduled by {self.settings.kubernetes.scheduler_name}: its placement rules "
+                f"cannot be read: {problem}"
+            )[:MAX_REASON_CHARS]
+            return self._filter_result(args, [], {}, {n: why for n in names})
         for _attempt in range(3):
             state = self.cache.state
             epoch = self.cache.epoch
             if state is None:
                 why = "the extender has not seen any node yet (starting, or no nodes in the cluster)"
-                return self._filter_result(args, [], {n: why for n in names}, {})
+                self._unknown(names, failed, unresolvable, why)
+                return self._filter_result(args, [], failed, unresolvable)
             idx, cand = self._indices(state, names)
             known = idx >= 0
             if info.spec is None:
@@ -332,8 +368,7 @@ class Extender:
                 break
         else:  # pragma: no cover - the node set changed three times during one decision
             raise BadRequest("", "the node set kept changing during the decision; retry", 503)
-        for i in np.flatnonzero(~known).tolist():
-            failed[names[i]] = UNKNOWN_NODE
+        self._unknown([names[i] for i in np.flatnonzero(~known).tolist()], failed, unresolvable)
         verdict = outcome.verdict
         if verdict is not None and verdict.action == "delay" and outcome.decision is not None:
             if not self.holds.admit(info.uid, self.cache.clock(), verdict.retry_after_s):

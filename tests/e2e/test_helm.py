@@ -10,8 +10,9 @@ One release goes through its whole life, in file order:
    KubeSchedulerConfiguration and the scheduler ServiceAccount's token, the extender with the
    installed settings file and the same token, the operator with its own ServiceAccount's token;
    a pod of the release's scheduler gets GPU cards and is bound, kube-scheduler takes the chart's
-   Lease, a SchedulingPolicy is rolled out (a thread plays the kubelet: it copies the policy
-   ConfigMap into the folder the extender reads) and deleted again — and no log says "forbidden";
+   Lease, a SchedulingPolicy with the served model in a ConfigMap is rolled out (a thread plays the
+   kubelet: it copies the policy ConfigMap into the folder the extender reads), the extender reports
+   that model's version and sha256, and the policy is deleted again — and no log says "forbidden";
 4. ``helm upgrade`` changing a scheduler-config value rolls the scheduler pod (new ReplicaSet), not
    the operator's, and keeps what the operator wrote into the policy ConfigMaps;
 5. ``helm uninstall`` leaves nothing of the release in the namespace, in kube-system, or cluster-wide
@@ -23,6 +24,7 @@ One release goes through its whole life, in file order:
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import signal
@@ -47,6 +49,8 @@ TOOLS_BIN = Path(os.environ.get("RLSCHED_TOOLS_BIN", REPO_ROOT / ".tools" / "bin
 Cluster = Any  # tests/e2e/conftest.py's Cluster (conftest modules are not importable by name)
 
 CHART = REPO_ROOT / "helm" / "rl-scheduler"
+SERVED_MODEL = REPO_ROOT / "policy" / "models" / "ppo-openb-default-es.npz"
+"""The model the chart serves (its image's default), rolled out here through a SchedulingPolicy."""
 NS = "rlsched-helm-e2e"
 RELEASE = "rl-e2e"
 FULLNAME = f"{RELEASE}-rl-scheduler"
@@ -98,6 +102,10 @@ class Release:
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
         return self.cluster.kubectl(*args, input=input, check=check)
+
+    def apply(self, obj: dict) -> None:
+        """``kubectl apply`` of one object."""
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump(obj))
 
     def get(self, *args: str) -> dict:
         return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
@@ -491,20 +499,31 @@ def test_the_charts_rbac_runs_the_real_components(release: Release) -> None:
             annotations["rlsched.io/gpu-card-milli"] == "300"
             and annotations["rlsched.io/gpu-node"] == pod["spec"]["nodeName"]
         )
-        # The operator, with its own RBAC: roll out a SchedulingPolicy through the policy ConfigMap.
+        # The operator, with its own RBAC: roll out a SchedulingPolicy through the policy ConfigMap,
+        # with the model the chart serves, from a ConfigMap as a user would publish it (the real
+        # loader: the extender must report the model's own version and the file's sha256).
         wait_for(lambda: http_ok(f"http://127.0.0.1:{r.ports['health']}/healthz"), 90, "the operator's liveness")
-        r.kubectl(
-            "apply",
-            "-f",
-            "-",
-            input=yaml.safe_dump(
-                {
-                    "apiVersion": "rlsched.io/v1alpha1",
-                    "kind": "SchedulingPolicy",
-                    "metadata": {"name": "default", "namespace": NS},
-                    "spec": {"mode": "shadow", "fallback": "bestfit"},
-                }
-            ),
+        model = SERVED_MODEL.read_bytes()
+        model_sha = hashlib.sha256(model).hexdigest()
+        r.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "models", "namespace": NS},
+                "binaryData": {"served.npz": base64.b64encode(model).decode()},
+            }
+        )
+        r.apply(
+            {
+                "apiVersion": "rlsched.io/v1alpha1",
+                "kind": "SchedulingPolicy",
+                "metadata": {"name": "default", "namespace": NS},
+                "spec": {
+                    "mode": "shadow",
+                    "fallback": "bestfit",
+                    "model": {"configMapKeyRef": {"name": "models", "key": "served.npz"}, "sha256": model_sha},
+                },
+            }
         )
 
         def ready() -> bool:
@@ -541,10 +560,16 @@ def test_the_charts_rbac_runs_the_real_components(release: Release) -> None:
             ).read()
         )["policy"]
         assert (served["mode"], served["fallback"]) == ("shadow", "bestfit"), served
+        version = json.loads(SERVED_MODEL.with_suffix(".json").read_text())["version"]
+        assert served["model"]["loaded"] and served["model"]["version"] == version, served
+        assert served["model"]["digest"] == model_sha, served
+        rolled = r.get("schedulingpolicy", "default", "-n", NS)["status"]["model"]
+        assert (rolled["version"], rolled["digest"]) == (version, model_sha), rolled
         assert "mode: shadow" in r.get("configmap", f"{FULLNAME}-policy", "-n", NS)["data"]["policy.yaml"]
         assert r.get("configmap", f"{FULLNAME}-policy-last-good", "-n", NS).get("data")
         # Deleting it: the operator publishes an empty policy, clears last-good and drops its finalizer.
         r.kubectl("delete", "schedulingpolicy", "default", "-n", NS, "--timeout=90s")
+        r.kubectl("delete", "configmap", "models", "-n", NS)  # the user's, not the release's
         r.kubectl("delete", "pod", "share", "-n", NS, "--timeout=60s")
     finally:
         for name in ("operator", "standby", "kube-scheduler", "extender"):

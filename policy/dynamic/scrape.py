@@ -4,9 +4,17 @@ The extender reads per-node utilization from Prometheus every few seconds and ke
 value with the time it was fetched; a value older than ``staleAfterS`` becomes NaN
 (``rlsched.extender.prometheus``). This module plays the same rules against the simulated usage,
 so a policy trained here sees load the way it will in a cluster: up to one scrape interval old,
-sometimes missing, NaN when stale. The rows land in ``ClusterState.load`` (and the window's
-standard deviation in ``ClusterState.load_std``), which the feature encoder and the load-aware
-scorers read; changed rows bump ``node_version`` like the extender's cache does.
+sometimes missing, NaN when stale. The rows land in ``ClusterState.load``, which the feature encoder
+reads; changed rows bump ``node_version`` like the extender's cache does.
+
+Trimaran's plugins see load differently, through load-watcher (paypal/load-watcher v0.2.4, the
+Prometheus provider): ``avg_over_time`` and ``stddev_over_time`` of the node's cpu and memory
+utilization over the last 15 minutes (the client asks for ``FifteenMinutes``; it falls back to 10 or
+5 only while the watcher has no 15-minute result at all). :meth:`LoadScraper.window_stats` gives that
+view from the same scrapes, and :meth:`LoadScraper.publish` writes its standard deviation into
+``ClusterState.load_std`` (cpu and memory); the simulator hands the mean to the Trimaran scorers
+separately (:data:`rlsched.policy.scorers.trimaran.LOAD_WATCHER_VIEW`), so the features stay what
+the models were trained on.
 """
 
 from __future__ import annotations
@@ -35,25 +43,38 @@ class ScrapeSettings:
     noise_std: float = 0.02
     """Standard deviation of additive measurement noise on each utilization fraction (assumption: the
     kubelet, node-exporter and system daemons' own use, not part of any pod)."""
-    std_window: int = 10
-    """Scrapes over which ``load_std`` is computed (10 × 30 s = 5 minutes, like Trimaran's
-    load-watcher windows)."""
+    window_s: float = 900.0
+    """The range load-watcher's Prometheus queries average over (``avg_over_time(...[15m])``,
+    ``stddev_over_time(...[15m])``): the last ``round(window_s / interval_s)`` scrapes (30 at the
+    defaults), at least one."""
 
     def __post_init__(self) -> None:
-        if self.interval_s <= 0 or self.stale_after_s <= 0:
-            raise ValueError("interval_s and stale_after_s must be positive")
-        if not 0 <= self.miss_probability <= 1 or self.noise_std < 0 or self.std_window < 2:
-            raise ValueError("need 0 <= miss_probability <= 1, noise_std >= 0 and std_window >= 2")
+        if self.interval_s <= 0 or self.stale_after_s <= 0 or self.window_s <= 0:
+            raise ValueError("interval_s, stale_after_s and window_s must be positive")
+        if not 0 <= self.miss_probability <= 1 or self.noise_std < 0:
+            raise ValueError("need 0 <= miss_probability <= 1 and noise_std >= 0")
+
+    @property
+    def window_scrapes(self) -> int:
+        """Scrapes in :attr:`window_s`."""
+        return max(1, round(self.window_s / self.interval_s))
 
 
 class LoadScraper:
-    """Keeps each node's last scraped (cpu, memory) and when it was taken; publishes into the state."""
+    """Keeps each node's last scraped (cpu, memory) and when it was taken, and the scrapes of the
+    last :attr:`ScrapeSettings.window_s` (load-watcher's range); publishes into the state."""
 
     def __init__(self, num_nodes: int, settings: ScrapeSettings):
         self.settings = settings
         self.value = np.full((num_nodes, 2), np.nan)
         self.taken_at = np.full(num_nodes, -np.inf)
-        self.history = np.full((settings.std_window, num_nodes), np.nan)
+        self.history = np.full((settings.window_scrapes, num_nodes, 2), np.nan)
+        """The window's samples (ring buffer of scrapes × nodes × (cpu, memory)); NaN: no sample."""
+        self.kept = 0
+        """Sample times recorded in :attr:`history` (a scrape at the time of the last replaces it)."""
+        self.last_at = -np.inf
+        self.window: tuple[np.ndarray, np.ndarray] = (np.full((num_nodes, 2), np.nan), np.full((num_nodes, 2), np.nan))
+        """(mean, std) over the window at the last :meth:`publish` (:meth:`window_stats`)."""
         self.scrapes = 0
         self.misses = 0
 
@@ -65,12 +86,34 @@ class LoadScraper:
         ok = rng.random(n) >= self.settings.miss_probability if self.settings.miss_probability else np.ones(n, bool)
         self.value[ok] = measured[ok]
         self.taken_at[ok] = now
-        self.history[self.scrapes % self.settings.std_window] = np.where(ok, measured[:, 0], np.nan)
+        if self.kept and now == self.last_at:
+            # one sample per series and timestamp, as in Prometheus: the start's population is placed
+            # at time 0 with a scrape after every 1 % of it, and each replaces the one before
+            self.history[(self.kept - 1) % len(self.history)][ok] = measured[ok]
+        else:
+            self.history[self.kept % len(self.history)] = np.where(ok[:, None], measured, np.nan)
+            self.kept += 1
+        self.last_at = now
         self.scrapes += 1
         self.misses += int(n - ok.sum())
 
+    def window_stats(self) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, std) per node and (cpu, memory) over the window's samples, as Prometheus'
+        ``avg_over_time`` and ``stddev_over_time`` compute them (population deviation: 0 for a single
+        sample); NaN where the window holds no sample of the node."""
+        window = self.history[: min(self.kept, len(self.history))]
+        mean = np.full(window.shape[1:], np.nan)
+        std = np.full(window.shape[1:], np.nan)
+        some = (~np.isnan(window)).any(axis=0)
+        if some.any():
+            mean[some] = np.nanmean(window[:, some], axis=0)
+            std[some] = np.nanstd(window[:, some], axis=0)
+        return mean, std
+
     def publish(self, state: ClusterState, now: float) -> int:
-        """Write fresh values into ``state.load`` / ``load_std`` (stale ones NaN); returns stale nodes."""
+        """Write fresh values into ``state.load`` (stale ones NaN) and the window's standard deviation
+        into ``state.load_std``; returns stale nodes. The window's (mean, std) are kept in
+        :attr:`window`."""
         fresh = now - self.taken_at <= self.settings.stale_after_s
         new = np.full_like(state.load, np.nan)
         new[fresh, CPU] = self.value[fresh, 0]
@@ -80,11 +123,8 @@ class LoadScraper:
         if changed.any():
             state.load[:] = new
             state.node_version[changed] += 1
-        if self.scrapes >= 2:
-            window = self.history[: min(self.scrapes, self.settings.std_window)]
-            counts = (~np.isnan(window)).sum(axis=0)
-            std = np.full(state.num_nodes, np.nan)
-            enough = counts >= 2
-            std[enough] = np.nanstd(window[:, enough], axis=0)
-            state.load_std[:, CPU] = np.where(fresh, std, np.nan)
+        self.window = self.window_stats()
+        std = self.window[1]
+        state.load_std[:, CPU] = std[:, 0]
+        state.load_std[:, MEMORY] = std[:, 1]
         return int((~fresh).sum())

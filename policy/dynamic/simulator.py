@@ -17,7 +17,14 @@ One run, in order:
    A window that is not a whole number of scrape intervals ends with a shorter interval.
 4. At every scrape (``ScrapeSettings.interval_s``) take the true usage of every running pod and
    sum it per node: that is the ground truth for SLA accounting over the following interval, and,
-   with noise, misses and staleness, what the scheduler sees next (:mod:`.scrape`).
+   with noise, misses and staleness, what the scheduler sees next (:mod:`.scrape`): the latest
+   scrape in ``ClusterState.load`` (the extender's view, which the feature encoder reads), and for the
+   Trimaran scorers load-watcher's 15-minute mean and deviation with the pods bound after the scrape
+   or less than 60 s before it (:data:`~rlsched.policy.scorers.trimaran.LOAD_WATCHER_VIEW`).
+5. Ties: every policy keeps the FGD protocol's seed-fixed node order, except the scorers that stand
+   for kube-scheduler plugins (:attr:`Scorer.kube_scheduler_ties`: Trimaran's), whose ties go to a
+   uniformly random node among the best as kube-scheduler's ``selectHost`` does, from a stream of
+   their own seeded by the run's seed (``TieBreak.ties``).
 
 Measured over the window only (:class:`DynamicResult`): time-averaged GPU allocation and FGD
 fragmentation ("stranded GPUs"), queueing delay (arrival → placement; pods still waiting at the
@@ -44,6 +51,13 @@ from ..feasibility import fits_on, unresolvable_mask
 from ..fragmentation import Fragmentation
 from ..resources import MILLI_PER_CARD
 from ..scorers import Scorer, TieBreak
+from ..scorers.trimaran import (
+    DEFAULT_REQUESTS_MILLI_CORES,
+    DEFAULT_REQUESTS_MULTIPLIER,
+    METRICS_AGENT_REPORTING_INTERVAL_S,
+    predict_cpu_milli_array,
+    set_load_watcher_view,
+)
 from ..simulator import RequestCache
 from ..typical import TypicalPods
 from .arrivals import Arrival, ArrivalSettings, arrival_rate, draw_arrivals
@@ -85,6 +99,9 @@ class LivingCluster:
         self.seed = seed
         self.requests = RequestCache(self.state)
         self.tiebreak = TieBreak.seeded(self.state.num_nodes, seed)
+        # kube-scheduler's own tie rule for the scorers that stand for its plugins (Trimaran's), from a
+        # stream of its own: every other policy's ties and draws are as before
+        self.tiebreak.ties = np.random.default_rng([seed, 11])
         self.measure = Fragmentation(typical, self.state.model_names)
         workload_rng, usage_rng, self.noise_rng, tick_rng = (
             np.random.default_rng(s) for s in np.random.SeedSequence([seed, 7]).spawn(4)
@@ -142,6 +159,18 @@ class LivingCluster:
         then the same for GPU (milli)."""
         self.node_moments = np.zeros((4, self.state.num_nodes))
         """float[4, nodes]: :attr:`pod_moments` summed over each node's running pods (:meth:`hot_risk`)."""
+        self.bound_at = np.full(a, -np.inf)
+        """When each running pod was last bound, in the window (the start's population: −inf)."""
+        self.predicted_cpu = predict_cpu_milli_array(
+            self.cpu_req.astype(np.int64), DEFAULT_REQUESTS_MILLI_CORES, DEFAULT_REQUESTS_MULTIPLIER
+        ).astype(np.float64)
+        """Each pod's cpu as TargetLoadPacking predicts it (1.5 × request, 1000m without one)."""
+        self.recent = np.zeros(a, dtype=bool)
+        """Pods in Trimaran's recently-bound term now (:meth:`_refresh_recent`)."""
+        self.recent_cpu = np.zeros(self.state.num_nodes)
+        """:attr:`predicted_cpu` summed over each node's :attr:`recent` pods (the view's array, in place)."""
+        self._filling = True
+        set_load_watcher_view(self.state, *self.scraper.window, self.recent_cpu)
         self.result = DynamicResult.start(policy_name, seed, self.state, self.rate)
 
     def request(self, i: int) -> PodRequest:
@@ -157,6 +186,10 @@ class LivingCluster:
         self.ends_at[i] = self.now + self.remaining[i]
         heapq.heappush(self.events, (self.ends_at[i], DEPART, i))
         self._usage_moved(i, node, +1.0)
+        # bound after the metrics' window ended: in TargetLoadPacking's recently-bound term
+        self.bound_at[i] = -np.inf if self._filling else self.now
+        self.recent[i] = True
+        self.recent_cpu[node] += self.predicted_cpu[i]
 
     def evict(self, i: int) -> int:
         """Take running pod ``i`` off its node now (a migration): it comes back at once as a pending
@@ -211,6 +244,7 @@ class LivingCluster:
             if k % step == step - 1:
                 self._scrape(-1 - k, record=False)
         self.placed_at[initial] = np.nan  # the start's population is not part of the measured delays
+        self._filling = False
         self.result.initial_pods = len(initial)
         self.result.initial_waiting = len(self.waiting)
         self.result.rejected_initial = len(self.rejected)
@@ -262,6 +296,9 @@ class LivingCluster:
         self.state.release(placement)
         self.node_of[i] = -1
         self._usage_moved(i, placement.node, -1.0)
+        if self.recent[i]:  # a deleted pod leaves Trimaran's cache of bound pods
+            self.recent[i] = False
+            self.recent_cpu[placement.node] -= self.predicted_cpu[i]
         return placement.node
 
     def _usage_moved(self, i: int, node: int, sign: float) -> None:
@@ -298,8 +335,21 @@ class LivingCluster:
             )
         self.scraper.scrape(self.now, self.true_cpu, mem, self.noise_rng)
         stale = self.scraper.publish(state, self.now)
+        self._refresh_recent()
+        set_load_watcher_view(state, *self.scraper.window, self.recent_cpu)
         if record:
             self.result.stale_node_scrapes += stale
+
+    def _refresh_recent(self) -> None:
+        """Trimaran's recently-bound term after a scrape that ends the metrics' window at ``now``
+        (``targetloadpacking.go``): the running pods bound less than 60 s before it. While the start's
+        population is placed, no time passes, so each scrape there shows every pod placed before it."""
+        if self._filling:
+            self.recent[:] = False
+        else:
+            self.recent = (self.node_of >= 0) & (self.bound_at > self.now - METRICS_AGENT_REPORTING_INTERVAL_S)
+        where = self.node_of[self.recent]
+        self.recent_cpu[:] = np.bincount(where, self.predicted_cpu[self.recent], minlength=self.state.num_nodes)
 
     def finish(self, seconds: float) -> DynamicResult:
         """The run's measures (call once :meth:`decisions` is exhausted)."""
@@ -345,7 +395,8 @@ def run_dynamic(
     tiebreak: TieBreak | None = None,
 ) -> DynamicResult:
     """One living-cluster run of ``scorer`` on ``seed`` (see the module docstring). ``tiebreak``
-    replaces the seeded tie-break (the real-stack replay uses the extender's, ``TieBreak.by_name``)."""
+    replaces the seeded tie-break (the real-stack replay uses the extender's, ``TieBreak.by_name``),
+    kube-scheduler's random ties for Trimaran included where it carries no ``ties`` stream."""
     start = time.perf_counter()
     cluster = LivingCluster(
         nodes, pods, seed, typical, settings or DynamicSettings(), scorer.name if policy_name is None else policy_name

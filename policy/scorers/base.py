@@ -36,13 +36,21 @@ class Scorer(ABC):
     """Scores feasible nodes for one pod. Subclasses are small: one idea each."""
 
     name: ClassVar[str]
+    kube_scheduler_ties: ClassVar[bool] = False
+    """True for scorers that stand for a kube-scheduler score plugin (Trimaran's): where the run's
+    :class:`TieBreak` carries a stream for it (the living-cluster simulator), their ties go uniformly at
+    random, as kube-scheduler's ``selectHost`` splits them; elsewhere (the FGD protocol, the extender)
+    they keep the fixed order like every other scorer."""
 
     @abstractmethod
     def score(self, state: ClusterState, req: PodRequest, nodes: np.ndarray) -> NodeScores:
         """Score ``nodes`` (indices of feasible nodes, ascending) for the pod ``req``."""
 
     def choose(self, scores: NodeScores, nodes: np.ndarray, tiebreak: TieBreak) -> int:
-        """Position (into ``nodes``) of the node to use: the highest score, ties by ``tiebreak``'s order."""
+        """Position (into ``nodes``) of the node to use: the highest score, ties by ``tiebreak``'s order
+        (or kube-scheduler's rule, :attr:`kube_scheduler_ties`)."""
+        if self.kube_scheduler_ties:
+            return tiebreak.kube_argmax(scores.values, nodes)
         return tiebreak.argmax(scores.values, nodes)
 
     def cards(
@@ -68,12 +76,14 @@ class TieBreak:
     Ties go to the node that comes first in a random but seed-fixed order of the nodes (the FGD
     protocol's rule: with integer scores 0..100 ties are frequent, and a fixed order keeps filling
     the same node among equals rather than spreading pods over them). ``rank[n]`` is node ``n``'s
-    place in that order; ``rng`` serves policies that sample (Random, learned policies).
+    place in that order; ``rng`` serves policies that sample (Random, learned policies). ``ties``, where
+    a run sets it, is the stream of kube-scheduler's own rule (:meth:`kube_argmax`).
     """
 
-    def __init__(self, rank: np.ndarray, rng: np.random.Generator):
+    def __init__(self, rank: np.ndarray, rng: np.random.Generator, ties: np.random.Generator | None = None):
         self.rank = rank
         self.rng = rng
+        self.ties = ties
 
     @classmethod
     def seeded(cls, num_nodes: int, seed: int) -> TieBreak:
@@ -95,6 +105,18 @@ class TieBreak:
         if len(best) == 1:
             return int(best[0])
         return int(best[np.argmin(self.rank[nodes[best]])])
+
+    def kube_argmax(self, values: np.ndarray, nodes: np.ndarray) -> int:
+        """kube-scheduler's ``selectHost``: uniformly at random among the highest values, one draw from
+        :attr:`ties` per pod with tied maxima; without ``ties``, :meth:`argmax`."""
+        if self.ties is None:
+            return self.argmax(values, nodes)
+        if len(values) == 1:
+            return 0
+        best = np.flatnonzero(values == values.max())
+        if len(best) == 1:
+            return int(best[0])
+        return int(best[self.ties.integers(len(best))])
 
 
 def normalize_min_max(values: np.ndarray) -> np.ndarray:

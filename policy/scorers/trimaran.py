@@ -4,15 +4,16 @@ Ported from kubernetes-sigs/scheduler-plugins at commit 903da7df8279 (``v0.35.4-
 2026-08-16): ``pkg/trimaran/targetloadpacking/targetloadpacking.go``,
 ``pkg/trimaran/loadvariationriskbalancing/{loadvariationriskbalancing,analysis}.go``,
 ``pkg/trimaran/resourcestats.go`` and the defaults in ``apis/config/v1/defaults.go``. Unlike the
-NodeResources scorers (:mod:`.kubernetes`) they score *measured* utilization, which we read from
-:attr:`ClusterState.load` (mean, 0..1 of the node) and :attr:`ClusterState.load_std` (its standard
-deviation over the window); Trimaran's load-watcher reports percents, so ``percent = 100 · load``.
+NodeResources scorers (:mod:`.kubernetes`) they score *measured* utilization: a mean (0..1 of the
+node) and its standard deviation over the metrics window, per cpu and memory ("What the scorers read",
+below); Trimaran's load-watcher reports percents, so ``percent = 100 · load``.
 
 TargetLoadPacking (CPU only; ``T`` = target utilization %, default 40)::
 
     pod     = Σ containers: limit if set, else round(request · 1.5) if set, else 1000m   (+ overhead)
     used    = (percent / 100) · capacity                                   # millicores, float
-    P       = 100 · (used + pod) / capacity        (P = 0 when capacity = 0)
+    missing = Σ pods bound to the node recently (below): their predicted cpu, like ``pod``
+    P       = 100 · (used + pod + missing) / capacity     (P = 0 when capacity = 0)
     score   = round((100 − T) · P / T + T)          if P ≤ T     (40..100: pack up to the target)
             = round(T · (100 − P) / (100 − T))      if T < P ≤ 100  (T..0: then spread)
             = 0                                     if P > 100
@@ -32,15 +33,26 @@ our single implicit container: TargetLoadPacking sees ``cpu_milli`` as a *reques
 default for zero (``GetResourceRequested``); memory is in MiB on both sides (Go's bytes × 2⁻²⁰).
 
 Missing load, as Trimaran does it: a node without metrics scores the minimum, 0, in both plugins.
-TargetLoadPacking scores 0 where ``load[:, cpu]`` is NaN. LoadVariationRiskBalancing counts a
-resource as measured when either its mean or its std is known (``GetResourceData``: any metric of
-that type), an unknown part reading 0; with neither resource measured the node scores 0. So in the
-FGD mode (all load NaN) both score every node 0 and the tie-break order alone places pods.
+TargetLoadPacking scores 0 where the cpu mean is NaN. LoadVariationRiskBalancing counts a resource as
+measured when either its mean or its std is known (``GetResourceData``: any metric of that type), an
+unknown part reading 0; with neither resource measured the node scores 0. So in the FGD mode (all
+load NaN) both score every node 0 and the tie-break order alone places pods.
 
-Not modelled: TargetLoadPacking adds the predicted cpu of pods bound to the node within the last
-metrics interval (60 s) that the metrics may not show yet; our state keeps no bind times, so that
-term is 0 here and whoever fills :attr:`ClusterState.load` decides what it includes. Pod overhead
-and init containers do not exist in our pod model (both 0).
+What the scorers read. Where a simulator models Trimaran's load-watcher it leaves its view in
+``state.caches[LOAD_WATCHER_VIEW]`` (:func:`set_load_watcher_view`; the living-cluster simulator does):
+the 15-minute mean and standard deviation of cpu and memory (load-watcher's Prometheus provider,
+``avg_over_time`` / ``stddev_over_time``), and per node the predicted cpu of the pods bound to it that
+the metrics may not show yet. TargetLoadPacking adds that term as ``targetloadpacking.go`` does: every
+pod still on the node whose bind time ``t`` is after the metrics window's end ``E`` or less than
+``metricsAgentReportingIntervalSeconds`` (60 s) before it (``t > E − 60``), predicted like the pod
+being scored. Without a view (the FGD mode, the extender, and a copy of the state, which starts with
+no caches) they read :attr:`ClusterState.load` as the mean and :attr:`ClusterState.load_std` as the
+deviation, and the recently-bound term is 0. Pod overhead and init containers do not exist in our pod
+model (both 0).
+
+Ties: both set :attr:`Scorer.kube_scheduler_ties`, so where the run's tie-break carries kube-scheduler's
+stream (the living-cluster simulator) a tie goes to a uniformly random node among the best, as
+kube-scheduler's ``selectHost`` picks; in the FGD protocol and the extender, the fixed order.
 """
 
 from __future__ import annotations
@@ -63,8 +75,34 @@ DEFAULT_SAFE_VARIANCE_MARGIN = 1.0
 DEFAULT_SAFE_VARIANCE_SENSITIVITY = 1.0
 """``DefaultSafeVarianceSensitivity``: the std is raised to ``1 / sensitivity``."""
 
+METRICS_AGENT_REPORTING_INTERVAL_S = 60
+"""``metricsAgentReportingIntervalSeconds``: a pod bound less than this before the metrics window's end
+(or after it) counts in TargetLoadPacking's recently-bound term."""
+
 CPU = LOAD_METRICS.index("cpu")
 MEMORY = LOAD_METRICS.index("memory")
+
+LOAD_WATCHER_VIEW = "trimaran-load-watcher"
+"""Key in :attr:`ClusterState.caches` of what load-watcher shows the Trimaran scorers, where a simulator
+models it (:func:`set_load_watcher_view`): ``(mean, std, recent_cpu, predictor)`` — mean and standard
+deviation per node, columns as in :data:`LOAD_METRICS` (cpu and memory at least; 0..1, NaN: no sample
+in the window), the predicted cpu
+(millicores) of each node's recently bound pods, and the ``(default millicores, multiplier)`` that
+predicted it."""
+
+
+def set_load_watcher_view(
+    state: ClusterState,
+    mean: np.ndarray,
+    std: np.ndarray,
+    recent_cpu_milli: np.ndarray,
+    default_requests_milli_cores: int = DEFAULT_REQUESTS_MILLI_CORES,
+    default_requests_multiplier: float = DEFAULT_REQUESTS_MULTIPLIER,
+) -> None:
+    """Leave load-watcher's view for the Trimaran scorers on ``state`` (arrays kept by reference: the
+    caller may update ``recent_cpu_milli`` in place as pods are bound and leave)."""
+    predictor = np.array([default_requests_milli_cores, default_requests_multiplier], dtype=np.float64)
+    state.caches[LOAD_WATCHER_VIEW] = (mean, std, recent_cpu_milli, predictor)
 
 
 def go_round(x: np.ndarray) -> np.ndarray:
@@ -87,6 +125,13 @@ def predict_cpu_milli(cpu_milli: int, default_milli: int, multiplier: float) -> 
     return int(go_round(np.array(cpu_milli * multiplier)))
 
 
+def predict_cpu_milli_array(cpu_milli: np.ndarray, default_milli: int, multiplier: float) -> np.ndarray:
+    """:func:`predict_cpu_milli` for many pods at once (int64)."""
+    req = np.asarray(cpu_milli, dtype=np.int64)
+    predicted: np.ndarray = np.where(req > 0, go_round(req * multiplier), default_milli).astype(np.int64)
+    return predicted
+
+
 def target_load_packing_score(predicted_percent: np.ndarray, target: int) -> np.ndarray:
     """Scores 0..100 from the predicted cpu utilization in percent (node + pod), ``Score``'s branches."""
     p = np.asarray(predicted_percent, dtype=np.float64)
@@ -102,6 +147,7 @@ class TargetLoadPackingScorer(Scorer):
     to 0 at 100 %). Nodes with unknown cpu load score 0, as in Trimaran."""
 
     name = "target-load-packing"
+    kube_scheduler_ties = True
 
     def __init__(
         self,
@@ -120,13 +166,23 @@ class TargetLoadPackingScorer(Scorer):
         self.multiplier = float(default_requests_multiplier)
 
     def score(self, state: ClusterState, req: PodRequest, nodes: np.ndarray) -> NodeScores:
-        util = state.load[nodes, CPU]
+        view = state.caches.get(LOAD_WATCHER_VIEW)
+        missing: np.ndarray | float = 0.0  # recently bound pods the metrics may not show yet
+        if view is None:
+            util = state.load[nodes, CPU]
+        else:
+            mean, _, recent, predictor = view
+            if (float(predictor[0]), float(predictor[1])) != (float(self.default_milli), self.multiplier):
+                raise ValueError(
+                    f"the load-watcher view predicted recently bound pods at {predictor[0]:g}m / ×{predictor[1]:g}, "
+                    f"this scorer at {self.default_milli}m / ×{self.multiplier:g}"
+                )
+            util, missing = mean[nodes, CPU], recent[nodes]
         known = ~np.isnan(util)
         percent = np.where(known, util, 0.0) * 100
         capacity = state.cpu_cap[nodes].astype(np.float64)
         used = (percent / 100) * capacity
         pod = float(predict_cpu_milli(req.cpu_milli, self.default_milli, self.multiplier))
-        missing = 0.0  # recently bound pods the metrics do not show yet: not modelled (module docstring)
         has_cap = capacity != 0
         predicted = np.where(has_cap, 100 * (used + pod + missing) / np.where(has_cap, capacity, 1.0), 0.0)
         return NodeScores(np.where(known, target_load_packing_score(predicted, self.target), 0))
@@ -165,6 +221,7 @@ class LoadVariationRiskBalancingScorer(Scorer):
     utilization's std (rooted by ``sensitivity``) — is lowest; the worse resource decides."""
 
     name = "load-variation-risk-balancing"
+    kube_scheduler_ties = True
 
     def __init__(
         self,
@@ -181,7 +238,9 @@ class LoadVariationRiskBalancingScorer(Scorer):
         self, state: ClusterState, nodes: np.ndarray, column: int, capacity: np.ndarray, requested: int
     ) -> tuple[np.ndarray, np.ndarray]:
         """(score, measured) for one resource (``CreateResourceStats`` then ``computeScore``)."""
-        avg, std = state.load[nodes, column], state.load_std[nodes, column]
+        view = state.caches.get(LOAD_WATCHER_VIEW)
+        mean, spread = (state.load, state.load_std) if view is None else view[:2]
+        avg, std = mean[nodes, column], spread[nodes, column]
         measured = ~(np.isnan(avg) & np.isnan(std))
         percent_avg = np.nan_to_num(avg, nan=0.0) * 100
         percent_std = np.nan_to_num(std, nan=0.0) * 100

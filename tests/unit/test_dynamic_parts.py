@@ -87,12 +87,13 @@ def test_a_missed_scrape_keeps_the_old_value_until_it_is_stale() -> None:
 
 def test_load_std_is_the_window_s_standard_deviation() -> None:
     state = ClusterState([NodeSpec("a", 8000, 8192, 1, "T4")])
-    scraper = LoadScraper(1, ScrapeSettings(noise_std=0.0, std_window=3))
+    scraper = LoadScraper(1, ScrapeSettings(noise_std=0.0, interval_s=1.0, window_s=3.0))
     rng = np.random.default_rng(0)
     for t, v in enumerate([0.9, 0.1, 0.2, 0.3]):  # the window keeps the last three: 0.1, 0.2, 0.3
-        scraper.scrape(float(t), np.array([v]), np.array([0.0]), rng)
+        scraper.scrape(float(t), np.array([v]), np.array([v / 2]), rng)
     scraper.publish(state, 3.0)
     assert state.load_std[0, CPU] == pytest.approx(np.std([0.1, 0.2, 0.3]))
+    assert state.load_std[0, MEMORY] == pytest.approx(np.std([0.05, 0.1, 0.15]))  # memory too (load-watcher)
 
 
 def test_fits_on_agrees_with_the_feasibility_mask() -> None:

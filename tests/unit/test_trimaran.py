@@ -28,7 +28,9 @@ import pytest
 from rlsched.policy import ClusterState, NodeSpec, PodSpec
 from rlsched.policy.scorers import (
     LoadVariationRiskBalancingScorer,
+    NodeScores,
     TargetLoadPackingScorer,
+    TieBreak,
     make_scorer,
 )
 from rlsched.policy.scorers.trimaran import (
@@ -36,9 +38,12 @@ from rlsched.policy.scorers.trimaran import (
     MEMORY,
     go_round,
     predict_cpu_milli,
+    predict_cpu_milli_array,
     risk_score,
+    set_load_watcher_view,
     target_load_packing_score,
 )
+from rlsched.policy.typical import typical_pods
 
 NAN = math.nan
 
@@ -300,3 +305,86 @@ def test_defaults_are_trimarans() -> None:
 def test_bad_arguments_are_refused(build: object) -> None:
     with pytest.raises(ValueError):
         build()  # type: ignore[operator]
+
+
+# -- what load-watcher shows (the living cluster's view) and kube-scheduler's ties -------------------
+
+
+def test_with_a_load_watcher_view_the_scorers_read_it_not_the_extender_s_load() -> None:
+    """The simulator's view (15-minute mean and std, cpu and memory) wins over ``state.load`` /
+    ``load_std``, which stay what the feature encoder reads."""
+    state = state_with(cpu_load=0.9, cpu_std=0.0, mem_load=0.9, mem_std=0.0)
+    pod = PodSpec("p", 0, 0)
+    assert score_one(LoadVariationRiskBalancingScorer(), state, pod) == 55  # (1 − 0.9/2)·100
+    set_load_watcher_view(state, np.array([[0.2, 0.2]]), np.array([[0.1, 0.3]]), np.zeros(1))
+    # cpu: (1 − (0.2 + 0.1)/2)·100 = 85; memory: (1 − (0.2 + 0.3)/2)·100 = 75; the worse decides
+    assert score_one(LoadVariationRiskBalancingScorer(), state, pod) == 75
+    assert state.load[0, CPU] == 0.9  # untouched
+
+    tlp = ClusterState([NodeSpec("n", 4000, 1024)])
+    tlp.load[0, CPU] = 0.9  # not read once a view is there
+    set_load_watcher_view(tlp, np.array([[0.05, NAN]]), np.full((1, 2), NAN), np.zeros(1))
+    # P = 100·(200 + 1000)/4000 = 30 ≤ 40: round(60·30/40 + 40) = 85
+    assert score_one(TargetLoadPackingScorer(), tlp, pod) == 85
+
+
+@pytest.mark.parametrize(("recent_milli", "expected"), [(0.0, 85), (400.0, 100), (1200.0, 27), (3000.0, 0)])
+def test_target_load_packing_adds_the_recently_bound_pods(recent_milli: float, expected: int) -> None:
+    """targetloadpacking.go:151-172: the predicted cpu of pods bound since (or < 60 s before) the metrics
+    window's end joins ``used + pod``. 4000m node at 5 %: P = 100·(200 + 1000 + recent)/4000."""
+    state = ClusterState([NodeSpec("n", 4000, 1024)])
+    set_load_watcher_view(state, np.array([[0.05, NAN]]), np.full((1, 2), NAN), np.array([recent_milli]))
+    # 400: P = 40 → 100; 1200: P = 60 → round(40·40/60) = 27; 3000: P = 105 > 100 → 0
+    assert score_one(TargetLoadPackingScorer(), state, PodSpec("p", 0, 0)) == expected
+
+
+def test_a_view_predicted_with_other_parameters_is_refused() -> None:
+    state = ClusterState([NodeSpec("n", 4000, 1024)])
+    set_load_watcher_view(state, np.array([[0.05, NAN]]), np.full((1, 2), NAN), np.zeros(1))
+    with pytest.raises(ValueError, match="predicted recently bound pods"):
+        TargetLoadPackingScorer(default_requests_multiplier=2.0).score(
+            state, state.request(PodSpec("p", 0, 0)), np.arange(1)
+        )
+
+
+def test_predict_cpu_milli_array_agrees_with_the_one_pod_version() -> None:
+    requests = np.array([0, 1, 3, 333, 1000, 4001])
+    assert predict_cpu_milli_array(requests, 1000, 1.5).tolist() == [
+        predict_cpu_milli(int(r), 1000, 1.5) for r in requests
+    ]
+
+
+@pytest.mark.parametrize("name", ["target-load-packing", "load-variation-risk-balancing"])
+def test_trimaran_ties_are_kube_scheduler_s_where_the_run_says_so(name: str) -> None:
+    """kube-scheduler's selectHost: uniformly random among the top scores, per pod; a seeded stream keeps
+    it reproducible. Without that stream (the FGD protocol, the extender) the fixed order stays."""
+    scorer = make_scorer(name)
+    assert scorer.kube_scheduler_ties
+    values, nodes = np.array([7, 9, 9, 3, 9]), np.arange(5)
+    fixed = TieBreak.seeded(5, 42)
+    assert fixed.ties is None
+    first = fixed.argmax(values, nodes)
+    assert {scorer.choose(NodeScores(values), nodes, fixed) for _ in range(50)} == {first}
+
+    def picks(seed: int) -> list[int]:
+        tiebreak = TieBreak.seeded(5, 42)
+        tiebreak.ties = np.random.default_rng(seed)
+        return [scorer.choose(NodeScores(values), nodes, tiebreak) for _ in range(3000)]
+
+    drawn = picks(1)
+    assert drawn == picks(1)  # reproducible
+    counts = np.bincount(drawn, minlength=5)
+    assert counts[[0, 3]].tolist() == [0, 0] and all(900 < c < 1100 for c in counts[[1, 2, 4]]), counts
+
+
+def test_other_scorers_keep_the_fixed_order_even_with_kube_scheduler_s_stream() -> None:
+    """The FGD protocol's rule for every scorer that does not stand for a kube-scheduler plugin."""
+    tiebreak = TieBreak.seeded(5, 42)
+    tiebreak.ties = np.random.default_rng(0)
+    values, nodes = np.array([9, 9, 9, 9, 9]), np.arange(5)
+    for name in ("fgd", "bestfit", "gpupacking"):
+        scorer = make_scorer(name, typical_pods([PodSpec("t", 1000, 1024, 1, 1000)]))
+        assert not scorer.kube_scheduler_ties
+        assert {scorer.choose(NodeScores(values), nodes, tiebreak) for _ in range(20)} == {
+            tiebreak.argmax(values, nodes)
+        }

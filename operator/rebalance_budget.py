@@ -11,8 +11,9 @@ ahead: an operator killed between an eviction and the end of its cycle has recor
 every cycle. :meth:`Ledger.merge` reads it back at the start of every cycle and adds what the ledger
 lacks, so neither the hourly nor the per-owner budget resets when the operator restarts, and a
 replica that was paused (kopf peering) while another one evicted counts that one's evictions too —
-and writes them back with its own instead of erasing them. Each eviction is dated when it is sent,
-not when its cycle began: a cycle may take minutes, and a record dated earlier than its eviction
+and writes them back with its own instead of erasing them. Each eviction is dated when it is
+written ahead, just before it is sent (the write takes at most the API timeout), not when its cycle
+began: a cycle may take minutes, and a record dated earlier than its eviction
 would leave the sliding hour early. Dry-run moves go to a ledger of their own, in memory only (they
 move nothing), so that a dry run shows what the budgets would let a real one do.
 An eviction whose answer was lost (the rebalancer's ``unknown``) is recorded like one that was answered:
@@ -59,6 +60,10 @@ class Ledger:
 
     def __init__(self) -> None:
         self.records: list[Record] = []
+        self.withdrawn: dict[tuple[float, str], float] = {}
+        """Records taken back (:meth:`discard`: written ahead of an eviction that did not happen), by
+        key → date: a status patch that did not land still lists them, and :meth:`merge` must not
+        count them again (they would spend the budget for a whole window)."""
 
     def merge(self, recent: Any, now: float, owner_window_s: float) -> int:
         """Add the records of ``status.rebalance.recent`` (``[{at, owner}]``) that the ledger lacks, the
@@ -83,7 +88,7 @@ class Ledger:
             if now - record.at >= keep:  # outside both windows already (-inf too)
                 continue
             key = _key(record.at, record.owner)
-            if key not in have:
+            if key not in have and key not in self.withdrawn:
                 have.add(key)
                 new.append(record)
         if future:
@@ -93,15 +98,17 @@ class Ledger:
                 future,
                 MAX_CLOCK_SKEW_S,
             )
-        new.sort(key=lambda r: r.at, reverse=True)
-        new = new[: max(0, MAX_RECENT - len(self.records))]
-        self.records.extend(new)
-        self.records.sort(key=lambda r: r.at)
-        return len(new)
+        union = sorted(self.records + new, key=lambda r: r.at)
+        kept = union[-MAX_RECENT:]  # the newest: they count in the windows longest
+        fresh = {id(r) for r in new}
+        added = sum(1 for r in kept if id(r) in fresh)
+        self.records = kept
+        return added
 
     def prune(self, now: float, owner_window_s: float) -> None:
         keep = _keep_s(owner_window_s)
         self.records = [r for r in self.records if now - r.at < keep]
+        self.withdrawn = {k: at for k, at in self.withdrawn.items() if now - at < keep}
 
     def in_last_hour(self, now: float) -> int:
         return sum(1 for r in self.records if now - r.at < HOUR_S)
@@ -115,10 +122,13 @@ class Ledger:
         return record
 
     def discard(self, record: Record) -> None:
-        """Take back a record added ahead of an eviction that did not happen (this very object)."""
+        """Take back a record added ahead of an eviction that did not happen (this very object); it is
+        remembered as withdrawn until it leaves the windows (:attr:`withdrawn`)."""
         for i, r in enumerate(self.records):
             if r is record:
                 del self.records[i]
+                if len(self.withdrawn) < MAX_RECENT:
+                    self.withdrawn[_key(r.at, r.owner)] = r.at
                 return
 
     def dump(self) -> list[dict[str, Any]]:

@@ -443,9 +443,10 @@ class Rebalancer:
         controller has used its budget in this cycle is skipped (``owner-budget``). Each of those
         leaves the pod in ``excluded``, and so does every move tried, for the caller's next plan.
 
-        Each move reads the clock when it is sent: planning, replans and slow API calls may have taken
-        minutes since the cycle began, and a record dated at the cycle's start would leave the sliding
-        hour (and the owner window) that much early — the next cycle could evict again within a true hour."""
+        Each move reads the clock just before its write ahead and eviction: planning, replans and slow
+        API calls may have taken minutes since the cycle began, and a record dated at the cycle's start
+        would leave the sliding hour (and the owner window) that much early — the next cycle could
+        evict again within a true hour."""
         moved = 0
         for move in list(moves)[: max(0, budget.left) + 10]:
             if budget.left <= 0:

@@ -25,7 +25,8 @@ a finite number within ``[0, RETRY_AFTER_FACTOR · maxS]`` (``json.loads`` reads
 (``failed``) and skipped.
 
 A requeue that fails for good — the patch refused (400, 403, 422: RBAC, the admission policy, a bad
-annotation), failing transiently ``MAX_TRANSIENT_RETRIES`` times in a row, or raising something
+annotation), failing otherwise (5xx, 429, 401, no answer) ``MAX_TRANSIENT_RETRIES`` times in a row
+(with backoff), or raising something
 unexpected — stops the requeues of that pod: it is remembered like a pod given up on, so the sweep
 does not schedule it again (the annotation never moved, so ``maxAttempts`` would never end it), and
 forgotten when the pod is deleted (:meth:`Requeuer.forget`). kube-scheduler's own retries go on.
@@ -146,6 +147,10 @@ at 5, 10, 20, … s up to 5 minutes apart, about 15 minutes in all."""
 GONE = (404, 409)
 """Patch answers that mean the pod was deleted or recreated (the ``metadata.uid`` precondition):
 nothing is left to requeue, and nothing failed."""
+REFUSED = (400, 403, 422)
+"""Patch answers that refuse this patch for good (a bad request, RBAC or an admission policy, an
+invalid annotation): the same patch would be refused again. Any other failure (401 from an expired
+token, 5xx, 429, a lost answer) is retried with backoff."""
 MEMORY = 50_000
 """Pods remembered per bookkeeping map (given up, dropped, retries, last requeue); the oldest are
 forgotten past it."""
@@ -329,6 +334,7 @@ class Requeuer:
         pod = self.lookup(uid)
         if pod is None:
             log.debug("pod %s/%s is no longer pending: no requeue", namespace, name)
+            self._retries.pop(uid, None)
             return
         attempt = pod.attempt + 1
         try:
@@ -336,10 +342,10 @@ class Requeuer:
         except KubeError as exc:
             if exc.status in GONE:
                 log.info("pod %s/%s not requeued: %s", namespace, name, exc)
-            elif exc.transient:
-                self._retry_later(uid, namespace, name, exc)
-            else:
+            elif exc.status in REFUSED:
                 self._drop(uid, "requeue of %s/%s refused (%s); not requeued again", namespace, name, exc)
+            else:  # transient (5xx, 429, no answer) or not for good (401: a token about to be renewed)
+                self._retry_later(uid, namespace, name, exc)
             return
         self._retries.pop(uid, None)
         self.requeued += 1
@@ -354,7 +360,11 @@ class Requeuer:
         )
 
     def _retry_later(self, uid: str, namespace: str, name: str, exc: Exception) -> None:
-        """A transient failure: the same requeue again after a backoff, until it failed too often."""
+        """A transient failure: the same requeue again after a backoff, until it failed too often. Not for
+        a pod deleted meanwhile (:meth:`forget` ran while the patch was on its way)."""
+        if self.lookup(uid) is None:
+            self._retries.pop(uid, None)
+            return
         tries = self._retries.pop(uid, 0) + 1
         if tries > MAX_TRANSIENT_RETRIES:
             self._drop(
@@ -381,10 +391,12 @@ class Requeuer:
 
     def _drop(self, uid: str, message: str, *args: Any) -> None:
         """A requeue that failed for good: counted, logged once per pod, and the pod's requeues end
-        (the sweep skips it until it is deleted; module docstring)."""
+        (the sweep skips it until it is deleted; module docstring). A pod deleted meanwhile is not
+        remembered (:meth:`forget` already ran: it would stay until the memory's cap pushed it out)."""
         self.failed += 1
         self._retries.pop(uid, None)
-        _remember(self._dropped, uid)
+        if self.lookup(uid) is not None:
+            _remember(self._dropped, uid)
         self._once(f"dropped:{uid}", logging.WARNING, message, *args)
 
     def _give_up(self, uid: str, namespace: str, name: str, done: int) -> None:

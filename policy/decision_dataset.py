@@ -19,9 +19,11 @@ The operator (``rlsched.operator.decisionlog``) writes a folder of JSON Lines *s
 - ``gap`` — ``dropped`` ring records the operator never saw (the ring overflowed between drains).
 - ``rebalance`` — a move of the operator's rebalancer: ``pod``, ``owner``, ``from``, ``to``,
   ``reason``, ``gain``, ``result``, ``dryRun``, ``time``. A pod it evicted (``result`` ``evicted``, or
-  ``unknown``: the answer was lost, so it may have been) is marked :attr:`Outcome.rebalanced`: that
-  eviction was the rebalancer's choice, not a consequence of where the pod was placed, so
-  :func:`reward` does not charge it to the placing decision.
+  ``unknown``: the answer was lost, so it may have been) and that ended ``evicted`` within
+  :data:`REBALANCE_MATCH_S` of the line is marked :attr:`Outcome.rebalanced`: that eviction was the
+  rebalancer's choice, not a consequence of where the pod was placed, so :func:`reward` does not
+  charge it to the placing decision. An eviction long after it (the kubelet's, under node pressure,
+  hours after a lost answer) is not the rebalancer's and is charged.
 
 Crash safety: the writer appends whole lines and fsyncs; a crash can leave at most a torn last line,
 which :func:`iter_records` skips (as it skips, and counts, any line that is not a JSON object).
@@ -50,6 +52,11 @@ SEGMENT_GLOB = "segment-*.jsonl"
 
 REBALANCER_EVICTIONS = frozenset({"evicted", "unknown"})
 """``result`` of a ``rebalance`` line whose pod the rebalancer evicted, or may have (its answer was lost)."""
+REBALANCE_MATCH_S = 600.0
+"""How far apart (seconds, the operator's clock for both) a ``rebalance`` line and the pod's ``ended``
+``evicted`` outcome may be for that eviction to be the rebalancer's. The outcome is logged when the
+watch shows the eviction, seconds after the Eviction API call (before or after the ``rebalance`` line,
+which is written once the call has answered); minutes allow for a slow watch."""
 
 REWARD_DEFAULTS: dict[str, float] = {"placed": 1.0, "pendingSeconds": 0.01, "evicted": 5.0, "nodeLoad": 0.5}
 """The SchedulingPolicy CRD's defaults for ``spec.rewardWeights``."""
@@ -123,8 +130,9 @@ class Outcome:
     load: dict[str, float] = field(default_factory=dict)
     """Load of the bound node some time after binding (0..1 per column)."""
     rebalanced: bool = False
-    """The rebalancer evicted the pod (a ``rebalance`` line with ``result`` in :data:`REBALANCER_EVICTIONS`,
-    not a dry run): an ``ended`` ``evicted`` is then its move, not the placement's fault (:func:`reward`)."""
+    """The pod's ``ended`` ``evicted`` was the rebalancer's move (a ``rebalance`` line with ``result`` in
+    :data:`REBALANCER_EVICTIONS`, not a dry run, within :data:`REBALANCE_MATCH_S` of it), not the
+    placement's fault (:func:`reward`)."""
 
 
 @dataclass
@@ -179,13 +187,14 @@ def load_examples(path: str | Path, stats: ReadStats | None = None) -> list[Deci
     decisions: list[dict[str, Any]] = []
     seen: set[tuple[Any, Any]] = set()
     outcomes: dict[str, dict[str, dict[str, Any]]] = {}
-    rebalanced: set[str] = set()
+    rebalanced: dict[str, list[float | None]] = {}
+    """UID → the times of its ``rebalance`` lines that evicted it (or may have)."""
     for rec in iter_records(path, stats):
         kind = rec.get("type")
         if kind == "rebalance":
             uid = _rebalanced_uid(rec)
-            if uid is not None:
-                rebalanced.add(uid)
+            if uid is not None and len(rebalanced.setdefault(uid, [])) < 16:
+                rebalanced[uid].append(_num(rec.get("time")))
             continue
         if kind in ("decision", "outcome") and not _well_typed(rec):
             if stats is not None:
@@ -216,7 +225,7 @@ def load_examples(path: str | Path, stats: ReadStats | None = None) -> list[Deci
             ended=ended.get("how") if ended else None,
             lifetime_seconds=_num(ended.get("lifetimeSeconds")) if ended else None,
             load={k: float(v) for k, v in ((load or {}).get("load") or {}).items() if _num(v) is not None},
-            rebalanced=uid in rebalanced,
+            rebalanced=_rebalancers_eviction(rebalanced.get(uid), ended),
         )
         verdict = rec.get("verdict")
         action = verdict if verdict in ("delay", "reject") else ("place" if rec.get("node") else "none")
@@ -248,6 +257,16 @@ def load_examples(path: str | Path, stats: ReadStats | None = None) -> list[Deci
         if ex.action == "place" and last_place.get(ex.pod_uid) != i:
             ex.outcome = Outcome()
     return out
+
+
+def _rebalancers_eviction(times: list[float | None] | None, ended: Mapping[str, Any] | None) -> bool:
+    """Whether the pod's end was an eviction by the rebalancer: it ended ``evicted`` within
+    :data:`REBALANCE_MATCH_S` of one of its ``rebalance`` lines (``times``). Without a time on either
+    line (an older log) the pair is taken as the same eviction."""
+    if not times or ended is None or ended.get("how") != "evicted":
+        return False
+    end = _num(ended.get("time"))
+    return any(t is None or end is None or abs(end - t) <= REBALANCE_MATCH_S for t in times)
 
 
 def _rebalanced_uid(rec: Mapping[str, Any]) -> str | None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rlsched.policy.decision_dataset import REWARD_DEFAULTS, load_examples, reward, summarize
+from rlsched.policy.decision_dataset import FORMAT, REWARD_DEFAULTS, load_examples, reward, summarize
 
 POD = {"uid": "u1", "namespace": "team", "name": "a"}
 
@@ -89,3 +89,35 @@ def test_unreadable_rebalance_lines_are_ignored(tmp_path: Path) -> None:
     for bad in ({"result": "evicted", "pod": "u1"}, {"result": "evicted", "pod": {"uid": 5}}, {"result": ["evicted"]}):
         (example,) = load_examples(write(tmp_path, bad))
         assert not example.outcome.rebalanced and reward(example) == pytest.approx(CHARGED)
+
+
+def test_an_eviction_long_after_a_lost_rebalance_answer_is_charged(tmp_path: Path) -> None:
+    """A rebalance line whose answer was lost (the pod may not have been evicted) excused any later
+    eviction of the pod: the kubelet's, six hours later under node pressure, went uncharged."""
+    pod = {"uid": "u", "namespace": "ns", "name": "p"}
+    lines = [
+        {"type": "header", "format": FORMAT, "created": 0},
+        {
+            "type": "decision",
+            "epoch": "1",
+            "seq": 1,
+            "loggedAt": 0,
+            "kind": "filter",
+            "pod": pod,
+            "node": "n1",
+            "time": 0,
+        },
+        {"type": "outcome", "event": "bound", "pod": pod, "node": "n1", "time": 1, "pendingSeconds": 1},
+        {"type": "rebalance", "pod": pod, "result": "unknown", "dryRun": False, "time": 1000},
+        {"type": "outcome", "event": "ended", "how": "evicted", "pod": pod, "time": 22600, "lifetimeSeconds": 22599},
+    ]
+    folder = tmp_path / "log"
+    folder.mkdir()
+    (folder / "segment-0000000000001-000001.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (example,) = load_examples(folder)
+    assert not example.outcome.rebalanced and reward(example) < 0
+    # the same eviction seconds after the line is the rebalancer's
+    lines[-1] = {**lines[-1], "time": 1003}
+    (folder / "segment-0000000000001-000001.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (example,) = load_examples(folder)
+    assert example.outcome.rebalanced and reward(example) > 0

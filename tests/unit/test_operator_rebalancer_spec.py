@@ -225,9 +225,35 @@ def test_merging_never_grows_the_ledger_past_its_cap() -> None:
     for i in range(MAX_RECENT - 2):
         ledger.add(f"ns/ReplicaSet/own-{i}", now - 100 - i)
     edited = [{"at": now - i, "owner": f"ns/ReplicaSet/edited-{i}"} for i in range(5)]
-    assert ledger.merge(edited, now, day) == 2 and len(ledger.records) == MAX_RECENT
-    assert {r.owner for r in ledger.records} >= {"ns/ReplicaSet/edited-0", "ns/ReplicaSet/edited-1"}
+    assert ledger.merge(edited, now, day) == 5 and len(ledger.records) == MAX_RECENT
+    owners = {r.owner for r in ledger.records}
+    assert {f"ns/ReplicaSet/edited-{i}" for i in range(5)} <= owners  # the newest of the union
+    assert not {f"ns/ReplicaSet/own-{i}" for i in range(MAX_RECENT - 5, MAX_RECENT - 2)} & owners
     assert allowance(ledger, now, 5, 10_000).left == 0
+
+
+def test_a_full_ledger_keeps_another_replicas_newer_eviction() -> None:
+    """The cap was applied to the status' records only, so a full ledger kept its own older records and
+    dropped another replica's newer one (and the next status write erased it), against the docs."""
+    now, day = 1_800_000_000.0, 86_400.0
+    ledger = Ledger()
+    for i in range(MAX_RECENT):
+        ledger.add(f"o{i}", now - 80_000 + i)
+    assert ledger.merge([{"at": now - 5, "owner": "ns/Deployment/x"}], now, day) == 1
+    assert "ns/Deployment/x" in {r.owner for r in ledger.records} and len(ledger.records) == MAX_RECENT
+
+
+def test_a_withdrawn_record_does_not_come_back_from_a_status_that_still_lists_it() -> None:
+    """An eviction written ahead and then refused is taken back; when the cycle's status patch did not
+    land, the status still lists it, and the next merge counted it again for a whole window."""
+    now, day = 1_800_000_000.0, 86_400.0
+    ledger = Ledger()
+    ahead = ledger.add("ns/ReplicaSet/a", now)
+    stale = ledger.dump()
+    ledger.discard(ahead)
+    assert ledger.merge(stale, now + 400, day) == 0 and ledger.records == []
+    ledger.prune(now + day + 1, day)  # out of the windows: forgotten
+    assert ledger.withdrawn == {}
 
 
 @pytest.mark.parametrize(

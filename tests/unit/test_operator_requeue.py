@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from typing import Any
 
 import pytest
 
@@ -460,3 +461,41 @@ async def test_a_pod_deleted_or_recreated_before_its_requeue_is_no_failure(statu
     h.now = 5.0
     await h.r.process_due()
     assert len(h.patched()) == 1 and h.r.failed == 0 and h.r.requeued == 0
+
+
+async def test_a_patch_refused_once_with_401_is_retried_not_dropped() -> None:
+    """Only 400, 403 and 422 refuse a patch for good: a 401 (a token being renewed, an authentication
+    webhook's blip) ended the pod's requeues until it was deleted."""
+    h = Harness()
+    h.add("u1", delayed=True)
+    h.kube.fail["patch_pod"] = KubeError(401, "Unauthorized", "token expired")
+    h.r.sweep()
+    h.now = 5.0
+    await h.r.process_due()
+    del h.kube.fail["patch_pod"]  # the token was renewed
+    await run_sweeps(h, 3000.0)
+    assert len(h.patched()) > 1 and h.r.requeued >= 1 and h.r.failed == 0
+
+
+@pytest.mark.parametrize("status", [503, 403])
+async def test_a_pod_deleted_while_its_patch_was_on_its_way_is_not_remembered(status: int) -> None:
+    """forget() on DELETED ran before the patch's failure came back, which then remembered the dead UID
+    again (retries and a due requeue, or the dropped set) until the memory's cap pushed it out."""
+    h = Harness()
+    h.add("u1", delayed=True)
+    gate = asyncio.Event()
+
+    async def slow(*_: Any, **__: Any) -> None:
+        await gate.wait()
+        raise KubeError(status, "Failed", "on its way")
+
+    h.r.patch = slow
+    h.r.sweep()
+    h.now = 5.0
+    task = asyncio.create_task(h.r.process_due())
+    await asyncio.sleep(0)
+    h.index.pop("u1")
+    h.r.forget("u1")  # DELETED while the patch is in flight
+    gate.set()
+    await task
+    assert "u1" not in h.r._retries and "u1" not in h.r._dropped and "u1" not in h.r._due

@@ -200,6 +200,7 @@ class ClusterCache:
         digest = node_digest(node)
         if digest is not None and self._node_digests.get(digest[0]) == digest[1]:
             self._touch()  # a heartbeat: nothing read has changed
+            self.rejected_nodes.pop(digest[0], None)  # back to its last good version after a bad one
             return
         try:
             spec = node_spec(node, self.gpu)

@@ -112,8 +112,9 @@ class LoadScraper:
 
     def publish(self, state: ClusterState, now: float) -> int:
         """Write fresh values into ``state.load`` (stale ones NaN) and the window's standard deviation
-        into ``state.load_std``; returns stale nodes. The window's (mean, std) are kept in
-        :attr:`window`."""
+        into ``state.load_std`` (stale nodes NaN too: what reads the state without the load-watcher
+        view — a copy of it, as the rebalancer plans on — must see a stale node as unmeasured, not as
+        measured idle); returns stale nodes. The window's (mean, std) are kept in :attr:`window`."""
         fresh = now - self.taken_at <= self.settings.stale_after_s
         new = np.full_like(state.load, np.nan)
         new[fresh, CPU] = self.value[fresh, 0]
@@ -125,6 +126,6 @@ class LoadScraper:
             state.node_version[changed] += 1
         self.window = self.window_stats()
         std = self.window[1]
-        state.load_std[:, CPU] = std[:, 0]
-        state.load_std[:, MEMORY] = std[:, 1]
+        state.load_std[:, CPU] = np.where(fresh, std[:, 0], np.nan)
+        state.load_std[:, MEMORY] = np.where(fresh, std[:, 1], np.nan)
         return int((~fresh).sum())

@@ -141,3 +141,36 @@ def test_objective_arithmetic() -> None:
     # objective: −(0.5 · 157.5/300 + 0.5 · 0.8333 + 1 · 0.125 + 1 · 0.025)
     expected = -(0.5 * 157.5 / 300 + 0.5 * (100 / 120) + 0.125 + 0.025)
     assert result.objective(ObjectiveWeights()) == pytest.approx(expected)
+
+
+class _MissSecondNode:
+    """A scrape's random stream in which node 0 is scraped and node 1 missed (no noise)."""
+
+    def normal(self, *_: object, **__: object) -> float:
+        return 0.0
+
+    def random(self, n: int) -> np.ndarray:
+        return np.array([0.9, 0.1])
+
+
+def test_a_stale_node_reads_unmeasured_without_the_load_watcher_view() -> None:
+    """publish wrote the window's deviation for every node: on a copy of the state (the rebalancer's
+    planner scores on one, without the load-watcher view) a stale node had load NaN but a deviation,
+    and LoadVariationRiskBalancing scored it as measured at 0 % load: the best node."""
+    import dataclasses
+
+    from rlsched.policy.scorers import LoadVariationRiskBalancingScorer
+
+    state = ClusterState([NodeSpec("ok", 8000, 8192, 1, "T4"), NodeSpec("stale", 8000, 8192, 1, "T4")])
+    settings = ScrapeSettings(noise_std=0.0)
+    scraper = LoadScraper(2, settings)
+    busy = np.array([0.3, 0.9])
+    scraper.scrape(0.0, busy, busy, np.random.default_rng(0))
+    scraper.settings = dataclasses.replace(settings, miss_probability=0.5)
+    for t in range(30, 301, 30):
+        scraper.scrape(float(t), busy, busy, _MissSecondNode())  # type: ignore[arg-type]
+    scraper.publish(state, 300.0)
+    assert np.isnan(state.load[1]).all() and np.isnan(state.load_std[1]).all()
+    work = state.copy()
+    scores = LoadVariationRiskBalancingScorer().score(work, work.request(PodSpec("p", 1000, 1024)), np.arange(2))
+    assert scores.values[1] == 0 < scores.values[0]

@@ -54,6 +54,8 @@ def test_a_rejected_node_is_forgotten_when_it_reads_is_deleted_or_not_listed() -
     assert "ts0" in h.cache.nodes and "ts0" not in h.cache.rejected_nodes
     h.cache.set_node(time_sliced(rv="1002"))  # broken again: the last good version stays in use
     assert "ts0" in h.cache.nodes and "ts0" in h.cache.rejected_nodes
+    h.cache.set_node(time_sliced(gpus=8, rv="1001"))  # back to the last good version (its digest)
+    assert "ts0" not in h.cache.rejected_nodes
     h.cache.delete_node("ts0")
     assert "ts0" not in h.cache.rejected_nodes
     h.cache.set_node(time_sliced(rv="1003"))

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 from pathlib import Path
 
-from .workload import DEFAULT_TARGET
+from .workload import DEFAULT_TARGET, MAX_TARGET, MIN_TARGET, target_problem
 
 POLICY_HELP: dict[str, str] = {
     "random": "a random feasible node",
@@ -49,7 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--target",
         type=float,
         default=DEFAULT_TARGET,
-        help="inflate arrivals to this fraction of cluster GPU capacity (default: %(default)s)",
+        help=f"inflate arrivals to this fraction of cluster GPU capacity, {MIN_TARGET:g} to {MAX_TARGET:g} "
+        "(default: %(default)s); where pods too large for the cluster stop the arrivals short of 100 %%, the "
+        "table marks the @100 figure with * and says where they stopped",
     )
     parser.add_argument("--typical-from", help="pod list to take FGD's typical pods from (default: --pods)")
     parser.add_argument(
@@ -146,6 +149,63 @@ def flags_of_other_modes(args: argparse.Namespace) -> list[str]:
     ]
 
 
+MAX_WINDOW_S = 7 * 86400.0
+"""``--window`` at most a week of simulated time: arrivals grow with it (openb at load 0.9 brings about
+6,300 pods an hour, a million a week), and a typo of a few digits must not exhaust the memory."""
+
+DYNAMIC_FLOATS = ("--load", "--window", "--sla-threshold", "--scrape-interval", "--scrape-miss", "--beta")
+"""Dynamic-mode flags that take a number: NaN passes every range test written with ``<``, so each is
+checked for being finite here, where the flag's name is known."""
+
+
+def output_paths(args: argparse.Namespace) -> dict[str, Path]:
+    """The files this evaluation writes (``json``, and ``png`` in fgd mode), from ``--json``, ``--out`` and
+    ``--name``."""
+    suffix = {"fgd": "", "events": "-events", "dynamic": "-dynamic"}[args.mode]
+    out = Path(args.out)
+    paths = {"json": Path(args.json) if args.json else out / f"{args.name}{suffix}.json"}
+    if args.mode == "fgd":
+        paths["png"] = out / f"{args.name}.png"
+    return paths
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Raise ValueError, naming the flag, for settings no evaluation can use; before any file is read,
+    so that nothing is refused after the runs."""
+    from .trace import output_problem
+
+    if args.mode == "fgd":
+        problem = target_problem(args.target)
+        if problem:
+            raise ValueError(problem)
+    unused = flags_of_other_modes(args)
+    if unused:
+        raise ValueError(f"{', '.join(unused)} do(es) nothing in --mode {args.mode}")
+    if args.jobs < 0:
+        raise ValueError(f"--jobs must be 0 (one per core) or more, got {args.jobs}")
+    if args.mode == "dynamic":
+        for flag in DYNAMIC_FLOATS:
+            value = getattr(args, flag[2:].replace("-", "_"))
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"{flag} must be a finite number, got {value}")
+        if not 0 < args.window <= MAX_WINDOW_S:
+            raise ValueError(f"--window must be in (0, {MAX_WINDOW_S:.0f}] seconds (a week), got {args.window:g}")
+    for flag, path in (("--nodes", args.nodes), ("--pods", args.pods), ("--typical-from", args.typical_from)):
+        if path and not Path(path).is_file():
+            raise ValueError(f"{flag}: {'not a file' if Path(path).is_dir() else 'no such file'}: {path}")
+    problem = output_problem(args.out, "--out", folder=True) if args.mode == "fgd" else None
+    for name, path in output_paths(args).items():
+        flag = "--json" if name == "json" and args.json else "--out/--name"
+        problem = problem or output_problem(path, flag)
+    if problem:
+        raise ValueError(problem)
+
+
+def os_error(exc: OSError) -> str:
+    """An OSError as one line: the file and the system's words (``str`` of it repeats the errno)."""
+    return f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)
+
+
 def run(args: argparse.Namespace) -> int:
     from .evaluate import default_jobs, evaluate, format_table, parse_policies, parse_seeds, write_outputs
     from .scorers import UnknownPolicyError
@@ -154,17 +214,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         seeds = parse_seeds(args.seeds)
         policies = parse_policies(args.policy)
-        if args.target < 1.0:
-            raise ValueError(
-                f"--target must be at least 1.0 (arrivals up to {args.target:g} of capacity never reach the "
-                "100 % point the headline figure is read at)"
-            )
-        unused = flags_of_other_modes(args)
-        if unused:
-            raise ValueError(f"{', '.join(unused)} do(es) nothing in --mode {args.mode}")
-        for flag, path in (("--nodes", args.nodes), ("--pods", args.pods), ("--typical-from", args.typical_from)):
-            if path and not Path(path).is_file():
-                raise ValueError(f"{flag}: no such file: {path}")
+        check_arguments(args)
         if args.mode == "events":
             return _run_events(args, policies, seeds)
         if args.mode == "dynamic":
@@ -178,12 +228,20 @@ def run(args: argparse.Namespace) -> int:
             jobs=args.jobs or default_jobs(),
             typical_from=args.typical_from,
             progress=not args.no_progress and sys.stderr.isatty(),
+            warn=lambda line: print(f"rlsched evaluate: warning: {line}", file=sys.stderr),
         )
     except (TraceError, UnknownPolicyError, ValueError) as exc:
         print(f"rlsched evaluate: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # the events and dynamic modes write their JSON in there
+        print(f"rlsched evaluate: {os_error(exc)}", file=sys.stderr)
+        return 2
     print(format_table(evaluation))
-    paths = write_outputs(evaluation, args.out, args.name, json_path=args.json)
+    try:
+        paths = write_outputs(evaluation, args.out, args.name, json_path=args.json)
+    except OSError as exc:  # checked before the runs, but the filesystem may have changed since
+        print(f"rlsched evaluate: cannot write the outputs: {os_error(exc)}", file=sys.stderr)
+        return 2
     print(f"\nwrote {paths['json']} and {paths['png']}")
     return 0
 
@@ -195,7 +253,7 @@ def _run_events(args: argparse.Namespace, policies: list[str], seeds: list[int])
 
     results = evaluate_events(args.nodes, args.pods, policies, seeds, args.retry_failed, args.typical_from)
     print(format_events_table(results))
-    path = Path(args.json) if args.json else Path(args.out) / f"{args.name}-events.json"
+    path = output_paths(args)["json"]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps([r.summary() for r in results], indent=1))
     print(f"\nwrote {path}")
@@ -208,6 +266,7 @@ def _run_dynamic(args: argparse.Namespace, policies: list[str], seeds: list[int]
     from .dynamic.arrivals import ArrivalSettings
     from .dynamic.evaluation import evaluate_dynamic, format_dynamic_table
     from .dynamic.objective_spec import Objective, read_objective
+    from .dynamic.rebalancing import parse_rebalancers
     from .dynamic.scrape import ScrapeSettings
     from .dynamic.simulator import DynamicSettings
     from .evaluate import default_jobs
@@ -223,12 +282,12 @@ def _run_dynamic(args: argparse.Namespace, policies: list[str], seeds: list[int]
         scrape=ScrapeSettings(interval_s=args.scrape_interval, miss_probability=args.scrape_miss),
         sla=sla,
     )
-    rebalancers = [r.strip() for r in args.rebalancer.split(",") if r.strip()] or ["none"]
+    rebalancers = parse_rebalancers(args.rebalancer)
     results = evaluate_dynamic(
         args.nodes, args.pods, policies, seeds, settings, args.jobs or default_jobs(), args.typical_from, rebalancers
     )
     print(format_dynamic_table(results, weights))
-    path = Path(args.json) if args.json else Path(args.out) / f"{args.name}-dynamic.json"
+    path = output_paths(args)["json"]
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "settings": {

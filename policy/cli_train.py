@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import shutil
 import sys
 from pathlib import Path
@@ -90,6 +91,9 @@ def build_args(ns: argparse.Namespace) -> Args:
         if v is not None:
             values[f.name] = v
     args = parse_tuple_fields(Args(**values))
+    problem = number_problem(args)
+    if problem:
+        raise ValueError(problem)
     if args.workers < 0:
         raise ValueError(f"--workers must be 0 (one per core) or more, got {args.workers}")
     if args.workers == 0:  # recorded in the model's manifest as the count that ran
@@ -101,7 +105,7 @@ def build_args(ns: argparse.Namespace) -> Args:
             f"--max-minutes and --max-iterations must be 0 (no limit) or more, got {args.max_minutes} and "
             f"{args.max_iterations}"
         )
-    from .trace import missing_input
+    from .trace import missing_input, output_problem
 
     traces = () if getattr(ns, "from_decisions", None) else args.traces
     for flag, path in (
@@ -112,6 +116,13 @@ def build_args(ns: argparse.Namespace) -> Args:
     ):
         if not Path(path).is_file():
             raise ValueError(missing_input(path, flag))
+    problem = output_problem(args.out_dir, "--out-dir", folder=True) or (
+        output_problem(ns.export, "--export") or output_problem(Path(ns.export).with_suffix(".json"), "--export")
+        if getattr(ns, "export", None)
+        else None
+    )
+    if problem:
+        raise ValueError(problem)
     if args.serve_mode not in ("sample", "greedy"):
         raise ValueError(f"--serve-mode must be sample or greedy, got {args.serve_mode!r}")
     if not 0 <= args.learn_from < args.end_at:
@@ -132,6 +143,39 @@ def build_args(ns: argparse.Namespace) -> Args:
 
         read_objective(args.objective_from)  # refuse a bad policy file before training starts
     return args
+
+
+MAX_SEED = 2**63 - 1
+"""Seeds at most this: torch's ``manual_seed`` takes up to 2**64 - 1, numpy any non-negative integer."""
+INFINITE_OK = ("max_minutes",)
+"""Float settings for which infinity means something (no limit, like 0); NaN is refused everywhere."""
+
+
+def number_problem(args: Args) -> str | None:
+    """The first numeric setting no run can use, naming its flag: NaN (it passes every range test written
+    with ``<``, and ``--es-sigma nan`` failed only deep in the search), infinity where it is no limit
+    (:data:`INFINITE_OK`), an inflation target outside :func:`~rlsched.policy.workload.target_problem`'s
+    range, or a negative seed (numpy refuses it only when the first episode starts)."""
+    from .ppo.config import ARGS_FIELDS
+    from .workload import target_problem
+
+    for f in ARGS_FIELDS:
+        value = getattr(args, f.name)
+        values = value if isinstance(value, tuple) else (value,)
+        flag = "--" + f.name.replace("_", "-")
+        for v in values:
+            if isinstance(v, float) and (math.isnan(v) or (math.isinf(v) and f.name not in INFINITE_OK)):
+                return f"{flag} must be a finite number, got {v}"
+    for flag, seeds in (
+        ("--seed", (args.seed,)),
+        ("--train-seed0", (args.train_seed0,)),
+        ("--val-seeds", args.val_seeds),
+    ):
+        if not all(0 <= s <= MAX_SEED for s in seeds):
+            return f"{flag}: seeds are whole numbers from 0 to 2**63 - 1, got {' '.join(map(str, seeds))}"
+    if not args.val_seeds:
+        return "--val-seeds: give at least one validation seed"
+    return target_problem(args.target)
 
 
 def run(ns: argparse.Namespace) -> int:
@@ -167,8 +211,14 @@ def run(ns: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    _report(ns, "ppo", train(args))
-    return 0
+    from .export import ModelFileError
+
+    try:
+        result = train(args)
+    except ModelFileError as exc:  # a --resume file that is no checkpoint (ppo.trainer.CheckpointError)
+        print(f"rlsched train: {exc}", file=sys.stderr)
+        return 2
+    return _report(ns, "ppo", result)
 
 
 def check_inputs(args: Args) -> None:
@@ -223,12 +273,12 @@ def _run_es(ns: argparse.Namespace, args: Args) -> int:
     except ValueError as exc:
         print(f"rlsched train: {exc}", file=sys.stderr)
         return 2
-    _report(ns, "es", result)
-    return 0
+    return _report(ns, "es", result)
 
 
-def _report(ns: argparse.Namespace, method: str, result: TrainResult) -> None:
-    """Print what the run produced; with ``--export``, copy the chosen model and its manifest there."""
+def _report(ns: argparse.Namespace, method: str, result: TrainResult) -> int:
+    """Print what the run produced; with ``--export``, copy the chosen model and its manifest there. The
+    exit status: 2 when the copy fails (the trained model stays where the run wrote it)."""
     summary = {
         "method": method,
         "model": result.model_path,
@@ -244,7 +294,15 @@ def _report(ns: argparse.Namespace, method: str, result: TrainResult) -> None:
     print(json.dumps(summary, indent=1))
     if ns.export:
         dest = Path(ns.export)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(result.model_path, dest)
-        shutil.copyfile(Path(result.model_path).with_suffix(".json"), dest.with_suffix(".json"))
+        try:  # checked before training (build_args), but the filesystem may have changed since
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(result.model_path, dest)
+            shutil.copyfile(Path(result.model_path).with_suffix(".json"), dest.with_suffix(".json"))
+        except OSError as exc:
+            print(
+                f"rlsched train: --export {dest}: {exc.strerror or exc}; the model is at {result.model_path}",
+                file=sys.stderr,
+            )
+            return 2
         print(f"exported {dest}")
+    return 0

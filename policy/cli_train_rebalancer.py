@@ -11,9 +11,10 @@ import argparse
 import dataclasses
 import sys
 import typing
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .trace import missing_input
+if TYPE_CHECKING:
+    from .dynamic.rebalance_search import SearchSettings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +34,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, dest=f.name, type=hints[f.name], default=None, help=help_text)
 
 
+def settings_problem(cfg: SearchSettings) -> str | None:
+    """What in ``cfg`` no search can use, without reading a file (:mod:`rlsched.policy.cli_search`)."""
+    from .cli_search import common_problem
+
+    problem = common_problem(cfg, {"--nodes": cfg.nodes, "--pods": cfg.pods, "--objective-from": cfg.objective_from})
+    if problem:
+        return problem
+    if not (1 <= cfg.elites <= cfg.population) or cfg.generations < 1 or cfg.seeds_per_candidate < 1:
+        return "need 1 <= elites <= population, generations >= 1 and seeds >= 1"
+    if not 0 < cfg.load <= 10:
+        return f"--load must be in (0, 10], got {cfg.load:g}"
+    if cfg.migration_penalty < 0:
+        return f"--migration-penalty must not be negative, got {cfg.migration_penalty:g}"
+    return None
+
+
 def run(ns: argparse.Namespace) -> int:
+    from .cli_evaluate import os_error
+    from .cli_search import check_readable
     from .dynamic.rebalance_search import SearchSettings, search
 
     values = {
@@ -41,15 +60,16 @@ def run(ns: argparse.Namespace) -> int:
     }
     cfg = SearchSettings(**values)
     cfg.val_seeds = tuple(cfg.val_seeds)
-    for path in (cfg.nodes, cfg.pods, *([cfg.objective_from] if cfg.objective_from else [])):
-        if not Path(path).is_file():
-            flag = "--nodes" if path == cfg.nodes else "--pods" if path == cfg.pods else "the file"
-            print(f"rlsched train-rebalancer: {missing_input(path, flag)}", file=sys.stderr)
-            return 2
-    if not (1 <= cfg.elites <= cfg.population) or cfg.generations < 1 or cfg.seeds_per_candidate < 1:
-        print(
-            "rlsched train-rebalancer: need 1 <= elites <= population, generations >= 1 and seeds >= 1", file=sys.stderr
-        )
+    try:
+        problem = settings_problem(cfg)
+        if problem:
+            raise ValueError(problem)
+        check_readable(cfg)
+        search(cfg, log=lambda line: print(line, file=sys.stderr, flush=True))
+    except ValueError as exc:  # TraceError, UnknownPolicyError, ModelFileError too
+        print(f"rlsched train-rebalancer: {exc}", file=sys.stderr)
         return 2
-    search(cfg, log=lambda line: print(line, file=sys.stderr, flush=True))
+    except OSError as exc:
+        print(f"rlsched train-rebalancer: {os_error(exc)}", file=sys.stderr)
+        return 2
     return 0

@@ -10,7 +10,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,32 +18,45 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .cluster import NodeSpec, PodSpec
+from .cluster import ClusterState, NodeSpec, PodSpec
+from .feasibility import feasible_mask
 from .published import TOLERANCE_PP, published, published_setup, trace_name
+from .resources import clip
 from .scorers import UnknownPolicyError, canonical_name
 from .simulator import RunResult, run_fgd_protocol
 from .trace import load_nodes, load_pods
 from .typical import TypicalPods, typical_pods
-from .workload import DEFAULT_TARGET
+from .workload import DEFAULT_TARGET, check_inflatable, target_problem
 
 if TYPE_CHECKING:
     from .events import EventRunResult
 
 
+MAX_SEEDS = 100_000
+"""Seeds in one ``--seeds`` list at most this (a run takes a second or more each: 100,000 are days)."""
+
+
 def parse_seeds(text: str) -> list[int]:
-    """``"42-51"``, ``"1,5,9"`` or ``"42-45,50"`` → a list of seeds (order kept, no repeats)."""
-    seeds: list[int] = []
+    """``"42-51"``, ``"1,5,9"`` or ``"42-45,50"`` → a list of seeds (order kept, no repeats), at most
+    MAX_SEEDS of them: a range is measured before it is expanded (``1-10**18`` would never finish)."""
+    seeds: dict[int, None] = {}  # insertion-ordered set: a membership test per seed, not a scan
     for part in text.split(","):
         part = part.strip()
-        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        match = re.fullmatch(r"(\d{1,19})(?:-(\d{1,19}))?", part)
         if not match:
-            raise ValueError(f"bad seed list {text!r}: expected numbers and ranges like '42-51' or '1,5,9'")
+            raise ValueError(
+                f"bad seed list {clip(text)}: expected numbers (up to 19 digits) and ranges like '42-51' or '1,5,9'"
+            )
         lo = int(match.group(1))
         hi = int(match.group(2)) if match.group(2) else lo
         if hi < lo:
             raise ValueError(f"bad seed range {part!r}: the end is below the start")
-        seeds.extend(s for s in range(lo, hi + 1) if s not in seeds)
-    return seeds
+        if hi - lo >= MAX_SEEDS:
+            raise ValueError(f"bad seed range {part!r}: more than {MAX_SEEDS:,} seeds")
+        seeds.update(dict.fromkeys(range(lo, hi + 1)))
+        if len(seeds) > MAX_SEEDS:
+            raise ValueError(f"bad seed list: more than {MAX_SEEDS:,} seeds")
+    return list(seeds)
 
 
 def parse_policies(text: str) -> list[str]:
@@ -77,6 +90,9 @@ class PolicySummary:
     frag_100: list[float]
     seconds: list[float]
     published_100: float | None = None
+    short_of_100: dict[int, int] = field(default_factory=dict)
+    """Seed → the arrived GPU % its arrivals stopped at, for the seeds whose arrivals never reached 100 %
+    (:func:`arrivals_short_of_100`): their "at 100" figures were read at that point instead."""
 
     @staticmethod
     def _stats(values: Sequence[float]) -> dict[str, Any]:
@@ -110,6 +126,7 @@ class PolicySummary:
             "seconds_per_run": self._stats(self.seconds),
             "published_median_at_100": self.published_100,
             "within_tolerance": self.within_tolerance,
+            "arrivals_short_of_100": {str(seed): pct for seed, pct in self.short_of_100.items()},
         }
 
 
@@ -142,6 +159,7 @@ class Evaluation:
                     frag_100=[r.frag_at_100 for r in runs],
                     seconds=[r.seconds for r in runs],
                     published_100=published(self.published_setup, policy),
+                    short_of_100=arrivals_short_of_100(runs),
                 )
             )
         return out
@@ -174,8 +192,30 @@ class Evaluation:
                 }
                 for s in self.summaries()
             ],
-            "runs": [{**r.summary(), "curve": {str(k): round(v, 4) for k, v in r.curve.items()}} for r in self.runs],
+            "runs": [
+                {
+                    **r.summary(),
+                    "arrived_pct_max": arrived_pct_max(r),
+                    "curve": {str(k): round(v, 4) for k, v in r.curve.items()},
+                }
+                for r in self.runs
+            ],
         }
+
+
+def arrived_pct_max(run: RunResult) -> int:
+    """The arrived GPU % (of capacity) a run's arrivals ended at: the last point of its curve."""
+    return max(run.curve) if run.curve else 0
+
+
+def arrivals_short_of_100(runs: Iterable[RunResult]) -> dict[int, int]:
+    """Seed → where its arrivals stopped, for the runs whose arrivals never reached 100 % of GPU capacity.
+
+    Inflation stops at the first drawn pod that would pass the target, so a workload of pods large
+    against the cluster (a 12-card pod on 18 cards) can stop well short of 100 %, whatever the target.
+    Such a run's "at 100" figures are read at its last point; the table and the JSON say so rather
+    than print them as if they were measured at 100 %."""
+    return {r.seed: arrived_pct_max(r) for r in runs if arrived_pct_max(r) < 100}
 
 
 def paired_unallocated(evaluation: Evaluation, policy: str) -> dict[int, float]:
@@ -252,10 +292,11 @@ def format_table(evaluation: Evaluation) -> str:
         if s.published_100 is not None:
             mark = "ok" if s.within_tolerance else "MISS"
             pub = f"{s.published_100:.2f} ({s.median_100 - s.published_100:+.2f} {mark})"
+        short = SHORT_MARK if s.short_of_100 else ""
         rows.append(
             (
                 s.policy,
-                f"{s.median_100:6.2f} [{min(s.unallocated_100):.2f}-{max(s.unallocated_100):.2f}]",
+                f"{s.median_100:6.2f} [{min(s.unallocated_100):.2f}-{max(s.unallocated_100):.2f}]{short}",
                 f"{np.median(s.unallocated_130):6.2f}",
                 f"{np.median(s.failed_pods):7.0f}",
                 f"{np.median(s.frag_100):6.2f}",
@@ -272,7 +313,27 @@ def format_table(evaluation: Evaluation) -> str:
         f"{policy}: model sha256 {m['sha256'][:16]}, version {m['version'] or '-'}"
         for policy, m in evaluation.models.items()
     )
+    lines.extend(short_of_100_notes(evaluation.summaries()))
     return "\n".join(lines)
+
+
+SHORT_MARK = " *"
+"""Appended to an "unalloc@100" cell whose runs (some or all) never reached 100 % arrival."""
+
+
+def short_of_100_notes(summaries: Sequence[PolicySummary]) -> list[str]:
+    """The footnote of :data:`SHORT_MARK`: per policy, how many seeds stopped short and where."""
+    notes = []
+    for s in summaries:
+        if s.short_of_100:
+            stops = sorted(set(s.short_of_100.values()))
+            where = f"{stops[0]} %" if len(stops) == 1 else f"{stops[0]}-{stops[-1]} %"
+            notes.append(
+                f"*{s.policy}: arrivals stopped at {where} of GPU capacity in {len(s.short_of_100)} of {s.seeds} "
+                'seed(s), never reaching 100 %; "@100" is read there (the pods are large against the cluster: '
+                "inflation stops at the first drawn pod that would pass --target; a higher --target may reach 100 %)"
+            )
+    return notes
 
 
 def plot_curves(evaluation: Evaluation, path: str | Path) -> None:
@@ -336,18 +397,26 @@ def evaluate(
     jobs: int = 1,
     typical_from: str | Path | None = None,
     progress: bool = True,
+    warn: Callable[[str], None] | None = None,
 ) -> Evaluation:
-    """Run every policy on every seed. ``typical_from`` takes typical pods from another pod list.
+    """Run every policy on every seed. ``typical_from`` takes typical pods from another pod list;
+    ``warn`` is told, before the runs, about pods that fit no node even in the empty cluster
+    (:func:`unplaceable_note`).
 
     A learned policy's model file is identified (sha256, version) before the runs and checked after
     them: every run reads it, and a file replaced meanwhile would mix two models in one column."""
-    if target < 1.0:
-        raise ValueError(f"target {target:g} is below 1.0: arrivals would never reach the 100 % point")
+    problem = target_problem(target, "target")
+    if problem:
+        raise ValueError(problem)
     seeds = list(seeds)  # every policy plays every seed (a generator would serve the first policy only)
     models = model_identities(policies)
     nodes = load_nodes(nodes_path)
     pods = load_pods(pods_path)
     typical = typical_pods(load_pods(typical_from) if typical_from else pods)
+    check_inflatable(pods, ClusterState(nodes).gpu_milli_capacity, target)  # here, not in the worker processes
+    note = unplaceable_note(nodes, pods)
+    if note and warn is not None:
+        warn(note)
     tasks = [(policy, seed) for policy in policies for seed in seeds]
     # The published figures hold for the published node and pod lists under the paper's inflation only.
     setup = published_setup(nodes, pods) if target == DEFAULT_TARGET and not typical_from else None
@@ -379,6 +448,61 @@ def evaluate(
     if model_identities(policies) != models:
         raise ValueError("a model file changed during the evaluation: its runs mix two models; run it again")
     return evaluation
+
+
+def unplaceable_note(nodes: Sequence[NodeSpec], pods: Sequence[PodSpec]) -> str | None:
+    """A line about the pods that fit no node even when the cluster is empty, with the first of them and
+    why; None when every pod fits some node.
+
+    The FGD protocol keeps such pods (they are part of the trace) and counts each arrival of one, and of
+    its clones, as a failed pod, so the results stand as the protocol defines them; but a pod that can
+    never run is usually a mistake in the file (``v100m32`` for ``V100M32``, more cards than any node
+    has), and its failures would otherwise pass for the policy's."""
+    state = ClusterState(nodes)
+    verdict: dict[tuple[object, ...], bool] = {}  # pods with the same request share one check
+    bad: list[PodSpec] = []
+    for pod in pods:
+        key = (pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli, pod.gpu_models)
+        if key not in verdict:
+            verdict[key] = bool(feasible_mask(state, state.request(pod)).any())
+        if not verdict[key]:
+            bad.append(pod)
+    if not bad:
+        return None
+    first = bad[0]
+    return (
+        f"{len(bad)} of {len(pods)} pods fit no node even in the empty cluster (first: {clip(first.name)}, "
+        f"{why_unplaceable(state, first)}); each arrival of one, clones included, counts as a failed pod"
+    )
+
+
+def why_unplaceable(state: ClusterState, pod: PodSpec) -> str:
+    """Why ``pod`` fits no node of the empty ``state``, in the terms of the pod list's columns: the first
+    of its requests that no node it may use (GPU pods: the nodes of the models it allows) can meet."""
+    req = state.request(pod)
+    usable = np.ones(state.num_nodes, dtype=np.bool_)
+    scope = "every node's"
+    if req.is_gpu:
+        if not state.model_names:
+            return "it asks for a GPU and no node has one"
+        usable = req.model_ok[state.model_id]
+        if not usable.any():
+            have = ", ".join(state.model_names[:8]) + (", …" if len(state.model_names) > 8 else "")
+            return (
+                f"gpu_spec {clip('|'.join(pod.gpu_models))} names no model the nodes have ({have}; names are "
+                "case-sensitive)"
+            )
+        if req.constrained:
+            scope = f"every {clip('|'.join(pod.gpu_models))} node's"
+    for column, wanted, capacity in (
+        ("cpu_milli", req.cpu_milli, state.cpu_cap),
+        ("memory_mib", req.memory_mib, state.mem_cap),
+        ("num_gpu", req.num_gpu if req.is_gpu and not req.is_share else 0, state.gpu_count),
+    ):
+        most = int(capacity[usable].max())
+        if wanted > most:
+            return f"{column} {wanted} is above {scope} ({most} at most)"
+    return "no single node has its cpu, memory and GPU together"
 
 
 def model_identities(policies: Sequence[str]) -> dict[str, dict[str, str]]:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -55,6 +56,14 @@ POD_COLUMNS_SHORT = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 POD_COLUMNS_OPTIONAL = ("gpu_spec", "qos", "pod_phase", "creation_time", "deletion_time", "scheduled_time")
 MAX_COUNT = 1_000_000
 """``count:`` of one generic entry at most this (a typo of a few digits must not fill the memory)."""
+MAX_CARDS_PER_NODE = 256
+"""GPU cards of one node at most this: the extender's bound (``rlsched.extender.objects.MAX_CARDS_PER_NODE``,
+the same number), so a file the simulator accepts describes a node the extender could serve. The cluster
+state holds a column per card slot and inflation adds pods until the cards are covered, so a typo of a
+few digits (``gpu: 80000000``) must not reach them."""
+MAX_NESTING = 64
+"""Generic files nest at most this deep (the format needs 4 levels; PyYAML composes recursively)."""
+_log = logging.getLogger(__name__)
 _QOS = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,31}", re.ASCII)
 _INT = re.compile(r"-?[0-9]{1,40}", re.ASCII)
 """openb integer cells: ASCII digits only (``int()`` would take "１０" and "1_0"), short enough to convert cheaply."""
@@ -118,20 +127,76 @@ def openb_default(given: str | None, flag: str, name: str = "") -> str:
 
 
 def missing_input(path: str | Path, flag: str) -> str:
-    """What to say about an input file that is not there: ``no such file``, and for an openb default left
-    bare (``$RLSCHED_OPENB_DIR`` unset, :func:`openb_file`) the flag and the variable that name it."""
+    """What to say about an input file that is not there: ``no such file`` (or, for a folder, that it is
+    one), and for an openb default left bare (``$RLSCHED_OPENB_DIR`` unset, :func:`openb_file`) the flag
+    and the variable that name it."""
+    if Path(path).is_dir():
+        return f"{flag} {path}: is a folder; give a file"
     message = f"no such file: {path}"
     if openb_dir() is None and str(path) in (OPENB_NODES, OPENB_PODS):
         message += f"; give {flag} FILE, or set {OPENB_ENV} to {_OPENB_FOLDER}"
     return message
 
 
+def output_problem(path: str | Path, flag: str, folder: bool = False) -> str | None:
+    """Why a command could not write ``path`` (a file, or with ``folder`` a folder it creates), or None.
+
+    Commands check their outputs before the work: a run of minutes or hours must not end in a traceback
+    because ``--json`` names a folder or ``--out`` a file. The check is the path itself (not the
+    other kind of thing where it exists) and its nearest existing ancestor (a folder this process may
+    write to); the write itself is still guarded, since the filesystem can change meanwhile."""
+    target = Path(path)
+    if str(path) == "":
+        return f"{flag}: an empty path"
+    if target.exists():
+        if folder and not target.is_dir():
+            return f"{flag} {path}: is a file, not a folder"
+        if not folder and target.is_dir():
+            return f"{flag} {path}: is a folder; give a file path"
+        if not os.access(target, os.W_OK):
+            return f"{flag} {path}: not writable"
+        return None
+    parent = target.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{flag} {path}: {parent} is a file, not a folder"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{flag} {path}: cannot create it in {parent} (not writable)"
+    return None
+
+
 # -- openb CSV -------------------------------------------------------------------------------------
+
+
+def _first_undecodable_line(path: Path) -> int | None:
+    """The 1-based line of the first byte sequence that is not UTF-8, or None. The text reader decodes
+    the file in blocks of several KiB, so its error cannot say which line the bad byte is on; this
+    second pass, run only after such an error, can."""
+    try:
+        with path.open("rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    return number
+    except OSError:
+        return None
+    return None
+
+
+def _not_utf8(path: Path, exc: UnicodeDecodeError) -> TraceError:
+    """A TraceError for a file that is not UTF-8 text, at the line of its first bad byte."""
+    bad = exc.object[exc.start : exc.start + 1]
+    return TraceError(
+        path, _first_undecodable_line(path), None, f"not UTF-8 text (byte {bad!r}); save the file as UTF-8"
+    )
 
 
 def _csv_rows(path: Path, required: Sequence[str], known: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
     try:
-        handle = path.open(newline="", encoding="utf-8")
+        # utf-8-sig: a byte-order mark (what spreadsheet programs put first) is not part of the first column's name.
+        handle = path.open(newline="", encoding="utf-8-sig")
     except OSError as exc:
         raise TraceError(path, None, None, f"cannot open: {exc.strerror or exc}") from exc
     with handle:
@@ -142,7 +207,9 @@ def _csv_rows(path: Path, required: Sequence[str], known: Sequence[str]) -> Iter
             raise TraceError(
                 path, 1, None, f"empty file; expected a header line with columns {','.join(required)}"
             ) from None
-        except (csv.Error, UnicodeDecodeError) as exc:
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(path, exc) from None
+        except csv.Error as exc:
             raise TraceError(path, 1, None, f"not a CSV file: {exc}") from exc
         header = [h.strip() for h in header]
         missing = [c for c in required if c not in header]
@@ -157,12 +224,15 @@ def _csv_rows(path: Path, required: Sequence[str], known: Sequence[str]) -> Iter
         dupes = sorted({h for h in header if header.count(h) > 1})
         if dupes:
             raise TraceError(path, 1, None, f"column(s) {', '.join(dupes)} appear twice in the header")
+        _warn_unknown_columns(path, header, known)
         while True:
             try:
                 row = next(reader)
             except StopIteration:
                 return
-            except (csv.Error, UnicodeDecodeError) as exc:
+            except UnicodeDecodeError as exc:
+                raise _not_utf8(path, exc) from None
+            except csv.Error as exc:
                 raise TraceError(path, reader.line_num, None, f"unreadable row: {exc}") from exc
             line = reader.line_num
             if not row or all(not cell.strip() for cell in row):
@@ -170,6 +240,20 @@ def _csv_rows(path: Path, required: Sequence[str], known: Sequence[str]) -> Iter
             if len(row) != len(header):
                 raise TraceError(path, line, None, f"has {len(row)} fields, the header has {len(header)}")
             yield line, {h: cell.strip() for h, cell in zip(header, row, strict=True)}
+
+
+def _warn_unknown_columns(path: Path, header: Sequence[str], known: Sequence[str]) -> None:
+    """Log a warning naming header columns the reader does not know. They are ignored, as documented
+    (an export may carry more columns), but a misspelt optional column (``gpuspec`` for ``gpu_spec``)
+    would otherwise drop its constraint silently."""
+    unknown = [clip(h) for h in header if h not in known]
+    if unknown:
+        _log.warning(
+            "warning: %s:1: column(s) %s not known, ignored (known: %s)",
+            path,
+            ", ".join(unknown[:10]) + (", …" if len(unknown) > 10 else ""),
+            ",".join(known),
+        )
 
 
 @overload
@@ -215,6 +299,8 @@ def read_openb_nodes(path: str | Path) -> list[NodeSpec]:
         cpu = _int_field(path, line, row, "cpu_milli", "millicores")
         mem = _int_field(path, line, row, "memory_mib", "MiB")
         gpus = _int_field(path, line, row, "gpu", "number of GPU cards")
+        if gpus > MAX_CARDS_PER_NODE:
+            raise TraceError(path, line, "column 'gpu'", _too_many_cards(gpus))
         model = row["model"]
         if gpus and not model:
             raise TraceError(path, line, "column 'model'", f"node has {gpus} GPUs, so a GPU model name is expected")
@@ -274,7 +360,46 @@ def read_openb_pods(path: str | Path) -> list[PodSpec]:
     return pods
 
 
+def _too_many_cards(gpus: int) -> str:
+    return f"{gpus} GPU cards on one node; at most {MAX_CARDS_PER_NODE} are supported (as in the extender)"
+
+
 # -- generic YAML / JSON ---------------------------------------------------------------------------
+
+
+class _Refused(yaml.YAMLError):
+    """YAML that parses but a trace file may not use: aliases, too deep a nesting."""
+
+    def __init__(self, line: int, message: str):
+        super().__init__(message)
+        self.line, self.message = line, message
+
+
+class _TraceLoader(yaml.SafeLoader):
+    """SafeLoader's composer without aliases and with a nesting limit.
+
+    An alias (``*a``) repeats a node, so a few hundred bytes of nested aliases ("billion laughs") expand
+    to gigabytes when the document is converted; trace files have no use for them. Nesting is bounded
+    because composing (and converting) recurses once per level."""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise _Refused(
+                event.start_mark.line + 1,
+                f"alias *{str(event.anchor)[:32]}: aliases are not supported in trace files; write the value out "
+                "(or use count: N for copies)",
+            )
+        self._depth += 1
+        try:
+            if self._depth > MAX_NESTING:
+                event = self.peek_event()  # type: ignore[no-untyped-call]
+                raise _Refused(event.start_mark.line + 1, f"nested more than {MAX_NESTING} levels deep")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 class _Doc:
@@ -284,13 +409,15 @@ class _Doc:
         self.path = path
         self.lines: dict[int, dict[str, int]] = {}
         try:
-            text = path.read_text(encoding="utf-8")
+            text = path.read_text(encoding="utf-8-sig")
         except OSError as exc:
             raise TraceError(path, None, None, f"cannot open: {exc.strerror or exc}") from exc
         except UnicodeDecodeError as exc:
-            raise TraceError(path, None, None, f"not UTF-8 text: {exc}") from exc
+            raise _not_utf8(path, exc) from None
         try:
-            node = yaml.compose(text, Loader=yaml.SafeLoader)
+            node = yaml.compose(text, Loader=_TraceLoader)
+        except _Refused as exc:
+            raise TraceError(path, exc.line, None, exc.message) from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             raise TraceError(
@@ -314,8 +441,16 @@ class _Doc:
             keys: dict[str, int] = {}
             for key_node, value_node in node.value:
                 key = str(key_node.value)
+                line = key_node.start_mark.line + 1
+                if key in keys:  # YAML and JSON loaders keep the last silently: a second list would replace the first
+                    raise TraceError(
+                        self.path,
+                        line,
+                        f"key {clip(key)}",
+                        f"repeated key (first on line {keys[key]}); give each key once",
+                    )
                 out[key] = self._convert(value_node)
-                keys[key] = key_node.start_mark.line + 1
+                keys[key] = line
             keys["<self>"] = node.start_mark.line + 1
             self.lines[id(out)] = keys
             return out
@@ -424,6 +559,8 @@ def _generic_node(item: dict[str, Any], name: str, fail: Callable[..., Any]) -> 
     cpu = _quantity(item, "cpu", cpu_milli, fail, what="cores, e.g. '64' or '500m'")
     mem = _quantity(item, "memory", _memory_mib, fail, what="bytes with a unit, e.g. '256Gi'; a bare integer means MiB")
     gpus = _quantity(item, "gpus", count, fail, default=0, what="number of GPU cards")
+    if gpus > MAX_CARDS_PER_NODE:
+        raise fail("gpus", _too_many_cards(gpus))
     model = item.get("gpuModel", "")
     if not isinstance(model, str):
         raise fail("gpuModel", "expected a string such as 'V100M32'")

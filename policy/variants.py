@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from .cluster import NodeSpec
-from .trace import dump_generic, load_nodes
+from .trace import dump_generic, load_nodes, missing_input, output_problem
 
 
 def eight_cards(nodes: Sequence[NodeSpec], seed: int = 0) -> list[NodeSpec]:
@@ -107,15 +107,36 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out_dir", help="folder for <variant>.json (generic format, usable as --nodes)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random variants (default: %(default)s)")
     args = p.parse_args(argv)
-    nodes = load_nodes(args.nodes)
-    out = Path(args.out_dir)
+    try:
+        write_variants(args.nodes, args.out_dir, args.seed)
+    except ValueError as exc:  # TraceError too
+        print(f"variants: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"variants: {exc.filename or args.out_dir}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def write_variants(nodes_path: str, out_dir: str, seed: int) -> None:
+    """Write every variant of the node list at ``nodes_path`` into ``out_dir`` as ``<variant>.json``.
+    ValueError, naming the argument, for a seed numpy refuses, a node list that cannot be read or an
+    output folder that cannot be made; checked before anything is written."""
+    if not 0 <= seed <= 2**63 - 1:
+        raise ValueError(f"--seed must be a whole number from 0 to 2**63 - 1, got {seed}")
+    if not Path(nodes_path).is_file():
+        raise ValueError(missing_input(nodes_path, "nodes"))
+    problem = output_problem(out_dir, "out_dir", folder=True)
+    if problem:
+        raise ValueError(problem)
+    nodes = load_nodes(nodes_path)
+    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for name in VARIANTS:
         path = out / f"{name}.json"
-        variant = make_variant(name, nodes, args.seed)
+        variant = make_variant(name, nodes, seed)
         path.write_text(dump_generic(variant, []))
         print(f"{path}: {len(variant)} nodes, {sum(n.gpu_count for n in variant)} GPUs")
-    return 0
 
 
 if __name__ == "__main__":

@@ -59,6 +59,14 @@ from .objective import objective_of
 from .objective_spec import Objective, read_objective
 from .simulator import DynamicSettings, run_dynamic
 
+DEFAULT_START_MODEL = Path(__file__).resolve().parent.parent / "models" / "ppo-openb-dynamic.npz"
+"""The bundled living-cluster model (``policy/models/``, beside :data:`rlsched.policy.learned.DEFAULT_MODEL`)."""
+
+
+class NoWaitError(ValueError):
+    """The probe runs saw no decision the head could hold: its inputs have no center or spread to
+    standardize by (their mean over no rows would be NaN, and the search would fail later, obscurely)."""
+
 
 class WithDelayHead:
     """``base``'s placement with ``head``'s hold verdict (a scorer as the living cluster calls it)."""
@@ -96,8 +104,9 @@ class DelaySearchSettings:
     pods: str = openb_file(OPENB_PODS)
     """Pod list whose arrivals, lifetimes and QoS the living cluster replays (by default the openb default
     trace in ``$RLSCHED_OPENB_DIR``)."""
-    start_model: str = "policy/models/ppo-openb-dynamic.npz"
-    """The model the head is added to (its placement network is kept as it is)."""
+    start_model: str = str(DEFAULT_START_MODEL)
+    """The model the head is added to (its placement network is kept as it is; by default the bundled
+    ppo-openb-dynamic.npz, found next to the installed package wherever the command runs)."""
     policy: str = "fgd"
     """Placement policy under the head during the search (as in ``rlsched evaluate``)."""
     seed: int = 1
@@ -243,6 +252,11 @@ def search(cfg: DelaySearchSettings, log: Callable[[str], None] = print) -> dict
             log("starting from the start model's delay head (its input scales kept)")
         else:
             seen = np.concatenate(pool.map(probe, [(load, cfg.train_seed0 - 1) for load in loads], chunksize=1))
+            if not len(seen):  # the mean of no rows is NaN, and a NaN center fails only later, deep in the head
+                raise NoWaitError(
+                    f"no pod waited at loads {', '.join(f'{x:g}' for x in loads)}: the probe runs made no "
+                    "decision the head could hold in the measured window; raise --loads (or --window-s)"
+                )
             center = seen.mean(axis=0)
             spread = seen.std(axis=0)
             scale = np.where(spread > 1e-6, spread, 1.0)

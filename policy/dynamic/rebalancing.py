@@ -40,6 +40,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -58,8 +59,33 @@ LEARNED = "learned:"
 
 
 def rebalancer_label(name: str) -> str:
-    """How a chooser is named in a result row: ``learned`` for any ``learned:FILE``."""
-    return "learned" if name.startswith(LEARNED) else name
+    """How a chooser is named in a result row: ``learned:NAME`` for ``learned:FILE`` (NAME the file's name
+    without its folder, so that two learned files make two rows, and the row reads the same wherever the
+    file lies)."""
+    return LEARNED + Path(name[len(LEARNED) :]).name if name.startswith(LEARNED) else name
+
+
+def parse_rebalancers(text: str) -> list[str]:
+    """``--rebalancer``'s comma-separated choosers, each once (``none,none`` would play every seed twice
+    into one row); ValueError for an unknown one, an unreadable learned file, or two learned files whose
+    rows would share a label (same file name in two folders)."""
+    unique: dict[str, str] = {}  # the same file spelt two ways is one chooser
+    for name in (r.strip() for r in text.split(",")):
+        if name:
+            same = LEARNED + str(Path(name[len(LEARNED) :]).resolve()) if name.startswith(LEARNED) else name
+            unique.setdefault(same, name)
+    names = list(unique.values()) or ["none"]
+    labels: dict[str, str] = {}
+    for name in names:
+        check_rebalancer(name)
+        label = rebalancer_label(name)
+        if label in labels:
+            raise ValueError(
+                f"--rebalancer: {labels[label]} and {name} would both be reported as {label!r}; "
+                "give the files distinct names"
+            )
+        labels[label] = name
+    return names
 
 
 def check_rebalancer(name: str) -> None:

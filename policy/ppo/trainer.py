@@ -32,7 +32,7 @@ import torch
 from torch import nn, optim
 
 from ..env import EnvConfig, RewardConfig, SchedulingCore, VectorCore
-from ..export import build_manifest, save_model
+from ..export import ModelFileError, build_manifest, save_model
 from ..features import CLUSTER_FEATURES, CLUSTER_SLICE, FEATURES, FeatureEncoder
 from ..network import PolicyNetwork, choose_node, group_offsets, log_softmax, sample_index
 from ..published import trace_name
@@ -381,6 +381,31 @@ class RunOutput:
 # -- the loop -------------------------------------------------------------------------------------
 
 
+class CheckpointError(ModelFileError):
+    """A ``--resume`` file that is not a checkpoint this trainer wrote (a ModelFileError, so that
+    ``rlsched train`` reports it without importing this torch module to name the class)."""
+
+
+CHECKPOINT_KEYS = ("agent", "optimizer", "torch_rng", "history", "iteration", "args")
+"""Entries every checkpoint has, of :func:`save_checkpoint` and of the vine trainer alike."""
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """The checkpoint at ``path``; CheckpointError, naming the file and what went wrong, for anything else.
+
+    A checkpoint holds the pickled simulations, so it is read with ``weights_only=False``: resume only
+    from checkpoints your own runs wrote. Any file that is not one fails inside torch or pickle with
+    whatever error its bytes lead to (UnpicklingError, RuntimeError, EOFError, …), hence the broad catch."""
+    try:
+        ckpt = torch.load(path, weights_only=False)
+    except Exception as exc:  # unpickling a foreign file can raise anything
+        raise CheckpointError(f"--resume {path}: not a PPO checkpoint ({type(exc).__name__}: {exc})") from None
+    missing = [k for k in CHECKPOINT_KEYS if k not in ckpt] if isinstance(ckpt, dict) else list(CHECKPOINT_KEYS)
+    if missing:
+        raise CheckpointError(f"--resume {path}: not a PPO checkpoint (no {', '.join(missing)})")
+    return ckpt
+
+
 def prepare_args(args: Args) -> tuple[Args, dict[str, Any] | None]:
     """The settings a run goes with, and its checkpoint when it resumes: a resumed run continues with the
     settings it started with (:func:`~rlsched.policy.ppo.config.resumed_args`), and a run from
@@ -389,7 +414,7 @@ def prepare_args(args: Args) -> tuple[Args, dict[str, Any] | None]:
     args = parse_tuple_fields(args)
     ckpt = None
     if args.resume:
-        ckpt = torch.load(args.resume, weights_only=False)
+        ckpt = load_checkpoint(args.resume)
         args = resumed_args(args, ckpt.get("args"), args.resume)
     if args.init_model:
         args = settings_of_init_model(args)

@@ -251,3 +251,38 @@ def test_the_minimum_age_counts_from_the_placement_not_the_arrival() -> None:
         finally:
             LivingCluster.evict = original  # type: ignore[method-assign]
     assert ages and min(ages) >= 600.0
+
+
+def test_cli_rebalancer_rows_are_one_per_chooser_and_learned_files_are_named(
+    trace: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``learned:a.json,learned:b.json`` once merged into one "learned" row of twice the runs, and
+    ``none,none`` counted every seed twice: now each file is its own row, and a repeated chooser runs once."""
+    from rlsched.policy.rebalance import RebalanceSettings
+    from rlsched.policy.rebalance_weights import weights_of, write_weights_file
+
+    nodes, pods = trace
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    for path in (first, second):
+        write_weights_file(path, weights_of(RebalanceSettings()), {"test": True})
+    out = tmp_path / "dyn.json"
+    code = rlsched_main(
+        ["evaluate", "--mode", "dynamic", "--nodes", str(nodes), "--pods", str(pods), "--policy", "fgd",
+         "--rebalancer", f"none,none,learned:{first},learned:{second},learned:{tmp_path}/./a.json",
+         "--seeds", "1", "--jobs", "1", "--json", str(out), "--window", "900"]
+    )  # fmt: skip
+    assert code == 0
+    rows = [line.split()[:2] for line in capsys.readouterr().out.splitlines()[2:] if line.startswith("fgd")]
+    assert rows == [["fgd", "1"], ["fgd+learned:a.json", "1"], ["fgd+learned:b.json", "1"]]
+    assert json.loads(out.read_text())["settings"]["rebalancers"] == ["none", f"learned:{first}", f"learned:{second}"]
+
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    write_weights_file(other / "a.json", weights_of(RebalanceSettings()), {"test": True})
+    code = rlsched_main(
+        ["evaluate", "--mode", "dynamic", "--nodes", str(nodes), "--pods", str(pods), "--policy", "fgd",
+         "--rebalancer", f"learned:{first},learned:{other / 'a.json'}", "--seeds", "1", "--jobs", "1",
+         "--json", str(out)]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "would both be reported as 'learned:a.json'" in err and err.count("\n") == 1

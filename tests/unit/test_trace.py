@@ -381,7 +381,7 @@ def test_generic_missing_file_and_bad_encoding(tmp_path: Path) -> None:
     trace_error(read_generic, tmp_path / "absent.yaml", None, None, "cannot open")
     binary = tmp_path / "bin.yaml"
     binary.write_bytes(b"\xff\xfe\x00nodes")
-    trace_error(read_generic, binary, None, None, "not UTF-8 text")
+    trace_error(read_generic, binary, 1, None, "not UTF-8 text")
 
 
 # -- where the openb files are ---------------------------------------------------------------------

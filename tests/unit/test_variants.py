@@ -77,3 +77,33 @@ def test_main_writes_loadable_node_files(tmp_path: Path, capsys) -> None:
     assert main([str(src), str(tmp_path / "out")]) == 0
     for name in VARIANTS:
         assert load_nodes(tmp_path / "out" / f"{name}.json") == make_variant(name, small_nodes())
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["{broken}", "{out}"], "variants: {broken}:1: header lacks column(s)"),
+        (["{dir}", "{out}"], "variants: nodes {dir}: is a folder; give a file"),
+        (["{missing}", "{out}"], "variants: no such file: {missing}"),
+        (["{nodes}", "{out}", "--seed", "-1"], "variants: --seed must be a whole number from 0"),
+        (["{nodes}", "{nodes}"], "variants: out_dir {nodes}: is a file, not a folder"),
+    ],
+)
+def test_main_refuses_bad_input_in_one_line(tmp_path: Path, capsys, args: list[str], message: str) -> None:
+    from rlsched.policy.trace import dump_generic
+
+    paths = {
+        "broken": tmp_path / "broken.csv",
+        "dir": tmp_path / "adir",
+        "missing": tmp_path / "missing.csv",
+        "nodes": tmp_path / "nodes.json",
+        "out": tmp_path / "out",
+    }
+    paths["broken"].write_text("sn,cpu_milli\n")
+    paths["dir"].mkdir()
+    paths["nodes"].write_text(dump_generic(small_nodes(), []))
+    fill = {k: str(v) for k, v in paths.items()}
+    assert main([a.format(**fill) for a in args]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(message.format(**fill)) and err.count("\n") == 1 and out == ""
+    assert not paths["out"].exists()

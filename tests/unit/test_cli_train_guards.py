@@ -1,0 +1,90 @@
+"""``rlsched train`` refuses, before iteration 0, what only failed after the work before: NaN settings,
+negative seeds, an out-of-range inflation target, output paths it cannot write, a start model that is a
+folder; and a ``--resume`` file that is no checkpoint is one line, not an unpickling traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ppo_fixtures import write_workload
+
+from rlsched.cli import main as rlsched_main
+
+TINY = ["--num-envs", "1", "--num-steps", "8", "--num-minibatches", "1", "--max-iterations", "1", "--no-progress"]
+
+
+def refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    code = rlsched_main(["train", *argv])
+    out, err = capsys.readouterr()
+    assert code == 2, err
+    assert err.startswith("rlsched train: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--seed", "-1"], "--seed: seeds are whole numbers from 0 to 2**63 - 1, got -1"),
+        (["--val-seeds", "-5"], "--val-seeds: seeds are whole numbers from 0"),
+        (["--train-seed0", "-3"], "--train-seed0: seeds are whole numbers from 0"),
+        (["--es-sigma", "nan"], "--es-sigma must be a finite number, got nan"),
+        (["--learning-rate", "inf"], "--learning-rate must be a finite number, got inf"),
+        (["--target", "nan"], "--target must be a finite number, got nan"),
+        (["--target", "1e9"], "--target must be at least 1.0 and at most 10"),
+        (["--init", "{dir}"], "--init-model {dir}: is a folder; give a file"),
+        (["--export", "{dir}"], "--export {dir}: is a folder; give a file path"),
+        (["--out-dir", "{nodes}"], "--out-dir {nodes}: is a file, not a folder"),
+    ],
+)
+def test_train_refuses_before_it_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    nodes, pods = write_workload(tmp_path / "w")
+    folder = tmp_path / "adir"
+    folder.mkdir()
+    fill = {"dir": str(folder), "nodes": nodes}
+    base = ["--nodes", nodes, "--traces", pods, "--out-dir", str(tmp_path / "runs"), *TINY]
+    err = refused(capsys, [*base, *(f.format(**fill) for f in flags)])
+    assert message.format(**fill) in err
+    assert not (tmp_path / "runs").exists(), "refused before any run folder is made"
+
+
+def test_resume_from_a_file_that_is_no_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    nodes, pods = write_workload(tmp_path / "w")
+    base = ["--nodes", nodes, "--traces", pods, "--out-dir", str(tmp_path / "runs"), "--method", "ppo", *TINY]
+    for name, content in (("text.pt", b"not a model\n"), ("empty.pt", b""), ("zip.pt", b"PK\x03\x04broken")):
+        bad = tmp_path / name
+        bad.write_bytes(content)
+        err = refused(capsys, [*base, "--resume", str(bad)])
+        assert err.startswith(f"rlsched train: --resume {bad}: not a PPO checkpoint (")
+
+
+def test_resume_from_a_pickle_that_is_no_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    torch = pytest.importorskip("torch")
+    nodes, pods = write_workload(tmp_path / "w")
+    other = tmp_path / "other.pt"
+    torch.save({"weights": [1, 2, 3]}, other)
+    base = ["--nodes", nodes, "--traces", pods, "--out-dir", str(tmp_path / "runs"), "--method", "ppo", *TINY]
+    err = refused(capsys, [*base, "--resume", str(other)])
+    assert "not a PPO checkpoint (no agent, optimizer, torch_rng, history, iteration, args)" in err
+
+
+def test_an_export_that_fails_after_training_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from rlsched.policy import cli_train
+    from rlsched.policy.ppo.config import TrainResult
+
+    def disk_full(*_args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(shutil, "copyfile", disk_full)
+    ns = type("NS", (), {"export": str(tmp_path / "exported.npz")})()
+    result = TrainResult(str(tmp_path / "best.npz"), 1.0, 1.0, 8, 1.0, str(tmp_path))
+    assert cli_train._report(ns, "ppo", result) == 2  # type: ignore[arg-type]
+    err = capsys.readouterr().err
+    assert "--export" in err and "No space left on device" in err and str(tmp_path / "best.npz") in err

@@ -237,7 +237,7 @@ class RebalanceHook:
             for i in eligible
         ]
         plan = replace(self.settings.plan, max_moves_per_cycle=allowed)
-        scorer = None if self.scorer is None else SameTieBreak(self.scorer, cluster.tiebreak)
+        scorer = None if self.scorer is None else SameTieBreak(self.scorer, cluster.tiebreak.planning())
         moves = plan_moves(cluster.state, candidates, self.typical, plan, scorer)
         return [(int(m.key), m.to_node, m.reason) for m in moves]
 

@@ -106,6 +106,12 @@ class TieBreak:
             return int(best[0])
         return int(best[np.argmin(self.rank[nodes[best]])])
 
+    def planning(self) -> TieBreak:
+        """The same order for what-if placements (a rebalancer's plan) without :attr:`ties`: a plan must
+        not draw from the run's random ties (the live placements after it would differ from a run
+        without the planner), and cannot foresee a random pick anyway, so it predicts the fixed order's."""
+        return TieBreak(self.rank, self.rng)
+
     def kube_argmax(self, values: np.ndarray, nodes: np.ndarray) -> int:
         """kube-scheduler's ``selectHost``: uniformly at random among the highest values, one draw from
         :attr:`ties` per pod with tied maxima; without ``ties``, :meth:`argmax`."""

@@ -286,3 +286,27 @@ def test_cli_rebalancer_rows_are_one_per_chooser_and_learned_files_are_named(
     )  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2 and "would both be reported as 'learned:a.json'" in err and err.count("\n") == 1
+
+
+def test_the_planners_what_ifs_do_not_draw_the_runs_random_ties(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The planner placed its what-ifs with the run's tie-break, so under a Trimaran placement policy
+    (kube-scheduler's random ties) every planning cycle advanced the run's tie stream, even one that
+    moved nothing: the live placements after it differed from the run without a rebalancer."""
+    from rlsched.policy.dynamic import rebalancing
+
+    advanced: list[bool] = []
+    heuristic = rebalancing.RebalanceHook._heuristic
+
+    def spy(self: Any, cluster: LivingCluster, eligible: Any, allowed: int) -> Any:
+        ties = cluster.tiebreak.ties
+        assert ties is not None
+        before = ties.bit_generator.state["state"]["state"]
+        moves = heuristic(self, cluster, eligible, allowed)
+        advanced.append(ties.bit_generator.state["state"]["state"] != before)
+        return moves
+
+    monkeypatch.setattr(rebalancing.RebalanceHook, "_heuristic", spy)
+    settings = DynamicSettings(arrivals=ArrivalSettings(load=0.9, window_s=3600.0))
+    for seed in range(1, 4):
+        run_rebalanced(NODES, PODS, make_scorer("target-load-packing", TYPICAL), seed, TYPICAL, "heuristic", settings)
+    assert advanced and not any(advanced)

@@ -116,7 +116,8 @@ def build_args(ns: argparse.Namespace) -> Args:
     ):
         if not Path(path).is_file():
             raise ValueError(missing_input(path, flag))
-    problem = output_problem(args.out_dir, "--out-dir", folder=True) or (
+    # a resumed run writes into its checkpoint's own folder, not --out-dir: nothing to check there
+    problem = (None if args.resume else output_problem(args.out_dir, "--out-dir", folder=True)) or (
         output_problem(ns.export, "--export") or output_problem(Path(ns.export).with_suffix(".json"), "--export")
         if getattr(ns, "export", None)
         else None

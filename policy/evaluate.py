@@ -42,7 +42,7 @@ def parse_seeds(text: str) -> list[int]:
     seeds: dict[int, None] = {}  # insertion-ordered set: a membership test per seed, not a scan
     for part in text.split(","):
         part = part.strip()
-        match = re.fullmatch(r"(\d{1,19})(?:-(\d{1,19}))?", part)
+        match = re.fullmatch(r"0*(\d{1,19})(?:-0*(\d{1,19}))?", part)  # zeros in front are no digits
         if not match:
             raise ValueError(
                 f"bad seed list {clip(text)}: expected numbers (up to 19 digits) and ranges like '42-51' or '1,5,9'"
@@ -486,6 +486,7 @@ def why_unplaceable(state: ClusterState, pod: PodSpec) -> str:
         if not state.model_names:
             return "it asks for a GPU and no node has one"
         usable = req.model_ok[state.model_id]
+        scope = "every GPU node's"
         if not usable.any():
             have = ", ".join(state.model_names[:8]) + (", …" if len(state.model_names) > 8 else "")
             return (

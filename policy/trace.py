@@ -174,14 +174,15 @@ def _first_undecodable_line(path: Path) -> int | None:
     the file in blocks of several KiB, so its error cannot say which line the bad byte is on; this
     second pass, run only after such an error, can."""
     try:
-        with path.open("rb") as handle:
-            for number, raw in enumerate(handle, start=1):
-                try:
-                    raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    return number
+        data = path.read_bytes()
     except OSError:
         return None
+    # splitlines: a lone CR ends a line too, as for the csv and YAML readers (Excel's "CSV (Macintosh)")
+    for number, raw in enumerate(data.splitlines(), start=1):
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return number
     return None
 
 

@@ -386,8 +386,9 @@ class CheckpointError(ModelFileError):
     ``rlsched train`` reports it without importing this torch module to name the class)."""
 
 
-CHECKPOINT_KEYS = ("agent", "optimizer", "torch_rng", "history", "iteration", "args")
-"""Entries every checkpoint has, of :func:`save_checkpoint` and of the vine trainer alike."""
+CHECKPOINT_KEYS = ("agent", "optimizer", "torch_rng", "history", "iteration")
+"""Entries every checkpoint has, of :func:`save_checkpoint` and of the vine trainer alike (``args`` is
+not one: checkpoints written before it was kept resume with this invocation's settings)."""
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

@@ -4,6 +4,7 @@ folder; and a ``--resume`` file that is no checkpoint is one line, not an unpick
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -68,7 +69,36 @@ def test_resume_from_a_pickle_that_is_no_checkpoint(tmp_path: Path, capsys: pyte
     torch.save({"weights": [1, 2, 3]}, other)
     base = ["--nodes", nodes, "--traces", pods, "--out-dir", str(tmp_path / "runs"), "--method", "ppo", *TINY]
     err = refused(capsys, [*base, "--resume", str(other)])
-    assert "not a PPO checkpoint (no agent, optimizer, torch_rng, history, iteration, args)" in err
+    assert "not a PPO checkpoint (no agent, optimizer, torch_rng, history, iteration)" in err
+
+
+def test_a_checkpoint_from_before_the_settings_were_kept_still_loads(tmp_path: Path) -> None:
+    """Checkpoints hold their run's settings (``args``) only since a recent change; an older one resumes
+    with the invocation's settings (ppo.config.resumed_args), so the check must not ask for them."""
+    torch = pytest.importorskip("torch")
+    from rlsched.policy.ppo.trainer import load_checkpoint
+
+    older = tmp_path / "older.pt"
+    torch.save({"agent": {}, "optimizer": {}, "torch_rng": None, "history": [], "iteration": 3}, older)
+    assert load_checkpoint(older)["iteration"] == 3
+
+
+def test_a_resumed_run_does_not_check_an_out_dir_it_does_not_use(tmp_path: Path) -> None:
+    """A resumed run writes into its checkpoint's folder; --out-dir (or its default) under a file was
+    refused although the run would never write there."""
+    from rlsched.policy.cli_train import add_arguments, build_args
+
+    nodes, pods = write_workload(tmp_path / "w")
+    checkpoint = tmp_path / "checkpoint.pt"
+    checkpoint.write_bytes(b"read later")
+    blocker = tmp_path / "runs"
+    blocker.write_text("a file where a folder would go")
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    argv = ["--nodes", nodes, "--traces", pods, "--method", "ppo", "--out-dir", str(blocker / "train"), *TINY]
+    with pytest.raises(ValueError, match="is a file, not a folder"):
+        build_args(parser.parse_args(argv))
+    assert build_args(parser.parse_args([*argv, "--resume", str(checkpoint)])).resume == str(checkpoint)
 
 
 def test_an_export_that_fails_after_training_is_one_line(

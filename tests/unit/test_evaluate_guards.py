@@ -98,6 +98,7 @@ def test_seeds_parse_in_linear_time_and_are_bounded() -> None:
         parse_seeds("1-60000,100000-160000")
     with pytest.raises(ValueError, match="bad seed list"):
         parse_seeds("1-" + "9" * 30)
+    assert parse_seeds("00000000000000000042,0-0,007") == [42, 0, 7]  # zeros in front are no digits
 
 
 @pytest.mark.parametrize(
@@ -107,8 +108,9 @@ def test_seeds_parse_in_linear_time_and_are_bounded() -> None:
             "p9,4000,8192,1,1000,v100m32",
             "gpu_spec 'v100m32' names no model the nodes have (T4, V100M32; names are case-sensitive)",
         ),
-        ("p9,4000,8192,9,1000,", "num_gpu 9 is above every node's (8 at most)"),
-        ("p9,999999999,8192,1,1000,", "cpu_milli 999999999 is above every node's (64000 at most)"),
+        ("p9,4000,8192,9,1000,", "num_gpu 9 is above every GPU node's (8 at most)"),
+        ("p9,999999999,8192,1,1000,", "cpu_milli 999999999 is above every GPU node's (64000 at most)"),
+        ("p9,999999999,8192,0,0,", "cpu_milli 999999999 is above every node's (64000 at most)"),
         ("p9,4000,8192,4,1000,T4", "num_gpu 4 is above every 'T4' node's (2 at most)"),
     ],
 )

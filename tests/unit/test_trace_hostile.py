@@ -101,6 +101,9 @@ def test_a_bad_byte_is_reported_on_its_own_line(tmp_path: Path) -> None:
         POD_HEADER.encode() + b"".join(f"p{i},1,1,0,0\n".encode() for i in range(3000)) + b"p\xff,1,1,0,0\n"
     )
     assert error_of(load_pods, later).startswith(f"{later}:3002: not UTF-8 text")
+    mac = tmp_path / "mac.csv"  # Excel's "CSV (Macintosh)": lines end with a lone CR
+    mac.write_bytes(NODE_HEADER.encode().replace(b"\n", b"\r") + b"n0,64000,262144,2,P100\rn\xe9,1,1,0,\r")
+    assert error_of(load_nodes, mac).startswith(f"{mac}:3: not UTF-8 text")
 
 
 def test_unknown_columns_are_named_in_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -116,11 +116,33 @@ def conditions(pol: dict) -> dict[str, dict]:
     return {c["type"]: c for c in (pol.get("status") or {}).get("conditions") or []}
 
 
+def status_problem(exc: Exception, stack: Any) -> str:
+    """What a failed read of the extender's /status means, in one line (with what to do about it)."""
+    code = getattr(exc, "code", None)
+    token = getattr(stack.extender, "token_path", None)
+    if code == 401:
+        return (
+            f"HTTP 401: the extender refused the stack's token ({token or 'none'}); the tokens expire "
+            "(kubectl create token) and hack/rlstack.py up renews them: run hack/demo.sh again"
+        )
+    if code == 403:
+        return (
+            f"HTTP 403: the token's ServiceAccount ({rlstack.IDENTITY_NAMESPACE}/{rlstack.STACK_IDENTITY}) may not "
+            f"read /status (ClusterRole {rlstack.READER_ROLE}): run hack/demo.sh again"
+        )
+    return str(exc)
+
+
 def main() -> int:
     cluster = rlstack.LocalCluster.from_env()
     stack = rlstack.Stack.load(cluster)
     if not stack.extender.alive() or not stack.scheduler.alive():
         log("the stack is not running: start it with hack/demo.sh")
+        return 1
+    try:
+        stack.extender.status()
+    except Exception as exc:  # noqa: BLE001 - said plainly, not as a traceback
+        log(f"the extender's /status does not answer: {status_problem(exc, stack)}")
         return 1
 
     log(f"creating {len(NODES)} kwok GPU nodes (V100M16, T4, A100)")
@@ -248,7 +270,12 @@ def await_load(stack: Any, timeout: float, settled_at: float = 0.0) -> LoadWait:
     nodes' series then span a whole rate window, so rates read true). Progress on stderr; never silent
     when it gives up."""
     start = time.monotonic()
-    columns = (stack.extender.status().get("load") or {}).get("columns")
+    try:
+        columns = (stack.extender.status().get("load") or {}).get("columns")
+    except Exception as exc:  # noqa: BLE001 - said plainly; the demo goes on without node load
+        why = f"unknown: the extender's /status does not answer ({status_problem(exc, stack)})"
+        log(f"node load {why}; the pods are placed WITHOUT node load")
+        return LoadWait(None, 0.0, False, why)
     if columns is None:
         why = "none: the extender reads no Prometheus (no prometheus.url)"
         log(f"node load {why}; the pods are placed WITHOUT node load")

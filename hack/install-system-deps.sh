@@ -44,15 +44,29 @@ apt_opts=(-o DPkg::Lock::Timeout=600 -y --no-install-recommends)
 # Debian's prometheus package starts a system-wide server on :9090 from its init
 # script when it can. We run our own instance (hack/local-cluster.sh), so keep the
 # package from starting a service during this install.
-policy="/usr/sbin/policy-rc.d"
+# The file must not outlive this install (it would keep every later package on the machine from starting
+# its services), whatever ends the script: the EXIT trap removes it — only a file this script made, never
+# one that was there before. A signal exits with its own status, so the EXIT trap runs on it too.
+# RLSCHED_POLICY_RC_D: another path, for testing this script without root.
+policy="${RLSCHED_POLICY_RC_D:-/usr/sbin/policy-rc.d}"
 created_policy=false
+remove_policy() {
+  if ${created_policy}; then
+    "${SUDO[@]}" rm -f "${policy}"
+    created_policy=false
+  fi
+}
+trap remove_policy EXIT
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
 if [[ ! -e "${policy}" ]]; then
+  created_policy=true  # before the write: a signal during it still removes what was written
   printf '#!/bin/sh\nexit 101\n' | "${SUDO[@]}" tee "${policy}" >/dev/null
   "${SUDO[@]}" chmod +x "${policy}"
-  created_policy=true
 fi
 rc=0
 "${SUDO[@]}" apt-get "${apt_opts[@]}" install "${missing[@]}" || rc=$?
-if ${created_policy}; then "${SUDO[@]}" rm -f "${policy}"; fi
+remove_policy
 [[ ${rc} -eq 0 ]] || { echo "[install-system-deps] apt-get install failed (exit ${rc})" >&2; exit "${rc}"; }
 echo "[install-system-deps] done"

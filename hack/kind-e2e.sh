@@ -61,6 +61,17 @@ if [[ "${ENGINE}" == podman ]]; then
   export KIND_EXPERIMENTAL_PROVIDER=podman
 fi
 
+# The Python environment first: a failure here costs seconds, not the minutes of a kind cluster. A .venv
+# made by hack/demo.sh holds the package without the dev extra (no pytest): the extra is installed then.
+log "python environment (.venv)"
+if [[ ! -x .venv/bin/python ]]; then
+  "${PYTHON:-python3}" -m venv .venv
+  .venv/bin/python -m pip install --quiet --upgrade pip
+fi
+if ! .venv/bin/python -c 'import rlsched, pytest, pytest_asyncio, pytest_timeout, pytest_aiohttp, kubernetes' 2>/dev/null; then
+  .venv/bin/python -m pip install --quiet -e '.[dev]'
+fi
+
 WORK="$(mktemp -d)"
 KUBECONFIG_FILE="${WORK}/kubeconfig"
 cleanup() {
@@ -113,13 +124,6 @@ log "helm install helm/rl-scheduler (namespace ${NAMESPACE})"
 helm upgrade --install rl-scheduler helm/rl-scheduler --namespace "${NAMESPACE}" --create-namespace \
   --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}" --set image.pullPolicy=Never \
   --wait --timeout 5m
-
-log "python environment (.venv)"
-if [[ ! -x .venv/bin/python ]]; then
-  "${PYTHON:-python3}" -m venv .venv
-  .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e '.[dev]'
-fi
 
 log "pytest tests/e2e -m kind"
 RLSCHED_E2E_KUBECONFIG="${KUBECONFIG_FILE}" RLSCHED_E2E_SCHEDULER_NAME=rl-scheduler \

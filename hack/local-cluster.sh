@@ -9,7 +9,7 @@
 #   hack/local-cluster.sh up [--scheduler-config FILE | --no-scheduler] [--no-prometheus]
 #                            [--prometheus-targets FILE] [--fake-nodes N] [--kwok-config FILE]...
 #   hack/local-cluster.sh scheduler start [--scheduler-config FILE] | scheduler stop
-#   hack/local-cluster.sh down [--keep]
+#   hack/local-cluster.sh down [--keep]   # also stops what hack/rlstack.py started (pid files in run/)
 #   hack/local-cluster.sh status
 #   hack/local-cluster.sh env            # eval "$(hack/local-cluster.sh env)"
 #
@@ -168,8 +168,13 @@ gen_pki() {
 
 # write_kubeconfig FILE CERTNAME
 write_kubeconfig() {
-  local file="$1" name="$2"
-  cat >"${file}" <<EOF
+  local file="$1" name="$2" old_umask
+  # It holds a private key: created 0600 (umask 077), never readable by others even for a moment, and
+  # moved into place whole (a kubeconfig left from an earlier up keeps no wider mode).
+  old_umask="$(umask)"
+  umask 077
+  rm -f "${file}.tmp"
+  cat >"${file}.tmp" <<EOF
 apiVersion: v1
 kind: Config
 clusters:
@@ -189,7 +194,9 @@ contexts:
     user: ${name}
 current-context: rlsched-local
 EOF
-  chmod 600 "${file}"
+  umask "${old_umask}"
+  chmod 600 "${file}.tmp"
+  mv -f "${file}.tmp" "${file}"
 }
 
 write_kubeconfigs() {
@@ -474,6 +481,7 @@ cmd_up() {
     [[ ${#missing[@]} -eq 0 ]] || die "partially up (${missing[*]} not running): run '$0 down' first"
     load_ports
     https_ok "https://127.0.0.1:${APISERVER_PORT}/readyz" || die "processes run but kube-apiserver is not ready: see $0 status"
+    warn_kept_settings "${want_sched}" "${want_prom}" "${prom_targets}"
     if [[ -n "${sched_cfg}" ]]; then
       local old=""
       [[ -f "${STATE}/kube-scheduler.yaml" ]] && old="$(cat "${STATE}/kube-scheduler.yaml")"
@@ -484,6 +492,8 @@ cmd_up() {
         start_scheduler
       fi
     fi
+    # Fake nodes are objects, not a process setting: made on this path too (apply is idempotent).
+    create_fake_nodes "${fake_nodes}"
     log "already up (state ${STATE})"
     return 0
   fi
@@ -522,6 +532,28 @@ cmd_up() {
   cmd_env
 }
 
+# up on a running cluster keeps its processes as they are: say which requested settings that leaves out
+# (fake nodes and --scheduler-config are applied on that path; the rest needs down, then up).
+warn_kept_settings() {
+  local want_sched="$1" want_prom="$2" prom_targets="$3" f again="run '$0 down', then up, to change it"
+  if ! ${want_sched} && alive kube-scheduler; then
+    log "WARNING: already up: --no-scheduler ignored, kube-scheduler keeps running (or: $0 scheduler stop)"
+  fi
+  if ! ${want_prom} && alive prometheus; then
+    log "WARNING: already up: --no-prometheus ignored, Prometheus keeps running; ${again}"
+  elif ${want_prom} && ! alive prometheus; then
+    log "WARNING: already up without Prometheus (an earlier up --no-prometheus); ${again}"
+  fi
+  if [[ -n "${prom_targets}" ]] && ! grep -qxF -- "    - ${prom_targets}" "${STATE}/prometheus/prometheus.yml" 2>/dev/null; then
+    log "WARNING: already up: --prometheus-targets ${prom_targets} ignored (Prometheus keeps its configuration); ${again}"
+  fi
+  for f in "${KWOK_EXTRA_CONFIGS[@]}"; do
+    if ! grep -qF -- "--config $(printf '%q' "${f}") " "${RUN}/kwok.cmd" 2>/dev/null; then
+      log "WARNING: already up: --kwok-config ${f} ignored (kwok keeps the configuration it started with); ${again}"
+    fi
+  done
+}
+
 on_up_exit() {
   local rc=$?
   if [[ ${rc} -ne 0 ]]; then
@@ -535,11 +567,26 @@ stop_all() {
   for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do stop "${COMPONENTS[i]}"; done
 }
 
+# Every other process with a pid file in run/: what hack/rlstack.py (hack/demo.sh) started on this cluster
+# (our kube-scheduler, the extender, the operator, the load exporter) and what tests and benchmarks start
+# the same way. Each is stopped only while its pid still runs the executable recorded for it (stop, alive);
+# a stale pid file is just removed.
+stop_others() {
+  local f name c
+  for f in "${RUN}"/*.pid; do
+    [[ -e "${f}" ]] || continue
+    name="$(basename "${f}" .pid)"
+    for c in "${COMPONENTS[@]}"; do [[ "${name}" != "${c}" ]] || continue 2; done
+    stop "${name}"
+  done
+}
+
 cmd_down() {
   local keep=false
   if [[ "${1:-}" == "--keep" ]]; then keep=true; fi
   [[ $# -eq 0 ]] || ${keep} || die "down: unknown argument $1"
   load_ports || true
+  stop_others  # first: they talk to the control plane
   stop_all
   # Nothing we started may still listen.
   local var left=()

@@ -75,7 +75,7 @@ from rlsched.policy.dynamic.replay import (  # noqa: E402
 )
 from rlsched.policy.dynamic.simulator import DynamicSettings, run_dynamic  # noqa: E402
 from rlsched.policy.scorers import TieBreak, make_scorer  # noqa: E402
-from rlsched.policy.trace import load_nodes, load_pods, missing_input  # noqa: E402
+from rlsched.policy.trace import load_nodes, load_pods, missing_input, output_problem  # noqa: E402
 from rlsched.policy.typical import typical_pods  # noqa: E402
 
 DATA = replay_openb.DATA
@@ -344,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     for flag, path in (("--nodes", args.nodes), ("--pods", args.pods)):
         if not Path(path).is_file():
             ap.error(missing_input(path, flag))
+    if args.json is not None and (problem := output_problem(args.json, "--json")):
+        ap.error(problem)  # before a run of minutes, not after it
     all_nodes = load_nodes(args.nodes)
     trace = load_pods(args.pods)
     typical = typical_pods(trace)
@@ -467,7 +469,8 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({k: v for k, v in result.items() if k not in ("comparison",)}, indent=1, default=str))
     print(table)
     if args.json:
-        Path(args.json).write_text(
+        replay_openb.write_json(
+            args.json,
             json.dumps(
                 dict(
                     result,
@@ -487,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
                     t0=t0,
                 ),
                 default=str,
-            )
+            ),
         )
     bad = [r["metric"] for r in rows if not r["ok"]]
     if bad:

@@ -61,7 +61,15 @@ from rlsched.policy.cluster import ClusterState, NodeSpec, PodSpec  # noqa: E402
 from rlsched.policy.decision import decide  # noqa: E402
 from rlsched.policy.scorers import TieBreak, make_scorer  # noqa: E402
 from rlsched.policy.simulator import ProtocolMeter, RequestCache, RunResult, run_sequence  # noqa: E402
-from rlsched.policy.trace import OPENB_NODES, OPENB_PODS, load_nodes, load_pods, missing_input, openb_dir  # noqa: E402
+from rlsched.policy.trace import (  # noqa: E402
+    OPENB_NODES,
+    OPENB_PODS,
+    load_nodes,
+    load_pods,
+    missing_input,
+    openb_dir,
+    output_problem,
+)
 from rlsched.policy.typical import TypicalPods, typical_pods  # noqa: E402
 from rlsched.policy.workload import DEFAULT_TARGET, inflate  # noqa: E402
 
@@ -358,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     for flag, path in (("--nodes", args.nodes), ("--pods", args.pods)):
         if not Path(path).is_file():
             ap.error(missing_input(path, flag))
+    if args.json is not None and (problem := output_problem(args.json, "--json")):
+        ap.error(problem)  # before a run of minutes, not after it
 
     nodes = load_nodes(args.nodes)
     trace = load_pods(args.pods)
@@ -497,10 +507,17 @@ def main(argv: list[str] | None = None) -> int:
             outcomes={"real": real, "simByName": by_name, "simSeeded": sim_seeded},
             sequence=[p.name for p in sequence],
         )
-        Path(args.json).write_text(json.dumps(out))
+        write_json(args.json, json.dumps(out))
     return exit_status(
         len(curves["real"].problems), same, len(sequence), args.allow_differences, result["firstDifference"]
     )
+
+
+def write_json(path: str | Path, text: str) -> None:
+    """``--json``: the file, in a folder made if missing (``runs/bench/…`` on a fresh clone)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
 
 
 def exit_status(infeasible: int, same: int, total: int, allow_differences: bool, first: object = None) -> int:

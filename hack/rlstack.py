@@ -87,6 +87,7 @@ from stacklib.identity import (  # noqa: E402
     OPERATOR_IDENTITY,
     READER_ROLE,
     STACK_IDENTITY,
+    TOKEN_DURATION,
     reader_rbac,
     service_account_token,
 )
@@ -108,7 +109,14 @@ from stacklib.objects import (  # noqa: E402
 from stacklib.pki import tls_pki  # noqa: E402
 from stacklib.process import Proc  # noqa: E402
 from stacklib.scheduler import KubeScheduler, lease_rbac, rl_scheduler_config  # noqa: E402
-from stacklib.services import Extender, LoadExporter, Operator, describe_policy, prometheus_query  # noqa: E402
+from stacklib.services import (  # noqa: E402
+    Extender,
+    LoadExporter,
+    Operator,
+    StatusHttpError,
+    describe_policy,
+    prometheus_query,
+)
 
 __all__ = [
     "CARDS_ANNOTATION",
@@ -129,6 +137,7 @@ __all__ = [
     "REPO_ROOT",
     "SCHEDULER_NAME",
     "STACK_IDENTITY",
+    "TOKEN_DURATION",
     "TOOLS_BIN",
     "Api",
     "ApiError",
@@ -139,6 +148,7 @@ __all__ = [
     "Operator",
     "Proc",
     "Stack",
+    "StatusHttpError",
     "bundled_model",
     "card_assignment",
     "create_nodes",
@@ -167,6 +177,15 @@ __all__ = [
 # -- the stack ---------------------------------------------------------------------------------------
 
 
+_ATTR = {"statusPort": "status_port"}
+"""stack.json key → attribute of the process object, where they differ."""
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON gives it back (tuples → lists, paths → strings): what ``stack.json`` compares."""
+    return json.loads(json.dumps(value, default=str))
+
+
 @dataclass
 class Stack:
     """Extender + our kube-scheduler (+ operator, load exporter) on one local cluster."""
@@ -176,6 +195,8 @@ class Stack:
     scheduler: KubeScheduler = field(init=False)
     operator: Operator = field(init=False)
     exporter: LoadExporter = field(init=False)
+    info: dict[str, Any] = field(init=False, default_factory=dict)
+    """``stack.json``: per process, its ports and the arguments it was started with."""
 
     def __post_init__(self) -> None:
         self.extender = Extender(self.cluster)
@@ -187,31 +208,75 @@ class Stack:
     def info_path(self) -> Path:
         return self.cluster.stack_dir / "stack.json"
 
-    def save(self, **extra: Any) -> None:
-        info = {
-            "extender": {"port": self.extender.port, "statusPort": self.extender.status_port},
-            "scheduler": {"port": self.scheduler.port},
-            "exporter": {"port": self.exporter.port},
-            **extra,
-        }
+    def read_info(self) -> dict[str, Any]:
+        """``stack.json`` as it is on disk ({} when missing or unreadable)."""
+        try:
+            info = json.loads(self.info_path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return info if isinstance(info, dict) else {}
+
+    def _write_info(self) -> None:
         self.cluster.stack_dir.mkdir(parents=True, exist_ok=True)
-        self.info_path.write_text(json.dumps(info, indent=2))
+        tmp = self.info_path.with_name(f".{self.info_path.name}.tmp")
+        tmp.write_text(json.dumps(self.info, indent=2, default=str))
+        tmp.replace(self.info_path)  # a reader (or an interrupted writer) never leaves half a file
+
+    def record(self, key: str, **fields: Any) -> None:
+        """Write what ``key``'s process was started with (its ports, ``args``) into ``stack.json`` now —
+        right after each start, so that an up cut short (an exception, Ctrl-C) leaves no running process
+        whose ports nobody knows."""
+        self.info[key] = _plain(fields)
+        self._write_info()
+
+    def save(self, **extra: Any) -> None:
+        """``stack.json``: the ports of what runs (and ``extra`` top-level keys), keeping each
+        component's recorded ``args``."""
+        for key, ports in (
+            ("extender", {"port": self.extender.port, "statusPort": self.extender.status_port}),
+            ("scheduler", {"port": self.scheduler.port}),
+            ("exporter", {"port": self.exporter.port}),
+        ):
+            self.info[key] = {**(self.info.get(key) or {}), **ports}
+        self.info.update(_plain(extra))
+        self._write_info()
 
     @classmethod
     def load(cls, cluster: LocalCluster) -> Stack:
         s = cls(cluster)
-        try:
-            info = json.loads(s.info_path.read_text())
-        except (OSError, ValueError):
-            return s
-        s.extender.port = info.get("extender", {}).get("port")
-        s.extender.status_port = info.get("extender", {}).get("statusPort")
+        info = s.read_info()
+        s.info = info
+        s.extender.port = (info.get("extender") or {}).get("port")
+        s.extender.status_port = (info.get("extender") or {}).get("statusPort")
         token = cluster.stack_dir / "tokens" / f"{STACK_IDENTITY}.token"
         s.extender.token_path = token if token.exists() else None
-        s.scheduler.port = info.get("scheduler", {}).get("port")
-        s.exporter.port = info.get("exporter", {}).get("port")
-        s.info = info  # type: ignore[attr-defined]
+        s.scheduler.port = (info.get("scheduler") or {}).get("port")
+        s.exporter.port = (info.get("exporter") or {}).get("port")
         return s
+
+    def _reuse(self, proc: Proc, key: str, args: Mapping[str, Any], ports: Sequence[str] = ()) -> bool:
+        """True when ``proc`` runs and ``stack.json`` says it was started with ``args`` (its recorded
+        ``ports`` are then set on it). A process that runs without such a record (an up killed before it
+        could write it, a stack.json of an older version) or with other arguments is stopped, saying why;
+        False then."""
+        if not proc.alive():
+            return False
+        rec = self.info.get(key) or {}
+        old = rec.get("args")
+        unknown = [p for p in ports if not isinstance(rec.get(p), int)]
+        if unknown or not isinstance(old, dict):
+            what = ", ".join(unknown) if unknown else "arguments"
+            why = f"runs, but {self.info_path} does not record its {what} (an up cut short?)"
+        elif old != _plain(args):
+            changed = sorted(k for k in set(old) | set(args) if old.get(k) != _plain(args).get(k))
+            why = f"runs with other arguments ({', '.join(changed)})"
+        else:
+            for p in ports:
+                setattr(proc, _ATTR.get(p, p), rec[p])
+            return True
+        log(f"{proc.name} (pid {proc.pid}) {why}: restarting it")
+        proc.stop()
+        return False
 
     def up(
         self,
@@ -224,18 +289,38 @@ class Stack:
         scheduler_qps: float | None = None,
         scheduler_burst: int | None = None,
     ) -> None:
-        """Start what is not running yet: load exporter, extender, operator, our kube-scheduler."""
+        """Start what is not running yet: load exporter, extender, operator, our kube-scheduler.
+
+        What runs already is kept when ``stack.json`` records that it was started with the same
+        arguments, and restarted otherwise (``--model``, ``--explain-load``, another operator namespace
+        …). Each start is recorded in ``stack.json`` at once. The reader tokens of what is kept are
+        renewed (they expire: :func:`service_account_token`)."""
         c = self.cluster
         c.stack_dir.mkdir(parents=True, exist_ok=True)
+        self.info = self.read_info()  # what the running processes were started with
         if model == "auto":
             model = bundled_model()
         prom = c.prometheus_url
-        if load_exporter and not self.exporter.alive():
-            self.exporter.start_with(node_selector=exporter_selector)
-            log(
-                f"load exporter: pid {self.exporter.pid}, {self.exporter.url}"
-                + (f", registered in {c.prometheus_targets_dir}" if prom else " (no Prometheus: not registered)")
-            )
+
+        if load_exporter:
+            exporter_args = _plain({"nodeSelector": exporter_selector, "prometheus": prom is not None})
+            if not self._reuse(self.exporter, "exporter", exporter_args, ports=("port",)):
+                try:
+                    self.exporter.start_with(node_selector=exporter_selector)
+                finally:
+                    self.record("exporter", port=self.exporter.port, args=exporter_args)
+                log(
+                    f"load exporter: pid {self.exporter.pid}, {self.exporter.url}"
+                    + (f", registered in {c.prometheus_targets_dir}" if prom else " (no Prometheus: not registered)")
+                )
+        elif self.exporter.alive():
+            self.exporter.port = (self.info.get("exporter") or {}).get("port")
+
+        if operator_namespace is None and self.operator.alive():
+            # up without --operator keeps a running operator (and the extender reading its policy file).
+            operator_namespace = ((self.info.get("operator") or {}).get("args") or {}).get("namespace")
+            if operator_namespace:
+                log(f"{self.operator.name}: runs (namespace {operator_namespace}); left running")
         policy_dir = c.stack_dir / "policy"
         policy_file = None
         if operator_namespace:
@@ -243,28 +328,68 @@ class Stack:
             policy_file = policy_dir / "policy.yaml"
             if not policy_file.exists():
                 policy_file.write_text("{}\n")
-        if not self.extender.alive():
-            settings: dict[str, Any] = {"policyPollS": 1.0}
-            if prom:
-                settings["prometheus"] = {"intervalS": 5.0, "queries": local_load_queries()}
-            settings.update(extender_settings or {})
-            self.extender.start_with(model=model, policy_file=policy_file, prometheus_url=prom, settings=settings)
+
+        settings: dict[str, Any] = {"policyPollS": 1.0}
+        if prom:
+            settings["prometheus"] = {"intervalS": 5.0, "queries": local_load_queries()}
+        settings.update(extender_settings or {})
+        extender_args = _plain(  # a copy, as it is before the start
+            {
+                "model": str(model) if model else None,
+                "policyFile": str(policy_file) if policy_file else None,
+                "prometheusUrl": prom,
+                "settings": settings,
+            }
+        )
+        if self._reuse(self.extender, "extender", extender_args, ports=("port", "statusPort")):
+            self.extender.token_path = service_account_token(c, STACK_IDENTITY)  # renewed: tokens expire
+        else:
+            rec = self.info.get("extender") or {}
+            # The ports it had (the scheduler's configuration names them), else new ones.
+            self.extender.port = self.extender.port or rec.get("port")
+            self.extender.status_port = self.extender.status_port or rec.get("statusPort")
+            try:
+                self.extender.start_with(model=model, policy_file=policy_file, prometheus_url=prom, settings=settings)
+            finally:
+                self.record(
+                    "extender", port=self.extender.port, statusPort=self.extender.status_port, args=extender_args
+                )
             log(f"extender: pid {self.extender.pid}, verbs {self.extender.url}, status {self.extender.status_url}")
-        if operator_namespace and not self.operator.alive():
-            ensure_namespace(c, operator_namespace)
-            self.operator.start_with(
-                operator_namespace,
-                self.extender.status_url,
-                policy_dir,
-                decision_log=c.stack_dir / "decisions",
-                prometheus_url=prom,
+
+        if operator_namespace:
+            operator_args = _plain(
+                {
+                    "namespace": operator_namespace,
+                    "extenderStatusUrl": self.extender.status_url,
+                    "policyDir": str(policy_dir),
+                    "prometheusUrl": prom,
+                }
             )
-            log(f"operator: pid {self.operator.pid}, watching namespace {operator_namespace}")
-        if not self.scheduler.alive():
-            conf = rl_scheduler_config(
-                c, self.extender.url, leader_elect=leader_elect, qps=scheduler_qps, burst=scheduler_burst
-            )
-            self.scheduler.start_with(conf)
+            if self._reuse(self.operator, "operator", operator_args):
+                service_account_token(c, OPERATOR_IDENTITY)  # renewed; the operator reads the file again
+            else:
+                ensure_namespace(c, operator_namespace)
+                try:
+                    self.operator.start_with(
+                        operator_namespace,
+                        self.extender.status_url,
+                        policy_dir,
+                        decision_log=c.stack_dir / "decisions",
+                        prometheus_url=prom,
+                    )
+                finally:
+                    self.record("operator", args=operator_args)
+                log(f"operator: pid {self.operator.pid}, watching namespace {operator_namespace}")
+
+        conf = rl_scheduler_config(
+            c, self.extender.url, leader_elect=leader_elect, qps=scheduler_qps, burst=scheduler_burst
+        )
+        scheduler_args = _plain({"config": conf})
+        if not self._reuse(self.scheduler, "scheduler", scheduler_args, ports=("port",)):
+            try:
+                self.scheduler.start_with(conf)
+            finally:
+                self.record("scheduler", port=self.scheduler.port, args=scheduler_args)
             log(
                 f"kube-scheduler (profile {SCHEDULER_NAME}, lease {LEASE_NAMESPACE}/{LEASE_NAME}): "
                 f"pid {self.scheduler.pid}, "
@@ -280,6 +405,7 @@ class Stack:
             else:
                 p.stop()  # clears stale pid files
         self.info_path.unlink(missing_ok=True)
+        self.info = {}
 
     def status_lines(self) -> list[str]:
         lines = []
@@ -297,7 +423,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="hack/rlstack.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--cluster-dir", help="local-cluster state folder (default $RLSCHED_CLUSTER_DIR or .cache/cluster)")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    up = sub.add_parser("up", help="start the extender, our kube-scheduler (and operator, load exporter)")
+    up = sub.add_parser(
+        "up",
+        help="start the extender, our kube-scheduler (and operator, load exporter); restart what runs with other "
+        "arguments; renew the reader tokens",
+    )
     up.add_argument("--model", default="auto", help="model file, 'auto' (the bundled one if installed) or 'none'")
     up.add_argument("--operator", metavar="NAMESPACE", help="run the operator serving NAMESPACE/default")
     up.add_argument(

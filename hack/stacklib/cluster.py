@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from .common import REPO_ROOT, TOOLS_BIN
+from .common import REPO_ROOT, TOOLS_BIN, recorded_process_alive
 
 
 @dataclass
@@ -66,8 +66,9 @@ class LocalCluster:
 
     @property
     def prometheus_url(self) -> str | None:
-        """The cluster's Prometheus if it runs (``up`` without ``--no-prometheus``)."""
-        if not (self.run_dir / "prometheus.pid").exists():
+        """The cluster's Prometheus if it runs (``up`` without ``--no-prometheus``; its pid file names a live
+        Prometheus, not only exists)."""
+        if not recorded_process_alive(self.run_dir, "prometheus"):
             return None
         return f"http://127.0.0.1:{self.ports()['PROMETHEUS_PORT']}"
 

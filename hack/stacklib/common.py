@@ -26,6 +26,20 @@ def log(msg: str) -> None:
     print(f"[rlstack {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def recorded_process_alive(run_dir: Path, name: str) -> bool:
+    """True while ``<run_dir>/<name>.pid`` names a live process (not a zombie) that still runs the executable
+    in ``<name>.exe`` — the check ``hack/local-cluster.sh`` makes (its ``alive``): a pid file left behind,
+    or a pid the system has given to another program since, does not count."""
+    try:
+        pid = int((run_dir / f"{name}.pid").read_text().strip())
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        exe = (run_dir / f"{name}.exe").read_text().strip()
+    except (OSError, ValueError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z" and cmd == exe
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

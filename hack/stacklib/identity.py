@@ -3,6 +3,7 @@ URLs, and their tokens from the TokenRequest API."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from .cluster import LocalCluster
@@ -15,6 +16,10 @@ STACK_IDENTITY = "rlsched-stack"
 OPERATOR_IDENTITY = "rlsched-operator"
 """ServiceAccount whose token the local operator sends to the extender."""
 IDENTITY_NAMESPACE = "kube-system"
+TOKEN_DURATION = "720h"
+"""How long a token of the local stack is valid (30 days; the local API server sets no maximum). ``Stack.up``
+(``hack/rlstack.py up``, so every ``hack/demo.sh``) renews the tokens of the processes it keeps, whose
+readers take the new file (the operator's ``--extender-token-file`` and ``Extender.token`` read it again)."""
 
 
 def reader_rbac(account: str, namespace: str = IDENTITY_NAMESPACE, grant: bool = True) -> list[dict]:
@@ -42,7 +47,11 @@ def reader_rbac(account: str, namespace: str = IDENTITY_NAMESPACE, grant: bool =
 
 
 def service_account_token(
-    cluster: LocalCluster, account: str, grant: bool = True, namespace: str = IDENTITY_NAMESPACE, duration: str = "24h"
+    cluster: LocalCluster,
+    account: str,
+    grant: bool = True,
+    namespace: str = IDENTITY_NAMESPACE,
+    duration: str = TOKEN_DURATION,
 ) -> Path:
     """Create the ServiceAccount (bound to :data:`READER_ROLE` with ``grant``), request a token for it
     (TokenRequest API) and write it to ``<state>/rlstack/tokens/<account>.token`` (mode 0600)."""
@@ -52,7 +61,9 @@ def service_account_token(
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{account}.token"
     tmp = folder / f".{account}.token.tmp"
-    tmp.write_text(token + "\n")
-    tmp.chmod(0o600)
+    tmp.unlink(missing_ok=True)  # a leftover of an interrupted write, maybe with other permissions
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # never readable by others, not even briefly
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
     tmp.replace(path)  # atomic, like the kubelet's rotation: a reader sees the old token or the new one
     return path

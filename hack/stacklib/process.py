@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .cluster import LocalCluster
-from .common import log, wait_for
+from .common import log, recorded_process_alive, wait_for
 
 
 class Proc:
@@ -46,17 +46,7 @@ class Proc:
             # Started by this process: the child's exit status is the truth. (The /proc check below is
             # for processes another invocation started; reading a busy child's cmdline can mislead.)
             return self.popen.poll() is None
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
-        except OSError:
-            return False
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":
-            return False
-        try:
-            return cmd == self._file("exe").read_text().strip()
-        except OSError:
-            return False
+        return recorded_process_alive(self.cluster.run_dir, self.name)
 
     def start(self, argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: Path | None = None) -> None:
         if self.alive():

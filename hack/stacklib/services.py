@@ -3,6 +3,7 @@ load exporter (``hack/load_exporter.py``), plus a Prometheus query."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import sys
@@ -19,6 +20,15 @@ from .cluster import LocalCluster
 from .common import REPO_ROOT, free_port, http_get, wait_for
 from .identity import OPERATOR_IDENTITY, STACK_IDENTITY, service_account_token
 from .process import Proc
+
+
+class StatusHttpError(RuntimeError):
+    """The extender's status listener answered with an HTTP error (``code``: 401 when it refused the
+    token, 403 when the token's ServiceAccount may not read the path)."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
 
 
 class Extender(Proc):
@@ -64,7 +74,7 @@ class Extender(Proc):
         self.port = port or self.port or free_port()
         self.status_port = status_port or self.status_port or free_port()
         conf: dict[str, Any] = {"log": {"format": "json"}}
-        for key, value in (settings or {}).items():
+        for key, value in copy.deepcopy(dict(settings or {})).items():  # the caller's settings stay as they are
             if isinstance(value, Mapping) and isinstance(conf.get(key), dict):
                 conf[key].update(value)
             else:
@@ -126,13 +136,13 @@ class Extender(Proc):
     def status(self) -> dict[str, Any]:
         code, body = http_get(f"{self.status_url}/status", token=self.token)
         if code != 200:
-            raise RuntimeError(f"{self.name} /status: HTTP {code}: {body[:300]!r}")
+            raise StatusHttpError(f"{self.name} /status: HTTP {code}: {body[:300]!r}", code)
         return json.loads(body)
 
     def decisions(self, after: int = 0, limit: int = 4096) -> dict[str, Any]:
         code, body = http_get(f"{self.status_url}/decisions?after={after}&limit={limit}", timeout=10, token=self.token)
         if code != 200:
-            raise RuntimeError(f"{self.name} /decisions: HTTP {code}: {body[:300]!r}")
+            raise StatusHttpError(f"{self.name} /decisions: HTTP {code}: {body[:300]!r}", code)
         return json.loads(body)
 
     def metrics(self) -> str:

@@ -115,3 +115,33 @@ def test_the_report_lists_the_placements_load_changed(demo: Any, capsys: pytest.
     assert "Load did not change any of these choices" in capsys.readouterr().out
     demo.report_load_choices({"etl": records["etl"]}, wait)
     assert "No placement was explained" in capsys.readouterr().out
+
+
+class RefusingExtender(FakeProc):
+    """An extender whose /status refuses the token (an expired ``kubectl create token``)."""
+
+    token_path = Path("/state/rlstack/tokens/rlsched-stack.token")
+
+    def status(self) -> dict:
+        raise demo_module().rlstack.StatusHttpError("rlsched-extender /status: HTTP 401: b'Unauthorized'", 401)
+
+
+def demo_module() -> Any:
+    return sys.modules["rlsched_demo"]
+
+
+def test_a_refused_token_is_said_plainly_not_as_a_traceback(
+    demo: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    stack = FakeStack([None])
+    stack.extender = RefusingExtender([None])
+    stack.scheduler = FakeProc([None])  # type: ignore[attr-defined]
+    monkeypatch.setattr(demo.rlstack.Stack, "load", classmethod(lambda cls, cluster: stack))
+    monkeypatch.setattr(demo.rlstack, "create_nodes", lambda *a, **k: pytest.fail("went on after the 401"))
+    assert demo.main() == 1
+    err = capsys.readouterr().err
+    assert "HTTP 401" in err and "refused the stack's token" in err and "hack/demo.sh again" in err
+    assert "rlsched-stack.token" in err
+    # while waiting for load (the token expiring mid-run): no traceback, the pods go without load
+    out = demo.wait_for_load(stack, 90)
+    assert out.columns is None and not out.known and "HTTP 401" in out.why

@@ -295,3 +295,25 @@ def test_the_openb_replay_fails_when_a_placement_differs_from_the_simulator() ->
     assert replay.exit_status(0, 9, 10, False) == 1  # one pod placed elsewhere than the simulator placed it
     assert replay.exit_status(0, 9, 10, True) == 0
     assert replay.exit_status(2, 10, 10, True) == 1  # a placement the simulator's model calls impossible
+
+
+@pytest.mark.parametrize("script", ["replay_openb", "replay_dynamic"])
+def test_the_replays_check_json_before_the_run_and_make_its_folder(
+    script: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--json runs/bench/x.json`` (docs/replay.md) on a fresh clone: the folder is made, and a path that
+    cannot be written is refused in one line before the minutes of the run, not after them."""
+    module = load_script(script)
+    nodes, pods = tmp_path / "nodes.csv", tmp_path / "pods.csv"
+    nodes.write_text("")
+    pods.write_text("")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit) as exc:
+        module.main(["--nodes", str(nodes), "--pods", str(pods), "--json", str(blocker / "bench" / "out.json")])
+    assert exc.value.code == 2
+    assert f"--json {blocker / 'bench' / 'out.json'}: {blocker} is a file, not a folder" in capsys.readouterr().err
+    replay = load_script("replay_openb")
+    out = tmp_path / "runs" / "bench" / "out.json"
+    replay.write_json(out, "{}")
+    assert out.read_text() == "{}"

@@ -317,10 +317,11 @@ class Stack:
             self.exporter.port = (self.info.get("exporter") or {}).get("port")
 
         if operator_namespace is None and self.operator.alive():
-            # up without --operator keeps a running operator (and the extender reading its policy file).
+            # up without --operator keeps a running operator's namespace (and the extender reading its
+            # policy file); the operator is restarted only if its extender or Prometheus URL changed.
             operator_namespace = ((self.info.get("operator") or {}).get("args") or {}).get("namespace")
             if operator_namespace:
-                log(f"{self.operator.name}: runs (namespace {operator_namespace}); left running")
+                log(f"{self.operator.name}: runs (namespace {operator_namespace}); its namespace is kept")
         policy_dir = c.stack_dir / "policy"
         policy_file = None
         if operator_namespace:

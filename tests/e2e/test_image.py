@@ -1,6 +1,6 @@
 """The container image (Dockerfile), built and run with podman — no Docker engine, no registry.
 
-hack/build-image.sh builds it the way /work/shared/docs/containers.md found to work here: a base
+hack/build-image.sh builds it the way that works without a Docker engine or privileges: a base
 image made by debootstrap (cached under ~/.cache/rlsched), chroot isolation, runc with host
 networking. Then, as the image's non-root user: ``rlsched extender --help`` and ``rlsched operator
 --help`` work, torch and the trainer's packages are absent, and the extender — with a read-only root

@@ -443,7 +443,7 @@ async def test_a_load_outcome_that_cannot_be_written_is_counted_not_lost_in_a_ta
 async def test_the_drainer_writes_nothing_on_the_event_loop_and_an_unmoved_cursor_not_at_all(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """/tmp/rev-operator/cursor_blocks_loop.py: cursor.json was written and fsync'd on kopf's event loop
+    """``cursor.json`` was written and fsync'd on kopf's event loop
     on every poll, empty ones too (every 2 s; 200 ms each on a slow volume), and each page of records
     was serialized there to check that JSON could write it."""
     loop_thread = threading.get_ident()
@@ -510,7 +510,7 @@ async def test_lines_written_but_a_cursor_not_saved_are_not_written_again(tmp_pa
 
 
 async def test_a_pod_bound_long_ago_gets_no_bound_outcome_from_a_later_event() -> None:
-    """/tmp/rev-operator/spurious_bound.py: after a restart the initial listing rightly skipped a pod bound
+    """After a restart the initial listing rightly skipped a pod bound
     hours ago, but its next MODIFIED event logged a fresh ``bound`` (time: now) and probed the node's
     load hours late."""
     lines: list[dict] = []
@@ -570,7 +570,7 @@ async def test_outcomes_that_cannot_be_written_are_logged_once_and_counted(caplo
 async def test_a_drainer_that_cannot_write_logs_once_and_counts(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """/tmp/rev-operator/log_flood.py: the drain task logged an ERROR every drainIntervalS."""
+    """The drain task logged an ERROR every drainIntervalS."""
 
     class FullLog(DecisionLog):
         full = True

@@ -523,7 +523,7 @@ async def test_a_configmap_name_that_cannot_exist_is_invalid_not_retried(env) ->
 
 
 def test_kopf_retry_delays_are_counted_not_summed_step_by_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    """/tmp/rev-operator: ``while sum(out) + 30 <= total`` summed the list once per 30 s step, at start-up:
+    """``while sum(out) + 30 <= total`` summed the list once per 30 s step, at start-up:
     13.8 s for an outageToleranceS of 30 days, about 35 minutes for a year."""
     sums: list[int] = []
 
@@ -550,7 +550,7 @@ def test_kopf_retry_delays_are_counted_not_summed_step_by_step(monkeypatch: pyte
 
 
 async def test_a_full_decision_log_is_logged_once_not_per_pod_event(env, caplog: pytest.LogCaptureFixture) -> None:
-    """/tmp/rev-operator/log_flood.py: with the log's disk full, every pod watch event logged an ERROR."""
+    """With the log's disk full, every pod watch event logged an ERROR."""
     memo, _, _, _ = env
 
     async def full(lines: list) -> None:

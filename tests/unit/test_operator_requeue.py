@@ -422,7 +422,7 @@ async def run_sweeps(h: Harness, seconds: float, step: float = 15.0) -> None:
 async def test_a_refused_requeue_is_counted_and_the_sweep_does_not_retry_it(
     status: int, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """/tmp/rev-operator/test_requeue_403.py: a patch refused for good (RBAC, the admission policy, an
+    """A patch refused for good (RBAC, the admission policy, an
     annotation key the API server rejects) was logged at INFO, not counted, and the 15 s sweep
     scheduled the pod again forever: a patch and a DelayedByPolicy event per pod every round (the
     annotation never moved, so maxAttempts never ended it)."""
@@ -442,7 +442,7 @@ async def test_a_refused_requeue_is_counted_and_the_sweep_does_not_retry_it(
 
 
 async def test_a_requeue_dropped_after_transient_failures_stays_dropped() -> None:
-    """/tmp/rev-operator/test_requeue_500_sweep.py: "dropped" after MAX_TRANSIENT_RETRIES, but the sweep
+    """The requeue was "dropped" after MAX_TRANSIENT_RETRIES, but the sweep
     brought the still-delayed pod back at once: the drop bounded nothing."""
     h = Harness()
     h.add("u1", delayed=True)

@@ -9,6 +9,7 @@ from typing import Any, cast
 
 import numpy as np
 import pytest
+from living_fixtures import NODES
 from openb_files import write_openb
 
 from rlsched.cli import main as rlsched_main
@@ -24,9 +25,6 @@ from rlsched.policy.dynamic.rebalancing import (
 )
 from rlsched.policy.dynamic.simulator import DynamicSettings, LivingCluster, run_dynamic
 
-NODES = [NodeSpec(f"n{i}", 32000, 131072, 4, "V100M16") for i in range(6)] + [
-    NodeSpec(f"t{i}", 16000, 65536, 2, "T4") for i in range(4)
-]
 PODS = [
     PodSpec("w1", 8000, 16384, 1, 1000, (), 0, 3000, "LS"),
     PodSpec("w2", 16000, 32768, 2, 1000, (), 0, 5000, "BE"),

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from living_fixtures import NODES, SHORT_LIVED
 from openb_files import write_openb
 
 from rlsched.cli import main as rlsched_main
@@ -16,15 +17,8 @@ from rlsched.policy.dynamic.objective import SlaSettings
 from rlsched.policy.dynamic.scrape import ScrapeSettings
 from rlsched.policy.dynamic.simulator import DynamicSettings, run_dynamic
 
-NODES = [NodeSpec(f"n{i}", 32000, 131072, 4, "V100M16") for i in range(6)] + [
-    NodeSpec(f"t{i}", 16000, 65536, 2, "T4") for i in range(4)
-]
 PODS = [
-    PodSpec("w1", 8000, 16384, 1, 1000, (), 0, 900, "LS"),
-    PodSpec("w2", 16000, 32768, 2, 1000, (), 0, 2400, "BE"),
-    PodSpec("s1", 4000, 8192, 1, 500, (), 0, 600, "LS"),
-    PodSpec("s2", 2000, 4096, 1, 250, (), 0, 300, "BE"),
-    PodSpec("c1", 4000, 8192, 0, 0, (), 0, 1200, "BE"),
+    *SHORT_LIVED,
     PodSpec("big", 64000, 8192, 1, 1000, (), 0, 100, "BE"),  # more cpu than any node: rejected
 ]
 TYPICAL = typical_pods(PODS[:-1])

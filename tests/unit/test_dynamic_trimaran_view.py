@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from living_fixtures import NODES, SHORT_LIVED
 
 from rlsched.policy import NodeSpec, PodSpec, decide, make_scorer, typical_pods
 from rlsched.policy.cluster import ClusterState
@@ -19,15 +20,8 @@ from rlsched.policy.dynamic.simulator import DynamicSettings, LivingCluster, run
 from rlsched.policy.scorers import TieBreak
 from rlsched.policy.scorers.trimaran import LOAD_WATCHER_VIEW, predict_cpu_milli
 
-NODES = [NodeSpec(f"n{i}", 32000, 131072, 4, "V100M16") for i in range(6)] + [
-    NodeSpec(f"t{i}", 16000, 65536, 2, "T4") for i in range(4)
-]
 PODS = [
-    PodSpec("w1", 8000, 16384, 1, 1000, (), 0, 900, "LS"),
-    PodSpec("w2", 16000, 32768, 2, 1000, (), 0, 2400, "BE"),
-    PodSpec("s1", 4000, 8192, 1, 500, (), 0, 600, "LS"),
-    PodSpec("s2", 2000, 4096, 1, 250, (), 0, 300, "BE"),
-    PodSpec("c1", 4000, 8192, 0, 0, (), 0, 1200, "BE"),
+    *SHORT_LIVED,
     PodSpec("c0", 0, 1024, 0, 0, (), 0, 200, "BE"),  # no cpu request: predicted at 1000m
 ]
 TYPICAL = typical_pods(PODS)

@@ -20,6 +20,8 @@ from typing import Any
 from rlsched.extender.decision_ring import MAX_READ
 from rlsched.extender.settings import ConfigError, GpuConventions, PrometheusSettings, camel, merge, read_yaml
 
+from .spec import DNS1123_SUBDOMAIN
+
 __all__ = ["OperatorSettings", "SettingsError", "camel", "load_settings"]
 
 
@@ -263,7 +265,6 @@ MAX_OUTAGE_TOLERANCE_S = 7 * 24 * 3600.0
 """The longest ``kubernetes.outageToleranceS``: kopf holds one 30 s retry delay per step of it, and an
 API server gone for a week is not an outage an operator should wait out without restarting."""
 
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 
 
@@ -272,7 +273,7 @@ def qualified_name(key: str) -> bool:
     ``IsQualifiedName``): an optional DNS-subdomain prefix of at most 253 characters and ``/``, then a
     name of at most 63 characters: alphanumerics, ``-``, ``_`` and ``.``, alphanumeric at both ends."""
     prefix, slash, name = key.rpartition("/")
-    if slash and not (len(prefix) <= 253 and _DNS_SUBDOMAIN.fullmatch(prefix)):
+    if slash and not (len(prefix) <= 253 and DNS1123_SUBDOMAIN.fullmatch(prefix)):
         return False
     return len(name) <= 63 and _QUALIFIED_NAME.fullmatch(name) is not None
 

@@ -33,7 +33,7 @@ MODES = ("active", "shadow", "off")
 
 _SHA256 = re.compile(r"^[a-f0-9]{64}$")
 _KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 """A ConfigMap's name (Kubernetes' DNS-1123 subdomain; the CRD has the same pattern)."""
 MAX_MESSAGE_CHARS = 4000
 """SpecError's message (all the problems joined) is cut to this length (rlsched.policy.spec_problems)."""
@@ -235,7 +235,7 @@ def _parse_model(raw: Any, problems: list[str]) -> ModelSource | None:
             problems.append("spec.model.configMapKeyRef: needs name and key")
         else:
             name, key = ref["name"], ref["key"]
-            if not isinstance(name, str) or len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(name):
+            if not isinstance(name, str) or len(name) > 253 or not DNS1123_SUBDOMAIN.fullmatch(name):
                 problems.append(
                     f"spec.model.configMapKeyRef.name: {shown(name)} is not a ConfigMap name "
                     "(lowercase letters, digits, '-' and '.', starting and ending with a letter or digit)"

@@ -19,7 +19,7 @@ from .trace import missing_input, output_problem
 MAX_WORKERS = 256
 """``--workers`` at most this: each is a forked process holding the workload (a typo must not fork thousands)."""
 MAX_SEED = 2**63 - 1
-"""Seeds at most this (torch and numpy take any non-negative seed up to it)."""
+"""Seeds at most this: torch's ``manual_seed`` takes up to 2**64 - 1, numpy any non-negative integer."""
 SEED_FIELDS = ("seed", "train_seed0", "val_seeds")
 """The settings that are workload or search seeds (numpy refuses a negative one, in a worker process)."""
 
@@ -38,9 +38,18 @@ def number_problems(cfg: Any) -> str | None:
         values = value if isinstance(value, tuple) else (value,)
         if hints[f.name] in (float, tuple[float, ...]) and not all(math.isfinite(v) for v in values):
             return f"{flag_of(f.name)} must be a finite number, got {' '.join(str(v) for v in values)}"
-        if f.name in SEED_FIELDS and not all(0 <= v <= MAX_SEED for v in values):
-            return f"{flag_of(f.name)}: seeds are whole numbers from 0 to 2**63 - 1, got {' '.join(map(str, values))}"
+        if f.name in SEED_FIELDS:
+            problem = seeds_problem(flag_of(f.name), values)
+            if problem:
+                return problem
     return None
+
+
+def seeds_problem(flag: str, seeds: tuple[int, ...]) -> str | None:
+    """Why ``seeds`` given with ``flag`` cannot seed a run (negative, or past :data:`MAX_SEED`), or None."""
+    if all(0 <= s <= MAX_SEED for s in seeds):
+        return None
+    return f"{flag}: seeds are whole numbers from 0 to 2**63 - 1, got {' '.join(map(str, seeds))}"
 
 
 def common_problem(cfg: Any, files: dict[str, str]) -> str | None:

@@ -146,8 +146,6 @@ def build_args(ns: argparse.Namespace) -> Args:
     return args
 
 
-MAX_SEED = 2**63 - 1
-"""Seeds at most this: torch's ``manual_seed`` takes up to 2**64 - 1, numpy any non-negative integer."""
 INFINITE_OK = ("max_minutes",)
 """Float settings for which infinity means something (no limit, like 0); NaN is refused everywhere."""
 
@@ -157,23 +155,24 @@ def number_problem(args: Args) -> str | None:
     with ``<``, and ``--es-sigma nan`` failed only deep in the search), infinity where it is no limit
     (:data:`INFINITE_OK`), an inflation target outside :func:`~rlsched.policy.workload.target_problem`'s
     range, or a negative seed (numpy refuses it only when the first episode starts)."""
+    from .cli_search import flag_of, seeds_problem
     from .ppo.config import ARGS_FIELDS
     from .workload import target_problem
 
     for f in ARGS_FIELDS:
         value = getattr(args, f.name)
         values = value if isinstance(value, tuple) else (value,)
-        flag = "--" + f.name.replace("_", "-")
         for v in values:
             if isinstance(v, float) and (math.isnan(v) or (math.isinf(v) and f.name not in INFINITE_OK)):
-                return f"{flag} must be a finite number, got {v}"
+                return f"{flag_of(f.name)} must be a finite number, got {v}"
     for flag, seeds in (
         ("--seed", (args.seed,)),
         ("--train-seed0", (args.train_seed0,)),
         ("--val-seeds", args.val_seeds),
     ):
-        if not all(0 <= s <= MAX_SEED for s in seeds):
-            return f"{flag}: seeds are whole numbers from 0 to 2**63 - 1, got {' '.join(map(str, seeds))}"
+        problem = seeds_problem(flag, tuple(seeds))
+        if problem:
+            return problem
     if not args.val_seeds:
         return "--val-seeds: give at least one validation seed"
     return target_problem(args.target)

@@ -156,10 +156,10 @@ def _structural(node: dict, where: str) -> list[str]:
 
 def test_crd_configmap_name_pattern_is_the_parsers() -> None:
     """A name the API server would accept but no ConfigMap can have was retried forever (NotFound)."""
-    from rlsched.operator.spec import _DNS1123_SUBDOMAIN
+    from rlsched.operator.spec import DNS1123_SUBDOMAIN
 
     model = schema()["properties"]["spec"]["properties"]["model"]["properties"]
-    assert model["configMapKeyRef"]["properties"]["name"]["pattern"] == _DNS1123_SUBDOMAIN.pattern
+    assert model["configMapKeyRef"]["properties"]["name"]["pattern"] == DNS1123_SUBDOMAIN.pattern
     ps = parse_spec({"model": {"configMapKeyRef": {"name": "models.v2-a", "key": "m"}}})
     assert ps.model is not None and ps.model.configmap == "models.v2-a"
 

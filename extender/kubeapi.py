@@ -16,7 +16,7 @@ import os
 import random
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -391,6 +391,9 @@ class Informer:
     server unreachable, a broken stream, a bug — ends only the current list or watch: the loop waits
     (exponential backoff with jitter), relists when it cannot trust its resourceVersion any more, and
     goes on. ``up``/``down_since``/``last_error`` tell /readyz and /status how it is doing.
+
+    ``replace`` applies a list. It may return an iterable that applies it step by step: the informer
+    yields the event loop between two steps, so that a long list does not hold up the requests.
     """
 
     def __init__(
@@ -398,7 +401,7 @@ class Informer:
         api: KubeApi,
         resource: str,
         path: str,
-        replace: Callable[[list[dict[str, Any]]], None],
+        replace: Callable[[list[dict[str, Any]]], Iterable[None] | None],
         apply: Callable[[str, dict[str, Any]], None],
         settings: KubeSettings,
         metrics: Any = None,
@@ -451,7 +454,10 @@ class Informer:
     async def sync(self) -> None:
         """The initial (or a re-) list; raises ApiError."""
         items, rv = await self.api.list(self.path, timeout=self.settings.list_timeout_s)
-        self.replace(items)
+        steps = self.replace(items)
+        if steps is not None:  # applied in slices: requests are served between them
+            for _ in steps:
+                await asyncio.sleep(0)
         self.resource_version = rv
         self._opened()
         log.info(

@@ -380,3 +380,23 @@ def test_a_pod_asking_no_cpu_or_memory_still_fits_an_overcommitted_node() -> Non
     state.place(req, 0, ())  # and it can be placed there
     short = state.request(pod_info(make_pod("m", cpu="1", memory="1Mi"), GPU).spec)
     assert not feasible_mask(state, short)[0] and "insufficient memory" in infeasibility_reason(state, short, 0)
+
+
+def test_a_relist_in_slices_pauses_between_slices_and_ends_as_one_list_would() -> None:
+    """The informer serves requests at each pause; in between, the pods not applied yet keep their
+    old versions, and what the list no longer has goes only at the end."""
+    nodes = [make_node(f"n{i}", gpus=2) for i in range(5)]
+    old = [bound(f"p{i}", f"n{i}", (0,)) for i in range(5)] + [bound("gone", "n0", (1,))]
+    new = [bound(f"p{i}", f"n{i}", (0,)) for i in range(5)] + [bound(f"q{i}", f"n{i}", (1,)) for i in range(1, 4)]
+    whole = cache_with(nodes, old)
+    whole.replace_pods(new)
+    sliced = cache_with(nodes, old)
+    seen = [sorted(sliced.pods) for _ in sliced.replace_pods_in_slices(new, size=3)]
+    olds = ["uid-gone", "uid-p0", "uid-p1", "uid-p2", "uid-p3", "uid-p4"]
+    assert seen == [olds, sorted([*olds, "uid-q1"])]
+    assert sorted(sliced.pods) == sorted(whole.pods) == sorted(["uid-q1", "uid-q2", "uid-q3", *olds[1:]])
+    assert {u: e.cards for u, e in sliced.pods.items()} == {u: e.cards for u, e in whole.pods.items()}
+    assert sliced.state.card_free.tolist() == whole.state.card_free.tolist()
+
+    pauses = list(sliced.replace_nodes_in_slices([*nodes[:4], make_node("n9", gpus=2)], size=2))
+    assert len(pauses) == 2 and sorted(sliced.nodes) == ["n0", "n1", "n2", "n3", "n9"]

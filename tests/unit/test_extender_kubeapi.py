@@ -466,3 +466,24 @@ async def test_a_410_after_a_quiet_watch_that_ended_relists_at_once() -> None:
         await inf.run()
     assert sleeps == [1.0]  # the quiet watch's own short pause; no backoff for the 410 after it
     assert inf.last_error is None and inf.resolved is None
+
+
+async def test_informer_lets_other_tasks_run_between_the_slices_of_a_list() -> None:
+    """A list applied in slices (``replace`` returns its steps) leaves the event loop to requests
+    between the slices; a plain function is applied in one step."""
+    order = []
+
+    def replace(items):
+        for item in items:
+            order.append(item["metadata"]["name"])
+            yield
+
+    async def request() -> None:
+        order.append("request")
+
+    api = ScriptedWatchApi([("list", [make_node(n, rv="1") for n in "abc"], "10")])
+    inf = Informer(api, "nodes", "/api/v1/nodes", replace, lambda kind, obj: None, KubeSettings())
+    task = asyncio.ensure_future(request())
+    await inf.sync()
+    await task
+    assert order == ["a", "request", "b", "c"] and inf.resource_version == "10"

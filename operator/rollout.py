@@ -13,8 +13,9 @@ its :class:`RolloutResult` into status, conditions and events):
 4. a model load error newer than the publication, a rejected policy file, or no confirmation within
    ``rolloutTimeoutS`` → the ``last-good`` bundle is published again (or, with none — or one that
    cannot be read —, the same settings without a model: the fallback serves), marked ``rollbackOf``
-   the failed generation when its model failed (not a rejected policy file or a timeout, which a
-   restart tries again), and the result says what failed and why;
+   the failed generation when its model failed (not a digest refusal, a rejected policy file or a
+   timeout, which a restart tries again), and the result says what failed and why (a :class:`Cause`
+   decided from ``/status``, not from words in a message);
 5. an extender that does not answer at all is *not* a reason to roll back: the bundle stays
    published (the extender picks it up when it is back) and the caller retries the verification.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
 import hashlib
 import ipaddress
 import logging
@@ -32,7 +34,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import aiohttp
 import aiohttp.abc
@@ -105,9 +107,9 @@ class ModelFetcher:
 
     async def _url(self, url: str) -> bytes:
         """GET ``url`` (module docstring of :data:`MAX_REDIRECTS`): redirects followed here, each hop
-        checked — http(s) only, never from https down to http, never to a link-local address."""
+        checked — http(s) only, never from https down to http, never to instance metadata."""
         shown = redact(url)
-        connector = aiohttp.TCPConnector(resolver=_NoLinkLocalResolver())
+        connector = aiohttp.TCPConnector(resolver=_NoMetadataResolver())
         try:
             async with aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s), connector=connector
@@ -149,53 +151,95 @@ class ModelFetcher:
                 False,
             ) from None
         except aiohttp.ClientConnectorError as exc:
-            # Before ClientError: the resolver's LinkLocalRefused arrives wrapped in one
+            # Before ClientError: the resolver's MetadataAddressRefused arrives wrapped in one
             # (ClientConnectorDNSError). A name that resolves to instance metadata stays refused.
-            if isinstance(exc.os_error, LinkLocalRefused):
+            if isinstance(exc.os_error, MetadataAddressRefused):
                 raise SourceError("ModelSourceRefused", f"GET {shown}: {exc.os_error}", False) from None
             raise SourceError("ModelSourceUnavailable", f"GET {shown}: {type(exc).__name__}: {exc}", True) from None
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise SourceError("ModelSourceUnavailable", f"GET {shown}: {type(exc).__name__}: {exc}", True) from None
-        except LinkLocalRefused as exc:
+        except MetadataAddressRefused as exc:
             raise SourceError("ModelSourceRefused", f"GET {shown}: {exc}", False) from None
 
 
 MAX_REDIRECTS = 5
 """Redirects a model URL may take. The operator follows them itself and checks every hop: only http
-and https, never from https down to http, and never to a link-local address (169.254.0.0/16,
-fe80::/10: where clouds serve instance metadata and credentials — whoever may edit the SchedulingPolicy
+and https, never from https down to http, and never to a cloud's instance metadata address
+(:func:`metadata_address`: where clouds serve credentials — whoever may edit the SchedulingPolicy
 could otherwise have the operator fetch them and publish the answer as a model; docs/security.md)."""
 
+METADATA_NETWORKS = (
+    ipaddress.ip_network("169.254.0.0/16"),
+    ipaddress.ip_network("fe80::/10"),
+    ipaddress.ip_network("fd00:ec2::254/128"),
+    ipaddress.ip_network("100.100.100.200/32"),
+)
+"""Where clouds serve instance metadata: link-local IPv4 and IPv6 (AWS, GCP, Azure, Oracle, OpenStack
+at 169.254.169.254, Tencent at 169.254.0.23), AWS's IPv6 endpoint (Nitro instances) and Alibaba
+Cloud's. Private and in-cluster addresses stay allowed: model servers live there."""
 
-class LinkLocalRefused(OSError):
-    """A model URL that names or resolves only to link-local addresses."""
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+"""RFC 6052's well-known NAT64 prefix: a DNS64 resolver answers an IPv4-only name with it."""
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+"""Deprecated IPv4-compatible addresses (``::a.b.c.d``); some stacks still dial them as IPv4."""
 
 
-def _link_local(host: str) -> bool:
+class MetadataAddressRefused(OSError):
+    """A model URL that names, or resolves only to, a cloud's instance metadata address."""
+
+
+IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _carried_ipv4(addr: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one reaches: IPv4-mapped (``::ffff:a.b.c.d``, dialled as IPv4 by
+    the kernel), 6to4 (``2002::/16``), NAT64 (``64:ff9b::/96``), IPv4-compatible (``::a.b.c.d``) or a
+    Teredo client. Without this, ``[::ffff:169.254.169.254]`` passed a check of the IPv6 address alone."""
+    if addr.ipv4_mapped is not None:
+        return addr.ipv4_mapped
+    if addr.sixtofour is not None:
+        return addr.sixtofour
+    if addr.teredo is not None:
+        return addr.teredo[1]
+    if addr in _NAT64 or (addr in _IPV4_COMPATIBLE and int(addr) > 1):  # not :: or ::1
+        return ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
+    return None
+
+
+def metadata_address(host: str) -> IPAddress | None:
+    """The instance metadata address ``host`` (an IP literal, brackets and zone allowed) reaches, or
+    None (also for a name: the resolver checks what it resolves to)."""
     try:
-        return ipaddress.ip_address(host.strip("[]").split("%", 1)[0]).is_link_local
+        addr: IPAddress = ipaddress.ip_address(host.strip("[]").split("%", 1)[0])
     except ValueError:
-        return False
+        return None
+    reached = [addr]
+    if isinstance(addr, ipaddress.IPv6Address) and (carried := _carried_ipv4(addr)) is not None:
+        reached.append(carried)
+    return next((a for a in reached for net in METADATA_NETWORKS if a in net), None)
 
 
 def _check_target(target: yarl.URL, shown: str) -> None:
     if target.scheme not in ("http", "https"):
         raise SourceError("ModelSourceRedirect", f"GET {shown}: a redirect to {target.scheme}: is refused", False)
-    if target.host and _link_local(target.host):
-        raise LinkLocalRefused(f"{target.host} is a link-local address (cloud instance metadata): refused")
+    if target.host and (reached := metadata_address(target.host)) is not None:
+        via = "" if str(reached) == target.host.strip("[]") else f" (it reaches {reached})"
+        raise MetadataAddressRefused(f"{target.host} is a cloud instance metadata address{via}: refused")
 
 
-class _NoLinkLocalResolver(aiohttp.abc.AbstractResolver):
-    """The default resolver, less link-local answers (a name that resolves only to those is refused)."""
+class _NoMetadataResolver(aiohttp.abc.AbstractResolver):
+    """The default resolver, less answers that reach instance metadata (:func:`metadata_address`; a
+    name that resolves only to those is refused). aiohttp calls it for names only: IP literals are
+    checked by :func:`_check_target`."""
 
     def __init__(self) -> None:
         self._inner = aiohttp.ThreadedResolver()
 
     async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET) -> list[Any]:
         answers = await self._inner.resolve(host, port, family)
-        kept = [a for a in answers if not _link_local(str(a.get("host", "")))]
+        kept = [a for a in answers if metadata_address(str(a.get("host", ""))) is None]
         if not kept:
-            raise LinkLocalRefused(f"{host} resolves only to link-local addresses (cloud instance metadata): refused")
+            raise MetadataAddressRefused(f"{host} resolves only to cloud instance metadata addresses: refused")
         return kept
 
     async def close(self) -> None:
@@ -206,10 +250,51 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-MODEL_FAILURES = ("ModelLoadFailed",)
-"""Rollout failures of the model itself: a restart of the operator does not retry them. Not a
-``DigestMismatch``: its file may just not be there yet (a spec applied before the file is copied in),
-or the extender older than the digest check; a restart tries it again."""
+def _pinned(bundle: Bundle) -> dict[str, Any]:
+    """``bundle``'s policy file with ``modelSha256`` always present: a last-good bundle written by an
+    older operator left it out unless its model was a ``path`` with ``sha256``, and the extender then
+    kept the digest of its own base config — refusing the model rolled back to. An empty policy file
+    (the extender's own settings) stays empty."""
+    settings = dict(bundle.settings)
+    if settings:
+        settings.setdefault("modelSha256", None)
+    return settings
+
+
+class Cause(enum.Enum):
+    """Why a verification did not confirm its bundle, decided by :meth:`Rollout.verify` from what it
+    saw (never read back out of a message: a model path with "sha256" in it is still a load error).
+    The value is the reason the status and events show."""
+
+    POLICY_FILE_REJECTED = "PolicyFileRejected"
+    DIGEST_REFUSED = "DigestMismatch"
+    """The extender refused the file for its sha256, or serves other bytes at the path."""
+    LOAD_ERROR = "ModelLoadFailed"
+    TIMEOUT = "RolloutTimeout"
+    UNREACHABLE = "ExtenderUnreachable"
+
+    @property
+    def model_failed(self) -> bool:
+        """A failure of the model itself: an operator restart does not retry it (``rollbackOf``). Not a
+        digest refusal: its file may just not be there yet (a spec applied before the file is copied
+        in), or the extender older than the digest check; nor a rejected policy file or a timeout, which
+        may be the extender's (an older one during an upgrade, a volume not mounted): a restart tries
+        those again."""
+        return self is Cause.LOAD_ERROR
+
+
+@dataclass(frozen=True)
+class Verification:
+    """How :meth:`Rollout.verify` ended: ``cause`` None when the extender serves the bundle."""
+
+    cause: Cause | None
+    view: ExtenderView | None
+    """The extender's last answer (None when it never answered)."""
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.cause is None
 
 
 @dataclass
@@ -276,6 +361,23 @@ def _digest_matches(view: ExtenderView, bundle: Bundle) -> bool:
 
 
 _MODEL_FILE = re.compile(r"model-[0-9a-f]{16}\.npz")
+
+
+def refused_for_digest(view: ExtenderView, bundle: Bundle) -> bool:
+    """Is the extender's load error its refusal of *this bundle's* file for its sha256?
+
+    ``/status`` has no field that says why a load failed; the extender's digest refusal is one fixed
+    sentence (``rlsched.extender.policy._digest_error``) naming the file and the digest it expected.
+    It is matched whole, with our path and our digest in it, so no other error reads as one (a load
+    error whose path or message merely contains "sha256")."""
+    path: str | None = bundle.settings.get("modelPath")
+    if not path or not bundle.digest or not view.error:
+        return False
+    refusal = (
+        f"sha256 mismatch: {re.escape(path)} has sha256 [0-9a-f]{{64}}, "
+        f"modelSha256 expects {re.escape(bundle.digest)}; not loaded"
+    )
+    return re.fullmatch(refusal, view.error) is not None
 
 
 def load_failed(view: ExtenderView, bundle: Bundle, since: float) -> bool:
@@ -374,10 +476,8 @@ class Rollout:
         await self.sink.write(CURRENT, bundle)
         return published
 
-    async def verify(
-        self, bundle: Bundle, since: float, timeout_s: float | None = None
-    ) -> tuple[str, ExtenderView | None, str]:
-        """Poll ``/status``: (``ok`` | ``failed`` | ``timeout`` | ``unreachable``, last view, message)."""
+    async def verify(self, bundle: Bundle, since: float, timeout_s: float | None = None) -> Verification:
+        """Poll ``/status`` until the extender serves ``bundle``, fails it, or the time is up."""
         deadline = self.clock() + (self.timeout_s if timeout_s is None else timeout_s)
         view: ExtenderView | None = None
         last_error = ""
@@ -390,78 +490,72 @@ class Rollout:
                 # Other bytes at our path are "not yet", not a failure: a ``path`` model and its
                 # sha256 change together, and the extender reads the file on its own timer.
                 if serves(view, bundle):
-                    return "ok", view, ""
+                    return Verification(None, view)
                 if load_failed(view, bundle, since):
-                    return "failed", view, f"the extender could not load the model: {view.error}"
+                    cause = Cause.DIGEST_REFUSED if refused_for_digest(view, bundle) else Cause.LOAD_ERROR
+                    return Verification(cause, view, f"the extender could not load the model: {view.error}")
             if self.clock() >= deadline:
                 break
             await self.sleep(self.poll_s)
         if view is None:
-            return "unreachable", None, f"the extender's status port did not answer: {last_error}"
+            return Verification(Cause.UNREACHABLE, None, f"the extender's status port did not answer: {last_error}")
         if view.policy_file_error:
-            return "failed", view, f"the extender rejected the policy file: {view.policy_file_error}"
+            return Verification(
+                Cause.POLICY_FILE_REJECTED, view, f"the extender rejected the policy file: {view.policy_file_error}"
+            )
         if serves(view, bundle, check_digest=False):
-            return (
-                "failed",
+            return Verification(
+                Cause.DIGEST_REFUSED,
                 view,
                 f"the extender loaded a file with sha256 {view.file_digest}, expected {bundle.digest}",
             )
-        return (
-            "timeout",
+        return Verification(
+            Cause.TIMEOUT,
             view,
-            (
-                f"the extender did not report the new bundle within {self.timeout_s:.0f}s "
-                f"(it serves mode={view.mode} fallback={view.fallback} model={view.model_path}); "
-                "is it reading the published files (policyFile, the ConfigMap volume)?"
-            ),
+            f"the extender did not report the new bundle within {self.timeout_s:.0f}s "
+            f"(it serves mode={view.mode} fallback={view.fallback} model={view.model_path}); "
+            "is it reading the published files (policyFile, the ConfigMap volume)?",
         )
 
     async def apply(self, bundle: Bundle) -> RolloutResult:
         """Publish, verify, keep as last good or roll back (module docstring). Raises SinkError."""
         since = await self.publish(bundle)
-        outcome, view, message = await self.verify(bundle, since)
-        if outcome == "ok":
+        checked = await self.verify(bundle, since)
+        view, message = checked.view, checked.message
+        if checked.cause is None:
             if view is not None and view.model_loaded:
                 bundle = dataclasses.replace(bundle, meta=dict(bundle.meta, version=view.version))
             await self.sink.write(LAST_GOOD, bundle)
             return RolloutResult(True, "RolledOut", f"the extender serves {bundle_label(bundle)}", bundle, view)
-        if outcome == "unreachable":
-            return RolloutResult(False, "ExtenderUnreachable", message + "; the bundle stays published", bundle, view)
-        reason = (
-            "PolicyFileRejected"
-            if "policy file" in message
-            else "DigestMismatch"
-            if "sha256" in message
-            else "ModelLoadFailed"
-            if outcome == "failed"
-            else "RolloutTimeout"
-        )
+        if checked.cause is Cause.UNREACHABLE:
+            return RolloutResult(False, checked.cause.value, message + "; the bundle stays published", bundle, view)
         # A last-good slot that cannot be read now (an API hiccup) is not an empty one: raising
         # SinkError retries the whole rollout (kopf's TemporaryError). Rolling back to no model
         # instead dropped the model the extender served, and overwrote the last-good slot for good.
         last_good = await self.sink.read(LAST_GOOD)
+        if last_good is not None:
+            last_good = dataclasses.replace(last_good, settings=_pinned(last_good))
         if last_good is not None and last_good.same_content(bundle):
             last_good = None  # the failed bundle itself: no earlier good one
         # ``rollbackOf`` marks the current slot as the rollback from this generation when its model is
-        # what failed: an operator restart (resume) then leaves the known-bad generation alone instead
-        # of publishing it again. A rejected policy file or a timeout may be the extender's (an older
-        # extender during an upgrade, a volume not mounted): a restart tries those again.
-        mark = {"rollbackOf": bundle.meta.get("generation")} if reason in MODEL_FAILURES else {}
+        # what failed (:attr:`Cause.model_failed`): an operator restart (resume) then leaves the
+        # known-bad generation alone instead of publishing it again.
+        mark = {"rollbackOf": bundle.meta.get("generation")} if checked.cause.model_failed else {}
         if last_good is None:
-            # No earlier good bundle: the same settings without the model — the fallback serves.
-            settings = {k: v for k, v in bundle.settings.items() if k != "modelSha256"}
+            # No earlier good bundle: the same settings without the model — the fallback serves. Its
+            # modelSha256 is null, not left out: the extender's own base digest must not apply.
             meta = dict(bundle.meta, digest=None, source=None, generation=None, rollbackOf=None)
-            target = Bundle(dict(settings, modelPath=None), None, None, dict(meta, **mark))
+            target = Bundle(dict(bundle.settings, modelPath=None, modelSha256=None), None, None, dict(meta, **mark))
         else:
             target = dataclasses.replace(last_good, meta=dict(last_good.meta, **mark))
         since = await self.publish(target)
-        back, back_view, back_message = await self.verify(target, since)
-        if back == "ok" and last_good is not None:
+        back = await self.verify(target, since)
+        if back.ok and last_good is not None:
             await self.sink.write(LAST_GOOD, last_good)  # it only ever holds a bundle that rolled out
         text = f"{message}; rolled back to {bundle_label(target)}"
-        if back != "ok":
-            text += f", but the rollback is not confirmed either: {back_message}"
-        return RolloutResult(False, reason, text, bundle, back_view or view, target, back == "ok")
+        if not back.ok:
+            text += f", but the rollback is not confirmed either: {back.message}"
+        return RolloutResult(False, checked.cause.value, text, bundle, back.view or view, target, back.ok)
 
     async def revert(self) -> None:
         """The served policy is gone: publish an empty policy file (the extender's own settings)."""
@@ -473,12 +567,16 @@ class Rollout:
 
 
 __all__ = [
+    "Cause",
+    "MetadataAddressRefused",
     "ModelFetcher",
     "ModelTooLarge",
     "Rollout",
     "RolloutResult",
     "SinkError",
     "SourceError",
+    "Verification",
     "bundle_label",
+    "metadata_address",
     "serves",
 ]

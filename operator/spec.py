@@ -102,21 +102,23 @@ class PolicySpec:
     def extender_settings(self, model_path: str | None) -> dict[str, Any]:
         """The extender's policy file (keys of ``rlsched.extender.settings.PolicySettings``).
 
-        A ``path`` model with ``sha256`` also gets ``modelSha256``: the operator never sees that
-        file, so the extender checks its bytes itself and refuses others when it loads the file (a
-        file replaced at the path after the rollout). A file that already serves, unchanged, is not
-        loaded again for a new digest: the rollout's verification finds the other bytes and reports
-        ``DigestMismatch`` at its deadline."""
-        out: dict[str, Any] = {
+        ``modelSha256`` is always there: ``spec.model.sha256`` with a model, null without one (or
+        without a digest). The extender merges the policy file over its own base config, so a key left
+        out kept the base config's digest — pinned for the extender's own model — and every model the
+        operator rolled out was refused. For a ``path`` model the operator never sees the file: the
+        extender checks its bytes itself and refuses others when it loads the file (a file replaced at
+        the path after the rollout). A file that already serves, unchanged, is not loaded again for a
+        new digest: the rollout's verification finds the other bytes and reports ``DigestMismatch`` at
+        its deadline. A ConfigMap or URL model with ``sha256`` was checked when it was fetched; the
+        extender checks the published copy again."""
+        return {
             "mode": self.mode,
             "modelPath": model_path,
+            "modelSha256": self.model.sha256 if self.model is not None and model_path is not None else None,
             "fallback": self.fallback,
             "deadlineMs": self.deadline_ms,
             "topK": self.top_k,
         }
-        if self.model is not None and self.model.path and model_path == self.model.path and self.model.sha256:
-            out["modelSha256"] = self.model.sha256
-        return out
 
 
 def _number(value: Any) -> bool:

@@ -468,7 +468,7 @@ async def test_a_name_that_resolves_to_instance_metadata_is_refused_for_good(mon
     with pytest.raises(SourceError) as err:
         await ModelFetcher(None, timeout_s=3.0)._url("http://metadata.google.internal/computeMetadata/v1/")
     assert err.value.reason == "ModelSourceRefused" and not err.value.temporary
-    assert "resolves only to link-local addresses" in str(err.value)
+    assert "resolves only to cloud instance metadata addresses" in str(err.value)
 
 
 def test_serves_requires_the_bundles_digest() -> None:

@@ -22,6 +22,7 @@ def test_defaults() -> None:
     assert ps.extender_settings("/m.npz") == {
         "mode": "active",
         "modelPath": "/m.npz",
+        "modelSha256": None,
         "fallback": "fgd",
         "deadlineMs": 100.0,
         "topK": 1,
@@ -199,3 +200,37 @@ def test_a_spec_full_of_junk_gives_a_bounded_message() -> None:
     assert len(str(err.value)) <= 4000
     assert any(p.startswith("spec.mode: 'xxx") for p in problems)
     assert sum("unknown" in p for p in problems) <= 40
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        None,
+        {"configMapKeyRef": {"name": "m", "key": "model.npz"}},
+        {"url": "https://models.example/m.npz"},
+        {"path": "/models/m.npz"},
+    ],
+)
+def test_the_policy_file_clears_the_extenders_own_model_digest(tmp_path, model) -> None:
+    """modelSha256 was left out unless the model was a path with sha256; the extender merges the policy
+    file over its own config, so a digest pinned there for its own model refused every model rolled out."""
+    from rlsched.extender.settings import PolicySettings, load_policy_file
+    from rlsched.operator.sink import policy_yaml
+
+    ps = parse_spec({"fallback": "least-allocated", **({"model": model} if model else {})})
+    f = tmp_path / "policy.yaml"
+    f.write_bytes(policy_yaml(ps.extender_settings("/models/m.npz" if model else None)))
+    base = PolicySettings(mode="active", fallback="least-allocated", model_sha256=SHA)
+    assert load_policy_file(f, base).model_sha256 is None
+
+
+def test_the_policy_file_carries_the_specs_digest(tmp_path) -> None:
+    from rlsched.extender.settings import PolicySettings, load_policy_file
+    from rlsched.operator.sink import policy_yaml
+
+    digest = "b" * 64
+    for model in ({"path": "/models/m.npz"}, {"configMapKeyRef": {"name": "m", "key": "model.npz"}}):
+        ps = parse_spec({"fallback": "least-allocated", "model": {**model, "sha256": digest}})
+        f = tmp_path / "policy.yaml"
+        f.write_bytes(policy_yaml(ps.extender_settings("/models/m.npz")))
+        assert load_policy_file(f, PolicySettings(model_sha256=SHA)).model_sha256 == digest

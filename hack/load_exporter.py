@@ -11,7 +11,10 @@ instead what the living-cluster simulator says its pods use: each pod carries it
 ``rlsched.io/usage`` annotation (``rlsched.policy.dynamic.replay.usage_annotation``), and every refresh
 draws one scrape of it with the simulator's own ``UsageModel.instant`` (mean × a mean-one lognormal
 factor, clipped) and sums it per node — CPU and memory as fractions of the node's allocatable, GPU
-as a fraction of its cards. No base load; pods without the annotation count as idle. The node pages
+as a fraction of its cards. No base load; pods without the annotation count as idle, and so do pods
+whose annotation is unusable (not a JSON object, a value that is no finite number in range:
+``rlsched.policy.dynamic.replay.usage_annotation_problem``) — each such pod is logged once and counted
+in ``rlsched_load_exporter_skipped_pods``, and the other pods' usage is published as usual. The node pages
 then also carry ``rlsched_node_utilization{resource="cpu"|"memory"|"gpu"}`` (unclipped: a pod may
 burst past its request) and ``rlsched_node_latency_sensitive_pods``, the series the replay reads its
 SLA measures from.
@@ -32,8 +35,9 @@ With ``--targets-dir`` (``hack/local-cluster.sh``'s Prometheus file_sd folder) i
 so ``by (instance)`` in the queries groups by node. The file is rewritten when nodes come and go and
 removed at exit.
 
-Other endpoints: ``/healthz``, ``/loads`` (JSON: node → the utilizations published now), ``/metrics``
-(the exporter's own counters).
+Other endpoints: ``/healthz`` (503 before the first refresh and after ``UNHEALTHY_AFTER`` failed ones in
+a row), ``/loads`` (JSON: node → the utilizations published now), ``/metrics`` (the exporter's own
+counters). ``PUT /loads/<node>`` with ``{}`` unpins; at most ``MAX_PINS`` nodes are pinned at once (409).
 
     hack/load_exporter.py --kubeconfig .cache/cluster/kubeconfig --port 9101 \\
         --targets-dir .cache/cluster/prometheus/targets [--node-selector type=kwok]
@@ -45,6 +49,7 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -62,6 +67,12 @@ COLUMNS = ("cpu", "memory", "network", "disk")
 GPU_RESOURCE = "nvidia.com/gpu"
 LINK_BYTES_PER_S = 1.25e9  # one direction of 10 Gbit/s; the default query divides rx+tx by 2.5e9
 CPUS_EXPOSED = 2  # per-cpu series; the query averages them
+MAX_PINS = 4096
+"""Nodes ``PUT /loads/<node>`` may pin at once. A pin may name a node the exporter has not listed yet
+(the tests pin a node right after creating it), so unknown names are kept, up to this many."""
+UNHEALTHY_AFTER = 3
+"""Failed refreshes in a row after which ``/healthz`` says 503: one failed list is a blip, three mean
+the published values are going stale."""
 
 
 def quantity(value: Any) -> float:
@@ -126,35 +137,65 @@ def node_capacity(node: dict) -> tuple[float, float, float]:
     return cores, mem, 1000.0 * quantity(alloc.get(GPU_RESOURCE, 0))
 
 
-def usage_per_node(nodes: list[dict], pods: list[dict], rng: Any) -> dict[str, dict[str, float]]:
+def pod_key(pod: dict) -> str:
+    """``namespace/name``: how the log and :attr:`Exporter.skipped` name a pod."""
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def usage_per_node(
+    nodes: list[dict], pods: list[dict], rng: Any, skipped: dict[str, tuple[str, str]] | None = None
+) -> dict[str, dict[str, float]]:
     """One scrape of the pods' annotated usage (``--usage-annotations``), summed per node: ``cpu`` and
     ``memory`` as fractions of the node's allocatable, ``gpu`` of its cards (0 without cards), and
-    ``ls_pods``, the latency-sensitive pods on it. Every node in ``nodes`` gets an entry."""
+    ``ls_pods``, the latency-sensitive pods on it. Every node in ``nodes`` gets an entry.
+
+    A pod on a covered node whose annotation is not a JSON object, holds a value that is no finite
+    number in range (``usage_annotation_problem``) or draws a non-finite scrape counts as idle, and goes
+    into ``skipped`` (``namespace/name`` → (the annotation, why)): anyone can annotate a pod, and one
+    bad pod must neither stop every node's refresh nor publish ``NaN``."""
     import numpy as np
 
-    from rlsched.policy.dynamic.replay import USAGE_ANNOTATION, parse_usage_annotation, usage_from_annotations
+    from rlsched.policy.dynamic.replay import (
+        USAGE_ANNOTATION,
+        parse_usage_annotation,
+        usage_annotation_problem,
+        usage_from_annotations,
+    )
     from rlsched.policy.dynamic.usage import UsageModel
 
     caps = {n["metadata"]["name"]: node_capacity(n) for n in nodes}
     out = {name: {"cpu": 0.0, "memory": 0.0, "gpu": 0.0, "ls_pods": 0.0} for name in caps}
-    placed: list[tuple[str, float, float, dict]] = []
+    bad: dict[str, tuple[str, str]] = {} if skipped is None else skipped
+    placed: list[tuple[str, str, str, float, float, dict]] = []  # pod, annotation, node, requests, usage
     for p in pods:
         node = (p.get("spec") or {}).get("nodeName")
         ann = ((p.get("metadata") or {}).get("annotations") or {}).get(USAGE_ANNOTATION)
-        value = parse_usage_annotation(ann) if ann else None
-        if node in caps and value is not None:
-            placed.append((node, *pod_requests(p), value))
+        if node not in caps or not ann:
+            continue
+        value = parse_usage_annotation(ann) if isinstance(ann, str) else None
+        problem = "not a JSON object" if value is None else usage_annotation_problem(value)
+        if problem is not None or value is None:
+            bad[pod_key(p)] = (str(ann), problem or "not a JSON object")
+            continue
+        placed.append((pod_key(p), ann, node, *pod_requests(p), value))
     if not placed:
         return out
     usage = usage_from_annotations([v for *_, v in placed])
     cpu_f, mem_f, gpu_f = UsageModel().instant(usage, np.arange(len(placed)), rng)
-    for k, (node, cpu, mem, value) in enumerate(placed):
+    for k, (key, ann, node, cpu, mem, value) in enumerate(placed):
         cores, mem_cap, gpu_cap = caps[node]
+        share = {
+            "cpu": float(cpu_f[k]) * cpu / cores,
+            "memory": float(mem_f[k]) * mem / mem_cap,
+            "gpu": float(gpu_f[k]) * float(value.get("gpuMilli", 0)) / gpu_cap if gpu_cap > 0 else 0.0,
+        }
+        if not all(math.isfinite(v) for v in share.values()):  # a spread overflowing next to a tiny mean
+            bad[key] = (ann, "its usage draw is not finite")
+            continue
         entry = out[node]
-        entry["cpu"] += float(cpu_f[k]) * cpu / cores
-        entry["memory"] += float(mem_f[k]) * mem / mem_cap
-        if gpu_cap > 0:
-            entry["gpu"] += float(gpu_f[k]) * float(value.get("gpuMilli", 0)) / gpu_cap
+        for column, v in share.items():
+            entry[column] += v
         entry["ls_pods"] += 1.0 if value.get("ls") else 0.0
     return out
 
@@ -202,7 +243,13 @@ class Exporter:
         self.pins: dict[str, dict[str, float]] = {}
         self.refreshes = 0
         self.errors = 0
+        self.failures_in_a_row = 0
+        self.failing_since: float | None = None
         self.last_error: str | None = None
+        self.skipped: dict[str, tuple[str, str]] = {}
+        """``--usage-annotations``: the pods whose usage annotation the last refresh skipped → (it, why)."""
+        self.invalid_annotations = 0
+        """Distinct (pod, annotation) pairs skipped so far: each is logged once, when first seen."""
         self.api: Any = None
         self.targets_written: tuple[str, ...] = ()
         self.rng: Any = None
@@ -234,7 +281,8 @@ class Exporter:
         now = time.time()
         seen = set()
         used = requested_per_node(pods)
-        usage = usage_per_node(nodes, pods, self.rng) if self.rng is not None else {}
+        skipped: dict[str, tuple[str, str]] = {}
+        usage = usage_per_node(nodes, pods, self.rng, skipped) if self.rng is not None else {}
         for n in nodes:
             name = n["metadata"]["name"]
             seen.add(name)
@@ -268,8 +316,18 @@ class Exporter:
             entry.pinned = self.pins.get(name, {})
         for gone in set(self.nodes) - seen:
             del self.nodes[gone]
+        self.note_skipped(skipped)
         self.refreshes += 1
         self.write_targets()
+
+    def note_skipped(self, skipped: dict[str, tuple[str, str]]) -> None:
+        """Log each newly skipped pod annotation once (again only when the annotation changes) and keep
+        the current set, so that a bad pod that stays does not fill the log every refresh."""
+        for key, (ann, why) in sorted(skipped.items()):
+            if self.skipped.get(key, ("", ""))[0] != ann:
+                self.invalid_annotations += 1
+                log.warning("pod %s: usage annotation skipped (counts as idle): %s", key, why)
+        self.skipped = skipped
 
     def write_targets(self) -> None:
         if not self.args.targets_dir:
@@ -303,18 +361,27 @@ class Exporter:
 
     async def loop(self) -> None:
         while True:
-            try:
-                self.apply(*await asyncio.to_thread(self.fetch))
-                if self.last_error:
-                    log.info("refresh works again")
-                self.last_error = None
-            except Exception as exc:  # noqa: BLE001 - keep serving the last values
-                self.errors += 1
-                msg = f"{type(exc).__name__}: {exc}"
-                if msg != self.last_error:
-                    log.warning("refresh failed: %s", msg)
-                self.last_error = msg
+            await self.refresh_once()
             await asyncio.sleep(self.args.refresh)
+
+    async def refresh_once(self) -> None:
+        """One list and apply; a failure keeps the last values served and is counted for ``/healthz``."""
+        try:
+            self.apply(*await asyncio.to_thread(self.fetch))
+            if self.last_error:
+                log.info("refresh works again")
+            self.last_error = None
+            self.failures_in_a_row = 0
+            self.failing_since = None
+        except Exception as exc:  # noqa: BLE001 - keep serving the last values
+            self.errors += 1
+            self.failures_in_a_row += 1
+            if self.failing_since is None:
+                self.failing_since = time.time()
+            msg = f"{type(exc).__name__}: {exc}"
+            if msg != self.last_error:
+                log.warning("refresh failed: %s", msg)
+            self.last_error = msg
 
     # -- HTTP ----------------------------------------------------------------------------------------
     async def node_metrics(self, request: web.Request) -> web.Response:
@@ -381,16 +448,28 @@ class Exporter:
             raise web.HTTPBadRequest(text='expected JSON like {"cpu": 0.8}\n') from None
         if not all(0 <= v <= 1 for v in values.values()):
             raise web.HTTPBadRequest(text="values are utilizations 0..1\n")
+        if values and name not in self.pins and len(self.pins) >= MAX_PINS:
+            raise web.HTTPConflict(text=f"{MAX_PINS} nodes are pinned already; PUT {{}} to a pinned node unpins it\n")
         entry = self.nodes.get(name)
         if entry is not None:
             entry.advance(time.time())  # the old rate up to now
             entry.pinned = values
-        self.pins[name] = values
+        if values:
+            self.pins[name] = values
+        else:
+            self.pins.pop(name, None)  # {}: back to the model, and the slot is free again
         return web.json_response({"node": name, "pinned": values})
 
     async def healthz(self, request: web.Request) -> web.Response:
         if self.refreshes == 0:
             return web.Response(status=503, text=f"no refresh yet ({self.last_error or 'starting'})\n")
+        if self.failures_in_a_row >= UNHEALTHY_AFTER:
+            since = time.strftime("%H:%M:%S", time.localtime(self.failing_since or time.time()))
+            return web.Response(
+                status=503,
+                text=f"the last {self.failures_in_a_row} refreshes failed (since {since}), serving old values: "
+                f"{self.last_error}\n",
+            )
         return web.Response(text="ok\n")
 
     async def own_metrics(self, request: web.Request) -> web.Response:
@@ -401,6 +480,12 @@ class Exporter:
             f"rlsched_load_exporter_refreshes_total {self.refreshes}\n"
             "# TYPE rlsched_load_exporter_refresh_errors_total counter\n"
             f"rlsched_load_exporter_refresh_errors_total {self.errors}\n"
+            "# HELP rlsched_load_exporter_skipped_pods Pods whose usage annotation the last refresh skipped.\n"
+            "# TYPE rlsched_load_exporter_skipped_pods gauge\n"
+            f"rlsched_load_exporter_skipped_pods {len(self.skipped)}\n"
+            "# HELP rlsched_load_exporter_invalid_usage_annotations_total Distinct bad (pod, annotation) seen.\n"
+            "# TYPE rlsched_load_exporter_invalid_usage_annotations_total counter\n"
+            f"rlsched_load_exporter_invalid_usage_annotations_total {self.invalid_annotations}\n"
         )
         return web.Response(text=text, content_type="text/plain")
 
@@ -436,12 +521,46 @@ async def amain(args: argparse.Namespace) -> None:
         log.info("stopped")
 
 
+def positive_seconds(text: str) -> float:
+    """``--refresh``: a finite number of seconds above 0. NaN makes ``asyncio.sleep`` never return, and 0
+    or less lists every node and pod of the API server in a tight loop."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0, got {text!r}")
+    return value
+
+
+def tcp_port(text: str) -> int:
+    """``--port``: 1..65535. Not 0 ("any free port"): the Prometheus targets name the port given."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 1..65535, got {value}")
+    return value
+
+
+def seed(text: str) -> int:
+    """``--usage-seed``: an integer ≥ 0, what ``numpy.random.default_rng`` accepts."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="hack/load_exporter.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="kubeconfig (default $KUBECONFIG)")
     ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=9101)
-    ap.add_argument("--refresh", type=float, default=5.0, help="seconds between lists of nodes and pods")
+    ap.add_argument("--port", type=tcp_port, default=9101)
+    ap.add_argument("--refresh", type=positive_seconds, default=5.0, help="seconds between lists of nodes and pods")
     ap.add_argument("--node-selector", help="label selector of the nodes to cover (default: all)")
     ap.add_argument("--targets-dir", help="Prometheus file_sd folder to register the per-node targets in")
     ap.add_argument(
@@ -449,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="load = the pods' annotated usage model (rlsched.io/usage, the dynamic replay) instead of requests",
     )
-    ap.add_argument("--usage-seed", type=int, default=0, help="seed of the scrape-to-scrape usage draws")
+    ap.add_argument("--usage-seed", type=seed, default=0, help="seed of the scrape-to-scrape usage draws (≥ 0)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not args.kubeconfig:

@@ -39,10 +39,11 @@ import argparse
 import asyncio
 import importlib.util
 import json
+import math
 import sys
 import time
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -309,22 +310,65 @@ def lifetime_errors(timelines: Sequence[PodTimeline], compression: Compression, 
     }
 
 
+def positive_number(text: str) -> float:
+    """``--compression``, ``--window``, ``--load``: a finite number above 0. NaN or 0 used to fail with a
+    traceback deep in the simulator, and ``inf`` passed to a run whose every wait is 0 real seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text!r}")
+    return value
+
+
+def non_negative_number(text: str) -> float:
+    """``--lead``: finite real seconds, 0 or more (time 0 cannot be before the start is submitted)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number, 0 or more, got {text!r}")
+    return value
+
+
+def count(least: int) -> Callable[[str], int]:
+    """An argparse type: an integer ≥ ``least`` (``--node-count`` 1; seeds and ``--tiebreak-seeds`` 0: numpy
+    seeds no negative number, and the exporter gets ``--seed`` as its ``--usage-seed``)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be {least} or more, got {value}")
+        return value
+
+    return parse
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="hack/replay_dynamic.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", default=str(DATA / "openb_node_list_gpu_node.csv"), help="openb node list")
     ap.add_argument("--pods", default=str(DATA / "openb_pod_list_default.csv"), help="openb pod list")
-    ap.add_argument("--node-count", type=int, default=150, help="nodes sampled from the node list")
-    ap.add_argument("--node-seed", type=int, default=0, help="seed of the node sample")
-    ap.add_argument("--seed", type=int, default=1, help="the living-cluster run's seed (also the tie-break seed)")
-    ap.add_argument("--load", type=float, default=0.9, help="offered GPU load (the arrival rate follows, Little's law)")
-    ap.add_argument("--window", type=float, default=1800.0, help="measured window, simulated seconds")
+    ap.add_argument("--node-count", type=count(1), default=150, help="nodes sampled from the node list")
+    ap.add_argument("--node-seed", type=count(0), default=0, help="seed of the node sample")
+    ap.add_argument("--seed", type=count(0), default=1, help="the living-cluster run's seed (also the tie-break seed)")
     ap.add_argument(
-        "--compression", type=float, default=6.0, help="simulated seconds per real second (6: 1 h in 10 min)"
+        "--load", type=positive_number, default=0.9, help="offered GPU load (the arrival rate follows, Little's law)"
+    )
+    ap.add_argument("--window", type=positive_number, default=1800.0, help="measured window, simulated seconds")
+    ap.add_argument(
+        "--compression", type=positive_number, default=6.0, help="simulated seconds per real second (6: 1 h in 10 min)"
     )
     ap.add_argument("--policy", default="fgd", help="fallback heuristic served by the extender (and simulated)")
     ap.add_argument("--model", help="serve this learned model instead (the simulator uses it too)")
-    ap.add_argument("--tiebreak-seeds", type=int, default=3, help="other tie-break seeds simulated for the spread")
-    ap.add_argument("--lead", type=float, help="real seconds allowed to place the start (default: 0.05 s a pod + 10)")
+    ap.add_argument("--tiebreak-seeds", type=count(0), default=3, help="other tie-break seeds simulated for the spread")
+    ap.add_argument(
+        "--lead", type=non_negative_number, help="real seconds allowed to place the start (default: 0.05 s a pod + 10)"
+    )
     ap.add_argument(
         "--extender-load",
         choices=("published", "node-exporter"),
@@ -336,8 +380,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write everything here")
     args = ap.parse_args(argv)
 
-    compression = Compression(args.compression)
-    settings = DynamicSettings(arrivals=ArrivalSettings(load=args.load, window_s=args.window))
+    try:  # the ranges the simulator's settings check (--load at most 10), in one line before anything starts
+        compression = Compression(args.compression)
+        settings = DynamicSettings(arrivals=ArrivalSettings(load=args.load, window_s=args.window))
+    except ValueError as exc:
+        ap.error(str(exc))
     if args.window < settings.scrape.interval_s:
         ap.error(f"--window must cover at least one scrape interval ({settings.scrape.interval_s:g} s)")
     interval_real = compression.real(settings.scrape.interval_s)

@@ -8,7 +8,8 @@ exporter publishes each pod's drawn usage to Prometheus. To compare like with li
   itself (same seed, same draws as ``run_dynamic``), and :class:`Compression` maps simulated seconds
   to real ones (the real stack runs ``factor`` times faster than the simulated clock).
 - :func:`usage_annotation` / :func:`usage_from_annotations` carry a pod's usage model (mean, spread
-  and bounds per resource) on the pod, for the exporter to draw one scrape from, as the simulator does.
+  and bounds per resource) on the pod, for the exporter to draw one scrape from, as the simulator does;
+  :func:`usage_annotation_problem` says why an annotation (anyone can write one) cannot be used.
 - :func:`measure_timelines` turns what the real stack did (each pod's creation, binding and
   deletion times, and the node utilization Prometheus holds at each scrape tick) into the simulator's
   measures (:class:`DynamicResult`'s names and units: simulated seconds, percentages). Every measure is
@@ -108,9 +109,46 @@ def parse_usage_annotation(text: str) -> dict[str, Any] | None:
     """The annotation's content, or None when it is not a JSON object."""
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         return None
     return value if isinstance(value, dict) else None
+
+
+USAGE_LIMIT = 1e6
+"""The largest number a usage annotation may hold. Far above anything the model writes (the CPU and
+memory caps are about 12 × the request, 8 whole cards are 8000 milli), low enough that no node's sum
+of pods can overflow to infinity."""
+
+
+_MAX_CV = 1e100
+"""The largest spread / mean of one resource: past about 1e154 the square in ``UsageModel.instant``'s
+lognormal sigma overflows and the draw is NaN."""
+_JSON_TYPES = {str: "string", bool: "bool", list: "array", dict: "object", type(None): "null"}
+
+
+def usage_annotation_problem(value: Mapping[str, Any]) -> str | None:
+    """Why a usage annotation's content cannot be used, or None when it can.
+
+    Every means, spread, bound and ``gpuMilli`` that is present must be a finite number in
+    ``[0, USAGE_LIMIT]`` (not a bool, not a string), and ``ls`` a bool. The load exporter reads one
+    annotation per pod of the cluster and anyone can write them: one bad pod must be skipped on its own,
+    not stop every node's refresh, and ``NaN`` must not reach a published series, whose counters would
+    then stay ``NaN`` for good (JSON allows neither ``NaN`` nor ``Infinity``, Python's parser does)."""
+    for key in (*_USAGE_KEYS, "gpuMilli"):
+        if key not in value:
+            continue
+        v = value[key]
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            return f"{key} is not a number but a JSON {_JSON_TYPES.get(type(v), type(v).__name__)}"
+        if not 0 <= v <= USAGE_LIMIT:  # False for NaN too
+            return f"{key} is {v!r}, not in [0, {USAGE_LIMIT:g}]"
+    for mean, std in (("cpu", "cpuStd"), ("mem", "memStd"), ("gpu", "gpuStd")):
+        m, sd = value.get(mean, 0), value.get(std, 0)
+        if m > 0 and sd / m > _MAX_CV:  # the scrape's lognormal sigma overflows: NaN draws
+            return f"{std} / {mean} is {sd / m:.3g}, above {_MAX_CV:g}"
+    if "ls" in value and not isinstance(value["ls"], bool):
+        return f"ls is not true or false but a JSON {_JSON_TYPES.get(type(value['ls']), 'number')}"
+    return None
 
 
 def draw_slice(

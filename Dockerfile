@@ -10,6 +10,10 @@ ARG BASE=python:3.11-slim
 
 # -- build: the wheel, then a virtual environment with the serving dependencies only ----------------
 FROM ${BASE} AS build
+# The title label on this stage too (every layer of it inherits it): hack/build-image.sh tags this stage
+# localhost/rl-scheduler-build:cache and prunes, by this label, the build stages that lost that tag.
+LABEL org.opencontainers.image.title="kube-rl-scheduler" \
+      org.opencontainers.image.description="kube-rl-scheduler build stage (a build cache, not a runnable image)"
 ARG TRAINING_ONLY="matplotlib gymnasium tqdm"
 # Optional: a CA bundle for pip behind a TLS-intercepting proxy, and another package index
 # (hack/build-image.sh passes the host's PIP_CERT through a build-time volume).

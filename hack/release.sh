@@ -16,14 +16,20 @@
 #   --chart-path PATH  where the chart goes under REGISTRY (default charts: oci://REGISTRY/charts/rl-scheduler)
 #   --no-image         push the chart only        --no-chart   push the image only
 #   --expect-version V fail unless the chart's appVersion is V (a CI run on tag vV passes it)
+#   --force            push the image even if REGISTRY/rl-scheduler:APPVERSION exists already (by
+#                      default that is refused, exit 2: nodes that pulled the old one keep it)
 #   --dry-run          print what would run, run nothing
 #
 # What it does, in order: checks that Chart.yaml's appVersion equals pyproject.toml's version;
+# refuses (exit 2) if the registry has REGISTRY/rl-scheduler:APPVERSION already, unless --force;
 # builds the image (podman, hack/build-image.sh) unless --image; tags it REGISTRY/rl-scheduler:APPVERSION
-# (the tag the chart's image.tag defaults to) and pushes it; `helm package`s helm/rl-scheduler and
-# `helm push`es it to oci://REGISTRY/CHART_PATH; prints the `helm install` line that installs this
-# release. Tools: podman (and what hack/build-image.sh needs), helm >= 3.8, 3.13 with --plain-http
-# (.tools/bin/helm from hack/build-tools.sh when present, else helm on PATH).
+# and pushes it; `helm package`s a copy of helm/rl-scheduler whose values.yaml has image.repository
+# REGISTRY/rl-scheduler and image.digest the digest just pushed (with --no-image: the repository only,
+# the tag stays the appVersion) and `helm push`es it to oci://REGISTRY/CHART_PATH; prints the
+# `helm install` line that installs this release, with no image setting to add. The source chart keeps
+# its local default (localhost/rl-scheduler). Tools: podman (and what hack/build-image.sh needs),
+# helm >= 3.8, 3.13 with --plain-http (.tools/bin/helm from hack/build-tools.sh when present, else
+# helm on PATH).
 # tests/e2e/test_release_e2e.py runs it against a local registry and installs the printed line.
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -39,7 +45,7 @@ die() { log "ERROR: $*"; exit 1; }
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
 
 registry="" local_image="" base="" chart_path=charts expect="" tls=verify
-push_image=true push_chart=true dry_run=false
+push_image=true push_chart=true dry_run=false force=false
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --image) local_image="${2:?--image needs a value}"; shift ;;
@@ -51,6 +57,7 @@ while [[ $# -gt 0 ]]; do
     --no-chart) push_chart=false ;;
     --expect-version) expect="${2:?--expect-version needs a value}"; shift ;;
     --dry-run) dry_run=true ;;
+    --force) force=true ;;
     -h|--help) usage; exit 0 ;;
     -*) usage >&2; die "unknown option $1" ;;
     *) [[ -z "${registry}" ]] || die "one REGISTRY only (got ${registry} and $1)"; registry="$1" ;;
@@ -99,11 +106,34 @@ need() {
   ${dry_run} || command -v "$1" >/dev/null || [[ -x "$1" ]] || die "$1 missing ($2)"
 }
 
+digest="" # what podman push reports: the chart pins the image by it
 work="$(mktemp -d)"
 trap 'rm -rf "${work}"' EXIT
 
+# Is REGISTRY/rl-scheduler:APPVERSION there already? Pushing over it changes what the tag means, while
+# nodes that pulled it (imagePullPolicy IfNotPresent) keep running the old image: refuse, exit 2, before
+# building anything. A repository the registry does not know yet (404) has no tags.
+tag_exists() {
+  local repo="${registry}/${IMAGE_NAME}" tags
+  if tags="$("${PODMAN[@]}" search --list-tags --limit 100000 "${podman_tls[@]}" "${repo}" 2>"${work}/search.err")"; then
+    awk -v tag="${app_version}" 'NR > 1 && $2 "" == tag "" { found = 1 } END { exit !found }' <<<"${tags}"
+  elif grep -qiE '(^|[^0-9])404([^0-9]|$)|name.unknown|not known to registry' "${work}/search.err"; then
+    return 1
+  else
+    die "cannot list the tags of ${repo} to check for ${app_version}: $(tr -s '\n\t' '  ' <"${work}/search.err") (--force skips the check)"
+  fi
+}
+
 if ${push_image}; then
   need podman "hack/install-system-deps.sh --containers"
+  if ${force}; then
+    log "--force: pushing ${remote_image} whether or not it exists"
+  elif ${dry_run}; then
+    run "${PODMAN[@]}" search --list-tags --limit 100000 "${podman_tls[@]}" "${registry}/${IMAGE_NAME}"
+  elif tag_exists; then
+    log "ERROR: ${remote_image} exists already (nodes that pulled it would keep it): bump the version, or --force to push over it"
+    exit 2
+  fi
   if [[ -z "${local_image}" ]]; then
     local_image="localhost/${IMAGE_NAME}:${app_version}"
     log "building ${local_image} (hack/build-image.sh)"
@@ -117,26 +147,53 @@ if ${push_image}; then
   run "${PODMAN[@]}" tag "${local_image}" "${remote_image}"
   run "${PODMAN[@]}" push "${podman_tls[@]}" --digestfile "${work}/digest" "${remote_image}"
   if ! ${dry_run}; then
-    log "pushed ${remote_image}@$(cat "${work}/digest")"
+    digest="$(tr -d '[:space:]' <"${work}/digest")"
+    [[ "${digest}" =~ ^sha256:[0-9a-f]{64}$ ]] || die "podman push reported no digest for ${remote_image} ('${digest}')"
+    log "pushed ${remote_image}@${digest}"
   fi
 fi
 
+# The chart's values.yaml with the top-level image.repository (and image.digest, when one is given)
+# replaced, comments kept; fails unless each line it must replace was there.
+set_image_values() { # FILE REPOSITORY DIGEST
+  awk -v repo="$2" -v digest="$3" '
+    /^[^[:space:]#]/ { in_image = ($0 ~ /^image:/) }
+    in_image && /^  repository:/ { print "  repository: \"" repo "\""; r++; next }
+    in_image && /^  digest:/ && digest != "" { print "  digest: \"" digest "\""; d++; next }
+    { print }
+    END { exit !(r == 1 && (digest == "" || d == 1)) }
+  ' "$1" >"$1.new" || die "cannot set image.repository/image.digest in $1"
+  mv "$1.new" "$1"
+}
+
 if ${push_chart}; then
   need "${HELM}" "hack/build-tools.sh helm, or any helm >= 3.8 (3.13 with --plain-http)"
+  # A copy of the chart that names this registry's image: installing it needs no --set image.*.
+  packaged="${work}/chart/${chart_name}"
+  mkdir -p "${work}/chart"
+  cp -R "${CHART_DIR}" "${packaged}"
+  set_image_values "${packaged}/values.yaml" "${registry}/${IMAGE_NAME}" "${digest}"
+  if [[ -n "${digest}" ]]; then
+    log "the chart's image: ${registry}/${IMAGE_NAME}@${digest}"
+  elif ${push_image}; then
+    log "the chart's image: ${registry}/${IMAGE_NAME}@<the digest podman push reports> (dry run)"
+  else
+    log "the chart's image: ${remote_image} (--no-image: no digest pinned)"
+  fi
   log "packaging ${CHART_DIR} (chart ${chart_version}, appVersion ${app_version})"
-  run "${HELM}" package "${CHART_DIR}" --destination "${work}"
+  run "${HELM}" package "${packaged}" --destination "${work}"
   log "pushing the chart to ${chart_ref}"
   run "${HELM}" push "${helm_tls[@]}" "${work}/${chart_name}-${chart_version}.tgz" "${chart_ref}"
 fi
 
 # What a user runs next (README, "Installing on a cluster"). The last line of stdout is the install line.
 install=(helm install rl-scheduler "${chart_ref}/${chart_name}" --version "${chart_version}"
-  -n "${NAMESPACE}" --wait --set "image.repository=${registry}/${IMAGE_NAME}" "${helm_tls[@]}")
+  -n "${NAMESPACE}" --wait "${helm_tls[@]}")
 done_word=Released
 ! ${dry_run} || done_word="Dry run: would release"
 cat <<EOF
 
-${done_word} ${chart_name} ${chart_version} (image ${remote_image}) to ${registry}.
+${done_word} ${chart_name} ${chart_version} (image ${remote_image}${digest:+@${digest}}) to ${registry}.
 Install it (the kube-scheduler image must be within one minor version of your API server:
 add --set scheduler.image.tag=vX.Y.Z unless it runs $(sed -nE 's/^    tag: "?(v[0-9.]+)"?.*$/\1/p' "${CHART_DIR}/values.yaml" | head -n 1)):
 

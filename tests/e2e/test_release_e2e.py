@@ -10,11 +10,11 @@ packages the chart and pushes it with helm. Then:
    digest) and whose every layer blob is there; the chart as a Helm OCI artifact whose layer is the
    packaged chart with the right version and appVersion;
 2. the lines release.sh printed for the user (kubectl create/label namespace, ``helm install
-   oci://127.0.0.1:PORT/charts/rl-scheduler --version X --set image.repository=127.0.0.1:PORT/rl-scheduler
-   --plain-http``), run as printed — only the namespace, the release name and a values file that puts
-   the pods on a tainted kwok node are the test's own — install the chart onto the local cluster, and
-   the pods reference the pushed image. kwok pulls nothing, so that the image is complete in the
-   registry is what step 1 checks.
+   oci://127.0.0.1:PORT/charts/rl-scheduler --version X --plain-http``: no image setting, the pushed
+   chart names its image), run as printed — only the namespace, the release name and a values file that
+   puts the pods on a tainted kwok node are the test's own — install the chart onto the local cluster,
+   and the pods reference the pushed image by its digest. kwok pulls nothing, so that the image is
+   complete in the registry is what step 1 checks.
 
 Skipped, saying why, without podman/runc (hack/install-system-deps.sh --containers); the registry
 binary missing fails under RLSCHED_E2E_REQUIRE=1 (hack/test.sh) and skips otherwise.
@@ -209,7 +209,7 @@ def test_helm_install_from_the_registry_as_printed(released: Released, cluster: 
     reg = released.registry
     create, label, install = printed_commands(released.stdout)
     assert install[3:6] == [f"oci://{reg.host}/charts/rl-scheduler", "--version", CHART["version"]], install
-    assert f"image.repository={reg.host}/rl-scheduler" in install and "--plain-http" in install
+    assert not any("image." in a for a in install) and "--plain-http" in install  # the chart names its image
     # The test's own: namespace, release name, placement on a tainted kwok node, ports, scheduler name.
     printed_ns = install[install.index("-n") + 1]
     assert create[-1] == printed_ns and label[3] == printed_ns
@@ -248,7 +248,8 @@ def test_helm_install_from_the_registry_as_printed(released: Released, cluster: 
             for p in pods
             for c in p["spec"].get("initContainers", []) + p["spec"]["containers"]
         }
-        pushed = f"{reg.host}/rl-scheduler:{CHART['appVersion']}"
+        digest, _ = reg.manifest("rl-scheduler", CHART["appVersion"])
+        pushed = f"{reg.host}/rl-scheduler@{digest}"  # pinned: the tag could be pushed over
         assert images[("scheduler", "extender")] == pushed and images[("operator", "operator")] == pushed, images
         assert images[("scheduler", "kube-scheduler")].startswith("registry.k8s.io/kube-scheduler:"), images
         assert all(p["status"]["phase"] == "Running" for p in pods), [p["status"] for p in pods]
@@ -260,3 +261,23 @@ def test_helm_install_from_the_registry_as_printed(released: Released, cluster: 
         created = set(helm_tests.CRDS) - existing  # Helm leaves crds/ behind by design (docs/install.md)
         if created:
             r.kubectl("delete", "crd", *sorted(created), "--ignore-not-found", check=False)
+
+
+def test_a_second_release_of_the_same_version_is_refused(released: Released) -> None:
+    """The tag is there now: pushing over it would leave nodes that pulled it (IfNotPresent) on the old
+    image. release.sh asks the real registry for its tags and stops before building or pushing."""
+    done = subprocess.run(
+        [
+            str(REPO_ROOT / "hack" / "release.sh"),
+            released.registry.host,
+            "--plain-http",
+            "--image",
+            released.local_image,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=released.env,
+    )
+    assert done.returncode == 2, f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    assert "exists already" in done.stderr and "pushed " not in done.stderr

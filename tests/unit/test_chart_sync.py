@@ -678,21 +678,29 @@ def test_release_script_pushes_the_image_and_chart_and_prints_the_install_line()
     done = release_dry_run("oci://registry.example.com/team/", "--plain-http")
     assert done.returncode == 0, done.stderr
     ran = [line for line in done.stderr.splitlines() if line.startswith("+ ")]
-    assert ran[0] == f"+ hack/build-image.sh --tag localhost/rl-scheduler:{app}"
-    assert ran[1].endswith(f" tag localhost/rl-scheduler:{app} registry.example.com/team/rl-scheduler:{app}")
-    assert " push --tls-verify=false " in ran[2] and ran[2].endswith(f" registry.example.com/team/rl-scheduler:{app}")
-    assert " package helm/rl-scheduler " in ran[3]
-    assert " push --plain-http " in ran[4] and ran[4].endswith(
+    # First whether the tag exists already (tests/unit/test_release_script.py runs that check for real).
+    assert " search --list-tags " in ran[0] and ran[0].endswith(
+        " --tls-verify=false registry.example.com/team/rl-scheduler"
+    )
+    assert ran[1] == f"+ hack/build-image.sh --tag localhost/rl-scheduler:{app}"
+    assert ran[2].endswith(f" tag localhost/rl-scheduler:{app} registry.example.com/team/rl-scheduler:{app}")
+    assert " push --tls-verify=false " in ran[3] and ran[3].endswith(f" registry.example.com/team/rl-scheduler:{app}")
+    # A copy of the chart naming the pushed image (test_release_script.py renders what it packages).
+    assert " package " in ran[4] and ran[4].split(" package ")[1].split()[0].endswith("/chart/rl-scheduler")
+    assert " push --plain-http " in ran[5] and ran[5].endswith(
         f"/rl-scheduler-{version}.tgz oci://registry.example.com/team/charts"
     )
     assert done.stdout.splitlines()[-1].strip() == (
         f"helm install rl-scheduler oci://registry.example.com/team/charts/rl-scheduler --version {version} "
-        "-n rlsched-system --wait --set image.repository=registry.example.com/team/rl-scheduler --plain-http"
+        "-n rlsched-system --wait --plain-http"
     )
     prebuilt = release_dry_run("ghcr.io/org", "--image", "localhost/x:1", "--no-chart", "--base", "python:3.11-slim")
     ran = [line for line in prebuilt.stderr.splitlines() if line.startswith("+ ")]
-    assert len(ran) == 2 and ran[0].endswith(f" tag localhost/x:1 ghcr.io/org/rl-scheduler:{app}")
-    assert "--tls-verify" not in ran[1] and "--plain-http" not in prebuilt.stdout
+    assert len(ran) == 3 and ran[1].endswith(f" tag localhost/x:1 ghcr.io/org/rl-scheduler:{app}")
+    assert "--tls-verify" not in ran[0] + ran[2] and "--plain-http" not in prebuilt.stdout
+    forced = release_dry_run("ghcr.io/org", "--image", "localhost/x:1", "--no-chart", "--force")
+    forced_ran = [line for line in forced.stderr.splitlines() if line.startswith("+ ")]
+    assert len(forced_ran) == 2 and forced_ran[0] == ran[1] and " search " not in forced_ran[1]
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     assert app == pyproject  # release.sh refuses otherwise
 

@@ -92,12 +92,25 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 {{- end -}}
 
+{{/*
+An image tag as a string: a tag written unquoted in a values file may reach here as a number (YAML
+`tag: 0.2` is a float64). Whole numbers print without an exponent (20240101, not 2.0240101e+07); the
+decimals YAML dropped (1.10 read as 1.1) are lost before the chart sees them, hence: quote tags.
+*/}}
+{{- define "rl-scheduler.tagString" -}}
+{{- if and (kindIs "float64" .) (eq . (floor .)) -}}
+{{- printf "%.0f" . -}}
+{{- else -}}
+{{- toString . -}}
+{{- end -}}
+{{- end -}}
+
 {{/* Images. */}}
 {{- define "rl-scheduler.image" -}}
 {{- if .Values.image.digest -}}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- printf "%s:%s" .Values.image.repository (include "rl-scheduler.tagString" (default .Chart.AppVersion .Values.image.tag)) -}}
 {{- end -}}
 {{- end -}}
 
@@ -106,7 +119,7 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- if $img.digest -}}
 {{- printf "%s@%s" $img.repository $img.digest -}}
 {{- else -}}
-{{- printf "%s:%s" $img.repository (required "scheduler.image.tag is required" $img.tag) -}}
+{{- printf "%s:%s" $img.repository (include "rl-scheduler.tagString" (required "scheduler.image.tag is required" $img.tag)) -}}
 {{- end -}}
 {{- end -}}
 

@@ -17,7 +17,11 @@ values, not the raw objects.
 Most watch events change nothing the cache reads: kwok's (and kubelet's) status updates of a running
 pod, node heartbeats. Each object's last applied version leaves a 16-byte digest of the parts that
 are read (:func:`pod_digest`, :func:`node_digest`); an event with the same digest only refreshes the
-pod's resourceVersion, skipping the object's parsing.
+pod's resourceVersion, skipping the object's parsing. A rejected version leaves its digest too: the
+same unreadable content again under a new resourceVersion (a node's heartbeat, a pod's status
+update) is neither parsed, logged nor counted — the rejection counters count unreadable versions
+whose read parts differ, not events (an object with a read part that is not plain JSON data has no
+digest: it is read every time, and logged and counted once per resourceVersion).
 """
 
 from __future__ import annotations
@@ -71,6 +75,10 @@ where applying a list of 20,000 pods in one step held it for up to a second."""
 MAX_REJECTED_NODES = 8192
 """Names of nodes the watch delivered but could not read, remembered with the reason (the oldest
 forgotten beyond this)."""
+MAX_REJECTED_PODS = 8192
+"""UIDs of pods whose latest version could not be used, remembered with its digest so that the same
+content again is skipped (the oldest forgotten beyond this: it is then read, logged and counted once
+more)."""
 
 
 @dataclass
@@ -148,6 +156,14 @@ class ClusterCache:
         """Nodes whose latest version could not be read, by name → why (short), the newest last: filter
         and bind say so rather than "not seen yet". Forgotten when the node is deleted, missing from a
         relist, or a later version reads; at most MAX_REJECTED_NODES."""
+        self._rejected_node_digests: dict[str, bytes] = {}
+        """Node name → digest of its rejected latest version; keys a subset of ``rejected_nodes`` (in
+        the same order), so bounded with it. That content again (heartbeats) is skipped: without it,
+        each heartbeat of one unreadable node was parsed again and logged (a new resourceVersion)."""
+        self._rejected_pods: OrderedDict[str, bytes] = OrderedDict()
+        """UID → digest of the pod's latest version when it could not be used (unreadable, or bound
+        with a request that cannot be counted at all), the newest last; at most MAX_REJECTED_PODS.
+        Disjoint from ``_pod_digests``; dropped by any applied version, a delete or a relist without it."""
         self.provisional: OrderedDict[str, float] = OrderedDict()
         """UID → when filter first held cards for a pod the watch had not seen yet (:meth:`reserve`);
         kept after the hold ends, up to MAX_PROVISIONAL_SEEN, so a pod is held so only once."""
@@ -204,16 +220,20 @@ class ClusterCache:
         digest = node_digest(node)
         if digest is not None and self._node_digests.get(digest[0]) == digest[1]:
             self._touch()  # a heartbeat: nothing read has changed
-            self.rejected_nodes.pop(digest[0], None)  # back to its last good version after a bad one
+            self._forget_rejected(digest[0])  # back to its last good version after a bad one
+            return
+        if digest is not None and self._rejected_node_digests.get(digest[0]) == digest[1]:
+            self._touch()  # a heartbeat of an unreadable version: logged and counted already
             return
         try:
             spec = node_spec(node, self.gpu)
         except Exception as exc:  # noqa: BLE001 - any failure on one object: log once, count, ignore
             self.stats.node_errors += 1
             self.rejections.reject("Node", node, exc)
-            self._remember_rejected(identity(node)[1], exc)
+            name = identity(node)[1]
+            self._remember_rejected(name, exc, digest[1] if digest is not None and digest[0] == name else None)
             return
-        self.rejected_nodes.pop(spec.name, None)
+        self._forget_rejected(spec.name)
         try:
             facts: NodeFacts | None = node_facts(node)
         except Exception as exc:  # noqa: BLE001
@@ -224,25 +244,36 @@ class ClusterCache:
         if self.nodes.get(spec.name) != spec:
             self.nodes[spec.name] = spec
             self._dirty = True
-        if digest is not None and digest[0] == spec.name and facts is not None:
+        if digest is not None and digest[0] == spec.name:  # also without rules: logged once, kept so
             self._node_digests[spec.name] = digest[1]
         else:
             self._node_digests.pop(spec.name, None)
         self._touch()
 
-    def _remember_rejected(self, name: str, exc: BaseException) -> None:
-        """Keep why node ``name`` could not be read (nothing for a node without a name)."""
+    def _remember_rejected(self, name: str, exc: BaseException, digest: bytes | None = None) -> None:
+        """Keep why node ``name`` could not be read, and the digest of that version (None: not plain
+        enough to tell; it is then read again next time); nothing for a node without a name."""
         if not name:
             return
         self.rejected_nodes[name] = short_reason(exc)
         self.rejected_nodes.move_to_end(name)
+        if digest is None:
+            self._rejected_node_digests.pop(name, None)
+        else:
+            self._rejected_node_digests[name] = digest
         while len(self.rejected_nodes) > MAX_REJECTED_NODES:
-            self.rejected_nodes.popitem(last=False)
+            oldest, _ = self.rejected_nodes.popitem(last=False)
+            self._rejected_node_digests.pop(oldest, None)
+
+    def _forget_rejected(self, name: str) -> None:
+        """Node ``name`` reads again, is deleted or is not listed: no longer rejected."""
+        self.rejected_nodes.pop(name, None)
+        self._rejected_node_digests.pop(name, None)
 
     def delete_node(self, name: str) -> None:
         self._node_digests.pop(name, None)
         self.node_facts.pop(name, None)
-        self.rejected_nodes.pop(name, None)
+        self._forget_rejected(name)
         if self.nodes.pop(name, None) is not None:
             self.addresses.pop(name, None)
             self._dirty = True
@@ -270,7 +301,7 @@ class ClusterCache:
             if name not in seen:
                 self.delete_node(name)
         for name in [n for n in self.rejected_nodes if n not in seen]:
-            del self.rejected_nodes[name]
+            self._forget_rejected(name)
         self.synced["nodes"] = True
 
     # -- pods -------------------------------------------------------------------------------------
@@ -280,7 +311,8 @@ class ClusterCache:
         A version that cannot be read is logged once, counted and ignored: a pending pod leaves
         ``pending`` (bind then reads it afresh and refuses it with the reason; filter answers it
         unschedulable), a pod holding resources keeps its last readable entry. A version whose read
-        parts are those of the last one applied (a status update) only refreshes the resourceVersion."""
+        parts are those of the last one applied (a status update) only refreshes the resourceVersion;
+        one whose read parts are those of the last one rejected is skipped (logged and counted already)."""
         digest = pod_digest(pod)
         if digest is not None and self._pod_digests.get(digest[0]) == digest[3]:
             self._touch()
@@ -288,6 +320,9 @@ class ClusterCache:
             info = self.pending.get(uid)
             if info is not None and (info.resource_version != rv or info.phase != phase):
                 self.pending[uid] = replace(info, resource_version=rv, phase=phase)
+            return
+        if digest is not None and self._rejected_pods.get(digest[0]) == digest[3]:
+            self._touch()  # a status update of an unusable version: nothing it was refused for changed
             return
         try:
             info = pod_info(pod, self.gpu, "pod")
@@ -299,26 +334,35 @@ class ClusterCache:
                 self._pod_digests.pop(uid, None)
                 self.pending.pop(uid, None)
                 self._drop_rules(uid)
+                self._remember_rejected_pod(uid, digest[3] if digest is not None and digest[0] == uid else None)
             return
         self.observe(info)
-        clean = True
         if not info.node_name and not info.terminal and self._wants_rules(info):
             try:
                 self.pod_rules[info.uid] = pod_rules(pod)
             except Exception as exc:  # noqa: BLE001 - filter answers it unschedulable, bind refuses it
-                clean = False
                 self.rules_problems[info.uid] = short_reason(exc)
                 self.unreserve(info.uid)  # a provisional hold from before the watch saw it: bind would refuse
                 self.rejections.reject(
                     "Pod", pod, exc, "kept unschedulable (its placement rules cannot be read; bind refuses it)"
                 )
-        if (
-            clean
-            and digest is not None
-            and digest[0] == info.uid
-            and (info.uid in self.pending or info.uid in self.pods)  # not forgotten (terminal, unreadable)
-        ):
+        if digest is None or digest[0] != info.uid:
+            return
+        if info.uid in self.pending or info.uid in self.pods:
+            # Applied (unschedulable rules included: the same content again would fail the same way).
             self._pod_digests[info.uid] = digest[3]
+        elif not info.terminal:  # refused by observe: bound, and what it holds cannot be read at all
+            self._remember_rejected_pod(info.uid, digest[3])
+
+    def _remember_rejected_pod(self, uid: str, digest: bytes | None) -> None:
+        """Keep the digest of pod ``uid``'s unusable version (None: not plain enough to tell)."""
+        if digest is None:
+            self._rejected_pods.pop(uid, None)
+            return
+        self._rejected_pods[uid] = digest
+        self._rejected_pods.move_to_end(uid)
+        while len(self._rejected_pods) > MAX_REJECTED_PODS:
+            self._rejected_pods.popitem(last=False)
 
     def _wants_rules(self, info: PodInfo) -> bool:
         return self.scheduler_name is None or info.scheduler_name == self.scheduler_name
@@ -332,6 +376,7 @@ class ClusterCache:
         """Apply what the API server says about a pod."""
         self._touch()
         self._pod_digests.pop(info.uid, None)  # set_pod records the version it applies
+        self._rejected_pods.pop(info.uid, None)  # a readable version supersedes an unusable one
         if info.terminal:
             self.forget(info.uid)
             return
@@ -389,6 +434,7 @@ class ClusterCache:
 
     def delete_pod(self, uid: str) -> None:
         self._touch()
+        self._rejected_pods.pop(uid, None)
         self.forget(uid)
 
     def replace_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
@@ -427,6 +473,8 @@ class ClusterCache:
             del self.pending[uid]
             self._drop_rules(uid)
             self._pod_digests.pop(uid, None)
+        for uid in [u for u in self._rejected_pods if u not in seen]:
+            del self._rejected_pods[uid]
         self.synced["pods"] = True
 
     # -- placing ----------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from rlsched.policy.resources import (
     memory_bytes,
 )
 
+from .names import DNS1123_SUBDOMAIN_MAX, InvalidName, check_uid
 from .settings import GpuConventions
 
 MAX_QUANTITY = QUANTITY_LIMIT
@@ -108,11 +109,17 @@ def _key(key: Any) -> str:
 
 
 def name_of(obj: Any, where: str) -> str:
-    """``metadata.name`` of an object (required)."""
+    """``metadata.name`` of an object (required; at most 253 characters, as any Kubernetes name: the
+    watch's DELETED events and relists read names with :func:`~.rejections.identity`, which cuts
+    longer ones — a node kept under its full name would be a key no other path uses)."""
     meta = _mapping(_mapping(obj, where, True).get("metadata"), f"{where}.metadata", True)
     name = _str(meta.get("name"), f"{where}.metadata.name", True)
     if not name:
         raise ObjectError(f"{where}.metadata.name", "must not be empty")
+    if len(name) > DNS1123_SUBDOMAIN_MAX:
+        raise ObjectError(
+            f"{where}.metadata.name", f"must be at most {DNS1123_SUBDOMAIN_MAX} characters (got {len(name)})"
+        )
     return name
 
 
@@ -277,13 +284,30 @@ def _pod_totals(spec: Mapping[str, Any], keys: tuple[str, ...], where: str) -> d
     return {k: min(v, MAX_QUANTITY) for k, v in out.items()}
 
 
+def _pod_uid(meta: Mapping[str, Any], where: str) -> str:
+    """``metadata.uid`` of a pod: required, and a UID bind would take (:func:`~.names.check_uid`).
+
+    A pod is known by its UID everywhere: the cache's entries, the watch's DELETED events and a
+    relist's list of pods still there read it with :func:`~.rejections.identity`, which has no
+    fallback. A stand-in key ("namespace/name") for a pod without one would be a key no other path
+    uses: its DELETED event would leave it holding its cards until the next relist, and a relist that
+    still has it would drop it while it runs. A real API server always sets one, so such a pod is
+    refused as unreadable (logged once, counted) like any other malformed object; the length cap
+    keeps identity()'s cut of long strings from ever giving another key than this one."""
+    uid = _str(meta.get("uid"), f"{where}.metadata.uid", True)
+    try:
+        check_uid(uid, f"{where}.metadata.uid")
+    except InvalidName as exc:
+        raise ObjectError(exc.field, exc.message) from None
+    return uid
+
+
 def pod_info(pod: Any, gpu: GpuConventions, where: str = "Pod") -> PodInfo:
     """Read a v1.Pod. Raises ObjectError for malformed fields; GPU-request conflicts land in ``problem``."""
     pod = _mapping(pod, where, True)
     meta = _mapping(pod.get("metadata"), f"{where}.metadata", True)
     name = _str(meta.get("name"), f"{where}.metadata.name", True)
     namespace = _str(meta.get("namespace"), f"{where}.metadata.namespace") or "default"
-    uid = _str(meta.get("uid"), f"{where}.metadata.uid") or f"{namespace}/{name}"
     rv = _str(meta.get("resourceVersion"), f"{where}.metadata.resourceVersion")
     annotations = _str_map(meta.get("annotations"), f"{where}.metadata.annotations")
     spec = _mapping(pod.get("spec"), f"{where}.spec")
@@ -357,7 +381,7 @@ def pod_info(pod: Any, gpu: GpuConventions, where: str = "Pod") -> PodInfo:
     if node_name and annotations.get(gpu.assigned_node_annotation) == node_name:
         cards = parse_cards(annotations.get(gpu.cards_annotation, ""))
     return PodInfo(
-        uid=uid,
+        uid=_pod_uid(meta, where),  # last: a malformed spec is the error to report first
         namespace=namespace,
         name=name,
         resource_version=rv,

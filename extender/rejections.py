@@ -4,7 +4,10 @@ Any exception while reading one object (a malformed field, a quantity no parser 
 the next odd object finds) lands here instead of killing the informer. Each object *version* (UID and
 resourceVersion) is logged once — a relist or a resent event does not repeat it — and counted in
 ``rlsched_extender_objects_rejected_total{kind,reason}`` (objects without a name or UID cannot be
-told apart: they are counted every time, logged once), whose ``reason`` is one of :data:`REASONS`
+told apart: they are counted every time, logged once). A new resourceVersion that changes nothing the
+cache reads (a heartbeat of an unreadable node) does not reach here at all: the cache keeps the digest
+of each rejected node's and pod's version and skips it (:mod:`.cache`), so the count is one per change
+of what is read, not one per event. The ``reason`` is one of :data:`REASONS`
 (a label value must be a small fixed set, not free text; the log line carries the detail).
 """
 
@@ -62,7 +65,10 @@ def short_reason(exc: BaseException, limit: int = 200) -> str:
 
 
 def identity(obj: Any) -> tuple[str, str, str, str]:
-    """(namespace, name, uid, resourceVersion) of an object, "" where unreadable."""
+    """(namespace, name, uid, resourceVersion) of an object, "" where unreadable; each cut to 253
+    characters. The watch's DELETED events and relists key objects with this, so the readers in
+    :mod:`.objects` refuse what would be read otherwise here: a pod without a UID (no stand-in key),
+    a node name or pod UID longer than the cut."""
     meta = obj.get("metadata") if isinstance(obj, Mapping) else None
     if not isinstance(meta, Mapping):
         return "", "", "", ""

@@ -93,9 +93,16 @@ def test_any_exception_on_one_pod_is_absorbed_logged_once_and_counted(exploding,
     assert len([r for r in lines if r.object.startswith("default/boom")]) == len(POISON_ERRORS)
     assert rejected(metrics, "Pod", "unexpected") == len(POISON_ERRORS)
     assert all(r.reason in REASONS for r in lines)
-    # a new version of the same pod is a new object version: logged and counted again
+    # a new version with the same content (a status update) is neither read, logged nor counted ...
     again = copy.deepcopy(bad[0])
     again["metadata"]["resourceVersion"] = "8"
+    again.setdefault("status", {})["conditions"] = [{"type": "PodScheduled", "status": "False"}]
+    with caplog.at_level(logging.WARNING, logger="rlsched.extender.cache"):
+        c.set_pod(again)
+    assert rejected(metrics, "Pod", "unexpected") == len(POISON_ERRORS)
+    # ... one whose read parts changed is another unreadable version: logged and counted again
+    again["metadata"]["resourceVersion"] = "9"
+    again["metadata"]["labels"] = {"changed": "yes"}
     with caplog.at_level(logging.WARNING, logger="rlsched.extender.cache"):
         c.set_pod(again)
     assert rejected(metrics, "Pod", "unexpected") == len(POISON_ERRORS) + 1

@@ -14,7 +14,9 @@ nodes, which node and cards?" — through :func:`rlsched.policy.decide`:
 Models and the policy file are hot-reloaded (:meth:`PolicyEngine.poll`): a new file is loaded off the
 event loop and swapped in atomically; if it fails the old one keeps serving and the error is shown
 in /status and counted. With ``modelSha256`` in the settings, a file with other bytes fails the same
-way before the loader reads it.
+way before the loader reads it. A policy file that names another model takes effect together with
+that model, never before it: the mode in effect and the model in effect always come from the same
+policy file (:class:`PolicyEngine`).
 
 The learned policy may also answer *delay* instead of a node (models trained with the delay action
 in the living cluster do; *reject* no trainer produces): a scorer with a
@@ -222,7 +224,22 @@ def model_typical(scorer: Scorer) -> TypicalPods | None:
 
 
 class PolicyEngine:
-    """Scorers, settings and their hot reload; :meth:`decide` for the verbs."""
+    """Scorers, settings and their hot reload; :meth:`decide` for the verbs.
+
+    **One generation in effect.** The settings in effect (``settings``: mode, fallback, deadline, …)
+    and the model in effect (``model``) always come from the same policy file. A new policy file that
+    names the model already loaded (same path, same bytes, a ``modelSha256`` that matches them), or no
+    model, takes effect at once. One that names another model (another path, a changed file, other
+    bytes by its ``modelSha256``) is *pending* (``pending``, ``/status`` ``pending``) until that model
+    has loaded and passed its test decision; then its settings and its model are swapped in together.
+    Until then the previous settings and model serve on unchanged — their mode included — and if the
+    model fails to load they keep serving (the pending file waits for its model file to change, or for
+    another policy file — the operator's rollback). So a model approved only for ``shadow`` never
+    places a pod because the next file says ``active`` with another model; and a model approved
+    ``active`` is not demoted before its successor is ready: active A → (shadow, B) keeps A active
+    until B has loaded, then B shadows (a file that changes the mode alone, same model, applies at
+    once). At start there is no previous generation: the file's settings apply even when its model
+    fails to load, and the fallback serves until the model loads."""
 
     def __init__(
         self,
@@ -249,6 +266,16 @@ class PolicyEngine:
         """A model file that failed to load: not retried until it changes."""
         self._failed_shown_for: PolicySettings | None = None
         """The settings under which ``_failed``'s error was last shown in ``model_info``."""
+        self.pending: PolicySettings | None = None
+        """The last policy file read, while it is not in effect: it names a model other than the one in
+        effect, which has not loaded (yet). ``settings`` and ``model`` serve on meanwhile."""
+        self.pending_since: float | None = None
+        """When ``pending`` was read (``clock``)."""
+        self.pending_state: str | None = None
+        """``loading`` (its model is being loaded), ``failed`` (its model failed: ``pending_error``; tried
+        again when the file changes) or ``waiting`` (before the first load; or it names the serving
+        file, unchanged, with a ``modelSha256`` of other bytes: tried when the file changes)."""
+        self.pending_error: str | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlsched-policy")
         self._running: asyncio.Future[Any] | None = None
         """The model call in the worker thread (thread mode), until it ends — past its deadline too."""
@@ -359,6 +386,13 @@ class PolicyEngine:
         return self._running is not None
 
     def _install(self, scorer: Scorer | None, info: ModelInfo) -> None:
+        """At start: ``scorer`` becomes the model of the settings already in effect."""
+        self._swap_model(scorer, info)
+        if scorer is not None:
+            self._apply_typical_and_fallback(self.settings, scorer)
+        self._log_loaded(info)
+
+    def _swap_model(self, scorer: Scorer | None, info: ModelInfo) -> None:
         if self._running is not None:
             # The previous model is still inside a call past its deadline (hung, perhaps): a thread
             # cannot be stopped, but the new model gets a worker of its own instead of waiting for it.
@@ -367,8 +401,9 @@ class PolicyEngine:
             self._running, self.busy_since = None, None
         self.model = scorer
         self.model_info = info
-        if scorer is not None:
-            self._apply_typical_and_fallback(self.settings, scorer)
+
+    @staticmethod
+    def _log_loaded(info: ModelInfo) -> None:
         log.info(
             "model %s loaded: version %s digest %s",
             info.path,
@@ -377,23 +412,72 @@ class PolicyEngine:
             extra={"event": "model_loaded", "version": info.version, "digest": info.digest},
         )
 
-    def _apply_typical_and_fallback(self, settings: PolicySettings, model: Scorer | None) -> None:
-        typical, source = None, "built-in"
+    def _typical_for(self, settings: PolicySettings, model: Scorer | None) -> tuple[TypicalPods, str]:
+        """The typical pods (and their source) for ``settings`` with ``model``; ConfigError when the
+        settings' ``typicalPodsPath`` is needed and cannot be read."""
         if model is not None:
             typical = model_typical(model)
-            source = "model" if typical is not None else source
-        if typical is None and settings.typical_pods_path:
-            typical, source = load_typical(settings.typical_pods_path), settings.typical_pods_path
-        if typical is None:
-            typical = default_typical()
-        if source != self.typical_source or canonical_name(settings.fallback) != self.fallback_scorer.name:
-            self.typical, self.typical_source = typical, source
-            fallback = make_scorer(canonical_name(settings.fallback), typical)
-            warm_up(fallback)
-            self.fallback_scorer = fallback
+            if typical is not None:
+                return typical, "model"
+        if settings.typical_pods_path:
+            return load_typical(settings.typical_pods_path), settings.typical_pods_path
+        return default_typical(), "built-in"
+
+    def _fallback_for(self, settings: PolicySettings, typical: TypicalPods, source: str) -> Scorer | None:
+        """A new fallback scorer when ``settings`` (or the typical pods' source) need one, else None."""
+        if source == self.typical_source and canonical_name(settings.fallback) == self.fallback_scorer.name:
+            return None
+        fallback = make_scorer(canonical_name(settings.fallback), typical)
+        warm_up(fallback)
+        return fallback
+
+    def _apply_typical_and_fallback(self, settings: PolicySettings, model: Scorer | None) -> None:
+        typical, source = self._typical_for(settings, model)
+        fallback = self._fallback_for(settings, typical, source)
+        if fallback is not None:
+            self.typical, self.typical_source, self.fallback_scorer = typical, source, fallback
+
+    def _take_effect(self, settings: PolicySettings, model: tuple[Scorer | None, ModelInfo] | None = None) -> bool:
+        """Put ``settings`` in effect together with ``model`` (scorer, info; None: the model in effect
+        stays) and the fallback they name — in one step, with no await in between, so that no decision
+        sees the settings of one policy file with the model of another (class docstring). False when
+        the typical pods it needs cannot be read: the file is rejected, what was in effect stays."""
+        scorer = self.model if model is None else model[0]
+        try:
+            typical, source = self._typical_for(settings, scorer)
+            fallback = self._fallback_for(settings, typical, source)
+        except ConfigError as exc:
+            if settings is self.pending:
+                self._clear_pending()
+            self._policy_file_failed(exc, "keeping the previous settings and model")
+            return False
+        if model is not None:
+            self._swap_model(*model)
+        if fallback is not None:
+            self.typical, self.typical_source, self.fallback_scorer = typical, source, fallback
+        changed = settings != self.settings
+        self.settings, self.settings_loaded_at = settings, self.clock()
+        if settings is self.pending:
+            self._clear_pending()
+        if changed:
+            log.info(
+                "policy settings in effect: mode=%s model=%s fallback=%s",
+                settings.mode,
+                settings.model_path,
+                settings.fallback,
+                extra={"event": "policy_reloaded"},
+            )
+        self._report()
+        return True
+
+    def _clear_pending(self) -> None:
+        self.pending, self.pending_since, self.pending_state, self.pending_error = None, None, None, None
 
     async def poll(self) -> None:
-        """Check the policy file and the model file once; reload what changed."""
+        """Check the policy file and the model file once; reload what changed.
+
+        A new policy file naming a model other than the one in effect is pending until that model has
+        loaded; then both take effect at once (class docstring)."""
         loop = asyncio.get_running_loop()
         if self.policy_file:
             key = _stat_key(self.policy_file)
@@ -401,82 +485,110 @@ class PolicyEngine:
                 self._file_key = key
                 try:  # read and parsed off the event loop: a file is up to MAX_YAML_BYTES of YAML
                     new = await loop.run_in_executor(None, load_policy_file, self.policy_file, self.base_settings)
-                    self._apply_typical_and_fallback(new, self.model)
+                    self._typical_for(new, self.model)  # an unreadable typicalPodsPath rejects the file
                 except ConfigError as exc:
                     self._policy_file_failed(exc, "keeping the previous settings")
                 else:
-                    changed = new != self.settings
-                    self.settings, self.settings_error, self.settings_loaded_at = new, None, self.clock()
+                    self.settings_error = None
                     self._count("rlsched_policy_reloads_total", "ok")
-                    if changed:
-                        log.info(
-                            "policy settings reloaded: mode=%s model=%s fallback=%s",
-                            new.mode,
-                            new.model_path,
-                            new.fallback,
-                            extra={"event": "policy_reloaded"},
-                        )
-        path = self.settings.model_path
+                    # Pending until its model is known to be the one in effect, or has loaded (below).
+                    self.pending, self.pending_since = new, self.clock()
+                    self.pending_state, self.pending_error = "waiting", None
+        target = self.pending if self.pending is not None else self.settings
+        path = target.model_path
         if not path:
             if self.model is not None:
-                self._install_none()
+                if self._take_effect(target, (None, ModelInfo())):
+                    self._model_key = None
+                    log.info("model unloaded (no modelPath)", extra={"event": "model_unloaded"})
+            elif target is self.pending:
+                self._take_effect(target)
             return
         key = _stat_key(path)
-        expected = self.settings.model_sha256
+        expected = target.model_sha256
         failed = self._failed
         if failed is not None and (failed.path, failed.key, failed.sha256) == (path, key, expected):
-            self._show_failed_again(failed)
+            self._show_failed_again(failed, target)
             return  # the same bytes failed before; wait for the file to change
-        if path == self.model_info.path and key == self._model_key:
-            # A new modelSha256 for the unchanged serving file is no load: the model serves on, and
-            # /status shows its fileDigest (the file named may be on its way; whoever published the
-            # digest compares them). A file that changes is checked when it is loaded.
+        if self.model is not None and path == self.model_info.path and key == self._model_key:
+            if target is self.pending:
+                if expected is not None and expected != self.model_info.file_digest:
+                    # A new modelSha256 for the unchanged serving file is no load: the file named may be
+                    # on its way. The file is checked when it changes; until then nothing of this policy
+                    # file takes effect (its model is not loaded), and /status shows the serving
+                    # model's fileDigest next to ``pending`` (whoever published the digest compares them).
+                    return
+                if not self._take_effect(target):
+                    return
             if self.model_info.error is not None:  # back to the serving file after a failed other one
                 self._clear_error()
             return
         args = (path,) if expected is None else (path, expected)  # the one-argument call without a digest
+        if target is self.pending:
+            self.pending_state = "loading"
         scorer, info = await loop.run_in_executor(None, self._load, *args)
+        if (self.pending if self.pending is not None else self.settings) is not target:
+            return  # another poll applied or read a newer policy file meanwhile; the next poll goes on
         if scorer is None:
             self._failed = _FailedFile(path, key, expected, info.error or "")
-            self._failed_shown_for = self.settings
+            self._failed_shown_for = target
             self.model_info = (
                 replace(self.model_info, error=info.error, error_at=info.error_at, error_path=path)
                 if self.model
                 else info
             )
+            if target is self.pending:
+                self.pending_state, self.pending_error = "failed", info.error
             self._count("rlsched_model_reloads_total", "error")
             log.error(
                 "model %s not loaded (%s); %s",
                 path,
                 info.error,
-                "the previous model keeps serving" if self.model else "the fallback serves",
+                self._what_serves(target),
                 extra={"event": "model_load_failed"},
             )
         elif info.file_digest == self.model_info.file_digest and self.model is not None:
+            if target is self.pending and not self._take_effect(target):
+                return
             self._model_key, self._failed = key, None
             self.model_info.path = path  # touched, same bytes (restored after a bad write, say)
             self._clear_error()
         else:
+            if target is self.pending:
+                if not self._take_effect(target, (scorer, info)):
+                    return
+            else:  # the file of the settings in effect changed: the new bytes serve under them
+                self._swap_model(scorer, info)
+                self._apply_typical_and_fallback(self.settings, scorer)
             self._model_key, self._failed = key, None
-            self._install(scorer, info)
+            self._log_loaded(info)
             self._count("rlsched_model_reloads_total", "ok")
         self._report()
+
+    def _what_serves(self, target: PolicySettings) -> str:
+        """For the log line of a model that failed: what serves instead."""
+        if target is not self.pending:
+            return "the previous model keeps serving" if self.model else "the fallback serves"
+        serving = f"model {self.model_info.version}" if self.model else "no model (the fallback serves)"
+        return f"the policy file waits for it; the previous settings (mode {self.settings.mode}) and {serving} stay"
 
     def _policy_file_failed(self, exc: ConfigError, what_now: str) -> None:
         self.settings_error = str(exc)
         self._count("rlsched_policy_reloads_total", "error")
         log.error("policy file not applied, %s: %s", what_now, exc, extra={"event": "policy_reload_failed"})
 
-    def _show_failed_again(self, failed: _FailedFile) -> None:
+    def _show_failed_again(self, failed: _FailedFile, target: PolicySettings) -> None:
         """The policy file names a file that failed before and has not changed: not loaded again,
         but its error is shown again — fresh, with ``errorPath`` — once per policy file that names
         it. Whoever published that file (the operator, verifying a rollout) learns at once that it
         fails, instead of waiting for a load that never comes (the error may have been cleared
         meanwhile by a rollback to the serving file)."""
-        if self._failed_shown_for is self.settings:
+        if self._failed_shown_for is target:
             return
-        self._failed_shown_for = self.settings
+        self._failed_shown_for = target
         now = self.clock()
+        if target is self.pending:
+            self.pending_state, self.pending_error = "failed", failed.error
         if self.model is not None:
             self.model_info = replace(self.model_info, error=failed.error, error_at=now, error_path=failed.path)
         else:
@@ -485,7 +597,7 @@ class PolicyEngine:
             "model %s not loaded (unchanged since it failed: %s); %s",
             failed.path,
             failed.error,
-            "the previous model keeps serving" if self.model else "the fallback serves",
+            self._what_serves(target),
             extra={"event": "model_load_failed"},
         )
         self._report()
@@ -493,12 +605,6 @@ class PolicyEngine:
     def _clear_error(self) -> None:
         """The serving model's file is as it was loaded: an error about another version is history."""
         self.model_info = replace(self.model_info, error=None, error_at=None, error_path=None)
-        self._report()
-
-    def _install_none(self) -> None:
-        self.model, self.model_info, self._model_key = None, ModelInfo(), None
-        self._apply_typical_and_fallback(self.settings, None)
-        log.info("model unloaded (no modelPath)", extra={"event": "model_unloaded"})
         self._report()
 
     async def run_poller(self, interval_s: float) -> None:
@@ -724,11 +830,28 @@ class PolicyEngine:
                 "errorAt": info.error_at,
                 "errorPath": info.error_path if info.error else None,
             },
+            # A policy file read but not in effect: its model has not loaded (yet); everything above
+            # is still the previous file's, mode included (PolicyEngine's docstring).
+            "pending": self._pending_status(),
             "counters": dict(self.counters),
             "fallbacks": dict(self.fallbacks),
             # Thread mode: how long the model's current call has run (past the deadline, every
             # decision meanwhile goes to the fallback as "busy"); None when no call is running.
             "policyCallRunningS": None if self.busy_since is None else round(time.monotonic() - self.busy_since, 3),
+        }
+
+    def _pending_status(self) -> dict[str, Any] | None:
+        p = self.pending
+        if p is None:
+            return None
+        return {
+            "mode": p.mode,
+            "fallback": p.fallback,
+            "modelPath": p.model_path,
+            "modelSha256": p.model_sha256,
+            "state": self.pending_state,
+            "since": self.pending_since,
+            "error": self.pending_error,
         }
 
     def _count(self, metric: str, result: str) -> None:

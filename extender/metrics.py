@@ -135,6 +135,13 @@ class Metrics:
             ["column", "result"],
             registry=r,
         )
+        self.load_series = Counter(
+            "rlsched_extender_load_series_total",
+            "Series of accepted Prometheus load answers by column and outcome (ok, clamped, out_of_range, "
+            "duplicate, unmatched, nan, invalid; one each, the first that applies)",
+            ["column", "outcome"],
+            registry=r,
+        )
         self._model_labels: tuple[str, str, str] | None = None
         self._collectors: list[Callable[[], list[Metric]]] = []
         r.register(_Callback(self._collectors))

@@ -204,6 +204,11 @@ DEFAULT_QUERIES: dict[str, str] = {
 rx+tx bytes/s by 2.5e9 (a 10 Gbit/s full-duplex link); edit the query for other links."""
 
 
+MAX_PROMETHEUS_TIMEOUT_S = 60.0
+"""Longest accepted ``prometheus.timeoutS``: an instant query slower than this is broken, and an endless
+one would switch off the bound that keeps the columns' values fresh."""
+
+
 @dataclass
 class PrometheusSettings:
     """Per-node load from Prometheus (``ClusterState.load``)."""
@@ -211,11 +216,15 @@ class PrometheusSettings:
     url: str | None = None
     """Prometheus base URL (``http://prometheus:9090``); unset: no load features (all NaN)."""
     interval_s: float = 15.0
-    """Seconds between refreshes."""
+    """Seconds between refreshes (from the end of one round to the start of the next)."""
     timeout_s: float = 5.0
-    """Timeout of one query."""
+    """Timeout of one query, seconds; at most 60. The columns are queried one after another, so
+    ``intervalS`` + ``timeoutS`` × (configured queries) must stay below ``staleAfterS``: a Prometheus
+    that is slow but answers then keeps every value fresh instead of letting it blink to NaN."""
     stale_after_s: float = 120.0
-    """A node's value older than this is dropped (NaN) and reported as stale."""
+    """A node's value older than this (monotonic seconds since its query was sent) is dropped (NaN)
+    and reported as stale — also while a round waits on a slow query: it is never served more than
+    a moment (50 ms plus event-loop latency) past this."""
     queries: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_QUERIES))
     """PromQL per load column: ``cpu``, ``memory``, ``network``, ``disk`` (missing ones stay NaN)."""
     node_labels: tuple[str, ...] = ("node", "nodename", "kubernetes_node", "instance")
@@ -488,8 +497,25 @@ def validate(obj: Any, where: str = "") -> None:
             raise ConfigError(
                 f"{prefix}queries: unknown load column(s) {sorted(unknown)}; valid: cpu, memory, network, disk"
             )
-        if not obj.interval_s > 0 or not obj.stale_after_s > 0 or not obj.timeout_s > 0:
-            raise ConfigError(f"{prefix}intervalS, timeoutS and staleAfterS must be positive")
+        for name in ("interval_s", "timeout_s", "stale_after_s"):
+            seconds = getattr(obj, name)
+            if not 0 < seconds < float("inf"):  # NaN too
+                raise ConfigError(
+                    f"{prefix}{camel(name)}: must be a positive, finite number of seconds, got {clip(seconds)}"
+                )
+        if obj.timeout_s > MAX_PROMETHEUS_TIMEOUT_S:
+            raise ConfigError(
+                f"{prefix}timeoutS: must be at most {MAX_PROMETHEUS_TIMEOUT_S:g} s, got {obj.timeout_s:g}"
+            )
+        queries = sum(1 for q in obj.queries.values() if q)
+        round_s = obj.interval_s + queries * obj.timeout_s
+        if not round_s < obj.stale_after_s:
+            raise ConfigError(
+                f"{prefix}staleAfterS: must be more than intervalS + timeoutS × {queries} queries "
+                f"= {obj.interval_s:g} + {obj.timeout_s:g} × {queries} = {round_s:g} s (a round whose "
+                f"queries all run to their timeout), got {obj.stale_after_s:g}: raise staleAfterS or "
+                "lower intervalS or timeoutS"
+            )
     elif isinstance(obj, LogSettings):
         if obj.format not in ("json", "text"):
             raise ConfigError(f"{prefix}format: {clip(obj.format)} is not json or text")

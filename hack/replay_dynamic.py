@@ -237,14 +237,16 @@ def extender_load(mode: str, compression: Compression, settings: DynamicSettings
     node-exporter counters, refreshed every 15 s: 12 and 1.5 simulated minutes at 6×)."""
     if mode == "node-exporter":
         return None
-    return {
-        "intervalS": compression.real(settings.scrape.interval_s),
-        "staleAfterS": compression.real(settings.scrape.stale_after_s),
-        "queries": {
-            "cpu": 'rlsched_node_utilization{resource="cpu"}',
-            "memory": 'rlsched_node_utilization{resource="memory"}',
-        },
+    queries = {
+        "cpu": 'rlsched_node_utilization{resource="cpu"}',
+        "memory": 'rlsched_node_utilization{resource="memory"}',
     }
+    interval_s = compression.real(settings.scrape.interval_s)
+    stale_s = compression.real(settings.scrape.stale_after_s)
+    # The extender refuses timings that could serve a value past staleAfterS (intervalS + timeoutS ×
+    # queries must stay below it): at high compression the default 5 s timeout no longer fits.
+    timeout_s = min(5.0, 0.9 * (stale_s - interval_s) / len(queries))
+    return {"intervalS": interval_s, "staleAfterS": stale_s, "timeoutS": timeout_s, "queries": queries}
 
 
 def prometheus_matrix(url: str, promql: str, start: float, end: float, step: float) -> list[dict[str, Any]]:

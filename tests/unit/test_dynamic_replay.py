@@ -275,6 +275,16 @@ def test_the_extender_reads_the_published_usage_at_the_compressed_scrape_interva
     assert driver.extender_load("node-exporter", Compression(6.0), SETTINGS) is None
 
 
+@pytest.mark.parametrize("factor", [1.0, 6.0, 9.0, 30.0, 120.0])
+def test_the_published_load_settings_pass_the_extenders_own_checks_at_any_compression(factor: float) -> None:
+    """The extender refuses timings that could serve a value past staleAfterS; at 9× and more the
+    default 5 s query timeout no longer fit under the compressed staleness."""
+    from rlsched.extender.settings import PrometheusSettings, build, validate
+
+    conf = load_script("replay_dynamic").extender_load("published", Compression(factor), SETTINGS)
+    validate(build(PrometheusSettings, conf, "prometheus."), "prometheus.")
+
+
 @pytest.mark.parametrize("body", ['{"cpu": null}', '{"cpu": [1]}', '{"cpu": {}}', '"x"', "[1]", "not json"])
 def test_pinning_a_load_that_is_not_a_number_is_a_400(exporter_module: ModuleType, body: str) -> None:
     from aiohttp.test_utils import TestClient, TestServer

@@ -249,7 +249,7 @@ async def test_values_outside_zero_to_one_are_counted_and_a_percent_query_fails_
     p, sink = poller({"cpu": percent, "mem": dup, "net": boolean, "disk": vector()})
     await p.refresh()
     st = p.status()["columns"]
-    assert "2 of 3 values are outside 0..1" in st["cpu"]["lastError"] and st["cpu"]["freshNodes"] == 0
+    assert "2 of 3 values are far outside 0..1" in st["cpu"]["lastError"] and st["cpu"]["freshNodes"] == 0
     assert st["memory"]["duplicateSeries"] == 1 and st["memory"]["outOfRangeValues"] == 1
     assert sink["rows"]["node-a"][1] == 0.95 and sink["rows"]["node-b"][1] == 1.0  # the higher kept; clamped
     assert st["network"]["freshNodes"] == 0  # true is not a value

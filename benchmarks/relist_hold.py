@@ -8,10 +8,12 @@ A relist (at start, after a 410 Gone or a broken watch) reads the list page by p
 arrives), and then applies it to the cache. Here the pages are prepared as JSON bytes and parsed
 with ``orjson`` one at a time, the loop free between two pages (where the real client awaits the
 next HTTP answer); the list is then applied through the real ``Informer.sync`` and ``ClusterCache``
-either in one step (``replace_nodes``/``replace_pods``, the way before 2026-11-28) or in slices of
-``RELIST_SLICE`` objects (``replace_*_in_slices``, what the extender runs). A ticker task measures the
-longest gap between two of its turns on the loop: the longest a filter, prioritize or bind would
-have waited.
+in one of three ways (``HOWS``): in one step (``replace_nodes``/``replace_pods``, and the list freed
+at once: the informer before 2026-11-28), in slices of ``RELIST_SLICE`` objects (``Informer.sync``
+with ``replace_*_in_slices``, the list freed ``FREE_SLICE`` objects at a time), or so with the garbage
+collector paused while the list is read and applied (``GcPause``: what the extender runs).
+A ticker task measures the longest gap between two of its turns on the loop: the longest a filter,
+prioritize or bind would have waited.
 
 Three lists, each timed for nodes and pods together: the first list into an empty cache, a relist
 that changes nothing, and a relist in which every pod changed (a new resourceVersion and a label).
@@ -28,13 +30,14 @@ import gc
 import json
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from rlsched.extender.cache import ClusterCache
+from rlsched.extender.gc_pause import GcPause
 from rlsched.extender.kubeapi import Informer
 from rlsched.extender.settings import GpuConventions, KubeSettings
 from rlsched.extender.testing import make_node, make_pod
@@ -53,6 +56,11 @@ class PagedApi:
             await asyncio.sleep(0)
             items.extend(orjson.loads(page)["items"])
         return items, "1"
+
+
+HOWS = ("one step", "slices", "slices, gc paused")
+"""How the list is applied: all at once (before 2026-11-28), in slices, in slices with the garbage
+collector paused (:class:`rlsched.extender.gc_pause.GcPause`: what the extender runs)."""
 
 
 def pages_of(objects: list[dict[str, Any]], size: int) -> list[bytes]:
@@ -82,16 +90,29 @@ async def longest_hold(run: Callable[[], Any]) -> tuple[float, float]:
     return max(gaps) * 1e3, wall * 1e3
 
 
-async def relist(cache: ClusterCache, nodes: list[bytes], pods: list[bytes], sliced: bool) -> tuple[float, float]:
-    replace_nodes: Callable[[list[Any]], Iterable[None] | None]
-    replace_pods: Callable[[list[Any]], Iterable[None] | None]
-    if sliced:
-        replace_nodes, replace_pods = cache.replace_nodes_in_slices, cache.replace_pods_in_slices
-    else:
-        replace_nodes, replace_pods = cache.replace_nodes, cache.replace_pods
+async def relist(
+    cache: ClusterCache, nodes: list[bytes], pods: list[bytes], how: str, gc_pause: GcPause
+) -> tuple[float, float]:
+    if how == HOWS[0]:  # the informer before 2026-11-28: list, apply, let the list go — each in one step
+        lists: list[tuple[PagedApi, Callable[[list[Any]], None]]] = [
+            (PagedApi(nodes), cache.replace_nodes),
+            (PagedApi(pods), cache.replace_pods),
+        ]
+
+        async def before() -> None:
+            for api, replace in lists:
+                items, _ = await api.list("")
+                replace(items)
+                del items
+
+        return await longest_hold(before)
+    pause = gc_pause if how == HOWS[2] else None
     informers = [
-        Informer(PagedApi(nodes), "nodes", "/api/v1/nodes", replace_nodes, lambda k, o: None, KubeSettings()),  # type: ignore[arg-type]
-        Informer(PagedApi(pods), "pods", "/api/v1/pods", replace_pods, lambda k, o: None, KubeSettings()),  # type: ignore[arg-type]
+        Informer(api, kind, path, replace, lambda k, o: None, KubeSettings(), gc_pause=pause)
+        for api, kind, path, replace in (
+            (PagedApi(nodes), "nodes", "/api/v1/nodes", cache.replace_nodes_in_slices),
+            (PagedApi(pods), "pods", "/api/v1/pods", cache.replace_pods_in_slices),
+        )
     ]
 
     async def both() -> None:
@@ -143,18 +164,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.nodes} nodes, {args.pods} pods, pages of {args.page} (largest {page_kb:.0f} KiB)")
 
     rows: list[dict[str, Any]] = []
-    for sliced in (False, True):
-        how = "slices" if sliced else "one step"
-        for r in range(args.rounds):
+    gc_pause = GcPause()
+    for r in range(args.rounds):  # the ways interleaved, so that a change in the host's speed hits all
+        for how in HOWS:
             cache = ClusterCache(GpuConventions())
             cases = {
-                "first list": asyncio.run(relist(cache, node_pages, pod_pages, sliced)),
-                "relist, nothing changed": asyncio.run(relist(cache, node_pages, pod_pages, sliced)),
-                "relist, every pod changed": asyncio.run(relist(cache, node_pages, changed_pages, sliced)),
+                "first list": asyncio.run(relist(cache, node_pages, pod_pages, how, gc_pause)),
+                "relist, nothing changed": asyncio.run(relist(cache, node_pages, pod_pages, how, gc_pause)),
+                "relist, every pod changed": asyncio.run(relist(cache, node_pages, changed_pages, how, gc_pause)),
             }
             for case, (hold, wall) in cases.items():
                 rows.append({"apply": how, "case": case, "round": r, "longestHoldMs": hold, "wallMs": wall})
-                print(f"{how:9} round {r}  {case:27} longest hold {hold:7.1f} ms  (whole list {wall:7.1f} ms)")
+                print(f"{how:17} round {r}  {case:27} longest hold {hold:7.1f} ms  (whole list {wall:7.1f} ms)")
 
     def median_of(how: str, case: str, key: str) -> float:
         return statistics.median(x[key] for x in rows if (x["apply"], x["case"]) == (how, case))
@@ -166,13 +187,13 @@ def main(argv: list[str] | None = None) -> int:
             "longestHoldMs": median_of(how, case, "longestHoldMs"),
             "wallMs": median_of(how, case, "wallMs"),
         }
-        for how in ("one step", "slices")
+        for how in HOWS
         for case in ("first list", "relist, nothing changed", "relist, every pod changed")
     ]
     print("\nmedians of the rounds:")
     for m in medians:
         hold, wall = m["longestHoldMs"], m["wallMs"]
-        print(f"{m['apply']:9} {m['case']:27} longest hold {hold:7.1f} ms  (whole list {wall:7.1f} ms)")
+        print(f"{m['apply']:17} {m['case']:27} longest hold {hold:7.1f} ms  (whole list {wall:7.1f} ms)")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         out = {"args": vars(args) | {"json": str(args.json)}, "rounds": rows, "medians": medians}

@@ -11,11 +11,13 @@ segment is URL-quoted before a request is built.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
 import ssl
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -25,6 +27,7 @@ import orjson
 import yarl
 
 from .bounded_read import AnswerTooLong, read_at_most, read_capped
+from .gc_pause import GcPause
 from .log_throttle import EveryFewSeconds, skipped_note
 from .names import check_pod_ref
 from .rejections import Rejections, describe
@@ -35,6 +38,11 @@ log = logging.getLogger("rlsched.extender.kubeapi")
 MAX_ANSWER_BYTES = 256 << 20
 """The largest answer read from a list page or a single call: 256 MiB. A page of 500 pods (the
 informers' page size) is a few MiB even with large objects; far more is a broken or hostile peer."""
+MAX_LIST_ITEMS = 300_000
+"""The most objects one list reads (twice Kubernetes' documented limit of 150,000 pods per cluster):
+a server that pages on and on is broken or hostile."""
+MAX_LIST_PAGES = 10_000
+"""The most pages one list reads (a filtered list may have short or empty pages, but not without end)."""
 MAX_ERROR_BYTES = 64 << 10
 """How much of an error answer is read (its Status message is cut shorter still)."""
 MAX_ERROR_MESSAGE_CHARS = 500
@@ -47,10 +55,12 @@ default request limit (~1.5 MiB), and an event is one object, so a line far long
 
 
 class ApiError(Exception):
-    """The API server answered an error (``status`` is the HTTP code; 0: not reachable)."""
+    """The API server answered an error (``status`` is the HTTP code; 0: not reachable).
+    ``retry_after_s``: the seconds its ``Retry-After`` header asked for (429, 503), if any."""
 
-    def __init__(self, status: int, reason: str, message: str):
+    def __init__(self, status: int, reason: str, message: str, retry_after_s: float | None = None):
         self.status, self.reason, self.message = status, reason, message
+        self.retry_after_s = retry_after_s
         super().__init__(f"{status} {reason}: {message}" if status else message)
 
 
@@ -229,7 +239,8 @@ class KubeApi:
                 server_hostname=self.server_hostname,
             ) as resp:
                 if resp.status >= 400:
-                    raise _api_error(resp.status, (await read_at_most(resp, MAX_ERROR_BYTES))[0])
+                    raw_error = (await read_at_most(resp, MAX_ERROR_BYTES))[0]
+                    raise _api_error(resp.status, raw_error, resp.headers.get("Retry-After"))
                 raw = await read_capped(resp, MAX_ANSWER_BYTES)
                 try:
                     return orjson.loads(raw) if raw else None
@@ -247,9 +258,12 @@ class KubeApi:
             ) from None
 
     async def list(self, path: str, timeout: float = 60.0, limit: int = 500) -> tuple[list[dict[str, Any]], str]:
-        """All items of a collection (paginated) and the list's resourceVersion."""
+        """All items of a collection (paginated) and the list's resourceVersion. A server that hands out
+        the same ``continue`` token twice, more than MAX_LIST_ITEMS objects or more than MAX_LIST_PAGES
+        pages fails the list."""
         items: list[dict[str, Any]] = []
         cont = ""
+        tokens: set[str] = set()
         while True:
             params = {"limit": str(limit)}
             if cont:
@@ -266,11 +280,23 @@ class KubeApi:
                 page = await self.request("GET", path, timeout=timeout)
             if type(page) is not dict:
                 raise ApiError(0, "BadAnswer", f"GET {path}: the list answer is not an object")
-            items.extend(page.get("items") or [])
-            meta = page.get("metadata") or {}
+            page_items, meta = page.get("items") or [], page.get("metadata") or {}
+            if type(page_items) is not list or type(meta) is not dict:
+                raise ApiError(0, "BadAnswer", f"GET {path}: the list's items or metadata are malformed")
+            items.extend(page_items)
+            if len(items) > MAX_LIST_ITEMS:
+                raise ApiError(0, "TooLong", f"GET {path}: more than {MAX_LIST_ITEMS:,} objects")
             cont = meta.get("continue") or ""
+            rv = meta.get("resourceVersion", "")
+            if not isinstance(cont, str) or not isinstance(rv, str):
+                raise ApiError(0, "BadAnswer", f"GET {path}: the list's continue or resourceVersion is not text")
             if not cont:
-                return items, meta.get("resourceVersion", "")
+                return items, rv
+            if cont in tokens:
+                raise ApiError(0, "BadAnswer", f"GET {path}: the server repeated a continue token")
+            if len(tokens) >= MAX_LIST_PAGES:
+                raise ApiError(0, "TooLong", f"GET {path}: more than {MAX_LIST_PAGES:,} pages")
+            tokens.add(cont)
 
     async def watch(
         self, path: str, resource_version: str, timeout_s: int, on_open: Callable[[], None] | None = None
@@ -291,7 +317,8 @@ class KubeApi:
                 server_hostname=self.server_hostname,
             ) as resp:
                 if resp.status >= 400:
-                    raise _api_error(resp.status, (await read_at_most(resp, MAX_ERROR_BYTES))[0])
+                    raw_error = (await read_at_most(resp, MAX_ERROR_BYTES))[0]
+                    raise _api_error(resp.status, raw_error, resp.headers.get("Retry-After"))
                 if on_open is not None:
                     on_open()
                 buf = bytearray()
@@ -358,22 +385,49 @@ def _with_params(path: str, params: Mapping[str, str]) -> str:
     return path + sep + urlencode(params)
 
 
-def _api_error(status: int, raw: bytes) -> ApiError:
+def _api_error(status: int, raw: bytes, retry_after: str | None = None) -> ApiError:
     """The error a (Status) answer says, its reason and message cut to a readable length (they go into
     log lines and into bind's answer to kube-scheduler)."""
+    wait = retry_after_seconds(retry_after)
     try:
         body = orjson.loads(raw)
         return ApiError(
             status,
             str(body.get("reason", ""))[:200],
             str(body.get("message", raw[:300]))[:MAX_ERROR_MESSAGE_CHARS],
+            wait,
         )
     except (orjson.JSONDecodeError, AttributeError):
-        return ApiError(status, "", raw[:300].decode("utf-8", "replace"))
+        return ApiError(status, "", raw[:300].decode("utf-8", "replace"), wait)
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """A ``Retry-After`` header's delay in seconds, at most RETRY_AFTER_MAX_S; None when absent or not
+    a number of seconds (kube-apiserver sends whole seconds; the HTTP-date form is not followed)."""
+    if value is None or len(value) > 16:
+        return None
+    text = value.strip()
+    if not text.isdigit():
+        return None
+    return min(float(text), RETRY_AFTER_MAX_S)
 
 
 WATCH_BACKOFF_MAX_S = 30.0
 """Longest pause between two tries of a failing list or watch."""
+RETRY_AFTER_MAX_S = 60.0
+"""The longest ``Retry-After`` followed: a longer one waits this long (readiness reports the watch
+down meanwhile)."""
+RELIST_WINDOW_S = 300.0
+"""Lists that succeeded in this many seconds before a new one pace it: the first relist in the window
+is at once, each further one comes at least the backoff of their count after the last (so a server
+that forces a relist after every event or two — a 410, a broken line — is listed about twice a minute
+at most, not hundreds of times a second)."""
+FREE_SLICE = 1024
+"""Listed objects freed between two turns of the event loop once the list is applied."""
+QUICK_EMPTY_WATCH_S = 1.0
+"""A watch that the server ends within this time and without one event failed (it proves nothing)."""
+EMPTY_WATCHES_BEFORE_RELIST = 3
+"""Failed watches in a row after which the informer lists again rather than trusting its cache."""
 
 
 def backoff_delay(base_s: float, failures: int, jitter: float) -> float:
@@ -409,8 +463,14 @@ class Informer:
         rejections: Rejections | None = None,
         jitter: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.monotonic,
+        gc_pause: GcPause | None = None,
     ):
         self.api, self.resource, self.path = api, resource, path
+        self.gc_pause = gc_pause
+        """Held while a list is read and applied (one per process, shared by its informers); None: the
+        collector runs as usual."""
+        self.listed_at: deque[float] = deque()
+        """When the lists of the last RELIST_WINDOW_S succeeded (monotonic): they pace the next one."""
         self.replace, self.apply = replace, apply
         self.settings, self.metrics, self.sleep = settings, metrics, sleep
         self.rejections = rejections or Rejections()
@@ -452,21 +512,52 @@ class Informer:
         }
 
     async def sync(self) -> None:
-        """The initial (or a re-) list; raises ApiError."""
-        items, rv = await self.api.list(self.path, timeout=self.settings.list_timeout_s)
-        steps = self.replace(items)
-        if steps is not None:  # applied in slices: requests are served between them
-            for _ in steps:
+        """The initial (or a re-) list; raises ApiError. Paced by the lists before it (RELIST_WINDOW_S)."""
+        await self._pace_list()
+        with self.gc_pause or contextlib.nullcontext():
+            items, rv = await self.api.list(self.path, timeout=self.settings.list_timeout_s)
+            steps = self.replace(items)
+            if steps is not None:  # applied in slices: requests are served between them
+                for _ in steps:
+                    await asyncio.sleep(0)
+            count = len(items)
+            while items:  # freed a slice at a time too: 20,000 pods' objects at once took ~0.1 s
+                del items[-FREE_SLICE:]
                 await asyncio.sleep(0)
+        self.listed_at.append(self.clock())
         self.resource_version = rv
         self._opened()
         log.info(
             "listed %d %s at resourceVersion %s",
-            len(items),
+            count,
             self.resource,
             rv,
-            extra={"event": "listed", "resource": self.resource, "count": len(items)},
+            extra={"event": "listed", "resource": self.resource, "count": count},
         )
+
+    async def _pace_list(self) -> None:
+        """Space the lists out when others succeeded lately: the first relist in RELIST_WINDOW_S is at
+        once; each further one comes at least the backoff of their count after the last (time already
+        spent in a failure's backoff counts). A watch that delivers an event resets ``failures``, so
+        this is what stops a server that breaks every watch after one event from being listed in a
+        loop."""
+        now = self.clock()
+        while self.listed_at and now - self.listed_at[0] > RELIST_WINDOW_S:
+            self.listed_at.popleft()
+        if len(self.listed_at) < 2:
+            return
+        recent = len(self.listed_at) - 1
+        wait = backoff_delay(self.settings.retry_backoff_s, recent, self.jitter()) - (now - self.listed_at[-1])
+        if wait > 0:
+            log.info(
+                "%s: %d lists in the last %.0f s; the next in %.1f s",
+                self.resource,
+                len(self.listed_at),
+                RELIST_WINDOW_S,
+                wait,
+                extra={"event": "relist_paced", "resource": self.resource},
+            )
+            await self.sleep(wait)
 
     async def run(self) -> None:
         """Forever: watch, resume, relist when needed. Errors are logged, counted and retried; only
@@ -477,16 +568,20 @@ class Informer:
                     await self.sync()
                 started, events = self.clock(), 0
                 async for event in self.api.watch(
-                    self.path, self.resource_version or "", self.settings.watch_timeout_s, on_open=self._opened
+                    self.path, self.resource_version or "", self.settings.watch_timeout_s, on_open=self._accepted
                 ):
                     events += 1
                     self._handle(event)  # raises for an ERROR event: that one does not count as working
                     self.failures = self.gone_in_a_row = 0
                     self._opened()
+                if not events and self.clock() - started < QUICK_EMPTY_WATCH_S:
+                    # A server that ends every watch at once: nothing is watched, whatever it answers.
+                    relist = self.failures + 1 >= EMPTY_WATCHES_BEFORE_RELIST
+                    await self._failed("empty", "the watch ended at once without an event", relist=relist)
+                    continue
                 self.failures = self.gone_in_a_row = 0
+                self._opened()
                 self._restart("timeout")
-                if not events and self.clock() - started < 1.0:  # a server that ends every watch at once
-                    await self.sleep(backoff_delay(self.settings.retry_backoff_s, 1, self.jitter()))
             except asyncio.CancelledError:
                 raise
             except Gone:
@@ -495,7 +590,7 @@ class Informer:
                 if exc.status == 410:
                     await self._gone(str(exc))
                     continue
-                await self._failed("error", str(exc), relist=False)
+                await self._failed("error", str(exc), relist=False, retry_after_s=exc.retry_after_s)
             except Exception as exc:  # noqa: BLE001 - a broken stream or a bug: relist, never die
                 bad = isinstance(exc, (orjson.JSONDecodeError, BadWatchLine))
                 await self._failed("bad-event" if bad else "unexpected", describe(exc), relist=True)
@@ -544,9 +639,18 @@ class Informer:
         if rv:
             self.resource_version = rv
 
+    def _accepted(self) -> None:
+        """The server accepted a watch. Up; but after failures, only an event, a watch that runs to its
+        end or a list clears them: a server that accepts every watch and breaks it at once is down
+        since the first failure, however often it accepts."""
+        if self.failures == 0:
+            self._opened()
+        else:
+            self.up = True
+
     def _opened(self) -> None:
         """The list or watch works (again): clear the failure."""
-        if self.up:
+        if self.up and self.down_since is None:
             return
         if self.last_error is not None:
             self.resolved = {"error": self.last_error, "at": self.last_error_at, "resolvedAt": round(time.time(), 3)}
@@ -559,7 +663,9 @@ class Informer:
             )
         self.up, self.down_since, self.last_error, self.last_error_at = True, None, None, None
 
-    async def _failed(self, reason: str, message: str, relist: bool) -> None:
+    async def _failed(self, reason: str, message: str, relist: bool, retry_after_s: float | None = None) -> None:
+        """Down since the first failure in a row; wait the backoff (or the server's Retry-After, when
+        longer) before the next try."""
         self.failures += 1
         self.up = False
         if self.down_since is None:
@@ -569,6 +675,8 @@ class Informer:
             self.resource_version = None
         self._restart(reason)
         delay = backoff_delay(self.settings.retry_backoff_s, self.failures, self.jitter())
+        if retry_after_s is not None:
+            delay = max(delay, retry_after_s)
         log.warning(
             "%s watch failed: %s; %s in %.1f s",
             self.resource,

@@ -41,6 +41,7 @@ from .auth import Authenticator
 from .binder import Binder
 from .cache import ClusterCache
 from .decision_ring import DecisionRing
+from .gc_pause import GcPause
 from .kubeapi import NODES_PATH, PODS_PATH, ApiError, Informer, KubeApi, backoff_delay
 from .listener import ConnectionGuard, ConnectionMetrics, GuardedSite
 from .log_throttle import HttpServerLog
@@ -94,6 +95,7 @@ class Service:
         self.health = Health()
         self.informers: list[Informer] = []
         if api is not None:
+            gc_pause = GcPause()  # one for the process: the two informers may list at once
             self.informers = [
                 Informer(
                     api,
@@ -104,6 +106,7 @@ class Service:
                     settings.kubernetes,
                     self.metrics,
                     rejections=self.cache.rejections,
+                    gc_pause=gc_pause,
                 ),
                 Informer(
                     api,
@@ -114,6 +117,7 @@ class Service:
                     settings.kubernetes,
                     self.metrics,
                     rejections=self.cache.rejections,
+                    gc_pause=gc_pause,
                 ),
             ]
         self.load: LoadPoller | None = None

@@ -153,6 +153,21 @@ async def test_unreachable_server() -> None:
     assert info.value.status == 0 and "cannot reach the API server" in str(info.value)
 
 
+class SleepClock:
+    """A monotonic clock that the informer's (fake) sleep moves; ``step``: seconds added per reading."""
+
+    def __init__(self, step: float = 0.0):
+        self.t, self.step, self.sleeps = 1000.0, step, []
+
+    def __call__(self) -> float:
+        self.t += self.step
+        return self.t
+
+    async def sleep(self, s: float) -> None:
+        self.sleeps.append(s)
+        self.t += s
+
+
 def ev(kind, name, rv):
     n = make_node(name, rv=rv)
     return {"type": kind, "object": n}
@@ -258,17 +273,29 @@ async def test_410_after_410_backs_off_and_reports_the_watch_down() -> None:
     )
     sleeps, states = [], []
     inf = None
+    clock = SleepClock()
 
     async def sleep(s):
+        await clock.sleep(s)
         sleeps.append(s)
         states.append((inf.up, inf.failures))
 
     inf = Informer(
-        api, "nodes", "/x", lambda items: None, lambda k, o: None, KubeSettings(), sleep=sleep, jitter=lambda: 1.0
+        api,
+        "nodes",
+        "/x",
+        lambda items: None,
+        lambda k, o: None,
+        KubeSettings(),
+        sleep=sleep,
+        jitter=lambda: 1.0,
+        clock=clock,
     )
     with pytest.raises(asyncio.CancelledError):
         await inf.run()
-    assert sleeps == [1.0, 2.0]  # the first 410 relists at once; a list in between does not reset the backoff
+    # The first 410 relists at once; a list in between does not reset the backoff, and the backoff's
+    # wait counts towards the lists' pace (no second wait).
+    assert sleeps == [1.0, 2.0]
     assert states == [(False, 1), (False, 2)]
     assert inf.up and inf.failures == 0 and inf.gone_in_a_row == 0
 
@@ -454,17 +481,22 @@ async def test_a_410_after_a_quiet_watch_that_ended_relists_at_once() -> None:
             ("watch", [ev("ADDED", "a", "13")]),
         ]
     )
-    sleeps = []
-
-    async def sleep(s):
-        sleeps.append(s)
+    clock = SleepClock(step=2.0)  # every reading 2 s later: the quiet watch ran, it did not end at once
 
     inf = Informer(
-        api, "nodes", "/x", lambda items: None, lambda k, o: None, KubeSettings(), sleep=sleep, jitter=lambda: 1.0
+        api,
+        "nodes",
+        "/x",
+        lambda items: None,
+        lambda k, o: None,
+        KubeSettings(),
+        sleep=clock.sleep,
+        jitter=lambda: 1.0,
+        clock=clock,
     )
     with pytest.raises(asyncio.CancelledError):
         await inf.run()
-    assert sleeps == [1.0]  # the quiet watch's own short pause; no backoff for the 410 after it
+    assert clock.sleeps == []  # no backoff for the 410 after it, and the two lists were far enough apart
     assert inf.last_error is None and inf.resolved is None
 
 

@@ -38,15 +38,15 @@ class PodUsageRead:
 
 
 async def read_pod_cpu(
-    query: Callable[[str], Awaitable[Any]], promql: str = DEFAULT_QUERY, max_series: int = 200_000
+    query: Callable[[str, int], Awaitable[Any]], promql: str = DEFAULT_QUERY, max_series: int = 200_000
 ) -> PodUsageRead:
-    """Run ``promql`` with ``query`` (the Prometheus client's instant query: the decoded JSON answer)
-    and read it into millicores per pod. Never raises for a bad answer."""
+    """Run ``promql`` with ``query`` (the Prometheus client's instant query, given the series cap: the
+    decoded JSON answer) and read it into millicores per pod. Never raises for a bad answer."""
     out = PodUsageRead()
     try:
-        samples, out.truncated = vector_samples(await query(promql), max_series)
-    except ValueError:
-        out.error = "not a Prometheus vector answer"
+        samples, out.truncated = vector_samples(await query(promql, max_series), max_series)
+    except ValueError as exc:
+        out.error = f"not a usable Prometheus vector answer: {exc}"[:300]
         return out
     except Exception as exc:  # noqa: BLE001 - a Prometheus outage must not stop a rebalancing cycle
         out.error = f"{type(exc).__name__}: {exc}"[:300]

@@ -10,26 +10,42 @@ objects that survive are collected once, after.
 
 The pause is the process's (``gc`` has one switch), so it is counted: two informers may relist at
 once, and the collector comes back on when the last of them ends. One instance is shared by every
-informer of a process; a collector that was already off stays off.
+informer of a process; a collector that was already off stays off. A pause never lasts longer than
+``max_s``: a list waits on the network between pages, and an API server that answers slowly must not
+keep the collector off while requests go on making (cyclic) garbage.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from types import TracebackType
 
+MAX_GC_PAUSE_S = 30.0
+"""The longest the collector stays off for one pause (a list of 20,000 pods takes a few seconds)."""
+
 
 class GcPause:
-    """A re-entrant ``with`` block that turns the cyclic collector off while any holder is inside."""
+    """A re-entrant ``with`` block that turns the cyclic collector off while any holder is inside, for
+    at most ``max_s`` seconds (then it is back on until the last holder has left and a new pause
+    begins)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_s: float = MAX_GC_PAUSE_S) -> None:
+        self.max_s = max_s
         self.holders = 0
+        self.expired = 0
+        """Pauses that reached ``max_s`` (the collector was turned back on early)."""
         self._was_enabled = False
+        self._timer: asyncio.TimerHandle | None = None
 
     def __enter__(self) -> GcPause:
         if self.holders == 0:
             self._was_enabled = gc.isenabled()
             gc.disable()
+            try:
+                self._timer = asyncio.get_running_loop().call_later(self.max_s, self._expire)
+            except RuntimeError:  # no event loop: the holder's own block bounds it
+                self._timer = None
         self.holders += 1
         return self
 
@@ -37,5 +53,16 @@ class GcPause:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.holders -= 1
-        if self.holders == 0 and self._was_enabled:
+        if self.holders == 0:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if self._was_enabled:
+                gc.enable()
+
+    def _expire(self) -> None:
+        """``max_s`` passed with holders inside: the collector goes back on now."""
+        self._timer = None
+        if self.holders and self._was_enabled and not gc.isenabled():
+            self.expired += 1
             gc.enable()

@@ -407,7 +407,7 @@ def retry_after_seconds(value: str | None) -> float | None:
     if value is None or len(value) > 16:
         return None
     text = value.strip()
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):  # "²" is a digit to str.isdigit, not to float()
         return None
     return min(float(text), RETRY_AFTER_MAX_S)
 
@@ -424,6 +424,9 @@ that forces a relist after every event or two — a 410, a broken line — is li
 at most, not hundreds of times a second)."""
 FREE_SLICE = 1024
 """Listed objects freed between two turns of the event loop once the list is applied."""
+WATCH_PROVEN_S = 10.0
+"""A watch open this long without trouble ends a failure streak, events or not (a quiet cluster sends
+none): a failure after it starts a new streak, so readiness does not count the quiet time as down."""
 QUICK_EMPTY_WATCH_S = 1.0
 """A watch that the server ends within this time and without one event failed (it proves nothing)."""
 EMPTY_WATCHES_BEFORE_RELIST = 3
@@ -469,6 +472,8 @@ class Informer:
         self.gc_pause = gc_pause
         """Held while a list is read and applied (one per process, shared by its informers); None: the
         collector runs as usual."""
+        self.accepted_at: float | None = None
+        """When the open watch was accepted (None when none is open, or it failed)."""
         self.listed_at: deque[float] = deque()
         """When the lists of the last RELIST_WINDOW_S succeeded (monotonic): they pace the next one."""
         self.replace, self.apply = replace, apply
@@ -643,6 +648,7 @@ class Informer:
         """The server accepted a watch. Up; but after failures, only an event, a watch that runs to its
         end or a list clears them: a server that accepts every watch and breaks it at once is down
         since the first failure, however often it accepts."""
+        self.accepted_at = self.clock()
         if self.failures == 0:
             self._opened()
         else:
@@ -666,6 +672,9 @@ class Informer:
     async def _failed(self, reason: str, message: str, relist: bool, retry_after_s: float | None = None) -> None:
         """Down since the first failure in a row; wait the backoff (or the server's Retry-After, when
         longer) before the next try."""
+        if self.accepted_at is not None and self.clock() - self.accepted_at >= WATCH_PROVEN_S:
+            self.failures, self.down_since = 0, None  # the watch worked for a while: a new streak
+        self.accepted_at = None
         self.failures += 1
         self.up = False
         if self.down_since is None:

@@ -156,6 +156,8 @@ async def test_retry_after_is_followed_within_a_bound() -> None:
     assert retry_after_seconds("30") == 30.0 and retry_after_seconds(" 7 ") == 7.0
     assert retry_after_seconds("86400") == 60.0  # RETRY_AFTER_MAX_S
     assert retry_after_seconds(None) is None and retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT") is None
+    # Only ASCII digits: "²" is a digit to str.isdigit() but broke float().
+    assert retry_after_seconds("²") is None and retry_after_seconds("٣") is None
     assert (
         retry_after_seconds("1e9") is None
         and retry_after_seconds("-5") is None
@@ -254,3 +256,44 @@ def test_the_pause_is_counted_and_leaves_a_collector_that_was_off_off() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+async def test_a_pause_longer_than_its_bound_turns_the_collector_back_on() -> None:
+    """A list waits on the network between pages: a slow API server kept the collector off for as long
+    as the list took (minutes at list_timeout_s per page) while requests went on making garbage."""
+    pause = GcPause(max_s=0.05)
+    with pause:
+        assert not gc.isenabled()
+        await asyncio.sleep(0.2)
+        assert gc.isenabled() and pause.expired == 1
+    assert gc.isenabled() and pause.holders == 0
+    with pause:  # a new pause after it
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+async def test_a_watch_that_stayed_open_ends_the_failure_streak() -> None:
+    """One failure, then a quiet watch open for 200 s (no events: a quiet cluster), then one failure:
+    the second failure was counted as 200 s down, and readiness failed at once."""
+    cut = ApiError(0, "Unreachable", "connection reset")
+    clock = SleepClock()
+    api = ScriptedWatchApi([("list", [], "10"), ("watch", [cut]), ("watch", [cut])])
+    inf = informer(api, clock)
+    downs = []
+
+    async def sleep(s: float) -> None:
+        downs.append((inf.failures, inf.down_for()))
+        await clock.sleep(s)
+
+    inf.sleep = sleep
+    real_accepted = inf._accepted
+
+    def accepted() -> None:
+        real_accepted()
+        if len(downs) == 1:  # the second watch: open for 200 s before it is cut
+            clock.t += 200
+
+    inf._accepted = accepted
+    with pytest.raises(asyncio.CancelledError):
+        await inf.run()
+    assert downs == [(1, 0.0), (1, 0.0)]  # a new streak, not (2, 201.0)

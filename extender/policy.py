@@ -508,6 +508,8 @@ class PolicyEngine:
         expected = target.model_sha256
         failed = self._failed
         if failed is not None and (failed.path, failed.key, failed.sha256) == (path, key, expected):
+            if self.model is None and target is self.pending:
+                self._take_effect(target)  # no model in effect before or after: nothing to mix
             self._show_failed_again(failed, target)
             return  # the same bytes failed before; wait for the file to change
         if self.model is not None and path == self.model_info.path and key == self._model_key:
@@ -539,6 +541,8 @@ class PolicyEngine:
             )
             if target is self.pending:
                 self.pending_state, self.pending_error = "failed", info.error
+                if self.model is None:  # no model in effect before or after: its settings apply
+                    self._take_effect(target)
             self._count("rlsched_model_reloads_total", "error")
             log.error(
                 "model %s not loaded (%s); %s",

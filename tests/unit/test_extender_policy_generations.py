@@ -247,3 +247,28 @@ def test_a_file_without_a_model_or_with_the_serving_model_takes_effect_at_once(t
         asyncio.run(run())
     finally:
         e.close()
+
+
+def test_with_no_model_in_effect_a_new_files_settings_apply_even_when_its_model_fails(tmp_path: Path) -> None:
+    """No model loaded (the one named at start is broken): a file that changes only the fallback, or
+    names another broken model, mixes no generations — there is no model to mix with. Its settings were
+    held back as pending until the model's bytes changed."""
+    files = Files(tmp_path)
+    broken = files.model("m.npz", b"garbage, not a model")
+    files.write(mode="active", modelPath=broken)
+    engine = PolicyEngine(
+        PolicySettings(mode="active", fallback="least-allocated"), str(files.policy), fake_model_loader
+    )
+    engine.start(strict_model=False)
+    assert engine.model is None and engine.fallback_scorer.name == "least-allocated"
+
+    files.write(mode="active", fallback="fgd", modelPath=broken)  # the same failed bytes
+    asyncio.run(engine.poll())
+    assert engine.settings.fallback == "fgd" and engine.fallback_scorer.name == "fgd" and engine.pending is None
+
+    other = files.model("other.npz", b"also garbage")
+    files.write(mode="shadow", fallback="most-allocated", modelPath=other)  # a new file that fails to load
+    asyncio.run(engine.poll())
+    assert engine.model is None and engine.pending is None
+    assert (engine.settings.mode, engine.fallback_scorer.name) == ("shadow", "most-allocated")
+    assert engine.model_info.error and engine.model_info.error_path == other

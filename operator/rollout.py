@@ -172,14 +172,23 @@ METADATA_NETWORKS = (
     ipaddress.ip_network("169.254.0.0/16"),
     ipaddress.ip_network("fe80::/10"),
     ipaddress.ip_network("fd00:ec2::254/128"),
+    ipaddress.ip_network("fd00:ec2::23/128"),
+    ipaddress.ip_network("fd20:ce::254/128"),
     ipaddress.ip_network("100.100.100.200/32"),
 )
-"""Where clouds serve instance metadata: link-local IPv4 and IPv6 (AWS, GCP, Azure, Oracle, OpenStack
-at 169.254.169.254, Tencent at 169.254.0.23), AWS's IPv6 endpoint (Nitro instances) and Alibaba
-Cloud's. Private and in-cluster addresses stay allowed: model servers live there."""
+"""Where clouds serve instance metadata and credentials: link-local IPv4 and IPv6 (AWS, GCP, Azure,
+Oracle, OpenStack at 169.254.169.254, Tencent at 169.254.0.23, EKS Pod Identity at 169.254.170.23),
+AWS's IPv6 endpoints (Nitro instances' metadata, EKS Pod Identity), GCP's IPv6 metadata server and
+Alibaba Cloud's. Private and in-cluster addresses stay allowed: model servers live there."""
 
-_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
-"""RFC 6052's well-known NAT64 prefix: a DNS64 resolver answers an IPv4-only name with it."""
+_NAT64 = (
+    ipaddress.IPv6Network("64:ff9b::/96"),
+    ipaddress.IPv6Network("64:ff9b:1::/48"),
+    ipaddress.IPv6Network("::ffff:0:0:0/96"),
+)
+"""Prefixes whose addresses carry an IPv4 one in their last 32 bits: RFC 6052's well-known NAT64
+prefix (a DNS64 resolver answers an IPv4-only name with it), RFC 8215's local-use NAT64 prefix (with
+a /96 inside it, the common layout), and SIIT's IPv4-translated addresses (RFC 2765)."""
 _IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
 """Deprecated IPv4-compatible addresses (``::a.b.c.d``); some stacks still dial them as IPv4."""
 
@@ -201,7 +210,7 @@ def _carried_ipv4(addr: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
         return addr.sixtofour
     if addr.teredo is not None:
         return addr.teredo[1]
-    if addr in _NAT64 or (addr in _IPV4_COMPATIBLE and int(addr) > 1):  # not :: or ::1
+    if any(addr in net for net in _NAT64) or (addr in _IPV4_COMPATIBLE and int(addr) > 1):  # not :: or ::1
         return ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
     return None
 

@@ -18,6 +18,10 @@ METADATA_LITERALS = [
     "[2002:a9fe:a9fe::1]",  # 6to4
     "[64:ff9b::a9fe:a9fe]",  # NAT64
     "[fd00:ec2::254]",  # AWS's IPv6 instance metadata
+    "[fd00:ec2::23]",  # EKS Pod Identity's IPv6 credentials endpoint
+    "[fd20:ce::254]",  # GCP's IPv6 metadata server
+    "[64:ff9b:1::a9fe:a9fe]",  # local-use NAT64 (RFC 8215)
+    "[::ffff:0:a9fe:a9fe]",  # IPv4-translated (SIIT)
     "100.100.100.200",  # Alibaba Cloud's
 ]
 
@@ -54,6 +58,7 @@ async def test_a_name_resolving_to_instance_metadata_in_another_form_is_refused(
         ("::ffff:a9fe:a9fe", "169.254.169.254"),
         ("2001:0:4136:e378:8000:63bf:5601:5601", "169.254.169.254"),  # Teredo, client obfuscated
         ("10.0.0.1", None),
+        ("64:ff9b:1::a00:1", None),  # local-use NAT64 to a private address: a model server may live there
         ("::ffff:10.0.0.1", None),
         ("2002:0a00:0001::1", None),
         ("::1", None),

@@ -83,6 +83,9 @@ MAX_SECONDS = 10 * 365 * 86400.0
 """The longest plausible ``pendingSeconds`` or ``lifetimeSeconds``: ten years. A negative one (a clock
 gone wrong) would make a pod end before it starts, which the trainer refuses for the whole trace, and
 a pending time far in the past would turn one reward into millions."""
+CLOCK_SKEW_S = 300.0
+"""How far below zero a logged duration may be and still read as 0: the skew between the operator's
+clock and the API server's that this reader forgives (NTP keeps real ones far smaller)."""
 MAX_TEXT = 1024
 """The longest text field read (pod UID, namespace and name, node, scorer, model version, ...):
 Kubernetes names have at most 253 characters."""
@@ -293,9 +296,9 @@ class _Observed:
     def note(self, rec: Mapping[str, Any]) -> None:
         event = rec.get("event")
         if event == "bound" and self.bound is None:
-            self.bound = (rec.get("node"), _num(rec.get("pendingSeconds")))
+            self.bound = (rec.get("node"), _duration(rec.get("pendingSeconds")))
         elif event == "ended" and self.ended is None:
-            self.ended = (rec.get("how"), _num(rec.get("lifetimeSeconds")), _num(rec.get("time")))
+            self.ended = (rec.get("how"), _duration(rec.get("lifetimeSeconds")), _num(rec.get("time")))
         elif event == "load" and self.load is None:
             self.load = _numbers(rec.get("load") or {})
 
@@ -484,7 +487,7 @@ def _well_typed(rec: Mapping[str, Any]) -> bool:
         return False
     if rec.get("kind") == "filter" and _uid(rec) and _timestamp(rec) is None:
         return False
-    if not all(rec.get(k) is None or _within(rec[k], MAX_SECONDS) for k in ("pendingSeconds", "lifetimeSeconds")):
+    if not all(rec.get(k) is None or _duration(rec[k]) is not None for k in ("pendingSeconds", "lifetimeSeconds")):
         return False
     if rec.get("cards") is not None and not _cards(rec["cards"]):
         return False
@@ -502,6 +505,17 @@ def _text(v: Any) -> bool:
 def _dedup_key(epoch: Any, seq: Any) -> bool:
     """Whether ``epoch`` and ``seq`` can identify a record (text or integers, or absent)."""
     return (epoch is None or _text(epoch) or _integer(epoch)) and (seq is None or _integer(seq))
+
+
+def _duration(v: Any) -> float | None:
+    """A ``pendingSeconds`` or ``lifetimeSeconds`` as logged, or None when it is not plausible. The
+    operator subtracts an API-server timestamp from its own clock, so skew can make a short one
+    slightly negative: down to ``-CLOCK_SKEW_S`` it reads as 0 (an eviction a second after creation
+    is still an eviction); further below, or above MAX_SECONDS, it is refused."""
+    n = _num(v)
+    if n is None or not -CLOCK_SKEW_S <= n <= MAX_SECONDS:
+        return None
+    return max(n, 0.0)
 
 
 def _within(v: Any, most: float) -> bool:

@@ -111,6 +111,20 @@ def test_a_valid_outcome_is_still_joined(tmp_path: Path) -> None:
     assert [p.deletion_time for p in load_pods(trace)] == [None, 51.0]
 
 
+def test_a_slightly_negative_duration_from_clock_skew_reads_as_zero(tmp_path: Path) -> None:
+    """The operator logs ``lifetimeSeconds = its clock - the API server's creation time``: with its clock
+    3 s behind, a pod evicted a second after creation logs -2. The eviction was dropped with the line,
+    and the decision rewarded +1 instead of charged."""
+    lines = [
+        *GOOD,
+        outcome("uid-1", "bound", node="n1", pendingSeconds=-1.5),
+        outcome("uid-1", "ended", how="evicted", lifetimeSeconds=-2.0),
+    ]
+    trace, summary = prepare_fine_tune(write(tmp_path / "log", lines), tmp_path / "out")
+    assert summary.stats.bad_lines == 0 and summary.bound == 1 and summary.evicted == 1
+    assert summary.mean_reward == pytest.approx(1.0 - 5.0)  # placed (+1), then evicted (-5): charged
+
+
 def test_recreated_pods_whose_uids_share_a_prefix_are_two_pods(tmp_path: Path) -> None:
     """A StatefulSet pod recreated under the same name: its UIDs may share the first 8 digits (the pod
     names were ``name@uid[:8]``, alike, and the trainer refused the whole trace)."""

@@ -61,6 +61,8 @@ from typing import Any
 
 from aiohttp import web
 
+from rlsched.arg_types import finite_number, integer
+
 log = logging.getLogger("load_exporter")
 TARGETS_FILE = "rlsched-load-exporter.json"
 COLUMNS = ("cpu", "memory", "network", "disk")
@@ -521,38 +523,13 @@ async def amain(args: argparse.Namespace) -> None:
         log.info("stopped")
 
 
-def positive_seconds(text: str) -> float:
-    """``--refresh``: a finite number of seconds above 0. NaN makes ``asyncio.sleep`` never return, and 0
-    or less lists every node and pod of the API server in a tight loop."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0, got {text!r}")
-    return value
-
-
-def tcp_port(text: str) -> int:
-    """``--port``: 1..65535. Not 0 ("any free port"): the Prometheus targets name the port given."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be 1..65535, got {value}")
-    return value
-
-
-def seed(text: str) -> int:
-    """``--usage-seed``: an integer ≥ 0, what ``numpy.random.default_rng`` accepts."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
+positive_seconds = finite_number(above=0)
+"""``--refresh``: NaN makes ``asyncio.sleep`` never return, and 0 or less lists every node and pod of the
+API server in a tight loop."""
+tcp_port = integer(1, 65535)
+"""``--port``: not 0 ("any free port"): the Prometheus targets name the port given."""
+seed = integer(0)
+"""``--usage-seed``: what ``numpy.random.default_rng`` accepts."""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,11 +39,10 @@ import argparse
 import asyncio
 import importlib.util
 import json
-import math
 import sys
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -57,6 +56,7 @@ sys.modules.setdefault("replay_openb", replay_openb)
 _spec.loader.exec_module(replay_openb)  # type: ignore[union-attr]
 rlstack = replay_openb.rlstack
 
+from rlsched.arg_types import finite_number, integer  # noqa: E402
 from rlsched.policy.cluster import ClusterState  # noqa: E402
 from rlsched.policy.dynamic.arrivals import ArrivalSettings  # noqa: E402
 from rlsched.policy.dynamic.replay import (  # noqa: E402
@@ -312,43 +312,14 @@ def lifetime_errors(timelines: Sequence[PodTimeline], compression: Compression, 
     }
 
 
-def positive_number(text: str) -> float:
-    """``--compression``, ``--window``, ``--load``: a finite number above 0. NaN or 0 used to fail with a
-    traceback deep in the simulator, and ``inf`` passed to a run whose every wait is 0 real seconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text!r}")
-    return value
-
-
-def non_negative_number(text: str) -> float:
-    """``--lead``: finite real seconds, 0 or more (time 0 cannot be before the start is submitted)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number, 0 or more, got {text!r}")
-    return value
-
-
-def count(least: int) -> Callable[[str], int]:
-    """An argparse type: an integer ≥ ``least`` (``--node-count`` 1; seeds and ``--tiebreak-seeds`` 0: numpy
-    seeds no negative number, and the exporter gets ``--seed`` as its ``--usage-seed``)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if value < least:
-            raise argparse.ArgumentTypeError(f"must be {least} or more, got {value}")
-        return value
-
-    return parse
+positive_number = finite_number(above=0)
+"""``--compression``, ``--window``, ``--load``: NaN or 0 used to fail with a traceback deep in the
+simulator, and ``inf`` passed to a run whose every wait is 0 real seconds."""
+non_negative_number = finite_number(least=0)
+"""``--lead``: real seconds, 0 or more (time 0 cannot be before the start is submitted)."""
+count = integer
+"""``--node-count`` 1 or more; seeds and ``--tiebreak-seeds`` 0 or more (numpy seeds no negative number,
+and the exporter gets ``--seed`` as its ``--usage-seed``)."""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,7 @@ import gc
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from sleep_clock import SleepClock
 
 from rlsched.extender.gc_pause import GcPause
 from rlsched.extender.kubeapi import MAX_LIST_ITEMS, ApiError, Informer, KubeApi, retry_after_seconds
@@ -17,20 +18,6 @@ from rlsched.extender.settings import KubeSettings
 from rlsched.extender.testing import ScriptedWatchApi, make_node
 
 GONE = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
-
-
-class SleepClock:
-    """A monotonic clock that only the informer's (fake) sleep moves."""
-
-    def __init__(self) -> None:
-        self.t, self.sleeps = 1000.0, []
-
-    def __call__(self) -> float:
-        return self.t
-
-    async def sleep(self, s: float) -> None:
-        self.sleeps.append(s)
-        self.t += s
 
 
 def informer(api, clock: SleepClock, **kw) -> Informer:

@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from loop_watch import loop_stalls
+from sleep_clock import SleepClock
 
 from rlsched.extender.kubeapi import MAX_WATCH_LINE_BYTES, ApiError, BadWatchLine, Informer, KubeApi
 from rlsched.extender.metrics import Metrics
@@ -151,21 +152,6 @@ async def test_unreachable_server() -> None:
         await api.list("/api/v1/nodes", timeout=2)
     await api.close()
     assert info.value.status == 0 and "cannot reach the API server" in str(info.value)
-
-
-class SleepClock:
-    """A monotonic clock that the informer's (fake) sleep moves; ``step``: seconds added per reading."""
-
-    def __init__(self, step: float = 0.0):
-        self.t, self.step, self.sleeps = 1000.0, step, []
-
-    def __call__(self) -> float:
-        self.t += self.step
-        return self.t
-
-    async def sleep(self, s: float) -> None:
-        self.sleeps.append(s)
-        self.t += s
 
 
 def ev(kind, name, rv):

@@ -20,7 +20,6 @@ On the status listener, ``auth`` (:class:`rlsched.extender.auth.Authenticator`) 
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import re
 import time
@@ -33,6 +32,7 @@ from aiohttp.typedefs import Middleware
 from rlsched.policy.resources import clip
 
 from .decision_ring import MAX_READ
+from .gc_pause import GcPause
 from .log_throttle import EveryFewSeconds, skipped_note
 from .metrics import Metrics
 from .settings import ExtenderSettings
@@ -74,27 +74,6 @@ class Health:
             if problem:
                 out[name] = problem
         return out
-
-
-class _GcPause:
-    """Pause the cyclic GC while any verb is being parsed and decided. Not while a body is still
-    arriving, nor while bind waits for the API server: a slow client, or a slow API server under a
-    stream of binds, would keep the GC off for as long as it lasted."""
-
-    def __init__(self) -> None:
-        self.inflight = 0
-
-    def __enter__(self) -> None:
-        if self.inflight == 0 and gc.isenabled():
-            gc.disable()
-            self.paused = True
-        self.inflight += 1
-
-    def __exit__(self, *exc: Any) -> None:
-        self.inflight -= 1
-        if self.inflight == 0 and getattr(self, "paused", False):
-            self.paused = False
-            gc.enable()
 
 
 def _error_middleware(metrics: Metrics, verb_of: Callable[[str], str | None]) -> Middleware:
@@ -212,9 +191,18 @@ def _middlewares(connections: ConnectionGuard | None, *rest: Any) -> list[Any]:
 
 
 def make_app(
-    extender: Extender, metrics: Metrics, settings: ExtenderSettings, connections: ConnectionGuard | None = None
+    extender: Extender,
+    metrics: Metrics,
+    settings: ExtenderSettings,
+    connections: ConnectionGuard | None = None,
+    gc_pause: GcPause | None = None,
 ) -> web.Application:
-    """The verb listener's application (``connections``: the listener's guard, told of each request)."""
+    """The verb listener's application (``connections``: the listener's guard, told of each request).
+
+    The cyclic GC is paused while a verb is parsed and decided (``gc_pause``: the process's, shared
+    with the informers' lists; a new one when None) — not while a body is still arriving, nor while
+    bind waits for the API server: a slow client, or a slow API server under a stream of binds, would
+    keep the GC off for as long as it lasted."""
     prefix = settings.server.path_prefix
     paths = {f"{prefix}/{v}": v for v in VERBS}
     app = web.Application(
@@ -224,7 +212,7 @@ def make_app(
     app[EXTENDER] = extender
     app[METRICS] = metrics
     body_timeout = settings.server.body_timeout_s
-    gc_pause = _GcPause()
+    gc_pause = gc_pause if gc_pause is not None else GcPause()
 
     async def filter_(request: web.Request) -> web.Response:
         body = await read_body(request, body_timeout)

@@ -1,4 +1,4 @@
-"""Pause Python's cyclic garbage collector while a list is read and applied.
+"""Pause Python's cyclic garbage collector while a list is read and applied, or a verb decided.
 
 Reading a list allocates millions of small objects (every page's JSON is parsed into dicts and
 lists). Each allocation counts towards the collector's thresholds, so a relist sets off full
@@ -8,9 +8,12 @@ held the event loop for 0.3–0.5 s, longer than applying the list itself
 reference counting once applied), so nothing is lost by not collecting while it runs; the young
 objects that survive are collected once, after.
 
-The pause is the process's (``gc`` has one switch), so it is counted: two informers may relist at
-once, and the collector comes back on when the last of them ends. One instance is shared by every
-informer of a process; a collector that was already off stays off. A pause never lasts longer than
+The verbs pause it too, while a request is parsed and decided (``app.make_app``): a full collection
+in the middle of a filter was a latency spike the request did not cause.
+
+The pause is the process's (``gc`` has one switch), so it is counted: two informers may relist while
+verbs are served, and the collector comes back on when the last holder leaves. One instance is shared
+by the whole process (``Service.gc_pause``); a collector that was already off stays off. A pause never lasts longer than
 ``max_s``: a list waits on the network between pages, and an API server that answers slowly must not
 keep the collector off while requests go on making (cyclic) garbage.
 """

@@ -94,8 +94,9 @@ class Service:
         self.extender = Extender(self.cache, self.engine, self.binder, self.ring, settings, self.metrics)
         self.health = Health()
         self.informers: list[Informer] = []
+        self.gc_pause = GcPause()
+        """The process's pause of the cyclic GC: the verbs' and the two informers' lists share it."""
         if api is not None:
-            gc_pause = GcPause()  # one for the process: the two informers may list at once
             self.informers = [
                 Informer(
                     api,
@@ -106,7 +107,7 @@ class Service:
                     settings.kubernetes,
                     self.metrics,
                     rejections=self.cache.rejections,
-                    gc_pause=gc_pause,
+                    gc_pause=self.gc_pause,
                 ),
                 Informer(
                     api,
@@ -117,7 +118,7 @@ class Service:
                     settings.kubernetes,
                     self.metrics,
                     rejections=self.cache.rejections,
-                    gc_pause=gc_pause,
+                    gc_pause=self.gc_pause,
                 ),
             ]
         self.load: LoadPoller | None = None
@@ -391,7 +392,9 @@ async def serve(
         await service.sync()
         gc.collect()
         gc.freeze()
-        verb_app = make_app(service.extender, service.metrics, settings, connections=verb_guard)
+        verb_app = make_app(
+            service.extender, service.metrics, settings, connections=verb_guard, gc_pause=service.gc_pause
+        )
         verb_app.cleanup_ctx.append(service.background)
         verb_runner = _runner(verb_app, srv, "verbs", metrics)
         await verb_runner.setup()

@@ -284,3 +284,31 @@ async def test_a_watch_that_stayed_open_ends_the_failure_streak() -> None:
     with pytest.raises(asyncio.CancelledError):
         await inf.run()
     assert downs == [(1, 0.0), (1, 0.0)]  # a new streak, not (2, 201.0)
+
+
+async def test_the_verbs_hold_the_processs_pause_shared_with_the_lists() -> None:
+    """The verbs had a pause of their own: a filter in flight when a list began turned the collector
+    back on when it ended, in the middle of the list. Now a verb is one more holder of the one pause."""
+    import orjson
+    from aiohttp.test_utils import TestClient
+
+    from rlsched.extender.app import make_app
+    from rlsched.extender.testing import Harness, make_pod
+
+    class Counting(GcPause):
+        most = 0
+
+        def __enter__(self) -> GcPause:
+            entered = super().__enter__()
+            Counting.most = max(Counting.most, self.holders)
+            return entered
+
+    h = Harness([make_node("g0", gpus=2)])
+    pause = Counting()
+    body = orjson.dumps({"Pod": make_pod("p", gpus=1), "NodeNames": ["g0"]})
+    async with TestClient(TestServer(make_app(h.extender, h.metrics, h.settings, gc_pause=pause))) as client:
+        with pause:  # a list in progress
+            answer = await client.post("/filter", data=body, headers={"Content-Type": "application/json"})
+            assert answer.status == 200 and not gc.isenabled() and pause.holders == 1
+        assert gc.isenabled() and pause.holders == 0
+    assert Counting.most == 2  # the filter held it too

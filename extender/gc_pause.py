@@ -3,7 +3,7 @@
 Reading a list allocates millions of small objects (every page's JSON is parsed into dicts and
 lists). Each allocation counts towards the collector's thresholds, so a relist sets off full
 collections that walk every object the process holds: at 5,000 nodes and 20,000 pods one of them
-held the event loop for 0.3–0.5 s, longer than applying the list itself
+held the event loop for 0.3–0.4 s, longer than applying the list itself
 (``benchmarks/relist_hold.py``). A list creates no reference cycles (the parsed objects are freed by
 reference counting once applied), so nothing is lost by not collecting while it runs; the young
 objects that survive are collected once, after.

@@ -123,7 +123,8 @@ class Metrics:
         )
         self.objects_rejected = Counter(
             "rlsched_extender_objects_rejected_total",
-            "Watched objects (one count per object version) that could not be read, by kind and reason "
+            "Watched objects (one count per unreadable content, not per event) that could not be read, by "
+            "kind and reason "
             "(quantity, field, placement-rules, gpu-request, event, unexpected); the log line says what "
             "was done with each (ignored, kept unschedulable, counted as whole cards)",
             ["kind", "reason"],

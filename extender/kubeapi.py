@@ -568,6 +568,7 @@ class Informer:
         """Forever: watch, resume, relist when needed. Errors are logged, counted and retried; only
         cancellation ends it."""
         while True:
+            self.accepted_at = None  # set again when this round's watch is accepted
             try:
                 if self.resource_version is None:
                     await self.sync()

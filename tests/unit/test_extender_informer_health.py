@@ -312,3 +312,40 @@ async def test_the_verbs_hold_the_processs_pause_shared_with_the_lists() -> None
             assert answer.status == 200 and not gc.isenabled() and pause.holders == 1
         assert gc.isenabled() and pause.holders == 0
     assert Counting.most == 2  # the filter held it too
+
+
+async def test_a_relist_failing_long_after_a_watch_was_accepted_continues_the_streak() -> None:
+    """The time a watch was accepted outlived it: a watch answered 410 at once, then a list that failed
+    60 s later, read as "a watch open 60 s" and restarted the outage clock (readiness a minute late)."""
+    refused = ApiError(500, "InternalError", "etcd unavailable")
+    clock = SleepClock()
+    api = ScriptedWatchApi(
+        [
+            ("list", [], "10"),
+            ("watch", [refused]),
+            ("watch", [refused]),
+            ("watch", [GONE]),
+            ("list", refused),
+            ("list", [], "20"),
+        ]
+    )
+    inf = informer(api, clock)
+    states = []
+    real_list = api.list
+
+    async def slow_list(*args, **kwargs):
+        if len([c for c in api.calls if c[0] == "list"]) == 1:
+            clock.t += 60  # the second list times out after a minute
+        return await real_list(*args, **kwargs)
+
+    api.list = slow_list
+
+    async def sleep(s: float) -> None:
+        states.append((inf.failures, round(inf.down_for())))
+        await clock.sleep(s)
+
+    inf.sleep = sleep
+    with pytest.raises(asyncio.CancelledError):
+        await inf.run()
+    assert states[-1][0] == 3 and states[-1][1] >= 60, states  # the streak goes on, down for over a minute
+    assert inf.up and inf.failures == 3  # the list that worked is up again; only an event resets the count

@@ -275,7 +275,9 @@ class DecisionExample:
                 num_gpu=int(p.get("numGpu", 0)),
                 gpu_milli=int(p.get("gpuMilli", 0)),
                 creation_time=self.time,
-                deletion_time=(self.time + self.outcome.lifetime_seconds) if self.outcome.lifetime_seconds else None,
+                deletion_time=(
+                    (self.time + self.outcome.lifetime_seconds) if self.outcome.lifetime_seconds is not None else None
+                ),
                 qos="LS" if p.get("latencySensitive") is True else "",
             )
         except (KeyError, TypeError, ValueError, OverflowError):

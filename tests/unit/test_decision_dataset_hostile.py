@@ -123,6 +123,8 @@ def test_a_slightly_negative_duration_from_clock_skew_reads_as_zero(tmp_path: Pa
     trace, summary = prepare_fine_tune(write(tmp_path / "log", lines), tmp_path / "out")
     assert summary.stats.bad_lines == 0 and summary.bound == 1 and summary.evicted == 1
     assert summary.mean_reward == pytest.approx(1.0 - 5.0)  # placed (+1), then evicted (-5): charged
+    # ... and it ends in the trace (a lifetime of 0 read as "none": the pod held its cards for ever)
+    assert [p.deletion_time for p in load_pods(trace)] == [None, 1.0]
 
 
 def test_recreated_pods_whose_uids_share_a_prefix_are_two_pods(tmp_path: Path) -> None:

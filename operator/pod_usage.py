@@ -3,10 +3,12 @@
 Node load says a node is hot; only per-pod use says which pod makes it so (in the living-cluster
 simulation a pod uses 0–12× its CPU request: docs/usage-model.md). cAdvisor, through every kubelet,
 exports ``container_cpu_usage_seconds_total`` per container; kube-prometheus-stack scrapes it, and
-:data:`DEFAULT_QUERY` sums its rate per pod. The answer is parsed defensively: at most
-``max_series`` series, a series without ``namespace`` and ``pod`` labels or with a value that is
-not a finite, non-negative number is skipped and counted, and a failed or malformed query yields an
-empty map (the planner then estimates from request shares).
+:data:`DEFAULT_QUERY` sums its rate per pod. The answer is parsed defensively: an answer of more than
+``max_series`` series is refused before it is decoded (by the Prometheus client, which counts them
+in the bytes; a query function that answers decoded JSON is cut to ``max_series`` instead), a series
+without ``namespace`` and ``pod`` labels or with a value that is not a finite, non-negative number is
+skipped and counted, and a failed or malformed query yields an empty map (the planner then estimates
+from request shares).
 """
 
 from __future__ import annotations

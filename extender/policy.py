@@ -109,6 +109,10 @@ class ModelInfo:
     error_at: float | None = None
     error_path: str | None = None
     """The file the last load error is about (may differ from ``path`` while an older model serves)."""
+    error_kind: str | None = None
+    """What the last load error was: ``digest`` (the file's sha256 is not the policy file's
+    ``modelSha256``: it was not read) or ``load`` (anything else). The operator's rollout tells a
+    digest refusal from a broken model by it, not by the words of ``error``."""
     file_digest: str | None = None
     """sha256 of the file as read (detects changes on disk)."""
 
@@ -124,6 +128,8 @@ class _FailedFile:
     """The ``modelSha256`` it was checked against."""
     error: str
     """Why it failed: shown again when the policy file names the same file again."""
+    kind: str = "load"
+    """``ModelInfo.error_kind`` of that failure."""
 
 
 def default_typical() -> TypicalPods:
@@ -327,7 +333,13 @@ class PolicyEngine:
                     raise ConfigError(f"model {self.settings.model_path}: {info.error}")
                 # As poll does after a failed load: the error stays reported, and the file is tried
                 # again once it changes.
-                self._failed = _FailedFile(self.settings.model_path, key, self.settings.model_sha256, info.error or "")
+                self._failed = _FailedFile(
+                    self.settings.model_path,
+                    key,
+                    self.settings.model_sha256,
+                    info.error or "",
+                    info.error_kind or "load",
+                )
                 self._failed_shown_for = self.settings
                 self.model_info = info
                 self._count("rlsched_model_reloads_total", "error")
@@ -348,7 +360,7 @@ class PolicyEngine:
 
         With ``expected_sha256`` (the policy file's ``modelSha256``) a file with other bytes is
         refused before the loader reads it: unreviewed bytes never serve."""
-        info = ModelInfo(path=path, error_path=path)
+        info = ModelInfo(path=path, error_path=path, error_kind="load")
         try:
             st = os.stat(path)
             if not stat.S_ISREG(st.st_mode):  # a device or a FIFO (/dev/zero) would never end
@@ -357,7 +369,7 @@ class PolicyEngine:
                 raise ValueError(f"{path} is larger than {MAX_MODEL_BYTES:,} bytes; it is not an rlsched model")
             info.file_digest = file_sha256(path)
             if expected_sha256 and info.file_digest != expected_sha256:
-                info.error = _digest_error(path, info.file_digest, expected_sha256)
+                info.error, info.error_kind = _digest_error(path, info.file_digest, expected_sha256), "digest"
                 info.error_at = self.clock()
                 return None, info
             scorer = self.model_loader(path, self.typical)
@@ -378,7 +390,7 @@ class PolicyEngine:
         info.version = str(getattr(scorer, "version", None) or Path(path).stem)
         info.digest = str(getattr(scorer, "digest", None) or info.file_digest)
         info.loaded_at = self.clock()
-        info.error_path = None
+        info.error_path = info.error_kind = None
         return scorer, info
 
     @property
@@ -532,10 +544,16 @@ class PolicyEngine:
         if (self.pending if self.pending is not None else self.settings) is not target:
             return  # another poll applied or read a newer policy file meanwhile; the next poll goes on
         if scorer is None:
-            self._failed = _FailedFile(path, key, expected, info.error or "")
+            self._failed = _FailedFile(path, key, expected, info.error or "", info.error_kind or "load")
             self._failed_shown_for = target
             self.model_info = (
-                replace(self.model_info, error=info.error, error_at=info.error_at, error_path=path)
+                replace(
+                    self.model_info,
+                    error=info.error,
+                    error_at=info.error_at,
+                    error_path=path,
+                    error_kind=info.error_kind,
+                )
                 if self.model
                 else info
             )
@@ -594,9 +612,13 @@ class PolicyEngine:
         if target is self.pending:
             self.pending_state, self.pending_error = "failed", failed.error
         if self.model is not None:
-            self.model_info = replace(self.model_info, error=failed.error, error_at=now, error_path=failed.path)
+            self.model_info = replace(
+                self.model_info, error=failed.error, error_at=now, error_path=failed.path, error_kind=failed.kind
+            )
         else:
-            self.model_info = ModelInfo(path=failed.path, error=failed.error, error_at=now, error_path=failed.path)
+            self.model_info = ModelInfo(
+                path=failed.path, error=failed.error, error_at=now, error_path=failed.path, error_kind=failed.kind
+            )
         log.error(
             "model %s not loaded (unchanged since it failed: %s); %s",
             failed.path,
@@ -608,7 +630,7 @@ class PolicyEngine:
 
     def _clear_error(self) -> None:
         """The serving model's file is as it was loaded: an error about another version is history."""
-        self.model_info = replace(self.model_info, error=None, error_at=None, error_path=None)
+        self.model_info = replace(self.model_info, error=None, error_at=None, error_path=None, error_kind=None)
         self._report()
 
     async def run_poller(self, interval_s: float) -> None:
@@ -833,6 +855,7 @@ class PolicyEngine:
                 "error": info.error,
                 "errorAt": info.error_at,
                 "errorPath": info.error_path if info.error else None,
+                "errorKind": info.error_kind if info.error else None,
             },
             # A policy file read but not in effect: its model has not loaded (yet); everything above
             # is still the previous file's, mode included (PolicyEngine's docstring).

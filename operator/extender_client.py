@@ -142,6 +142,8 @@ class ExtenderView:
     error_at: float | None = None
     error_path: str | None = None
     """The file the last load error is about, when the extender reports it (``model.errorPath``)."""
+    error_kind: str | None = None
+    """``digest`` or ``load`` (``model.errorKind``); None from an extender older than the field."""
     counters: dict[str, int] = field(default_factory=dict)
 
     @classmethod
@@ -173,6 +175,7 @@ class ExtenderView:
             error=_str(m.get("error")),
             error_at=_float(m.get("errorAt")),
             error_path=_str(m.get("errorPath")),
+            error_kind=_str(m.get("errorKind")),
             counters={k: n for k, v in counters.items() if (n := _int(v)) is not None and n >= 0},
         )
 

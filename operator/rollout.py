@@ -375,13 +375,16 @@ _MODEL_FILE = re.compile(r"model-[0-9a-f]{16}\.npz")
 def refused_for_digest(view: ExtenderView, bundle: Bundle) -> bool:
     """Is the extender's load error its refusal of *this bundle's* file for its sha256?
 
-    ``/status`` has no field that says why a load failed; the extender's digest refusal is one fixed
-    sentence (``rlsched.extender.policy._digest_error``) naming the file and the digest it expected.
-    It is matched whole, with our path and our digest in it, so no other error reads as one (a load
-    error whose path or message merely contains "sha256")."""
+    ``/status`` says so in ``model.errorKind`` (``digest``), for the file in ``errorPath``. An extender
+    older than that field says it only in words: its digest refusal is one fixed sentence
+    (``rlsched.extender.policy._digest_error``) naming the file and the digest it expected, matched
+    whole, with our path and our digest in it, so no other error reads as one (a load error whose path
+    or message merely contains "sha256")."""
     path: str | None = bundle.settings.get("modelPath")
     if not path or not bundle.digest or not view.error:
         return False
+    if view.error_kind is not None:
+        return view.error_kind == "digest" and view.error_path in (None, path)
     refusal = (
         f"sha256 mismatch: {re.escape(path)} has sha256 [0-9a-f]{{64}}, "
         f"modelSha256 expects {re.escape(bundle.digest)}; not loaded"

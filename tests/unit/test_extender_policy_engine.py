@@ -179,15 +179,29 @@ def test_a_model_file_whose_sha256_is_not_model_sha256_is_never_loaded(tmp_path:
         model = engine.status()["model"]
         assert engine.model is None and loads == [] and model["errorPath"] == str(f)
         assert f"has sha256 {_digest(other)}, modelSha256 expects {_digest(good)}" in model["error"]
+        assert model["errorKind"] == "digest"  # what the operator's rollout reads, not the sentence
         f.write_bytes(good)  # the reviewed bytes arrive
         asyncio.run(engine.poll())
-        assert engine.model_info.version == "v1" and loads == [good] and engine.status()["model"]["error"] is None
+        model = engine.status()["model"]
+        assert engine.model_info.version == "v1" and loads == [good] and model["error"] is model["errorKind"] is None
         f.write_bytes(other)  # replaced after the rollout: refused, the loaded model keeps serving
         asyncio.run(engine.poll())
         asyncio.run(engine.poll())
         assert engine.model_info.version == "v1" and loads == [good]
         model = engine.status()["model"]
         assert model["errorPath"] == str(f) and model["fileDigest"] == _digest(good)
+        assert model["errorKind"] == "digest"
+    finally:
+        engine.close()
+
+
+def test_a_broken_model_file_is_a_load_error_in_status(tmp_path: Path) -> None:
+    f = tmp_path / "m.npz"
+    f.write_bytes(b"not a model at all")
+    engine = _engine_with_policy_file(tmp_path, f"modelPath: {f}\n", [])
+    try:
+        model = engine.status()["model"]
+        assert engine.model is None and model["errorKind"] == "load" and model["errorPath"] == str(f)
     finally:
         engine.close()
 

@@ -163,3 +163,23 @@ async def test_a_last_good_bundle_without_a_digest_key_rolls_back_unpinned(pinne
     assert not result.ok and result.reason == "ModelLoadFailed"
     assert result.rollback_ok, result.message
     assert ext.engine.model_info.version == "v1" and ext.engine.settings.model_sha256 is None
+
+
+def test_the_extenders_error_kind_decides_a_digest_refusal_over_its_words() -> None:
+    """``model.errorKind`` says what failed; the sentence is read only from an extender without it."""
+    from rlsched.operator.extender_client import ExtenderView
+    from rlsched.operator.rollout import refused_for_digest
+    from rlsched.operator.sink import Bundle
+
+    digest = "a" * 64
+    bundle = Bundle(settings={"modelPath": "/m/model.npz"}, meta={"digest": digest})
+    sentence = f"sha256 mismatch: /m/model.npz has sha256 {'b' * 64}, modelSha256 expects {digest}; not loaded"
+
+    def view(error: str, kind: str | None, path: str | None = "/m/model.npz") -> ExtenderView:
+        return ExtenderView(error=error, error_kind=kind, error_path=path)
+
+    assert refused_for_digest(view("refused: other bytes", "digest"), bundle)  # whatever the words
+    assert not refused_for_digest(view(sentence, "load"), bundle)  # the words alone do not make it one
+    assert not refused_for_digest(view("refused", "digest", path="/other.npz"), bundle)  # another file's
+    assert refused_for_digest(view(sentence, None), bundle)  # an older extender: the sentence, whole
+    assert not refused_for_digest(view("ValueError: sha256 of the header", None), bundle)

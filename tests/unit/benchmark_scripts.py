@@ -1,4 +1,4 @@
-"""Load a script of benchmarks/ as a module, for the tests of its pure parts."""
+"""Load a script of benchmarks/ or hack/ as a module, for the tests of its pure parts."""
 
 from __future__ import annotations
 
@@ -10,11 +10,21 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def load_benchmark(name: str) -> Any:
-    """``benchmarks/<name>.py`` as module ``name`` (kept in ``sys.modules`` for dataclasses)."""
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "benchmarks" / f"{name}.py")
+def _load(name: str, path: Path) -> Any:
+    """``path`` as module ``name`` (kept in ``sys.modules`` for dataclasses)."""
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault(name, module)
     spec.loader.exec_module(module)
     return module
+
+
+def load_benchmark(name: str) -> Any:
+    """``benchmarks/<name>.py`` as module ``name``."""
+    return _load(name, REPO_ROOT / "benchmarks" / f"{name}.py")
+
+
+def load_hack_script(name: str) -> Any:
+    """``hack/<name>.py`` as module ``name``."""
+    return _load(name, REPO_ROOT / "hack" / f"{name}.py")

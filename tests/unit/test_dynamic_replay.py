@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
-import sys
 from datetime import datetime
 from pathlib import Path
 from types import ModuleType
@@ -16,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from benchmark_scripts import load_hack_script
 
 from rlsched.policy import NodeSpec, PodSpec, typical_pods
 from rlsched.policy.dynamic.arrivals import ArrivalSettings
@@ -50,12 +49,7 @@ SETTINGS = DynamicSettings(arrivals=ArrivalSettings(load=0.8, window_s=1800.0))
 
 
 def load_script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, REPO / "hack" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(name, module)
-    spec.loader.exec_module(module)
-    return module
+    return load_hack_script(name)
 
 
 # -- the slice ---------------------------------------------------------------------------------------

@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import logging
 import math
-import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
+from benchmark_scripts import load_hack_script
 
-REPO = Path(__file__).resolve().parents[2]
 USAGE = "rlsched.io/usage"
 GOOD = {"cpu": 0.5, "mem": 0.5, "gpu": 0.5, "cpuStd": 0.1, "memStd": 0.1, "gpuStd": 0.1, "cpuMax": 2.0}
 GOOD |= {"memMax": 1.0, "gpuMilli": 1000, "ls": True}
@@ -25,12 +22,7 @@ GOOD |= {"memMax": 1.0, "gpuMilli": 1000, "ls": True}
 
 @pytest.fixture(scope="module")
 def le() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("load_exporter", REPO / "hack" / "load_exporter.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("load_exporter", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_hack_script("load_exporter")
 
 
 def node(name: str) -> dict[str, Any]:

@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
+from benchmark_scripts import load_hack_script
 
 
 @pytest.fixture(scope="module")
 def driver() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("replay_dynamic", REPO / "hack" / "replay_dynamic.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("replay_dynamic", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_hack_script("replay_dynamic")
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,10 @@ authenticated with a bound token of the operator's ServiceAccount:
 - with RBAC widened by mistake (an extra ClusterRole granting delete and pods/status), the policy
   still denies deleting a pod and patching its status: it is the second wall.
 
+- the whole operator, run with that token and the settings file the chart renders, watches, keeps
+  its finalizer, publishes the policy ConfigMap and reports in the SchedulingPolicy's status with no
+  request refused: the chart grants all it uses.
+
 The cluster admin's patches of the same kinds pass: the policy binds the operator's identity only.
 Requests as the operator go through the Kubernetes client, not kubectl: kubectl reads a pod before
 patching it, and the operator has no ``get`` on pods (its watch lists them).
@@ -25,6 +29,7 @@ import asyncio
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -286,6 +291,104 @@ def test_operators_own_annotation_patches_pass(env: Env) -> None:
         200,
         "",
     )
+
+
+def rendered_operator_settings(tmp: Path, names: Names = NAMES) -> dict:
+    """The operator's settings file as the chart renders it for ``names`` (operator/configmap.yaml)."""
+    values = tmp / "settings-values.yaml"
+    values.write_text(yaml.safe_dump({"operator": {"watchNamespaces": [names.ns, names.watched]}}))
+    args = [str(TOOLS_BIN / "helm"), "template", names.release, str(CHART), "-n", names.ns, "-f", str(values)]
+    done = subprocess.run(
+        [*args, "--show-only", "templates/operator/configmap.yaml"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return yaml.safe_load(yaml.safe_load(done.stdout)["data"]["operator.yaml"])
+
+
+def test_the_operator_runs_on_the_charts_rights_alone(env: Env, tmp_path: Path) -> None:
+    """The whole operator (kopf's watches, the finalizer, the policy ConfigMap, the status) with the
+    bound token of its ServiceAccount and the settings the chart renders: no request is refused, so
+    the chart grants everything it uses (the rules without a use are gone: no ``get`` on
+    SchedulingPolicies or their status). Runs before the test that widens the RBAC."""
+    import socket
+
+    crds = REPO_ROOT / "helm" / "rl-scheduler" / "crds"
+    env.admin("apply", "--server-side", "--force-conflicts", "-f", str(crds))
+    env.admin("wait", "--for=condition=Established", "crd/schedulingpolicies.rlsched.io", "--timeout=60s")
+    settings = rendered_operator_settings(tmp_path)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings["decisionLog"]["path"] = str(tmp_path / "decisions")
+    settings["extender"]["statusUrl"] = "http://127.0.0.1:9"  # nothing answers: the rollout fails and says so
+    settings["extender"]["rolloutTimeoutS"] = 3
+    settings["livenessEndpoint"] = f"http://127.0.0.1:{port}/healthz"
+    (tmp_path / "operator.yaml").write_text(yaml.safe_dump(settings))
+    token = tmp_path / "token"
+    token.write_text("unused")  # the extender's status port would check it; nothing listens there
+    policy = settings["policy"]
+    manifest = {
+        "apiVersion": "rlsched.io/v1alpha1",
+        "kind": "SchedulingPolicy",
+        "metadata": {"name": policy["name"], "namespace": policy["namespace"]},
+        "spec": {"fallback": "fgd"},
+    }
+    log_path = tmp_path / "operator.log"
+    env_vars = {**os.environ, "PYTHONSAFEPATH": "1"}
+    with open(log_path, "ab") as log:
+        operator = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "rlsched.cli",
+                "operator",
+                "--config",
+                str(tmp_path / "operator.yaml"),
+                "--kubeconfig",
+                str(env.operator_kubeconfig),
+                "--extender-token-file",
+                str(token),
+            ],
+            stdout=log,
+            stderr=log,
+            env=env_vars,
+            start_new_session=True,
+        )
+    try:
+        wait_for(lambda: "operator started" in log_path.read_text(), 60, "the operator to start")
+        env.admin("apply", "-f", "-", input=json.dumps(manifest))
+
+        def reported() -> dict | None:
+            got = json.loads(
+                env.admin("get", "schedulingpolicy", policy["name"], "-n", policy["namespace"], "-o", "json").stdout
+            )
+            return got if (got.get("status") or {}).get("conditions") else None
+
+        got = wait_for(reported, 90, "the operator to report on the SchedulingPolicy")
+        assert got["metadata"].get("finalizers"), got["metadata"]
+        configmap = settings["sink"]["configmap"]
+        assert (
+            env.admin("get", "configmap", configmap, "-n", settings["sink"]["namespace"], check=False).returncode == 0
+        )
+        env.admin("delete", "schedulingpolicy", policy["name"], "-n", policy["namespace"], "--timeout=60s")
+        text = log_path.read_text()
+        refused = [line for line in text.splitlines() if "403" in line or "Forbidden" in line or "forbidden" in line]
+        assert not refused, "\n".join(refused[:10])
+    finally:
+        # A failed run must not leave the finalizer behind: the namespace could never go.
+        env.admin(
+            "patch", "schedulingpolicy", policy["name"], "-n", policy["namespace"], "--type=merge",
+            "-p", '{"metadata":{"finalizers":null}}', check=False,
+        )  # fmt: skip
+        env.admin(
+            "delete", "schedulingpolicy", policy["name"], "-n", policy["namespace"], "--ignore-not-found",
+            "--wait=false", check=False,
+        )  # fmt: skip
+        operator.terminate()
+        try:
+            operator.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            operator.kill()
 
 
 def test_image_label_finalizer_and_foreign_annotation_changes_are_denied(env: Env) -> None:

@@ -29,15 +29,17 @@ watchNamespaces the operator can patch no pod outside those namespaces (docs/sec
   resources: [events]
   verbs: [create]
 # SchedulingPolicies: kopf watches them (list/watch), keeps its progress annotations and its
-# finalizer on them (patch); the operator reports rollouts in their status.
+# finalizer on them (patch); the operator reports rollouts in their status. No get: neither kopf nor
+# the operator reads one policy by name (the watch delivers each whole).
 - apiGroups: [rlsched.io]
   resources: [schedulingpolicies]
-  verbs: [get, list, watch, patch]
+  verbs: [list, watch, patch]
 # SchedulingPolicies' status: the operator reports each rollout's progress and conditions there, and
-# the rebalancer writes each eviction there before making it (its budget survives a restart).
+# the rebalancer writes each eviction there before making it (its budget survives a restart). A
+# merge patch needs no read first.
 - apiGroups: [rlsched.io]
   resources: [schedulingpolicies/status]
-  verbs: [get, patch]
+  verbs: [patch]
 {{- if .Values.operator.peering.enabled }}
 # kopf's peering: replicas announce themselves and pause for a higher-priority one (operator.peering).
 - apiGroups: [kopf.dev]

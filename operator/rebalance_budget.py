@@ -6,7 +6,7 @@ Per pod the budget is one by construction: an evicted pod is gone, its controlle
 younger than ``minPodAgeSeconds`` for a while, which keeps the same workload from bouncing.
 
 Where it lives: in memory, and mirrored into the SchedulingPolicy's ``status.rebalance.recent`` (the
-evictions still inside either window, at most :data:`MAX_RECENT`) before every eviction (written
+evictions of the last :data:`KEEP_S`, at most :data:`MAX_RECENT`) before every eviction (written
 ahead: an operator killed between an eviction and the end of its cycle has recorded it) and after
 every cycle. :meth:`Ledger.merge` reads it back at the start of every cycle and adds what the ledger
 lacks, so neither the hourly nor the per-owner budget resets when the operator restarts, and a
@@ -19,8 +19,15 @@ move nothing), so that a dry run shows what the budgets would let a real one do.
 An eviction whose answer was lost (the rebalancer's ``unknown``) is recorded like one that was answered:
 the API server may have carried it out, and the budget errs on the side of fewer moves.
 
+How long a record is kept does not depend on the spec: :data:`KEEP_S` is the longest
+``ownerWindowSeconds`` the CRD allows. A record kept only for the current window would be forgotten by
+the first cycle run with a shorter one (a dry run previewing a short window, or a window shortened for a
+while), and when the window was set back its controller could be evicted again inside it. The current
+windows decide only what *counts* (:meth:`Ledger.counting`); a full ledger drops its oldest records,
+which lie outside them (:class:`Allowance` stops the moves before a record that counts would go).
+
 The merged list is read from an object anyone with write access to the status can edit, so
-:meth:`Ledger.merge` keeps only entries that are well-formed and inside the windows: an entry dated
+:meth:`Ledger.merge` keeps only entries that are well-formed and younger than :data:`KEEP_S`: an entry dated
 more than :data:`MAX_CLOCK_SKEW_S` ahead would never be pruned and would count in every hour (the
 hourly budget exhausted for good, and written back by every cycle); those are dropped and logged.
 """
@@ -33,13 +40,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .rebalance_spec import MAX_OWNER_WINDOW_S
+
 log = logging.getLogger("rlsched.operator.rebalancer")  # the rebalancer's concern, its logger
 
 HOUR_S = 3600.0
+KEEP_S = max(HOUR_S, float(MAX_OWNER_WINDOW_S))
+"""How long a record is kept, whatever the spec's windows (module docstring): the hour, and the longest
+``ownerWindowSeconds`` a spec may set."""
 MAX_RECENT = 1000
-"""Evictions kept (in memory and in the status). A record leaves only when it is outside both windows,
-never to make room: when the ledger is full the budget is spent (:class:`Allowance`), so the per-owner
-budget cannot forget a move it still counts."""
+"""Evictions kept (in memory and in the status). When there are more, the oldest go: records outside the
+current windows only, since a ledger whose records inside them fill it spends the budget
+(:class:`Allowance`), so the per-owner budget cannot forget a move it still counts."""
 MAX_OWNER_CHARS = 400
 """Length of a controller key read from the status (longer ones are cut: the status is not trusted)."""
 MAX_CLOCK_SKEW_S = 300.0
@@ -65,17 +77,17 @@ class Ledger:
         key → date: a status patch that did not land still lists them, and :meth:`merge` must not
         count them again (they would spend the budget for a whole window)."""
 
-    def merge(self, recent: Any, now: float, owner_window_s: float) -> int:
+    def merge(self, recent: Any, now: float) -> int:
         """Add the records of ``status.rebalance.recent`` (``[{at, owner}]``) that the ledger lacks, the
         same eviction being the same ``(at, owner)`` at the status' precision (milliseconds). Called
         every cycle: the status may hold evictions this process never made (its own before a restart,
         or another replica's while this one was paused). Bad entries are skipped, and so are those
-        already outside both windows and those dated more than :data:`MAX_CLOCK_SKEW_S` after ``now``
+        older than :data:`KEEP_S` and those dated more than :data:`MAX_CLOCK_SKEW_S` after ``now``
         (logged, with how many). The ledger never grows past :data:`MAX_RECENT` here: when the union is
-        larger, the newest are kept, and a full ledger spends the budget (:class:`Allowance`) until
-        the oldest leave both windows. Returns how many records were added."""
+        larger, the newest are kept, and a ledger whose records inside the current windows fill it
+        spends the budget (:class:`Allowance`) until the oldest leave them. Returns how many records
+        were added."""
         future = 0
-        keep = _keep_s(owner_window_s)
         have = {_key(r.at, r.owner) for r in self.records}
         new: list[Record] = []
         for item in recent[:MAX_RECENT] if isinstance(recent, list) else ():
@@ -85,7 +97,7 @@ class Ledger:
             if record.at > now + MAX_CLOCK_SKEW_S:  # +inf too
                 future += 1
                 continue
-            if now - record.at >= keep:  # outside both windows already (-inf too)
+            if now - record.at >= KEEP_S:  # outside every window a spec may set (-inf too)
                 continue
             key = _key(record.at, record.owner)
             if key not in have and key not in self.withdrawn:
@@ -105,10 +117,15 @@ class Ledger:
         self.records = kept
         return added
 
-    def prune(self, now: float, owner_window_s: float) -> None:
-        keep = _keep_s(owner_window_s)
-        self.records = [r for r in self.records if now - r.at < keep]
-        self.withdrawn = {k: at for k, at in self.withdrawn.items() if now - at < keep}
+    def prune(self, now: float) -> None:
+        """Forget the records older than :data:`KEEP_S` (never by the spec's windows: module docstring)."""
+        self.records = [r for r in self.records if now - r.at < KEEP_S]
+        self.withdrawn = {k: at for k, at in self.withdrawn.items() if now - at < KEEP_S}
+
+    def counting(self, now: float, owner_window_s: float) -> int:
+        """Records that count now: inside the hour or ``owner_window_s`` (dated ahead included)."""
+        keep = max(HOUR_S, owner_window_s)
+        return sum(1 for r in self.records if now - r.at < keep)
 
     def in_last_hour(self, now: float) -> int:
         return sum(1 for r in self.records if now - r.at < HOUR_S)
@@ -117,8 +134,13 @@ class Ledger:
         return sum(1 for r in self.records if r.owner == owner and now - r.at < owner_window_s)
 
     def add(self, owner: str, now: float) -> Record:
+        """Record an eviction; past :data:`MAX_RECENT` the oldest record goes (one outside the current
+        windows: :class:`Allowance` allows no move while those inside them fill the ledger)."""
         record = Record(now, owner)
         self.records.append(record)
+        if len(self.records) > MAX_RECENT:
+            self.records.sort(key=lambda r: r.at)
+            del self.records[: len(self.records) - MAX_RECENT]
         return record
 
     def discard(self, record: Record) -> None:
@@ -152,11 +174,6 @@ def _key(at: float, owner: str) -> tuple[float, str]:
     return round(at, 3), owner[:MAX_OWNER_CHARS]
 
 
-def _keep_s(owner_window_s: float) -> float:
-    """How long a record matters: the longer of the hour and the owner window."""
-    return max(HOUR_S, owner_window_s)
-
-
 @dataclass
 class Allowance:
     """What one cycle may still do."""
@@ -164,7 +181,7 @@ class Allowance:
     cycle: int
     hour: int
     room: int = MAX_RECENT
-    """Records the ledger can still take (:data:`MAX_RECENT`)."""
+    """Records the ledger can still take without dropping one that counts (:data:`MAX_RECENT`)."""
 
     @property
     def left(self) -> int:
@@ -176,8 +193,14 @@ class Allowance:
         self.room -= 1
 
 
-def allowance(ledger: Ledger, now: float, per_cycle: int, per_hour: int) -> Allowance:
-    return Allowance(cycle=per_cycle, hour=per_hour - ledger.in_last_hour(now), room=MAX_RECENT - len(ledger.records))
+def allowance(ledger: Ledger, now: float, per_cycle: int, per_hour: int, owner_window_s: float) -> Allowance:
+    """What a cycle may do: ``room`` counts the records inside the hour or ``owner_window_s`` only (those
+    older stay in the ledger, :data:`KEEP_S`, but a new one may take their place)."""
+    return Allowance(
+        cycle=per_cycle,
+        hour=per_hour - ledger.in_last_hour(now),
+        room=MAX_RECENT - ledger.counting(now, owner_window_s),
+    )
 
 
 def owners_over_budget(ledger: Ledger, owners: Iterable[str], now: float, per_owner: int, window_s: float) -> set[str]:

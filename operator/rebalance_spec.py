@@ -28,6 +28,9 @@ _LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+MAX_OWNER_WINDOW_S = 30 * 86400
+"""The longest ``budget.ownerWindowSeconds`` (the CRD's maximum): the budget ledger keeps its records
+this long whatever the spec says (:mod:`.rebalance_budget`)."""
 
 # name → (default, low, high, what it is); integers
 _INTS: dict[str, tuple[int, int, int, str]] = {
@@ -38,7 +41,7 @@ _BUDGET: dict[str, tuple[int, int, int, str]] = {
     "maxMovesPerCycle": (1, 1, 50, "evictions per cycle"),
     "maxMovesPerHour": (6, 0, 1000, "evictions in any sliding hour"),
     "maxMovesPerOwner": (1, 1, 100, "evictions of one controller's pods per ownerWindowSeconds"),
-    "ownerWindowSeconds": (86400, 60, 30 * 86400, "seconds a controller's evictions count against it"),
+    "ownerWindowSeconds": (86400, 60, MAX_OWNER_WINDOW_S, "seconds a controller's evictions count against it"),
 }
 # name → (default, low, high); numbers: the planner's one table (rlsched.policy.rebalance_weights).
 # Gains are in milli, as rlsched.policy.rebalance counts them: 1000 = one GPU's worth of stranded

@@ -35,8 +35,9 @@ One cycle (:meth:`Rebalancer.cycle`, driven by a kopf timer on the served Schedu
    Event on the pod, a count in ``rlsched_operator_rebalance_evictions_total{result}`` and a
    ``rebalance`` line in the decision log, each with the planner's reason and gain.
 
-The cycle's summary goes to ``status.rebalance`` (the handler patches it), with the evictions inside
-the budget windows so a restarted operator keeps honouring them.
+The cycle's summary goes to ``status.rebalance`` (the handler patches it), with the evictions of the
+last 30 days (the longest owner window a spec may set, :data:`.rebalance_budget.KEEP_S`) so a restarted
+operator keeps honouring them; a dry run reads them in but forgets none.
 """
 
 from __future__ import annotations
@@ -288,9 +289,12 @@ class Rebalancer:
         now = self.clock()
         self.last_cycle = now
         # Every cycle, not only the first: another replica may have evicted while this one was paused.
-        self.ledger.merge((status or {}).get("recent"), now, spec.owner_window_s)
-        self.ledger.prune(now, spec.owner_window_s)
-        self.dry_ledger.prune(now, spec.owner_window_s)
+        # A dry run reads the status in too (the handler writes the ledger back after every cycle: it
+        # must not drop what the status holds) but forgets nothing: it does not touch the real budget.
+        self.ledger.merge((status or {}).get("recent"), now)
+        if not spec.dry_run:
+            self.ledger.prune(now)
+        self.dry_ledger.prune(now)
         self.refused = {uid: until for uid, until in self.refused.items() if until > now}
         self.dry_refused = {uid: until for uid, until in self.dry_refused.items() if until > now}
         report = CycleReport(at=now, dry_run=spec.dry_run, outcome="planned")
@@ -313,14 +317,14 @@ class Rebalancer:
             report.outcome, report.message = "error", "the planner rlsched.policy.rebalance is not installed"
             return
         ledger = self.dry_ledger if spec.dry_run else self.ledger
-        budget = allowance(ledger, now, spec.max_moves_per_cycle, spec.max_moves_per_hour)
+        budget = allowance(ledger, now, spec.max_moves_per_cycle, spec.max_moves_per_hour, spec.owner_window_s)
         if budget.left <= 0:
             report.outcome = "budget_exhausted"
             what = "dry-run moves" if spec.dry_run else "evictions"
             if budget.room <= 0:
                 report.message = (
-                    f"{len(ledger.records)} {what} inside ownerWindowSeconds, as many as the operator keeps "
-                    f"({MAX_RECENT}): no more until the oldest leave it"
+                    f"{ledger.counting(now, spec.owner_window_s)} {what} inside the hour or ownerWindowSeconds, "
+                    f"as many as the operator keeps ({MAX_RECENT}): no more until the oldest leave them"
                 )
             else:
                 report.message = (
@@ -440,14 +444,17 @@ class Rebalancer:
     ) -> int:
         """Evict (or dry-run) one plan's moves within the budget; returns how many were carried out or
         may have been (charged). A refused move puts its pod on :data:`REFUSAL_COOLDOWN_S`; a move whose
-        controller has used its budget in this cycle is skipped (``owner-budget``). Each of those
-        leaves the pod in ``excluded``, and so does every move tried, for the caller's next plan.
+        controller has used its budget in this cycle is skipped (``owner-budget``), and so is every later
+        move of this plan for another pod of that controller (not ``invalid_move``: the planner named a
+        candidate, it does not know controllers). Each of those leaves the pod in ``excluded``, and so
+        does every move tried, for the caller's next plan.
 
         Each move reads the clock just before its write ahead and eviction: planning, replans and slow
         API calls may have taken minutes since the cycle began, and a record dated at the cycle's start
         would leave the sliding hour (and the owner window) that much early — the next cycle could
         evict again within a true hour."""
         moved = 0
+        held: set[str] = set()  # this plan's pods whose controller's budget ran out during it
         for move in list(moves)[: max(0, budget.left) + 10]:
             if budget.left <= 0:
                 break
@@ -456,11 +463,16 @@ class Rebalancer:
             to_node = getattr(move, "to_node", -1)
             if (
                 target is None
-                or move.key in excluded
                 or not isinstance(to_node, int)
                 or not 0 <= to_node < state.num_nodes
                 or to_node == target[0].placement.node
             ):
+                await self._record(report, spec, None, move, "invalid_move", "", state)
+                continue
+            if move.key in held:  # a candidate when planned: its controller was moved since
+                report.skipped["owner-budget"] += 1
+                continue
+            if move.key in excluded:  # tried already, or left out of this plan's pool
                 await self._record(report, spec, None, move, "invalid_move", "", state)
                 continue
             entry, pod, owner = target
@@ -468,7 +480,9 @@ class Rebalancer:
             if ledger.owner_moves(owner, at, spec.owner_window_s) >= spec.max_moves_per_owner:
                 # Its controller was moved earlier in this cycle: the planner does not know controllers.
                 report.skipped["owner-budget"] += 1
-                excluded.update(k for k, (_, _, o) in by_key.items() if o == owner)
+                same = {k for k, (_, _, o) in by_key.items() if o == owner and k not in excluded}
+                excluded.update(same)
+                held.update(same)
                 continue
             excluded.add(move.key)
             ahead = None
@@ -680,6 +694,8 @@ class Rebalancer:
             "planned": report.planned,
             "skipped": {rule: report.skipped.get(rule, 0) for rule in REASONS},
             "moves": report.moves,
-            "totals": dict(self.totals),
+            # Every result, zeros too: kopf sends the status as a JSON merge patch, which keeps a key the
+            # patch leaves out (a previous process' count would stay beside this one's).
+            "totals": {result: self.totals.get(result, 0) for result in RESULTS},
             "recent": self.ledger.dump(),
         }

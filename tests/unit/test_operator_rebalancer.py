@@ -14,7 +14,7 @@ import pytest
 from rlsched.operator.kube import KubeError
 from rlsched.operator.rebalance_budget import MAX_RECENT, Ledger, allowance, owners_over_budget
 from rlsched.operator.rebalance_spec import RebalanceSpec, parse_rebalance
-from rlsched.operator.rebalancer import MAX_REPLANS, REFUSAL_COOLDOWN_S, Rebalancer
+from rlsched.operator.rebalancer import MAX_REPLANS, REFUSAL_COOLDOWN_S, RESULTS, Rebalancer
 from rlsched.operator.settings import RebalancerSettings
 from rlsched.policy import rebalance as planner
 
@@ -197,7 +197,8 @@ async def test_a_cycle_evicts_the_planners_move_and_records_it() -> None:
     assert line["type"] == "rebalance" and line["result"] == "evicted" and line["owner"] == "team/ReplicaSet/a-rs"
     assert line["pod"] == {"uid": "uid-a", "namespace": "team", "name": "a"} and line["dryRun"] is False
     status = rb.as_status(report)
-    assert status["totals"] == {"evicted": 1} and status["recent"] == [{"at": NOW, "owner": "team/ReplicaSet/a-rs"}]
+    assert status["totals"] == {**dict.fromkeys(RESULTS, 0), "evicted": 1}
+    assert status["recent"] == [{"at": NOW, "owner": "team/ReplicaSet/a-rs"}]
     assert status["skipped"]["not-opted-in"] == 0
 
 
@@ -397,12 +398,15 @@ def test_a_full_ledger_spends_the_budget_instead_of_forgetting() -> None:
     for i in range(MAX_RECENT - 1):
         ledger.add(f"team/ReplicaSet/other-{i}", NOW + 1 + i)
     later = NOW + 2 * 3600
-    ledger.prune(later, 86400)
+    ledger.prune(later)
     assert owners_over_budget(ledger, ["team/ReplicaSet/web"], later, 1, 86400) == {"team/ReplicaSet/web"}
-    budget = allowance(ledger, later, 5, 100)
+    budget = allowance(ledger, later, 5, 100, 86400)
     assert budget.left == 0 and budget.room == 0
-    ledger.prune(NOW + 86400 + MAX_RECENT + 2, 86400)  # every record outside both windows
-    assert allowance(ledger, NOW + 86400 + MAX_RECENT + 2, 5, 100).left == 5
+    after = NOW + 86400 + MAX_RECENT + 2  # every record outside both windows: kept, but none counts
+    ledger.prune(after)
+    assert len(ledger.records) == MAX_RECENT and allowance(ledger, after, 5, 100, 86400).left == 5
+    ledger.add("team/ReplicaSet/next", after)  # the oldest makes room
+    assert len(ledger.records) == MAX_RECENT and "team/ReplicaSet/web" not in {r.owner for r in ledger.records}
 
 
 async def test_the_budget_survives_a_restart_through_the_status() -> None:
@@ -517,7 +521,7 @@ async def test_an_eviction_whose_answer_is_lost_spends_the_budget(
             status = rb.as_status(report)
             clock.t += 60
     assert [e[0] for e in kube.evictions] == ["team/a"]
-    assert status is not None and status["totals"] == {"unknown": 1}
+    assert status is not None and status["totals"] == {**dict.fromkeys(RESULTS, 0), "unknown": 1}
     assert status["recent"] == [{"at": NOW, "owner": "team/ReplicaSet/same-rs"}]
     assert counter(rb, "unknown") == 1 and counter(rb, "evicted") == 0 and counter(rb, "error") == 0
     assert [(e[0], e[1], e[2]) for e in kube.events] == [("a", "Warning", "RebalanceUnknown")]

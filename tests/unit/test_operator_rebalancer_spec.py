@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from rlsched.operator.rebalance_budget import HOUR_S, MAX_CLOCK_SKEW_S, MAX_RECENT, Ledger, allowance
+from rlsched.operator.rebalance_budget import HOUR_S, KEEP_S, MAX_CLOCK_SKEW_S, MAX_RECENT, Ledger, allowance
 from rlsched.operator.rebalance_select import namespace_watched
 from rlsched.operator.rebalance_spec import LabelSelector, RebalanceSpec, Requirement, schema_defaults
 from rlsched.operator.settings import SettingsError, load_settings
@@ -168,13 +168,13 @@ def test_the_ledger_reads_back_only_what_makes_sense() -> None:
         {"at": float("nan"), "owner": "c"},
         {"at": 50},
     ]
-    taken = ledger.merge(recent, 100.0, 60.0)
-    assert taken == 1 and ledger.merge(recent, 100.0, 60.0) == 0  # the same eviction is not counted twice
+    taken = ledger.merge(recent, 100.0)
+    assert taken == 1 and ledger.merge(recent, 100.0) == 0  # the same eviction is not counted twice
     ledger.add("a", 200.0)
     assert ledger.owner_moves("a", 300.0, 150.0) == 1 and ledger.in_last_hour(300.0) == 2
-    ledger.prune(100.0 + 3600.0, 60.0)
+    ledger.prune(100.0 + KEEP_S)
     assert ledger.dump() == [{"at": 200.0, "owner": "a"}]
-    assert Ledger().merge({"not": "a list"}, 100.0, 60.0) == 0
+    assert Ledger().merge({"not": "a list"}, 100.0) == 0
 
 
 def test_the_ledger_drops_restored_evictions_dated_in_the_future_or_outside_the_windows(
@@ -189,17 +189,17 @@ def test_the_ledger_drops_restored_evictions_dated_in_the_future_or_outside_the_
         {"at": now + MAX_CLOCK_SKEW_S + 1, "owner": "ns/ReplicaSet/x"},
         {"at": now + MAX_CLOCK_SKEW_S / 2, "owner": "ns/ReplicaSet/skewed"},  # kept: another node's clock
         {"at": now - 60, "owner": "ns/ReplicaSet/recent"},
-        {"at": now - 2 * day, "owner": "ns/ReplicaSet/old"},  # outside the hour and the owner window
+        {"at": now - KEEP_S, "owner": "ns/ReplicaSet/old"},  # outside every window a spec may set
         {"at": float("-inf"), "owner": "ns/ReplicaSet/old"},
     ]
     ledger = Ledger()
     with caplog.at_level("WARNING", logger="rlsched.operator.rebalancer"):
-        assert ledger.merge(recent, now, day) == 2
+        assert ledger.merge(recent, now) == 2
     assert [r.owner for r in ledger.records] == ["ns/ReplicaSet/recent", "ns/ReplicaSet/skewed"]
     (warning,) = [r.getMessage() for r in caplog.records]
     assert "3 eviction(s)" in warning and "future" in warning
-    assert allowance(ledger, now + HOUR_S + MAX_CLOCK_SKEW_S, 1, 1).left == 1  # the hour does pass
-    ledger.prune(now + day + MAX_CLOCK_SKEW_S, day)
+    assert allowance(ledger, now + HOUR_S + MAX_CLOCK_SKEW_S, 1, 1, day).left == 1  # the hour does pass
+    ledger.prune(now + KEEP_S + MAX_CLOCK_SKEW_S)
     assert ledger.dump() == []  # and nothing is written back for ever
 
 
@@ -210,10 +210,10 @@ def test_the_ledger_merges_the_status_every_cycle_without_counting_twice() -> No
     now, day = 1_800_000_000.0, 86_400.0
     ledger = Ledger()
     mine = ledger.add("ns/ReplicaSet/mine", now - 10.0004)
-    assert ledger.merge(ledger.dump(), now, day) == 0 and ledger.records == [mine]
+    assert ledger.merge(ledger.dump(), now) == 0 and ledger.records == [mine]
     other = {"at": now - 5, "owner": "ns/ReplicaSet/other"}
-    assert ledger.merge([other], now, day) == 1
-    assert ledger.merge([other, *ledger.dump()], now, day) == 0
+    assert ledger.merge([other], now) == 1
+    assert ledger.merge([other, *ledger.dump()], now) == 0
     assert ledger.in_last_hour(now) == 2 and ledger.owner_moves("ns/ReplicaSet/other", now, day) == 1
 
 
@@ -225,34 +225,34 @@ def test_merging_never_grows_the_ledger_past_its_cap() -> None:
     for i in range(MAX_RECENT - 2):
         ledger.add(f"ns/ReplicaSet/own-{i}", now - 100 - i)
     edited = [{"at": now - i, "owner": f"ns/ReplicaSet/edited-{i}"} for i in range(5)]
-    assert ledger.merge(edited, now, day) == 5 and len(ledger.records) == MAX_RECENT
+    assert ledger.merge(edited, now) == 5 and len(ledger.records) == MAX_RECENT
     owners = {r.owner for r in ledger.records}
     assert {f"ns/ReplicaSet/edited-{i}" for i in range(5)} <= owners  # the newest of the union
     assert not {f"ns/ReplicaSet/own-{i}" for i in range(MAX_RECENT - 5, MAX_RECENT - 2)} & owners
-    assert allowance(ledger, now, 5, 10_000).left == 0
+    assert allowance(ledger, now, 5, 10_000, day).left == 0
 
 
 def test_a_full_ledger_keeps_another_replicas_newer_eviction() -> None:
     """The cap was applied to the status' records only, so a full ledger kept its own older records and
     dropped another replica's newer one (and the next status write erased it), against the docs."""
-    now, day = 1_800_000_000.0, 86_400.0
+    now = 1_800_000_000.0
     ledger = Ledger()
     for i in range(MAX_RECENT):
         ledger.add(f"o{i}", now - 80_000 + i)
-    assert ledger.merge([{"at": now - 5, "owner": "ns/Deployment/x"}], now, day) == 1
+    assert ledger.merge([{"at": now - 5, "owner": "ns/Deployment/x"}], now) == 1
     assert "ns/Deployment/x" in {r.owner for r in ledger.records} and len(ledger.records) == MAX_RECENT
 
 
 def test_a_withdrawn_record_does_not_come_back_from_a_status_that_still_lists_it() -> None:
     """An eviction written ahead and then refused is taken back; when the cycle's status patch did not
     land, the status still lists it, and the next merge counted it again for a whole window."""
-    now, day = 1_800_000_000.0, 86_400.0
+    now = 1_800_000_000.0
     ledger = Ledger()
     ahead = ledger.add("ns/ReplicaSet/a", now)
     stale = ledger.dump()
     ledger.discard(ahead)
-    assert ledger.merge(stale, now + 400, day) == 0 and ledger.records == []
-    ledger.prune(now + day + 1, day)  # out of the windows: forgotten
+    assert ledger.merge(stale, now + 400) == 0 and ledger.records == []
+    ledger.prune(now + KEEP_S + 1)  # out of every window: forgotten
     assert ledger.withdrawn == {}
 
 

@@ -7,8 +7,11 @@ SchedulingPolicy (``rlsched.io/v1alpha1``):
   out, report what the extender loaded, roll back on failure; an event on every transition.
   Progress is stored in annotations (``kopf.rlsched.io/…``), so a handler that finished is never
   run again for the same change — also across operator and API-server restarts. A generation whose
-  model failed and was rolled back is not published again by ``resume`` (the rollback's
-  ``rollbackOf`` says so).
+  model failed and was rolled back is not published again (the rollback's ``rollbackOf`` says so):
+  not by ``resume``, nor by the ``create``/``update`` kopf runs again when the operator stopped
+  before that handler finished. On ``resume``, a bundle already published for the generation is
+  verified as it is (published again when the extender answers without serving it), never built
+  again: the model source is not fetched, and an extender that does not answer is retried.
 - delete → :func:`retire`: the extender goes back to its own settings (an empty policy file).
 - a timer → :func:`refresh`: ``status.counts`` from the extender, and drift (the extender no longer
   serves what was rolled out: restarted without the files, …) as ``Degraded``.
@@ -27,7 +30,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import kopf
 
@@ -38,8 +41,8 @@ from .requeue import PendingPod, pending_pod
 from .rollout import RolloutResult, SourceError, bundle_label, serves
 from .runtime import Runtime, start_runtime
 from .settings import OperatorSettings
-from .sink import CURRENT, ModelTooLarge, SinkError
-from .spec import GROUP, PLURAL, VERSION, SpecError, crd_manifests, parse_spec
+from .sink import CURRENT, Bundle, ModelTooLarge, SinkError
+from .spec import GROUP, PLURAL, VERSION, PolicySpec, SpecError, crd_manifests, parse_spec
 
 log = logging.getLogger("rlsched.operator")
 
@@ -148,16 +151,22 @@ async def reconcile(
     rt.reward_weights = dict(ps.reward_weights)
     rt.objective = ps.objective.to_spec()
     async with rt.lock(uid):
-        if cause == "resume" and await _rolled_back_before(rt, namespace, name, generation):
+        # Every cause, not only resume: kopf stores what it handled once the handler finished, so an
+        # operator stopped during the rollback's verification runs create/update again (a spec change
+        # bumps the generation: rollbackOf naming this one is a run again of the same change).
+        rolled_back = await _rolled_back_before(rt, namespace, name, uid, generation)
+        if rolled_back is not None:
+            if cause != "resume":  # the run that rolled back never wrote its status: say why here
+                _report_rolled_back(rolled_back, body, status, patch, generation)
             return
-        if cause == "resume":  # the operator restarted: what it published may still be served
-            published = await rt.rollout.published_for(namespace, name, generation, ps)
-            if published is not None and await _confirm_served(rt, published, patch, status, generation):
-                patch.status["extender"] = {
-                    "mode": ps.mode,
-                    "fallback": ps.fallback,
-                    "extenderWeight": ps.extender_weight,
-                }
+        settings_status = {"mode": ps.mode, "fallback": ps.fallback, "extenderWeight": ps.extender_weight}
+        # The operator restarted: what it published for this generation may still be served. Then it
+        # is verified as it is, never built again (module docstring of rollout: the model source may
+        # have changed or gone since).
+        published = await rt.rollout.published_for(namespace, name, generation, ps) if cause == "resume" else None
+        if published is not None:
+            patch.status["extender"] = settings_status
+            if await _served_on_resume(rt, published, body, patch, status, generation):
                 log.info(
                     "policy %s/%s: the extender already serves generation %s; nothing to roll out "
                     "(the model was not fetched again)",
@@ -166,36 +175,24 @@ async def reconcile(
                     generation,
                 )
                 return
-        try:
-            bundle = await rt.rollout.build(namespace, name, generation, ps)
-        except SourceError as exc:
-            _set_conditions(
-                patch,
-                status,
-                generation,
-                _ready(False, exc.reason, str(exc), generation),
-                _degraded(True, exc.reason, str(exc), generation),
-            )
-            _transition(body, "Warning", exc.reason, str(exc))
-            if exc.temporary:
-                raise kopf.TemporaryError(str(exc), delay=10) from None
-            raise kopf.PermanentError(str(exc)) from None
-        patch.status["extender"] = {"mode": ps.mode, "fallback": ps.fallback, "extenderWeight": ps.extender_weight}
-
-        if cause == "resume":
-            try:
-                current = await rt.sink.read(CURRENT)
-            except SinkError as exc:  # unknown: publish it again below, as for a changed spec
-                log.warning("resume: cannot read the served bundle (%s); publishing it again", exc)
-                current = None
-            if bundle.same_content(current) and await _confirm_served(rt, bundle, patch, status, generation):
-                log.info(
-                    "policy %s/%s: the extender already serves generation %s; nothing to roll out",
-                    namespace,
-                    name,
-                    generation,
-                )
-                return
+            bundle = published  # answers, but does not serve it (yet): published again and verified below
+        else:
+            bundle = await _build(rt, body, status, patch, namespace, name, uid, generation, ps)
+            patch.status["extender"] = settings_status
+            if cause == "resume":
+                try:
+                    current = await rt.sink.read(CURRENT)
+                except SinkError as exc:  # unknown: publish it again below, as for a changed spec
+                    log.warning("resume: cannot read the served bundle (%s); publishing it again", exc)
+                    current = None
+                if bundle.same_content(current) and await _confirm_served(rt, bundle, patch, status, generation):
+                    log.info(
+                        "policy %s/%s: the extender already serves generation %s; nothing to roll out",
+                        namespace,
+                        name,
+                        generation,
+                    )
+                    return
 
         _transition(
             body,
@@ -230,23 +227,83 @@ async def reconcile(
         report(result, body, status, patch, generation)
 
 
-async def _rolled_back_before(rt: Runtime, namespace: str, name: str, generation: int | None) -> bool:
-    """On resume: was this generation rolled back already (the current slot holds the rollback
-    target, marked ``rollbackOf``)? Then it is not published again — the rollout failed for good
-    until the spec changes, and the status still says why. The rollback target stays published and
-    is checked once; a restart is not a retry of a bad model."""
+async def _build(
+    rt: Runtime,
+    body: kopf.Body,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    namespace: str,
+    name: str,
+    uid: str,
+    generation: int | None,
+    ps: PolicySpec,
+) -> Bundle:
+    """The bundle for the spec (the model fetched); a model source that fails is reported and raised
+    to kopf (temporary or permanent, as the :class:`SourceError` says)."""
+    try:
+        return await rt.rollout.build(namespace, name, generation, ps, uid=uid)
+    except SourceError as exc:
+        _set_conditions(
+            patch,
+            status,
+            generation,
+            _ready(False, exc.reason, str(exc), generation),
+            _degraded(True, exc.reason, str(exc), generation),
+        )
+        _transition(body, "Warning", exc.reason, str(exc))
+        if exc.temporary:
+            raise kopf.TemporaryError(str(exc), delay=10) from None
+        raise kopf.PermanentError(str(exc)) from None
+
+
+async def _served_on_resume(
+    rt: Runtime, published: Bundle, body: kopf.Body, patch: kopf.Patch, status: kopf.Status, generation: int | None
+) -> bool:
+    """On resume, with ``published`` found in the current slot: True (Ready) when the extender serves
+    it; False when it answers but does not (the caller publishes the same bundle again and verifies
+    it). An extender that does not answer is retried (``TemporaryError``): the bundle stays published
+    and its model source is left alone — fetching it again could publish other bytes under the same
+    key or URL, or fail on a source gone since (an expired URL) although the extender serves the model."""
+    try:
+        view = await rt.extender.status()
+    except ExtenderUnavailable as exc:
+        message = (
+            f"the extender does not answer ({exc}); {bundle_label(published)} stays published and is "
+            "verified when it answers"
+        )
+        _set_conditions(
+            patch,
+            status,
+            generation,
+            _ready(False, "ExtenderUnreachable", message, generation),
+            _degraded(True, "ExtenderUnreachable", message, generation),
+        )
+        _transition(body, "Warning", "ExtenderUnreachable", message)
+        raise kopf.TemporaryError(message, delay=15) from None
+    return _served(view, published, patch, status, generation)
+
+
+async def _rolled_back_before(
+    rt: Runtime, namespace: str, name: str, uid: str, generation: int | None
+) -> Bundle | None:
+    """Was this generation rolled back already (the current slot holds the rollback target, marked
+    ``rollbackOf`` this generation of this object)? Then the rollback target, and the generation is
+    not published again — the rollout failed for good until the spec changes. The rollback target
+    stays published and is checked once; a restart is not a retry of a bad model. A slot marked by
+    an older operator names no ``rollbackUid``: the generation alone decides."""
     try:
         current = await rt.sink.read(CURRENT)
-    except SinkError as exc:  # unknown: roll out as for any resume
-        log.warning("resume: cannot read the served bundle (%s)", exc)
-        return False
+    except SinkError as exc:  # unknown: roll out as for any change
+        log.warning("cannot read the served bundle (%s)", exc)
+        return None
     if (
         current is None
         or generation is None
         or current.meta.get("policy") != f"{namespace}/{name}"
         or current.meta.get("rollbackOf") != generation
+        or current.meta.get("rollbackUid") not in (None, uid)
     ):
-        return False
+        return None
     try:
         served = serves(await rt.extender.status(), current)
     except ExtenderUnavailable as exc:
@@ -263,7 +320,28 @@ async def _rolled_back_before(rt: Runtime, namespace: str, name: str, generation
         "serves" if served else "does not (yet) serve",
         extra={"event": "resume_rolled_back", "policy": f"{namespace}/{name}", "generation": generation},
     )
-    return True
+    return current
+
+
+def _report_rolled_back(
+    target: Bundle, body: kopf.Body, status: kopf.Status, patch: kopf.Patch, generation: int | None
+) -> NoReturn:
+    """The status and event of a generation found rolled back by a run that did not finish (the
+    operator stopped during the rollback's verification): only a model that failed marks a rollback
+    (:attr:`~rlsched.operator.rollout.Cause.model_failed`), so the reason is ``ModelLoadFailed``."""
+    message = (
+        f"generation {generation}: the extender could not load its model; rolled back to "
+        f"{bundle_label(target)} before the operator restarted; fix the spec (or the model) and apply it again"
+    )
+    _set_conditions(
+        patch,
+        status,
+        generation,
+        _ready(False, "ModelLoadFailed", message, generation),
+        _degraded(True, "ModelLoadFailed", message, generation),
+    )
+    _transition(body, "Warning", "RolledBack", message)
+    raise kopf.PermanentError(message)
 
 
 async def _note_policy(
@@ -351,6 +429,11 @@ async def _confirm_served(rt: Runtime, bundle: Any, patch: kopf.Patch, status: k
         view = await rt.extender.status()
     except ExtenderUnavailable:
         return False
+    return _served(view, bundle, patch, status, generation)
+
+
+def _served(view: ExtenderView, bundle: Any, patch: kopf.Patch, status: kopf.Status, generation: Any) -> bool:
+    """:func:`_confirm_served` with the extender's answer at hand."""
     if not serves(view, bundle):
         return False
     patch.status["model"] = _model_status(view)

@@ -16,7 +16,11 @@ the pod would sit for ``podMaxInUnschedulablePodsDuration`` (5 min) without the 
 "delayed by policy" (operator restarts). It bumps the annotation after
 ``max(retryAfterSeconds, min(initialS · 2^n, maxS))`` where n is the requeues done so far (read
 back from the annotation, so the count survives restarts), and gives up with a ``RequeueGaveUp``
-event after ``maxAttempts``. Pods that were bound, deleted or recreated meanwhile are dropped.
+event after ``maxAttempts``: once per pod, when a delay finds its annotation there. The annotation is
+the durable record that the requeues ended: the sweep passes such pods over without a word, and
+the memory of the pods told is bounded without forgetting any to make room (:data:`MEMORY`: past it,
+no more are told, so no pod is told twice). Pods that were bound, deleted or recreated meanwhile are
+dropped.
 
 Both inputs come from outside, so neither may stall the others: a ``retryAfterSeconds`` that is not
 a finite number within ``[0, RETRY_AFTER_FACTOR · maxS]`` (``json.loads`` reads ``NaN`` as nan and
@@ -29,7 +33,12 @@ annotation), failing otherwise (5xx, 429, 401, no answer) ``MAX_TRANSIENT_RETRIE
 (with backoff), or raising something
 unexpected — stops the requeues of that pod: it is remembered like a pod given up on, so the sweep
 does not schedule it again (the annotation never moved, so ``maxAttempts`` would never end it), and
-forgotten when the pod is deleted (:meth:`Requeuer.forget`). kube-scheduler's own retries go on.
+forgotten when the pod is deleted (:meth:`Requeuer.forget`) or no longer pending. Nothing on the pod
+records such a failure, so that memory is bounded by a pause instead: with :data:`MEMORY` pending pods
+whose requeues failed for good (the patch refused everywhere: RBAC, the admission policy), no requeue
+is scheduled until some of them are deleted or bound. Forgetting the oldest to make room had the
+sweep bring exactly those back, patching and posting events for them again on every round.
+kube-scheduler's own retries go on.
 """
 
 from __future__ import annotations
@@ -152,8 +161,10 @@ REFUSED = (400, 403, 422)
 invalid annotation): the same patch would be refused again. Any other failure (401 from an expired
 token, 5xx, 429, a lost answer) is retried with backoff."""
 MEMORY = 50_000
-"""Pods remembered per bookkeeping map (given up, dropped, retries, last requeue); the oldest are
-forgotten past it."""
+"""Pods remembered per bookkeeping map. Retries and last requeues: the oldest are forgotten past it.
+Pods given up on and pods whose requeue failed for good: none is forgotten to make room (the sweep
+would bring exactly those back, every round); a full one loses the pods no longer pending at the next
+sweep (:meth:`Requeuer.sweep`), and takes no more while it stays full (module docstring)."""
 
 
 def _remember(memory: OrderedDict[str, Any], uid: str, value: Any = None) -> None:
@@ -162,6 +173,14 @@ def _remember(memory: OrderedDict[str, Any], uid: str, value: Any = None) -> Non
     memory.move_to_end(uid)
     while len(memory) > MEMORY:
         memory.popitem(last=False)
+
+
+def _keep(memory: OrderedDict[str, None], uid: str) -> bool:
+    """Remember ``uid`` while there is room (none is forgotten to make it); whether it is remembered."""
+    if uid not in memory and len(memory) >= MEMORY:
+        return False
+    memory[uid] = None
+    return True
 
 
 class Requeuer:
@@ -184,8 +203,11 @@ class Requeuer:
         self._due: dict[str, tuple[float, str, str]] = {}
         self._last: OrderedDict[str, float] = OrderedDict()
         self._gave_up: OrderedDict[str, None] = OrderedDict()
+        """Pods told ``RequeueGaveUp`` (module docstring): bounded, none forgotten to make room."""
         self._dropped: OrderedDict[str, None] = OrderedDict()
-        """Pods whose requeue failed for good (module docstring): not scheduled again until deleted."""
+        """Pods whose requeue failed for good (module docstring): not scheduled again until deleted;
+        when full, no requeue is scheduled at all (:meth:`paused`)."""
+        self._was_paused = False
         self._wake = asyncio.Event()
         self._once = LogOnce(log).log
         self.requeued = 0
@@ -228,8 +250,33 @@ class Requeuer:
             self.delayed(pod["uid"], pod.get("namespace", ""), pod.get("name", ""), retry)
 
     def _stopped(self, uid: str) -> bool:
-        """Whether the requeues of ``uid`` ended: given up on after ``maxAttempts``, or failed for good."""
-        return uid in self._gave_up or uid in self._dropped
+        """Whether the requeues of ``uid`` ended (given up on after ``maxAttempts``, or failed for
+        good), or all requeues pause (:meth:`paused`)."""
+        return uid in self._gave_up or uid in self._dropped or self.paused
+
+    @property
+    def paused(self) -> bool:
+        """:data:`MEMORY` pending pods' requeues failed for good: no more are scheduled (module
+        docstring) until the next sweep finds some of them deleted or bound."""
+        return len(self._dropped) >= MEMORY
+
+    def _prune(self) -> None:
+        """A full memory of pods given up on or dropped loses the pods no longer pending (bound, or
+        deleted without the event reaching :meth:`forget`), at most once per sweep."""
+        for memory in (self._gave_up, self._dropped):
+            if len(memory) >= MEMORY:
+                for uid in [uid for uid in memory if self.lookup(uid) is None]:
+                    del memory[uid]
+        if self.paused != self._was_paused:
+            self._was_paused = self.paused
+            if self.paused:
+                log.error(
+                    "the requeues of %d pending pods failed for good (patches refused: RBAC, the admission "
+                    "policy?); no requeue is scheduled until some of them are deleted or bound",
+                    len(self._dropped),
+                )
+            else:
+                log.warning("pods whose requeues failed for good were deleted or bound: requeues go on")
 
     def forget(self, uid: str) -> None:
         """The pod was deleted: its UID never comes back, so nothing about it needs remembering."""
@@ -273,9 +320,12 @@ class Requeuer:
         """Schedule pending pods whose condition says "delayed" but that nothing scheduled."""
         added = 0
         now = self.clock()
+        self._prune()
         for pod in self.pending():
             if not pod.delayed or pod.uid in self._due or self._stopped(pod.uid):
                 continue
+            if pod.attempt >= self.settings.max_attempts:
+                continue  # requeues ended (the annotation says so); a delay that finds it there tells once
             try:
                 last = self._last.get(pod.uid)
                 if last is not None and now - last < self.backoff(pod.attempt, pod.retry_after_s):
@@ -323,7 +373,7 @@ class Requeuer:
                 await self._requeue(uid, entry[1], entry[2])
             except Exception:  # noqa: BLE001 - one bad pod must not stop the requeue of the others
                 self._failed(uid, "requeue of %s/%s failed", entry[1], entry[2])
-                _remember(self._dropped, uid)  # the sweep would bring it back, to fail again
+                _keep(self._dropped, uid)  # the sweep would bring it back, to fail again
                 continue
             done += 1
         return done
@@ -396,11 +446,22 @@ class Requeuer:
         self.failed += 1
         self._retries.pop(uid, None)
         if self.lookup(uid) is not None:
-            _remember(self._dropped, uid)
+            _keep(self._dropped, uid)
         self._once(f"dropped:{uid}", logging.WARNING, message, *args)
 
     def _give_up(self, uid: str, namespace: str, name: str, done: int) -> None:
-        _remember(self._gave_up, uid)
+        """``RequeueGaveUp``, once per pod: not posted when the memory of the pods told is full (its
+        annotation still says requeues ended; posting without remembering would repeat it on every delay)."""
+        if not _keep(self._gave_up, uid):
+            self._once(
+                "gave-up-full",
+                logging.WARNING,
+                "more than %d pending pods were given up on; RequeueGaveUp is not posted for more until some "
+                "are deleted or bound (their %s annotation says requeue.maxAttempts was reached)",
+                MEMORY,
+                self.settings.annotation,
+            )
+            return
         self.given_up += 1
         message = (
             f"the scheduling policy delayed this pod {done} times; rlsched operator stops requeueing it "

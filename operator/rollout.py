@@ -16,8 +16,9 @@ its :class:`RolloutResult` into status, conditions and events):
    the failed generation when its model failed (not a digest refusal, a rejected policy file or a
    timeout, which a restart tries again), and the result says what failed and why (a :class:`Cause`
    decided from ``/status``, not from words in a message);
-5. an extender that does not answer at all is *not* a reason to roll back: the bundle stays
-   published (the extender picks it up when it is back) and the caller retries the verification.
+5. an extender that does not answer — at all, or no longer at the deadline (it answered, then went
+   away: a restart) — is *not* a reason to roll back: the bundle stays published (the extender picks
+   it up when it is back) and the caller retries the verification.
 """
 
 from __future__ import annotations
@@ -433,11 +434,16 @@ class Rollout:
         self.sink, self.extender, self.fetcher = sink, extender, fetcher
         self.timeout_s, self.poll_s, self.clock, self.sleep = timeout_s, poll_s, clock, sleep
 
-    async def build(self, namespace: str, name: str, generation: int | None, spec: PolicySpec) -> Bundle:
-        """The bundle for a spec; raises :class:`SourceError`."""
+    async def build(
+        self, namespace: str, name: str, generation: int | None, spec: PolicySpec, *, uid: str | None = None
+    ) -> Bundle:
+        """The bundle for a spec; raises :class:`SourceError`. ``uid``: the policy object's, kept in
+        the bundle's metadata (a rollback names it next to ``rollbackOf``: a policy deleted and created
+        again under the same name starts at generation 1 again)."""
         meta: dict[str, Any] = {
             "policy": f"{namespace}/{name}",
             "generation": generation,
+            **({"uid": uid} if uid else {}),
             "source": spec.model.describe() if spec.model else None,
             "extenderWeight": spec.extender_weight,
         }
@@ -479,6 +485,12 @@ class Rollout:
             or (spec.model is not None and spec.model.sha256 and meta.get("digest") != spec.model.sha256)
         ):
             return None
+        if spec.model is not None and not spec.model.path:
+            # A fetched model is published with the bundle: only a slot that holds its very bytes is
+            # that bundle (it may be published again as it is, never fetched again).
+            data = current.model
+            if not current.model_name or data is None or meta.get("digest") != sha256(data):
+                return None
         model_path = current.settings.get("modelPath") if spec.model else None
         return current if spec.extender_settings(model_path) == current.settings else None
 
@@ -495,10 +507,11 @@ class Rollout:
         last_error = ""
         while True:
             try:
-                view = await self.extender.status()
+                answer = await self.extender.status()
             except ExtenderUnavailable as exc:
                 last_error = str(exc)
             else:
+                view, last_error = answer, ""
                 # Other bytes at our path are "not yet", not a failure: a ``path`` model and its
                 # sha256 change together, and the extender reads the file on its own timer.
                 if serves(view, bundle):
@@ -511,6 +524,11 @@ class Rollout:
             await self.sleep(self.poll_s)
         if view is None:
             return Verification(Cause.UNREACHABLE, None, f"the extender's status port did not answer: {last_error}")
+        if last_error:
+            # It answered (not serving the bundle yet) and then stopped answering: a restart, say. What
+            # it serves now is unknown, so neither the timeout nor an answer from before says the
+            # bundle failed: it stays published, like with an extender that never answered.
+            return Verification(Cause.UNREACHABLE, view, f"the extender's status port stopped answering: {last_error}")
         if view.policy_file_error:
             return Verification(
                 Cause.POLICY_FILE_REJECTED, view, f"the extender rejected the policy file: {view.policy_file_error}"
@@ -550,13 +568,19 @@ class Rollout:
         if last_good is not None and last_good.same_content(bundle):
             last_good = None  # the failed bundle itself: no earlier good one
         # ``rollbackOf`` marks the current slot as the rollback from this generation when its model is
-        # what failed (:attr:`Cause.model_failed`): an operator restart (resume) then leaves the
-        # known-bad generation alone instead of publishing it again.
-        mark = {"rollbackOf": bundle.meta.get("generation")} if checked.cause.model_failed else {}
+        # what failed (:attr:`Cause.model_failed`): an operator restart (resume, or the create/update
+        # kopf runs again when this one did not finish) then leaves the known-bad generation alone
+        # instead of publishing it again; ``rollbackUid`` tells the object from one created again
+        # under the same name.
+        mark = (
+            {"rollbackOf": bundle.meta.get("generation"), "rollbackUid": bundle.meta.get("uid")}
+            if checked.cause.model_failed
+            else {}
+        )
         if last_good is None:
             # No earlier good bundle: the same settings without the model — the fallback serves. Its
             # modelSha256 is null, not left out: the extender's own base digest must not apply.
-            meta = dict(bundle.meta, digest=None, source=None, generation=None, rollbackOf=None)
+            meta = dict(bundle.meta, digest=None, source=None, generation=None, rollbackOf=None, rollbackUid=None)
             target = Bundle(dict(bundle.settings, modelPath=None, modelSha256=None), None, None, dict(meta, **mark))
         else:
             target = dataclasses.replace(last_good, meta=dict(last_good.meta, **mark))

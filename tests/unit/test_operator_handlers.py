@@ -11,11 +11,13 @@ import pytest
 
 from rlsched.operator import handlers
 from rlsched.operator.decisionlog import Drainer, OutcomeTracker
+from rlsched.operator.extender_client import ExtenderView
 from rlsched.operator.requeue import Rejections, Requeuer
 from rlsched.operator.rollout import ModelFetcher, Rollout
 from rlsched.operator.runtime import Runtime
 from rlsched.operator.settings import OperatorSettings, load_settings
 from rlsched.operator.sink import CURRENT, DirectorySink, SinkError
+from rlsched.operator.spec import parse_spec
 from rlsched.operator.testing import EngineExtender, FakeKube, fake_model
 
 
@@ -579,3 +581,190 @@ async def test_a_deleted_pod_is_forgotten_by_the_requeue(env, monkeypatch: pytes
     await handlers.pod_event(type="MODIFIED", body=pod, memo=memo)
     await handlers.pod_event(type="DELETED", body=pod, memo=memo)
     assert forgotten == ["u1"]
+
+
+# -- resume with the bundle published, an extender that goes away, a rollback interrupted ------------
+
+
+def _count_fetches(memo: kopf.Memo) -> list:
+    """The model sources the rollout fetches from here on."""
+    fetcher = memo.runtime.rollout.fetcher
+    fetch = fetcher.fetch
+    fetched: list = []
+
+    async def spy(namespace, spec):
+        fetched.append(spec.model.describe() if spec.model else None)
+        return await fetch(namespace, spec)
+
+    fetcher.fetch = spy
+    return fetched
+
+
+async def test_an_extender_that_answers_once_and_goes_away_is_unreachable_not_a_timeout(env) -> None:
+    """The extender answered once during the verification (still the old bundle) and then did not
+    answer until rolloutTimeoutS: that ended as RolloutTimeout, rolled back and failed for good —
+    the new generation was taken off the current slot because the extender's pod restarted."""
+    from rlsched.operator.extender_client import ExtenderUnavailable
+
+    memo, kube, ext, events = env
+    add_model(kube, "m1", fake_model("v1"))
+    add_model(kube, "m2", fake_model("v2"))
+    s1 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "m1", "key": "m.npz"}}}
+    s2 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "m2", "key": "m.npz"}}}
+    first = await call(handlers.reconcile, body(s1), memo)
+    status = status_after(first)
+    real_status = ext.status
+    answers = {"left": 1}
+
+    async def answers_once_then_restarts():
+        if answers["left"] <= 0:
+            raise ExtenderUnavailable("GET http://extender/status: ConnectionRefusedError")
+        answers["left"] -= 1
+        return ExtenderView.from_status({"policy": ext.engine.status()})  # not re-read yet: the old bundle
+
+    ext.status = answers_once_then_restarts
+    events.clear()
+    failed = kopf.Patch()
+    with pytest.raises(kopf.TemporaryError):
+        await call(handlers.reconcile, body(s2, 2, status), memo, reason="update", patch=failed)
+    assert cond(failed, "Degraded")["reason"] == "ExtenderUnreachable"
+    assert [e[1] for e in events] == ["RollingOut", "ExtenderUnreachable"]
+    current = await memo.runtime.sink.read(CURRENT)
+    assert current.meta["generation"] == 2 and current.meta.get("rollbackOf") is None  # stays published
+    ext.status = real_status  # back: the retry verifies generation 2
+    retried = await call(handlers.reconcile, body(s2, 2, status), memo, reason="update")
+    assert cond(retried, "Ready")["reason"] == "RolledOut" and ext.engine.model_info.version == "v2"
+
+
+@pytest.mark.parametrize("source", ["new bytes", "deleted", "new bytes, sha256 pinned"])
+async def test_resume_with_the_extender_away_leaves_the_model_source_alone(env, source: str) -> None:
+    """On a restart with the extender not answering (both pods restarted), the bundle found published
+    was passed over and the model fetched again: new bytes under the same key were published (and
+    served once the extender was back), a source gone since (an expired URL, a deleted ConfigMap)
+    failed the policy, and with sha256 pinned new bytes failed it for good (DigestMismatch)."""
+    memo, kube, ext, events = env
+    v1 = fake_model("v1")
+    add_model(kube, "models", v1)
+    spec: dict = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "models", "key": "m.npz"}}}
+    if "pinned" in source:
+        spec["model"]["sha256"] = sha(v1)
+    first = await call(handlers.reconcile, body(spec), memo)
+    status = status_after(first)
+    if source == "deleted":
+        del kube.configmaps[("sched", "models")]
+    else:
+        add_model(kube, "models", fake_model("v2-unreviewed"))
+    fetched = _count_fetches(memo)
+    ext.reachable = False
+    events.clear()
+    away = kopf.Patch()
+    with pytest.raises(kopf.TemporaryError):
+        await call(handlers.reconcile, body(spec, 1, status), memo, reason="resume", patch=away)
+    assert (
+        cond(away, "Degraded")["reason"] == "ExtenderUnreachable"
+        and "stays published" in cond(away, "Ready")["message"]
+    )
+    assert fetched == [] and [e[1] for e in events] == ["ExtenderUnreachable"]
+    ext.reachable = True  # kopf retries the resume
+    back = await call(handlers.reconcile, body(spec, 1, status_after(first, away)), memo, reason="resume")
+    assert cond(back, "Ready")["reason"] == "RolledOut" and ext.engine.model_info.version == "v1"
+    assert fetched == []
+
+
+async def test_resume_publishes_the_bundle_it_finds_again_without_fetching_it(env) -> None:
+    """The extender answers but does not serve the published bundle (restarted without its files, or
+    still loading): the very bundle found published is published again and verified — before, the
+    model was fetched again and new bytes under the same key rolled out unreviewed."""
+    import dataclasses
+
+    memo, kube, ext, events = env
+    add_model(kube, "models", fake_model("v1"))
+    spec = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "models", "key": "m.npz"}}}
+    first = await call(handlers.reconcile, body(spec), memo)
+    add_model(kube, "models", fake_model("v2-unreviewed"))
+    fetched = _count_fetches(memo)
+    ext.engine.settings = dataclasses.replace(ext.engine.settings, mode="off")  # not what was published
+    events.clear()
+    patch = await call(handlers.reconcile, body(spec, 1, status_after(first)), memo, reason="resume")
+    assert cond(patch, "Ready")["reason"] == "RolledOut" and [e[1] for e in events] == ["RollingOut", "RolledOut"]
+    assert fetched == [] and ext.engine.model_info.version == "v1" and ext.engine.settings.mode == "active"
+
+
+async def test_a_slot_without_its_model_bytes_is_built_again_on_resume(env) -> None:
+    """Guard for the rule above (a bundle found published is never built again): only a slot that
+    holds the published model's bytes counts as published; one that lost them (a corrupt slot) would
+    be published again without its model, so it is built again from the source."""
+    memo, kube, ext, events = env
+    add_model(kube, "models", fake_model("v1"))
+    spec = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "models", "key": "m.npz"}}}
+    first = await call(handlers.reconcile, body(spec), memo)
+    current = await memo.runtime.sink.read(CURRENT)
+    (Path(memo.settings.sink.directory) / current.model_name).unlink()
+    fetched = _count_fetches(memo)
+    ps = parse_spec(spec)
+    assert await memo.runtime.rollout.published_for("sched", "default", 1, ps) is None
+    patch = await call(handlers.reconcile, body(spec, 1, status_after(first)), memo, reason="resume")
+    assert cond(patch, "Ready")["reason"] == "RolledOut" and fetched == ["configmap models/m.npz"]
+
+
+@pytest.mark.parametrize("cause", ["update", "create"])
+async def test_a_run_again_after_a_restart_mid_rollback_does_not_publish_the_bad_generation(env, cause) -> None:
+    """kopf stores what it handled only when the handler finished: an operator stopped while the
+    rollback was being verified ran the same create/update again — not resume, the only cause that
+    read rollbackOf — and published and loaded the known-bad model again."""
+    memo, kube, ext, events = env
+    add_model(kube, "good", fake_model("v1"))
+    add_model(kube, "bad", b"\x00 not a model")
+    s1 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "good", "key": "m.npz"}}}
+    s2 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "bad", "key": "m.npz"}}}
+    gen = 1 if cause == "create" else 2
+    status: dict = {}
+    if cause == "update":
+        status = status_after(await call(handlers.reconcile, body(s1), memo))
+    with pytest.raises(kopf.PermanentError):
+        await call(handlers.reconcile, body(s2, gen, status), memo, reason=cause)
+    loaded: list = []
+    loader = ext.engine.model_loader
+    ext.engine.model_loader = lambda path, typical: (loaded.append(path), loader(path, typical))[1]
+    fetched = _count_fetches(memo)
+    events.clear()
+    again = kopf.Patch()
+    with pytest.raises(kopf.PermanentError):  # the status the interrupted run never wrote
+        await call(handlers.reconcile, body(s2, gen, status), memo, reason=cause, patch=again)
+    assert loaded == [] and fetched == [] and [e[1] for e in events] == ["RolledBack"]
+    d = cond(again, "Degraded")
+    assert d["reason"] == "ModelLoadFailed" and "before the operator restarted" in d["message"]
+    assert again.status["observedGeneration"] == gen
+    # a new generation rolls out as usual
+    add_model(kube, "m3", fake_model("v3"))
+    s3 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "m3", "key": "m.npz"}}}
+    third = await call(handlers.reconcile, body(s3, gen + 1, status), memo, reason="update")
+    assert cond(third, "Ready")["reason"] == "RolledOut" and ext.engine.model_info.version == "v3"
+
+
+async def test_a_policy_created_again_under_the_same_name_is_not_taken_for_its_rolled_back_namesake(env) -> None:
+    """Guard: generation 1 of a new object (the old one deleted with its finalizer removed by hand while
+    no operator ran, so the slot still names the rollback) rolls out: rollbackOf belongs to another uid."""
+    memo, kube, ext, events = env
+    add_model(kube, "bad", b"\x00 not a model")
+    add_model(kube, "good", fake_model("v1"))
+    s_bad = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "bad", "key": "m.npz"}}}
+    with pytest.raises(kopf.PermanentError):
+        await call(handlers.reconcile, body(s_bad), memo)
+    assert (await memo.runtime.sink.read(CURRENT)).meta.get("rollbackUid") == "uid-1"
+    b = body({"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "good", "key": "m.npz"}}})
+    b["metadata"]["uid"] = "uid-2"
+    patch = kopf.Patch()
+    await handlers.reconcile(
+        body=b,
+        spec=b["spec"],
+        meta=b["metadata"],
+        status={},
+        namespace="sched",
+        name="default",
+        uid="uid-2",
+        patch=patch,
+        memo=memo,
+        reason=kopf.Reason.CREATE,
+    )
+    assert cond(patch, "Ready")["reason"] == "RolledOut" and ext.engine.model_info.version == "v1"

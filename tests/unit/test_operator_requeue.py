@@ -499,3 +499,67 @@ async def test_a_pod_deleted_while_its_patch_was_on_its_way_is_not_remembered(st
     gate.set()
     await task
     assert "u1" not in h.r._retries and "u1" not in h.r._dropped and "u1" not in h.r._due
+
+
+# -- bounded memories without churn ----------------------------------------------------------------
+
+
+async def test_more_pods_given_up_than_the_memory_holds_are_not_told_again_every_sweep(monkeypatch) -> None:
+    """Past MEMORY pods given up on, each sweep forgot the oldest to make room — exactly the pods it was
+    about to look at — and posted RequeueGaveUp for all of them again, every 15 s (55,000 events per
+    sweep at 55,000 pods). The annotation is the record: the sweep passes them over, and a delay tells
+    each pod once, as long as the memory has room."""
+    monkeypatch.setattr(requeue, "MEMORY", 3)
+    h = Harness()
+    for i in range(5):
+        h.add(f"u{i}", attempt=3, delayed=True)
+    await run_sweeps(h, 120.0)
+    assert h.kube.events == [] and h.r.scheduled == 0  # the sweep never gives up: it says nothing
+    for _round in range(4):  # kube-scheduler retries each pod; the extender delays it again
+        for i in range(5):
+            h.r.on_verdict(h.record(f"u{i}"))
+        await run_sweeps(h, 60.0)
+        await asyncio.sleep(0)
+    told = [e["ref"]["name"] for e in h.kube.events if e["reason"] == "RequeueGaveUp"]
+    assert sorted(told) == ["pod-u0", "pod-u1", "pod-u2"] and h.r.given_up == 3 and len(h.r._gave_up) == 3
+    assert h.patched() == []
+
+
+async def test_a_full_given_up_memory_makes_room_for_pods_still_pending(monkeypatch) -> None:
+    """Guard: a memory that forgets nothing to make room must not fill up for good with pods that
+    were bound meanwhile (their deletion may be years away): the sweep drops those."""
+    monkeypatch.setattr(requeue, "MEMORY", 2)
+    h = Harness()
+    for i in range(3):
+        h.add(f"u{i}", attempt=3, delayed=True)
+        h.r.on_verdict(h.record(f"u{i}"))
+    await asyncio.sleep(0)
+    assert h.r.given_up == 2
+    del h.index["u0"]  # bound
+    h.r.sweep()
+    h.r.on_verdict(h.record("u2"))
+    await asyncio.sleep(0)
+    assert h.r.given_up == 3 and set(h.r._gave_up) == {"u1", "u2"}
+
+
+async def test_more_refused_requeues_than_the_memory_holds_pause_instead_of_churning(monkeypatch) -> None:
+    """Past MEMORY pods whose patch was refused for good, the oldest were forgotten and the next
+    sweep scheduled exactly those again: a refused patch and a DelayedByPolicy event for each, every
+    round, forever. Nothing on the pod records a refusal, so a full memory pauses the requeues until
+    some of those pods are deleted or bound."""
+    monkeypatch.setattr(requeue, "MEMORY", 3)
+    h = Harness()
+    for i in range(5):
+        h.add(f"u{i}", delayed=True)
+    h.kube.fail["patch_pod"] = KubeError(403, "Forbidden", "pods is forbidden")
+    await run_sweeps(h, 3000.0)
+    assert len(h.patched()) == 5 and h.r.failed == 5 and h.r.paused
+    assert [e["reason"] for e in h.kube.events] == ["DelayedByPolicy"] * 5
+    h.r.on_verdict(h.record("u4"))  # paused: a delay schedules nothing either
+    assert h.r.scheduled == 0
+    # The patches are allowed again and two of the pods are bound: room, and the requeues go on.
+    del h.kube.fail["patch_pod"]
+    for uid in ("u0", "u1"):
+        del h.index[uid]
+    h.now = 3000.0
+    assert h.r.sweep() == 2 and not h.r.paused

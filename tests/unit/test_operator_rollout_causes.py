@@ -127,6 +127,42 @@ async def test_the_extenders_digest_refusal_stays_a_digest_mismatch(setup, tmp_p
     assert "sha256 mismatch" in result.message and (await sink.read(CURRENT)).meta.get("rollbackOf") is None
 
 
+@pytest.mark.parametrize(
+    ("answers", "cause"),
+    [
+        ("a" + "x" * 10, "ExtenderUnreachable"),  # answered once (the old bundle), then restarted
+        ("axxa" + "a" * 20, "RolloutTimeout"),  # away for a while, answering at the deadline: a timeout
+    ],
+)
+async def test_an_extender_that_stops_answering_is_unreachable_at_the_deadline(setup, answers, cause) -> None:
+    """``a``: an answer (not yet the new bundle), ``x``: no answer. Unreachable at the deadline after
+    one answer was a RolloutTimeout: rolled back, although the extender may serve the bundle once it is
+    back. The guard: an extender that answers at the deadline without serving the bundle timed out."""
+    from rlsched.operator.extender_client import ExtenderUnavailable
+
+    sink, kube, ext, rollout = setup
+    model_cm(kube, "m1", fake_model("v1"))
+    assert (await rollout.apply(await rollout.build(NS, "p", 1, parse_spec(cm_spec("m1"))))).ok
+
+    async def stuck() -> None:  # the extender does not read the new files (yet)
+        return None
+
+    ext.engine.poll = stuck
+    real_status, script = ext.status, iter(answers)
+
+    async def scripted():
+        if next(script, "x") == "x":
+            raise ExtenderUnavailable("GET http://extender/status: ConnectionRefusedError")
+        return await real_status()
+
+    ext.status = scripted
+    model_cm(kube, "m2", fake_model("v2"))
+    bundle = await rollout.build(NS, "p", 2, parse_spec(cm_spec("m2")))
+    checked = await rollout.verify(bundle, since=0.0)
+    assert checked.cause is not None and checked.cause.value == cause, checked.message
+    assert checked.view is not None  # the last answer, for the status
+
+
 # -- the extender's own digest ------------------------------------------------------------------------
 
 

@@ -138,11 +138,44 @@ def default_typical() -> TypicalPods:
     return TypicalPods.from_json(json.loads(text)["typicalPods"])
 
 
-def load_typical(path: str) -> TypicalPods:
-    """Typical pods from a JSON file (a list, or an object with ``typicalPods``)."""
+MAX_TYPICAL_BYTES = 1 << 20
+"""Largest typical pods file read (the built-in one is 3 KiB for 35 groups): a larger one is refused
+unread, as a model file over ``MAX_MODEL_BYTES`` is."""
+
+
+def _nonblocking(path: str, flags: int) -> int:
+    """``open``'s opener: a FIFO opens at once instead of waiting for a writer (then fails the
+    regular-file check); a regular file reads as always."""
+    return os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
+
+
+def read_regular_file(path: str, max_bytes: int, what: str) -> bytes:
+    """The bytes of ``path``, refused (ConfigError) unless it is a regular file of at most ``max_bytes``.
+
+    A FIFO would block the reader until a writer comes, and a device such as /dev/zero never ends:
+    both are refused after ``fstat`` of the opened file, before anything is read."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        with open(path, "rb", opener=_nonblocking) as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise ConfigError(f"{what} {path}: not a regular file; not read")
+            if st.st_size > max_bytes:
+                raise ConfigError(f"{what} {path}: larger than {max_bytes:,} bytes; not read")
+            data = f.read(max_bytes + 1)
+    except OSError as exc:
+        raise ConfigError(f"{what} {path}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:  # it grew after the fstat
+        raise ConfigError(f"{what} {path}: larger than {max_bytes:,} bytes; not read")
+    return data
+
+
+def load_typical(path: str) -> TypicalPods:
+    """Typical pods from a JSON file (a list, or an object with ``typicalPods``): a regular file of at
+    most :data:`MAX_TYPICAL_BYTES` (:func:`read_regular_file`)."""
+    raw = read_regular_file(path, MAX_TYPICAL_BYTES, "typical pods file")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except ValueError as exc:  # UnicodeDecodeError is one
         raise ConfigError(f"typical pods file {path}: {exc}") from None
     if isinstance(data, dict):
         data = data.get("typicalPods")
@@ -152,6 +185,27 @@ def load_typical(path: str) -> TypicalPods:
         return TypicalPods.from_json(data)
     except ValueError as exc:
         raise ConfigError(f"typical pods file {path}: {exc}") from None
+
+
+def typical_digest(typical: TypicalPods) -> str:
+    """sha256 of the typical pods themselves: two models' pods differ whatever their source is called."""
+    return hashlib.sha256(json.dumps(typical.to_json(), sort_keys=True).encode()).hexdigest()
+
+
+def _typical_or_error(path: str) -> TypicalPods | ConfigError:
+    """:func:`load_typical`, its ConfigError returned instead of raised (the file is read with the
+    policy file that names it; whether the error matters is decided when the typical pods are used)."""
+    try:
+        return load_typical(path)
+    except ConfigError as exc:
+        return exc
+
+
+def _warm_fallback(name: str, typical: TypicalPods) -> Scorer:
+    """A fallback scorer, built and warmed up (any thread)."""
+    fallback = make_scorer(name, typical)
+    warm_up(fallback)
+    return fallback
 
 
 def file_sha256(path: str) -> str:
@@ -178,6 +232,16 @@ def _stat_key(path: str | None) -> tuple[Any, ...] | None:
 
 
 ModelLoader = Callable[[str, TypicalPods], Scorer]
+
+_PREPARED_MAX = 2
+"""Fallbacks kept built ahead (:meth:`PolicyEngine._prepare`): the pending file's and its model's."""
+
+
+def _read_policy_file(path: str, base: PolicySettings) -> tuple[PolicySettings, TypicalPods | ConfigError | None]:
+    """The policy file, and the typical pods file it names (None: it names none), read in a worker thread."""
+    settings = load_policy_file(path, base)
+    typical_path = settings.typical_pods_path
+    return settings, _typical_or_error(typical_path) if typical_path else None
 
 
 def load_model(path: str, typical: TypicalPods | None = None) -> Scorer:
@@ -296,10 +360,19 @@ class PolicyEngine:
             "shadowDisagree": 0,
         }
         self.fallbacks: dict[str, int] = dict.fromkeys(FALLBACK_REASONS, 0)
+        self._builtin_typical = default_typical()
         self.typical_source = "built-in"
-        self.typical = default_typical()
-        self.fallback_scorer = make_scorer(canonical_name(settings.fallback), self.typical)
-        warm_up(self.fallback_scorer)
+        self.typical = self._builtin_typical
+        """The typical pods the fallback scorer uses (``/status`` ``typicalPods``)."""
+        self._fallback_key = (canonical_name(settings.fallback), typical_digest(self.typical))
+        """(fallback name, :func:`typical_digest` of its typical pods) of ``fallback_scorer``."""
+        self.fallback_scorer = _warm_fallback(self._fallback_key[0], self.typical)
+        self._typical_files: list[tuple[PolicySettings, TypicalPods | ConfigError]] = []
+        """The ``typicalPodsPath`` of each settings object in use (in effect, pending, base), as read with
+        the policy file that named it — off the event loop, by :meth:`poll` — matched by identity."""
+        self._prepared: dict[tuple[str, str], Scorer] = {}
+        """Fallbacks built and warmed off the event loop for settings about to take effect, by
+        ``_fallback_key``; the oldest dropped past :data:`_PREPARED_MAX`."""
 
     # -- start-up and reload ----------------------------------------------------------------------
     def start(self, strict_model: bool = True) -> None:
@@ -311,7 +384,7 @@ class PolicyEngine:
         if self.policy_file:
             self._file_key = _stat_key(self.policy_file)
             try:
-                self.settings = load_policy_file(self.policy_file, self.base_settings)
+                self.settings = self._start_up_seed(load_policy_file(self.policy_file, self.base_settings))
                 self.settings_loaded_at = self.clock()
             except ConfigError as exc:
                 if strict_model:
@@ -424,30 +497,101 @@ class PolicyEngine:
             extra={"event": "model_loaded", "version": info.version, "digest": info.digest},
         )
 
+    def _start_up_seed(self, settings: PolicySettings) -> PolicySettings:
+        """``settings`` (from the policy file) with the start-up ``seed``: the node tie-break order is the
+        cache's, fixed for the process from the config's ``policy.seed``, so a policy file's ``seed`` is
+        not applied. One that differs is logged and counted (``rlsched_extender_policy_reloads_total``
+        ``{result="key-ignored"}``) once per file read; the rest of the file applies."""
+        seed = self.base_settings.seed
+        if settings.seed == seed:
+            return settings
+        log.warning(
+            "policy file %s: seed %s ignored: the seed is read at start-up only (the config's policy.seed, %s, "
+            "stays in effect); the rest of the file applies",
+            self.policy_file,
+            settings.seed,
+            seed,
+            extra={"event": "policy_key_ignored"},
+        )
+        self._count("rlsched_policy_reloads_total", "key-ignored")
+        return replace(settings, seed=seed)
+
+    def _typical_file(self, settings: PolicySettings, path: str) -> TypicalPods | ConfigError:
+        """``settings``' typical pods file as read with its policy file; read here (on the caller's
+        thread) only for settings :meth:`poll` did not read (the base settings at start)."""
+        for known, read in self._typical_files:
+            if known is settings:
+                return read
+        read = _typical_or_error(path)
+        self._remember_typical(settings, read)
+        return read
+
+    def _remember_typical(self, settings: PolicySettings, read: TypicalPods | ConfigError) -> None:
+        """``read`` is ``settings``' typical pods file from now on (a policy file that is missing yet
+        gives the base settings again: their file is read again with it)."""
+        self._typical_files = [(s, r) for s, r in self._typical_files if s is not settings]
+        self._typical_files.append((settings, read))
+
+    def _keep_typical_files(self) -> None:
+        """Forget the typical pods files of settings no longer in use."""
+        live = (self.settings, self.pending, self.base_settings)
+        self._typical_files = [(s, r) for s, r in self._typical_files if any(s is x for x in live)]
+
     def _typical_for(self, settings: PolicySettings, model: Scorer | None) -> tuple[TypicalPods, str]:
         """The typical pods (and their source) for ``settings`` with ``model``; ConfigError when the
-        settings' ``typicalPodsPath`` is needed and cannot be read."""
+        settings' ``typicalPodsPath`` is needed and could not be read. Reads no file for settings that
+        :meth:`poll` read (it read their file off the event loop with the policy file)."""
         if model is not None:
             typical = model_typical(model)
             if typical is not None:
                 return typical, "model"
-        if settings.typical_pods_path:
-            return load_typical(settings.typical_pods_path), settings.typical_pods_path
-        return default_typical(), "built-in"
+        path = settings.typical_pods_path
+        if path:
+            read = self._typical_file(settings, path)
+            if isinstance(read, ConfigError):
+                raise ConfigError(str(read))
+            return read, path
+        return self._builtin_typical, "built-in"
 
-    def _fallback_for(self, settings: PolicySettings, typical: TypicalPods, source: str) -> Scorer | None:
-        """A new fallback scorer when ``settings`` (or the typical pods' source) need one, else None."""
-        if source == self.typical_source and canonical_name(settings.fallback) == self.fallback_scorer.name:
-            return None
-        fallback = make_scorer(canonical_name(settings.fallback), typical)
-        warm_up(fallback)
-        return fallback
+    def _fallback_for(self, settings: PolicySettings, typical: TypicalPods) -> tuple[tuple[str, str], Scorer | None]:
+        """The fallback's key for ``settings`` with ``typical``, and a new fallback scorer when it is not
+        the key of the one serving (else None). The typical pods themselves are compared, not their
+        source: two models' manifests are both "model". Built here (warm-up included) unless
+        :meth:`_prepare` built it off the loop."""
+        key = (canonical_name(settings.fallback), typical_digest(typical))
+        if key == self._fallback_key:
+            return key, None
+        fallback = self._prepared.pop(key, None)
+        return key, fallback if fallback is not None else _warm_fallback(key[0], typical)
+
+    def _set_fallback(self, typical: TypicalPods, source: str, key: tuple[str, str], fallback: Scorer | None) -> None:
+        """The typical pods and fallback in effect (``fallback`` None: the one serving has ``key``)."""
+        self.typical, self.typical_source = typical, source
+        if fallback is not None:
+            self.fallback_scorer, self._fallback_key = fallback, key
 
     def _apply_typical_and_fallback(self, settings: PolicySettings, model: Scorer | None) -> None:
         typical, source = self._typical_for(settings, model)
-        fallback = self._fallback_for(settings, typical, source)
-        if fallback is not None:
-            self.typical, self.typical_source, self.fallback_scorer = typical, source, fallback
+        self._set_fallback(typical, source, *self._fallback_for(settings, typical))
+
+    async def _prepare(self, settings: PolicySettings, model: Scorer | None) -> None:
+        """Build and warm up, in a worker thread, the fallback ``settings`` with ``model`` will need, so
+        that putting them in effect does not do it on the event loop (the first FGD call costs ~150 ms).
+        Only a cache: a failure here is met again, and handled, where the fallback is put in effect."""
+        try:
+            typical, _ = self._typical_for(settings, model)
+            key = (canonical_name(settings.fallback), typical_digest(typical))
+        except Exception:  # noqa: BLE001 - handled where the settings take effect
+            return
+        if key == self._fallback_key or key in self._prepared:
+            return
+        try:
+            fallback = await asyncio.get_running_loop().run_in_executor(None, _warm_fallback, key[0], typical)
+        except Exception:  # noqa: BLE001 - as above
+            return
+        self._prepared[key] = fallback
+        while len(self._prepared) > _PREPARED_MAX:
+            del self._prepared[next(iter(self._prepared))]
 
     def _take_effect(self, settings: PolicySettings, model: tuple[Scorer | None, ModelInfo] | None = None) -> bool:
         """Put ``settings`` in effect together with ``model`` (scorer, info; None: the model in effect
@@ -457,7 +601,7 @@ class PolicyEngine:
         scorer = self.model if model is None else model[0]
         try:
             typical, source = self._typical_for(settings, scorer)
-            fallback = self._fallback_for(settings, typical, source)
+            key, fallback = self._fallback_for(settings, typical)
         except ConfigError as exc:
             if settings is self.pending:
                 self._clear_pending()
@@ -465,8 +609,7 @@ class PolicyEngine:
             return False
         if model is not None:
             self._swap_model(*model)
-        if fallback is not None:
-            self.typical, self.typical_source, self.fallback_scorer = typical, source, fallback
+        self._set_fallback(typical, source, key, fallback)
         changed = settings != self.settings
         self.settings, self.settings_loaded_at = settings, self.clock()
         if settings is self.pending:
@@ -495,10 +638,18 @@ class PolicyEngine:
             key = _stat_key(self.policy_file)
             if key != self._file_key:
                 self._file_key = key
-                try:  # read and parsed off the event loop: a file is up to MAX_YAML_BYTES of YAML
-                    new = await loop.run_in_executor(None, load_policy_file, self.policy_file, self.base_settings)
+                read_before = list(self._typical_files)
+                try:  # read and parsed off the event loop: a file is up to MAX_YAML_BYTES of YAML, and
+                    # its typicalPodsPath up to MAX_TYPICAL_BYTES of JSON (a FIFO there is refused unread)
+                    new, typical = await loop.run_in_executor(
+                        None, _read_policy_file, self.policy_file, self.base_settings
+                    )
+                    new = self._start_up_seed(new)
+                    if typical is not None:
+                        self._remember_typical(new, typical)
                     self._typical_for(new, self.model)  # an unreadable typicalPodsPath rejects the file
                 except ConfigError as exc:
+                    self._typical_files = read_before  # a rejected file changes nothing (base settings again)
                     self._policy_file_failed(exc, "keeping the previous settings")
                 else:
                     self.settings_error = None
@@ -506,6 +657,8 @@ class PolicyEngine:
                     # Pending until its model is known to be the one in effect, or has loaded (below).
                     self.pending, self.pending_since = new, self.clock()
                     self.pending_state, self.pending_error = "waiting", None
+                    self._keep_typical_files()
+                    await self._prepare(new, self.model)
         target = self.pending if self.pending is not None else self.settings
         path = target.model_path
         if not path:
@@ -541,6 +694,8 @@ class PolicyEngine:
         if target is self.pending:
             self.pending_state = "loading"
         scorer, info = await loop.run_in_executor(None, self._load, *args)
+        if scorer is not None and (self.pending if self.pending is not None else self.settings) is target:
+            await self._prepare(target, scorer)
         if (self.pending if self.pending is not None else self.settings) is not target:
             return  # another poll applied or read a newer policy file meanwhile; the next poll goes on
         if scorer is None:
@@ -581,7 +736,15 @@ class PolicyEngine:
                     return
             else:  # the file of the settings in effect changed: the new bytes serve under them
                 self._swap_model(scorer, info)
-                self._apply_typical_and_fallback(self.settings, scorer)
+                try:
+                    self._apply_typical_and_fallback(self.settings, scorer)
+                except ConfigError as exc:  # a model without typical pods, the settings' file unreadable
+                    log.warning(
+                        "model %s has no typical pods and %s; the fallback keeps its typical pods",
+                        path,
+                        exc,
+                        extra={"event": "typical_pods_kept"},
+                    )
             self._model_key, self._failed = key, None
             self._log_loaded(info)
             self._count("rlsched_model_reloads_total", "ok")

@@ -82,7 +82,7 @@ class Service:
         self.api = api
         self.cache = ClusterCache(
             settings.gpu,
-            settings.policy.seed,
+            settings.policy.seed,  # start-up only: a policy file's seed is ignored (PolicyEngine._start_up_seed)
             rejections=Rejections(lambda kind, reason: metrics.objects_rejected.labels(kind, reason).inc()),
             scheduler_name=settings.kubernetes.scheduler_name,
         )

@@ -94,19 +94,21 @@ class HoldCounts:
     def get(self, uid: str) -> int:
         return self._holds.get(uid, (0, 0.0))[0]
 
-    def admit(self, uid: str, now: float, hold_s: float) -> bool:
-        """Whether a delay for ``uid`` decided at ``now`` is served: within the last hold (not counted
-        again), or as a new hold while fewer than MAX_HOLDS_PER_POD were served."""
+    def admit(self, uid: str, now: float, hold_s: float) -> float | None:
+        """The seconds from ``now`` the hold served for a delay of ``hold_s`` decided for ``uid`` runs:
+        what is left of the last hold while it runs (the same hold: not counted again, and its end
+        stays where it was), else ``hold_s`` for a new hold while fewer than MAX_HOLDS_PER_POD were
+        served; None when that many were (the pod is placed now)."""
         count, until = self._holds.get(uid, (0, 0.0))
         if count and now < until:
-            return True
+            return until - now
         if count >= MAX_HOLDS_PER_POD:
-            return False
+            return None
         self._holds[uid] = (count + 1, now + hold_s)
         self._holds.move_to_end(uid)
         while len(self._holds) > self.MAX_PODS:
             self._holds.popitem(last=False)
-        return True
+        return hold_s
 
     def forget(self, uid: str) -> None:
         self._holds.pop(uid, None)
@@ -371,8 +373,11 @@ class Extender:
         self._unknown([names[i] for i in np.flatnonzero(~known).tolist()], failed, unresolvable)
         verdict = outcome.verdict
         if verdict is not None and verdict.action == "delay" and outcome.decision is not None:
-            if not self.holds.admit(info.uid, self.cache.clock(), verdict.retry_after_s):
+            left = self.holds.admit(info.uid, self.cache.clock(), verdict.retry_after_s)
+            if left is None:
                 outcome = replace(outcome, verdict=None)  # held often enough: placed now
+            elif left != verdict.retry_after_s:  # the hold that runs: its end and the time left, not a new one
+                outcome = replace(outcome, verdict=replace(verdict, retry_after_s=round(left, 3)))
         remembered = Remembered(info, epoch, outcome, self.cache.clock())
         self.memory.put(info.uid, remembered)
         if outcome.verdict is not None:

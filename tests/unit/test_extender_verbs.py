@@ -561,6 +561,34 @@ async def test_a_pod_held_three_times_is_placed_at_its_next_decision(tmp_path) -
     assert h.extender.counts == {"delayed": 6, "policy": 1}
 
 
+async def test_a_delay_during_the_running_hold_names_its_end_and_the_time_left(tmp_path) -> None:
+    """A delay decided again while the pod's hold ran is that hold (not counted again), but filter's
+    answer and its record announced a new full hold from now: "until now + 60 s (retry in 60s)"."""
+    h = harness(model_path=model_file(tmp_path, verdict="delay", hold=60.0))
+    mono, wall = {"now": 1000.0}, {"now": 1_795_000_000.0}  # 2026-11-18T11:06:40Z
+    h.cache.clock = lambda: mono["now"]
+    h.extender.clock = lambda: wall["now"]
+    pod = h.add_pod(make_pod("p", gpus=1))
+    uid = pod["metadata"]["uid"]
+    h.cache.set_pod(copy.deepcopy(pod))
+    answers = []
+    async with TestClient(TestServer(h.app())) as c:
+        for step in (0, 45, 16):  # seconds before each filter: the hold's start, within it, after it
+            mono["now"] += step
+            wall["now"] += step
+            h.extender.memory.pop(uid)
+            h.cache.unreserve(uid)
+            _, body = await call(c, "filter", {"Pod": pod, "NodeNames": NAMES})
+            answers.append((body["FailedNodes"]["v100-0"], served(h)["retryAfterSeconds"]))
+    why = "delayed by policy rl-scheduler until {} (retry in {}): cluster too fragmented"
+    assert answers == [
+        (why.format("2026-11-18T11:07:40Z", "60s"), 60.0),
+        (why.format("2026-11-18T11:07:40Z", "15s"), 15.0),  # the same hold: its end, 15 s left
+        (why.format("2026-11-18T11:08:41Z", "60s"), 60.0),  # a new hold
+    ]
+    assert h.extender.holds.get(uid) == 2
+
+
 async def test_a_verdict_decided_at_prioritize_does_not_refuse_the_bind(tmp_path) -> None:
     """Prioritize decides again when the cluster changed after filter; a delay it found was kept in
     the decision memory, and bind refused a pod filter had passed."""

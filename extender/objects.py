@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rlsched.policy.cluster import NodeSpec, PodSpec, pod_request_problem
+from rlsched.policy.cluster import CpuPrediction, NodeSpec, PodSpec, pod_request_problem
 from rlsched.policy.resources import (
     MILLI_PER_CARD,
     QUANTITY_LIMIT,
@@ -284,6 +284,35 @@ def _pod_totals(spec: Mapping[str, Any], keys: tuple[str, ...], where: str) -> d
     return {k: min(v, MAX_QUANTITY) for k, v in out.items()}
 
 
+def _cpu_prediction(spec: Mapping[str, Any], where: str) -> CpuPrediction:
+    """What Trimaran's TargetLoadPacking predicts the pod's cpu from (``PredictUtilisation``): per
+    container of ``spec.containers`` (init containers are not counted) its cpu limit if it sets one,
+    else its cpu request if it sets one, else nothing (the default); plus ``spec.overhead``'s cpu.
+    Read from each container's own limits and requests, not :func:`_container_requests`' merge; the
+    objects around them were checked by :func:`_pod_totals` already (called first)."""
+    limits = 0
+    requests: list[int] = []
+    unset = 0
+    for i, c in enumerate(spec.get("containers") or ()):
+        res = c.get("resources") or {}
+        for kind in ("limits", "requests"):
+            values = res.get(kind)
+            if values and "cpu" in values:
+                w = f"{where}.containers[{i}].resources.{kind}"
+                amount = _quantity(values, "cpu", w, cpu_milli, saturate=True)
+                if kind == "limits":
+                    limits += amount
+                else:
+                    requests.append(amount)
+                break
+        else:
+            unset += 1
+    overhead = spec.get("overhead")
+    if overhead and "cpu" in overhead:
+        limits += _quantity(overhead, "cpu", f"{where}.overhead", cpu_milli, saturate=True)
+    return CpuPrediction(min(limits, MAX_QUANTITY), tuple(requests), unset)
+
+
 def _pod_uid(meta: Mapping[str, Any], where: str) -> str:
     """``metadata.uid`` of a pod: required, and a UID bind would take (:func:`~.names.check_uid`).
 
@@ -365,6 +394,7 @@ def pod_info(pod: Any, gpu: GpuConventions, where: str = "Pod") -> PodInfo:
                 gpu_milli=m,
                 gpu_models=models if n else (),
                 qos=qos_class(meta.get("labels"), status.get("qosClass"), gpu),
+                cpu_prediction=_cpu_prediction(spec, f"{where}.spec"),
             )
     held = None
     whole = num_gpu + (1 if share else 0)

@@ -73,6 +73,23 @@ class NodeSpec:
 
 
 @dataclass(frozen=True)
+class CpuPrediction:
+    """A Kubernetes pod's cpu as Trimaran's TargetLoadPacking reads it (``PredictUtilisation`` over
+    ``spec.containers``, init containers not counted, plus ``spec.overhead``), before the scorer's two
+    parameters: :func:`rlsched.policy.scorers.trimaran.predict_pod_cpu_milli` turns it into millicores.
+    The extender reads it from the pod (:func:`rlsched.extender.objects.pod_info`); a trace pod, which
+    has only a request, has none, and the scorer predicts from its request alone."""
+
+    limits_milli: int = 0
+    """Σ cpu limit of the containers that set one (each predicted at its limit), plus the overhead's cpu."""
+    requests_milli: tuple[int, ...] = ()
+    """The cpu request of each container with a request and no limit (each predicted at
+    ``round(request · multiplier)``)."""
+    unset: int = 0
+    """Containers with neither (each predicted at the default millicores)."""
+
+
+@dataclass(frozen=True)
 class PodSpec:
     """What a pod asks for.
 
@@ -93,6 +110,9 @@ class PodSpec:
     """The trace's QoS class (openb: ``LS`` latency-sensitive, ``BE`` best-effort, ``Burstable``,
     ``Guaranteed``); empty when unknown. The living-cluster mode draws usage and counts SLA by it, and
     a model trained with the QoS features sees whether it is :data:`LATENCY_SENSITIVE`."""
+    cpu_prediction: CpuPrediction | None = None
+    """What TargetLoadPacking predicts the pod's cpu from, for a Kubernetes pod (its containers' limits
+    and requests); None for a trace pod, predicted from ``cpu_milli`` as a request without a limit."""
 
     def __post_init__(self) -> None:
         problem = pod_request_problem(self.cpu_milli, self.memory_mib, self.num_gpu, self.gpu_milli)
@@ -145,6 +165,8 @@ class PodRequest:
     """True when the pod restricts the GPU model."""
     latency_sensitive: bool = False
     """The pod's QoS class is one of :data:`LATENCY_SENSITIVE`."""
+    cpu_prediction: CpuPrediction | None = None
+    """:attr:`PodSpec.cpu_prediction` (TargetLoadPacking reads it)."""
 
     @property
     def is_gpu(self) -> bool:
@@ -286,6 +308,7 @@ class ClusterState:
             model_ok=model_ok,
             constrained=bool(pod.gpu_models) and pod.num_gpu > 0,
             latency_sensitive=pod.qos in LATENCY_SENSITIVE,
+            cpu_prediction=pod.cpu_prediction,
         )
 
     def short_of_cpu_or_memory(self, req: PodRequest, node: int) -> bool:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .cards import default_cards
-from .cluster import ClusterState, PodRequest
+from .cluster import LOAD_METRICS, ClusterState, PodRequest
 from .fragmentation import Fragmentation, numpy_kernel
 from .resources import MILLI_PER_CARD
 from .scorers.fgd_cpu import DEFAULT_CPU_WEIGHT, CpuFragmentation
@@ -131,6 +131,12 @@ _FRAG = _columns(FRAG_FEATURES[0], FRAG_FEATURES[-1])
 _PRICE = FEATURES.index("price_rel")
 _LOAD = _columns("load_cpu", "load_known")
 _QOS = _columns(QOS_FEATURES[0], QOS_FEATURES[-1])
+_READ_LOAD = slice(LOAD_METRICS.index("cpu"), LOAD_METRICS.index("memory") + 1)
+"""The :attr:`ClusterState.load` columns the encoder reads (``load_cpu``, ``load_mem``, ``load_known``),
+the only ones training fills (:mod:`rlsched.policy.dynamic.scrape`). Nodes are grouped on these alone:
+network or disk load, which no row shows, must not split a group (``groups_frac``) nor switch the
+load columns on."""
+assert LOAD_METRICS.index("memory") == LOAD_METRICS.index("cpu") + 1
 
 
 @dataclass
@@ -189,13 +195,14 @@ class FeatureEncoder:
         return pair
 
     def group(self, state: ClusterState, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
-        """(rep positions, group per node, count per group, any load known) for ``nodes``."""
+        """(rep positions, group per node, count per group, any cpu or memory load known) for ``nodes``."""
         keys = node_keys(state)[nodes]
         if self.use_qos:
             keys = _with_counts(keys, state, nodes)
-        load_known = self.use_load and not np.isnan(state.load).all()
+        load = state.load[:, _READ_LOAD]
+        load_known = self.use_load and not np.isnan(load).all()
         if load_known:
-            return (*_factorize(keys, np.nan_to_num(state.load[nodes], nan=-1.0)), load_known)
+            return (*_factorize(keys, np.nan_to_num(load[nodes], nan=-1.0)), load_known)
         return (*_factorize(keys), load_known)
 
     def encode(self, state: ClusterState, req: PodRequest, nodes: np.ndarray) -> Candidates:

@@ -94,7 +94,13 @@ def pod_manifest(
             {
                 "name": "main",
                 "image": "registry.example.com/job:1",
-                "resources": {"requests": dict(res), "limits": dict(res)},
+                # No cpu or memory limit: a limit is what Trimaran's TargetLoadPacking predicts a
+                # container's cpu by, and the simulator's trace pods have requests only. Extended
+                # resources (the GPU ones) must have a limit equal to the request.
+                "resources": {
+                    "requests": dict(res),
+                    **({"limits": extended} if (extended := {k: v for k, v in res.items() if "/" in k}) else {}),
+                },
             }
         ],
     }
@@ -108,8 +114,8 @@ def pod_manifest(
 def pod_from_spec(spec: Any, name: str | None = None, **kwargs: Any) -> dict[str, Any]:
     """:func:`pod_manifest` for a :class:`rlsched.policy.cluster.PodSpec` (trace pods). Every pod carries
     its trace QoS class as the QoS label (``LS`` for openb's ``LS`` and ``Guaranteed``, ``BE`` for the
-    rest, an empty class included), so the extender reads the class the simulator used: every
-    replay pod's requests equal its limits, which Kubernetes alone would call Guaranteed."""
+    rest, an empty class included), so the extender reads the class the simulator used: Kubernetes
+    alone would call every replay pod Burstable (requests without cpu or memory limits)."""
     from rlsched.policy.cluster import LATENCY_SENSITIVE
 
     kwargs["labels"] = {**(kwargs.get("labels") or {}), QOS_LABEL: "LS" if spec.qos in LATENCY_SENSITIVE else "BE"}

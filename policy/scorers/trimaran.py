@@ -10,7 +10,7 @@ below); Trimaran's load-watcher reports percents, so ``percent = 100 · load``.
 
 TargetLoadPacking (CPU only; ``T`` = target utilization %, default 40)::
 
-    pod     = Σ containers: limit if set, else round(request · 1.5) if set, else 1000m   (+ overhead)
+    pod     = Σ containers: limit if set, else round(request · 1.5) if set, else 1000m,  + overhead
     used    = (percent / 100) · capacity                                   # millicores, float
     missing = Σ pods bound to the node recently (below): their predicted cpu, like ``pod``
     P       = 100 · (used + pod + missing) / capacity     (P = 0 when capacity = 0)
@@ -27,10 +27,14 @@ LoadVariationRiskBalancing (per resource r in cpu, memory; margin ``m``, sensiti
     score_r = (1 − (μ_r + σ_r) / 2) · 100           (0 when A ≤ 0)
     score   = round(min(score_cpu, score_mem)) if both known, else round(the known one), else 0
 
-``round`` is Go's ``math.Round`` (half away from zero, :func:`go_round`), not Python's. The pod is
-our single implicit container: TargetLoadPacking sees ``cpu_milli`` as a *request without a limit*
-(so ×1.5; 0 means "no request" → 1000m), LoadVariationRiskBalancing sees the raw requests with no
-default for zero (``GetResourceRequested``); memory is in MiB on both sides (Go's bytes × 2⁻²⁰).
+``round`` is Go's ``math.Round`` (half away from zero, :func:`go_round`), not Python's. What
+TargetLoadPacking predicts the pod from: a Kubernetes pod (the extender) carries its containers' cpu
+limits and requests and its overhead (:class:`~rlsched.policy.cluster.CpuPrediction`), predicted
+container by container as above (:func:`predict_pod_cpu_milli`; init containers are not counted, as
+upstream); a trace pod has only a request, so it is one container with ``cpu_milli`` as a *request
+without a limit* (×1.5; 0 means "no request" → 1000m). LoadVariationRiskBalancing sees the raw
+requests with no default for zero (``GetResourceRequested``); memory is in MiB on both sides (Go's
+bytes × 2⁻²⁰).
 
 Missing load, as Trimaran does it: a node without metrics scores the minimum, 0, in both plugins.
 TargetLoadPacking scores 0 where the cpu mean is NaN. LoadVariationRiskBalancing counts a resource as
@@ -47,8 +51,8 @@ pod still on the node whose bind time ``t`` is after the metrics window's end ``
 ``metricsAgentReportingIntervalSeconds`` (60 s) before it (``t > E − 60``), predicted like the pod
 being scored. Without a view (the FGD mode, the extender, and a copy of the state, which starts with
 no caches) they read :attr:`ClusterState.load` as the mean and :attr:`ClusterState.load_std` as the
-deviation, and the recently-bound term is 0. Pod overhead and init containers do not exist in our pod
-model (both 0).
+deviation, and the recently-bound term is 0. The recently-bound term predicts trace pods (the
+living-cluster simulator's), so from their requests alone.
 
 Ties: both set :attr:`Scorer.kube_scheduler_ties`, so where the run's tie-break carries kube-scheduler's
 stream (the living-cluster simulator) a tie goes to a uniformly random node among the best, as
@@ -61,7 +65,7 @@ import math
 
 import numpy as np
 
-from ..cluster import LOAD_METRICS, ClusterState, PodRequest
+from ..cluster import LOAD_METRICS, ClusterState, CpuPrediction, PodRequest
 from .base import MAX_NODE_SCORE, NodeScores, Scorer
 
 DEFAULT_TARGET_UTILIZATION_PERCENT = 40
@@ -118,11 +122,19 @@ def go_round(x: np.ndarray) -> np.ndarray:
 
 
 def predict_cpu_milli(cpu_milli: int, default_milli: int, multiplier: float) -> int:
-    """``PredictUtilisation`` for our one container, which has a request (or none) and never a limit:
-    ``round(request · multiplier)``, or ``default_milli`` without a request."""
+    """``PredictUtilisation`` for a trace pod's one container, which has a request (or none) and never a
+    limit: ``round(request · multiplier)``, or ``default_milli`` without a request."""
     if cpu_milli <= 0:
         return default_milli
     return int(go_round(np.array(cpu_milli * multiplier)))
+
+
+def predict_pod_cpu_milli(prediction: CpuPrediction, default_milli: int, multiplier: float) -> int:
+    """A Kubernetes pod's predicted cpu (millicores), as ``targetloadpacking.go`` sums it: each container's
+    ``PredictUtilisation`` — its limit, else ``round(request · multiplier)``, else ``default_milli`` —
+    plus the pod overhead's cpu."""
+    requests: list[int] = go_round(np.asarray(prediction.requests_milli, dtype=np.float64) * multiplier).tolist()
+    return prediction.limits_milli + sum(requests) + prediction.unset * default_milli
 
 
 def predict_cpu_milli_array(cpu_milli: np.ndarray, default_milli: int, multiplier: float) -> np.ndarray:
@@ -182,7 +194,10 @@ class TargetLoadPackingScorer(Scorer):
         percent = np.where(known, util, 0.0) * 100
         capacity = state.cpu_cap[nodes].astype(np.float64)
         used = (percent / 100) * capacity
-        pod = float(predict_cpu_milli(req.cpu_milli, self.default_milli, self.multiplier))
+        if req.cpu_prediction is None:  # a trace pod: its request alone
+            pod = float(predict_cpu_milli(req.cpu_milli, self.default_milli, self.multiplier))
+        else:
+            pod = float(predict_pod_cpu_milli(req.cpu_prediction, self.default_milli, self.multiplier))
         has_cap = capacity != 0
         predicted = np.where(has_cap, 100 * (used + pod + missing) / np.where(has_cap, capacity, 1.0), 0.0)
         return NodeScores(np.where(known, target_load_packing_score(predicted, self.target), 0))

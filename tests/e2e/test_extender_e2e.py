@@ -215,7 +215,7 @@ def pod(
     )
     if extra_resources:
         for section in ("requests", "limits"):
-            body["spec"]["containers"][0]["resources"][section].update(extra_resources)
+            body["spec"]["containers"][0]["resources"].setdefault(section, {}).update(extra_resources)
     return body
 
 

@@ -17,6 +17,7 @@ from rlsched.extender.objects import (
 )
 from rlsched.extender.settings import GpuConventions
 from rlsched.extender.testing import make_node, make_pod
+from rlsched.policy.cluster import CpuPrediction
 
 GPU = GpuConventions()
 
@@ -136,6 +137,43 @@ def test_limits_stand_in_for_missing_requests() -> None:
     del pod["spec"]["containers"][0]["resources"]["requests"]
     spec = pod_info(pod, GPU).spec
     assert (spec.cpu_milli, spec.num_gpu) == (4000, 1)
+
+
+def test_cpu_prediction_reads_each_containers_limit_or_request_as_trimaran_does() -> None:
+    """TargetLoadPacking's ``PredictUtilisation`` per container of ``spec.containers``: the limit when
+    set (whatever the request), else the request, else nothing (the default); init containers are not
+    counted, the overhead's cpu is added."""
+    pod = make_pod("p", cpu="8", memory="1Gi")  # requests = limits = 8
+    pod["spec"]["containers"] += [
+        {"name": "burstable", "resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "2"}}},
+        {"name": "request-only", "resources": {"requests": {"cpu": "300m"}}},
+        {"name": "request-only-too", "resources": {"requests": {"cpu": "1"}}},
+        {"name": "limit-only", "resources": {"limits": {"cpu": "250m"}}},
+        {"name": "nothing", "resources": {"requests": {"memory": "1Gi"}}},
+        {"name": "no-resources"},
+    ]
+    pod["spec"]["initContainers"] = [{"name": "init", "resources": {"requests": {"cpu": "30"}}}]
+    pod["spec"]["overhead"] = {"cpu": "100m"}
+    spec = pod_info(pod, GPU).spec
+    assert spec.cpu_prediction == CpuPrediction(8000 + 2000 + 250 + 100, (300, 1000), 2)
+    # the effective request stays kube-scheduler's: max(8 + 0.5 + 0.3 + 1 + 0.25, 30) + 0.1
+    assert spec.cpu_milli == 30100
+
+
+def test_cpu_prediction_of_a_pod_without_limits_is_its_request() -> None:
+    """Guard: one container with a request and no limit (a trace pod's shape) reads as that request,
+    which TargetLoadPacking predicts exactly as the simulator predicts the trace pod."""
+    pod = make_pod("p", cpu="1500m")
+    del pod["spec"]["containers"][0]["resources"]["limits"]
+    assert pod_info(pod, GPU).spec.cpu_prediction == CpuPrediction(0, (1500,), 0)
+
+
+def test_a_bad_cpu_limit_names_the_field() -> None:
+    pod = make_pod("p")
+    pod["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "8 cores"
+    with pytest.raises(ObjectError) as info:
+        pod_info(pod, GPU, "Pod")
+    assert info.value.field == "Pod.spec.containers[0].resources.limits.cpu"
 
 
 def test_bad_quantity_names_the_field() -> None:

@@ -107,6 +107,25 @@ def test_load_splits_groups() -> None:
     assert cand.features[cand.group[0], COL["load_known"]] == 0.0
 
 
+def test_network_and_disk_load_neither_split_groups_nor_change_rows() -> None:
+    """Nodes are grouped on the load the rows show (cpu and memory), the only columns training fills:
+    with those unknown and network or disk load fresh, every row, ``groups_frac`` included, is the
+    load-unknown one; with cpu known, network and disk still split no group."""
+    state = ClusterState([NodeSpec(f"n{i}", 32_000, 65_536, 2, "T4") for i in range(4)])
+    enc = FeatureEncoder(small_typical())
+    req = state.request(PodSpec("p", 1000, 1024, 1, 1000))
+    unknown = enc.encode(state, req, np.arange(4))
+    state.load[:, 2] = [0.1, 0.2, 0.3, 0.4]  # network
+    state.load[:, 3] = [0.4, 0.3, 0.2, 0.1]  # disk
+    cand = enc.encode(state, req, np.arange(4))
+    assert cand.num_groups == unknown.num_groups == 1
+    assert np.array_equal(cand.features, unknown.features)
+    state.load[:, 0] = [0.5, 0.5, 0.5, 0.7]  # cpu
+    cand = enc.encode(state, req, np.arange(4))
+    assert cand.num_groups == 2 and list(cand.group) == [0, 0, 0, 1]
+    assert cand.features[0, COL["groups_frac"]] == pytest.approx(2 / 4)
+
+
 def test_values_against_the_measures() -> None:
     state = filled_state(2)
     typical = small_typical()

@@ -10,11 +10,13 @@ Units. Go's nodes are ``1000m`` cpu and ``1Gi`` memory (= 1024 MiB after ``MegaF
 load-watcher reports percents; our state holds fractions (``load = percent / 100``) and MiB, which the
 scorers turn back into the same numbers. Adaptations, where our pod model cannot say what Go's does:
 
-- Go's ``st.MakePod().Obj()`` has *no containers*, so TargetLoadPacking predicts 0m for it; our pod is
-  always one container, and one without a cpu request is predicted at the 1000m default. Those cases
-  run with ``default_requests_milli_cores=0``, which gives the same 0m and the same arithmetic.
-- Go's "excess utilization" pod sets limit = request (predicted at the limit); ours has no limits, so
-  that case runs with ``default_requests_multiplier=1`` (predicted = request).
+- Go's ``st.MakePod().Obj()`` has *no containers*, so TargetLoadPacking predicts 0m for it; a trace
+  pod is always one container, and one without a cpu request is predicted at the 1000m default. Those
+  cases run with ``default_requests_milli_cores=0``, which gives the same 0m and the same arithmetic.
+- Go's "excess utilization" pod sets limit = request (predicted at the limit); a trace pod has no
+  limits, so that case runs with ``default_requests_multiplier=1`` (predicted = request).
+- A pod read from Kubernetes carries its containers (:class:`CpuPrediction`): with it every case runs
+  verbatim (``test_target_load_packing_golden_with_the_pods_containers``).
 - LoadVariationRiskBalancing reads raw requests (no default for zero), so its cases port verbatim.
 """
 
@@ -25,7 +27,11 @@ import math
 import numpy as np
 import pytest
 
+from rlsched.extender.objects import pod_info
+from rlsched.extender.settings import GpuConventions
+from rlsched.extender.testing import make_pod
 from rlsched.policy import ClusterState, NodeSpec, PodSpec
+from rlsched.policy.cluster import CpuPrediction
 from rlsched.policy.scorers import (
     LoadVariationRiskBalancingScorer,
     NodeScores,
@@ -39,6 +45,7 @@ from rlsched.policy.scorers.trimaran import (
     go_round,
     predict_cpu_milli,
     predict_cpu_milli_array,
+    predict_pod_cpu_milli,
     risk_score,
     set_load_watcher_view,
     target_load_packing_score,
@@ -128,6 +135,72 @@ def test_target_load_packing_golden(
 ) -> None:
     scorer = TargetLoadPackingScorer(**scorer_args)  # type: ignore[arg-type]
     assert score_one(scorer, state_with(cpu_load), PodSpec("p", pod_cpu, 0)) == expected, name
+
+
+@pytest.mark.parametrize(
+    ("name", "cpu_load", "prediction", "expected"),
+    [
+        # Go: pod without containers → 0m; P = 0 → 40
+        ("new node", 0.0, CpuPrediction(), 40),
+        # P = 100·(500 + 0)/1000 = 50 → round(40·50/60) = 33
+        ("hot node", 0.5, CpuPrediction(), 33),
+        # limit = request = 1000m, predicted at the limit: P = 100·(300 + 1000)/1000 = 130 > 100 → 0
+        ("excess utilization returns min score", 0.3, CpuPrediction(1000), 0),
+        ("404 resp from watcher", NAN, CpuPrediction(1000), 0),
+    ],
+)
+def test_target_load_packing_golden_with_the_pods_containers(
+    name: str, cpu_load: float, prediction: CpuPrediction, expected: int
+) -> None:
+    """Go's cases verbatim, with Trimaran's defaults: the pod's containers as the extender reads them."""
+    pod = PodSpec("p", prediction.limits_milli, 0, cpu_prediction=prediction)
+    assert score_one(TargetLoadPackingScorer(), state_with(cpu_load), pod) == expected, name
+
+
+@pytest.mark.parametrize(
+    ("prediction", "default_milli", "multiplier", "expected"),
+    [
+        (CpuPrediction(), 1000, 1.5, 0),  # no containers: 0m (Go's st.MakePod().Obj())
+        (CpuPrediction(8000), 1000, 1.5, 8000),  # limits (and the overhead) as they are
+        (CpuPrediction(0, (1000,)), 1000, 1.5, 1500),  # a request without a limit: round(1000 · 1.5)
+        (CpuPrediction(0, (3, 3)), 1000, 1.5, 10),  # each rounded: round(4.5) + round(4.5) = 5 + 5, not round(9)
+        (CpuPrediction(0, (), 2), 1000, 1.5, 2000),  # neither: DefaultRequestsMilliCores each
+        (CpuPrediction(100, (20,), 1), 200, 2.0, 340),  # 100 + round(20 · 2) + 200, the scorer's parameters
+    ],
+)
+def test_predict_pod_cpu_milli(prediction: CpuPrediction, default_milli: int, multiplier: float, expected: int) -> None:
+    assert predict_pod_cpu_milli(prediction, default_milli, multiplier) == expected
+
+
+def test_served_target_load_packing_predicts_a_guaranteed_pod_at_its_limit() -> None:
+    """A pod read by the extender with cpu request = limit = 8 (Guaranteed, the usual GPU pod) is
+    predicted at its 8000m limit, as Trimaran does, not at 1.5 × its request (12000m), which chose the
+    other node: 32-core nodes at 0 % and 15 % cpu; P = 25 % → 78 and P = 40 % → 100 (12000m would give
+    P = 37.5 % → 96 and P = 52.5 % → 32)."""
+    state = ClusterState([NodeSpec("a", 32_000, 131_072), NodeSpec("b", 32_000, 131_072)])
+    state.load[:, CPU] = [0.0, 0.15]
+    spec = pod_info(make_pod("p", cpu="8"), GpuConventions()).spec
+    assert spec is not None
+    values = TargetLoadPackingScorer().score(state, state.request(spec), np.arange(2)).values
+    assert values.tolist() == [78, 100]
+
+
+def test_served_target_load_packing_without_limits_is_the_simulator_s() -> None:
+    """Guard: a pod without limits, read by the extender, scores exactly as the trace pod with the same
+    request does in the simulator (the replays compare them pod for pod); without a cpu request too."""
+    state = ClusterState([NodeSpec(f"n{i}", 4000, 8192) for i in range(4)])
+    state.load[:, CPU] = [0.0, 0.1, 0.3, 0.6]
+    scorer = TargetLoadPackingScorer()
+    for cpu in ("333m", "1", "1500m", None):
+        pod = make_pod("p", cpu=cpu or "0", memory="1Gi")
+        del pod["spec"]["containers"][0]["resources"]["limits"]
+        if cpu is None:
+            del pod["spec"]["containers"][0]["resources"]["requests"]["cpu"]
+        served = pod_info(pod, GpuConventions()).spec
+        assert served is not None and served.cpu_prediction is not None
+        trace = PodSpec("p", served.cpu_milli, served.memory_mib)
+        got = scorer.score(state, state.request(served), np.arange(4)).values
+        assert got.tolist() == scorer.score(state, state.request(trace), np.arange(4)).values.tolist(), cpu
 
 
 @pytest.mark.parametrize(

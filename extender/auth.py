@@ -19,6 +19,18 @@ Why the shape:
 - a token longer than :data:`MAX_TOKEN_BYTES` or with characters no token has is refused without
   asking anyone.
 
+Audiences (``auth.audiences``; kube-rbac-proxy's ``--auth-token-audiences``): the listener speaks plain
+HTTP, so a token sent to it can be read off the pod network. A pod's ordinary ServiceAccount token is
+valid against the API server, with all its owner's rights (the operator's may patch pods); a token
+made for the audience ``rlsched-extender`` is refused there, so a stolen one reads ``/status`` and
+nothing more. The TokenReview therefore asks for the configured audiences first (``spec.audiences``)
+and accepts the token only when ``status.audiences`` names one of them; then, with
+``auth.apiServerAudience`` (Prometheus scrapes with its default token), a second review without
+audiences asks whether the API server itself would take it (a review that authenticates the token
+but names no audience, from an authenticator blind to them, means the same by the API's contract). The
+answer, either way, is one cache entry per token digest: a refused token costs at most those two
+reviews per negative TTL.
+
 The extender's own identity needs ``create`` on tokenreviews and subjectaccessreviews (the built-in
 ClusterRole ``system:auth-delegator``).
 """
@@ -273,12 +285,33 @@ class Authenticator:
         return result
 
     async def _token_review(self, token: str) -> User | str:
-        return await self._call(
-            "token",
-            TOKENREVIEWS_PATH,
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}},
-            _token_user,
-        )
+        """Whose token it is, or why it is refused: a review for ``auth.audiences`` (when any), then,
+        with ``auth.apiServerAudience`` and that one refused, a review for the API server's own."""
+        wanted = self.settings.audiences
+        refusals = []
+        if wanted:
+            user, audiences = await self._call(
+                "token", TOKENREVIEWS_PATH, _token_review_body(token, wanted), _audience_answer
+            )
+            if isinstance(user, User):
+                if set(audiences) & set(wanted):
+                    return user
+                if not audiences:
+                    # An authenticator that ignores audiences: by the TokenReview API's contract the
+                    # token is then valid for the API server's audience, and a second review would say
+                    # the same.
+                    if self.settings.api_server_audience:
+                        return user
+                    return "a token for the API server's audience (auth.apiServerAudience is false)"
+                refusals.append(f"for audiences {list(wanted)}: the review names only {list(audiences)}"[:300])
+            else:
+                refusals.append(f"for audiences {list(wanted)}: {user}")
+        if self.settings.api_server_audience:
+            user = await self._call("token", TOKENREVIEWS_PATH, _token_review_body(token, ()), _token_user)
+            if isinstance(user, User):
+                return user
+            refusals.append(f"for the API server: {user}" if wanted else user)
+        return "; ".join(refusals) or "no token audience is accepted"
 
     async def _access_review(self, user: User, path: str, verb: str) -> tuple[bool, str]:
         spec: dict[str, Any] = {
@@ -296,6 +329,27 @@ class Authenticator:
             {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec},
             lambda status: (status.get("allowed") is True, str(status.get("reason") or "")[:300]),
         )
+
+
+def _token_review_body(token: str, audiences: tuple[str, ...]) -> dict[str, Any]:
+    """A TokenReview of ``token``; with ``audiences``, asking whether it was made for one of them
+    (none: for the API server's own)."""
+    spec: dict[str, Any] = {"token": token}
+    if audiences:
+        spec["audiences"] = list(audiences)
+    return {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
+
+
+def _audience_answer(status: dict[str, Any]) -> tuple[User | str, tuple[str, ...]]:
+    """:func:`_token_user` and, for an authenticated token, ``status.audiences``: those of the audiences
+    asked that the token was made for (none: the authenticator ignores audiences)."""
+    user = _token_user(status)
+    if not isinstance(user, User):
+        return user, ()
+    audiences = status.get("audiences")
+    if audiences is not None and not _strings(audiences):
+        raise ValueError("status.audiences is not a list of strings")
+    return user, tuple(audiences or ())
 
 
 def _token_user(status: dict[str, Any]) -> User | str:

@@ -129,6 +129,18 @@ class AuthSettings:
     just granted access works soon, while a caller repeating a bad token cannot flood the API server."""
     review_timeout_s: float = 5.0
     """Timeout of one TokenReview or SubjectAccessReview call; past it the request gets HTTP 503."""
+    audiences: tuple[str, ...] = ()
+    """Token audiences accepted besides the API server's own (``[rlsched-extender]``; the chart sets
+    ``extender.auth.audience``). A token made for one of them (a projected ServiceAccount token,
+    ``kubectl create token SA --audience rlsched-extender``) is refused by the API server itself, so
+    one read off this plain-HTTP listener cannot be replayed there with its owner's rights. The
+    TokenReview asks for these first (``spec.audiences``). At most 16, each 1..256 visible ASCII
+    characters."""
+    api_server_audience: bool = True
+    """Also accept tokens of the API server's own audiences (a pod's default ServiceAccount token, what
+    Prometheus scrapes with), with a second TokenReview when the first, for ``audiences``, refuses.
+    false: only ``audiences`` tokens (an API-server token sent here is refused), and then
+    ``audiences`` must not be empty: refused at start-up, since it would refuse every caller."""
 
 
 @dataclass
@@ -234,7 +246,7 @@ class PrometheusSettings:
 
 @dataclass
 class PolicySettings:
-    """What scores nodes. Hot-reloadable through the policy file."""
+    """What scores nodes. Hot-reloadable through the policy file, except ``seed`` (start-up only)."""
 
     mode: str = "active"
     """``active`` | ``shadow`` | ``off`` (see :data:`MODES`)."""
@@ -260,7 +272,8 @@ class PolicySettings:
     typical_pods_path: str | None = None
     """JSON file of typical pods for FGD (``TypicalPods.to_json``); unset: the model's, else built-in."""
     seed: int = 0
-    """Seed of the node tie-break order and of sampling policies."""
+    """Seed of the node tie-break order and of sampling policies. Read at start-up only: the tie-break
+    order is fixed for the process, so a policy file's ``seed`` is ignored (logged and counted)."""
 
 
 @dataclass
@@ -491,6 +504,14 @@ def validate(obj: Any, where: str = "") -> None:
                     f"{prefix}{camel(name)}: must be {'above 0' if name == 'review_timeout_s' else '0 or more'} "
                     f"and at most {most:g} s, got {getattr(obj, name)}"
                 )
+        if len(obj.audiences) > MAX_AUTH_AUDIENCES:
+            raise ConfigError(f"{prefix}audiences: at most {MAX_AUTH_AUDIENCES}, got {len(obj.audiences)}")
+        for i, audience in enumerate(obj.audiences):
+            if not (len(audience) <= MAX_AUDIENCE_CHARS and AUDIENCE.fullmatch(audience)):
+                raise ConfigError(
+                    f"{prefix}audiences[{i}]: expected 1 to {MAX_AUDIENCE_CHARS} visible ASCII characters (a "
+                    f"name such as rlsched-extender, or a URL), got {clip(audience)}"
+                )
     elif isinstance(obj, PrometheusSettings):
         unknown = set(obj.queries) - {"cpu", "memory", "network", "disk"}
         if unknown:
@@ -539,6 +560,13 @@ MAX_CONNECTIONS = 65_536
 """Most connections a listener may be told to keep (``server.maxConnections``, ``statusMaxConnections``)."""
 MAX_AUTH_CACHE_TTL_S = 3600.0
 """Longest a token review's answer may be reused (``auth.cacheTtlS``, ``negativeCacheTtlS``)."""
+MAX_AUTH_AUDIENCES = 16
+"""Most token audiences the status listener accepts (``auth.audiences``); each goes into every
+TokenReview it asks."""
+MAX_AUDIENCE_CHARS = 256
+"""Longest accepted audience (a short name or a URL)."""
+AUDIENCE = re.compile(r"[\x21-\x7e]+")
+"""An audience: visible ASCII, no spaces (what a JWT's ``aud`` and ``kubectl create token --audience`` carry)."""
 MAX_DECISION_RING = 1_000_000
 """Most decision records kept in memory (``decisionRingSize``)."""
 
@@ -555,7 +583,8 @@ def is_loopback(host: str) -> bool:
 
 def check_complete(settings: ExtenderSettings) -> ExtenderSettings:
     """Checks across keys that may come from different sources (file, environment, flags), so they run
-    once everything is merged: the TLS files come as a set, and the verbs leave loopback only with them."""
+    once everything is merged: the TLS files come as a set, the verbs leave loopback only with them, and
+    the status listener accepts some token audience."""
     tls = settings.server.tls
     given = {camel(n): getattr(tls, n) for n in ("cert_file", "key_file", "client_ca_file")}
     if any(given.values()) and not all(given.values()):
@@ -571,6 +600,11 @@ def check_complete(settings: ExtenderSettings) -> ExtenderSettings:
             f"server.host: {settings.server.host!r} is not a loopback address, and without server.tls the "
             "verbs (filter, prioritize, bind, preempt) authenticate no caller; keep them on 127.0.0.1 (a "
             "sidecar of kube-scheduler) or set server.tls.certFile, keyFile and clientCaFile (mutual TLS)"
+        )
+    if not settings.auth.api_server_audience and not settings.auth.audiences:
+        raise ConfigError(
+            "auth.apiServerAudience: false with no auth.audiences would refuse every token; list the "
+            "audiences to accept in auth.audiences (e.g. [rlsched-extender]) or set apiServerAudience true"
         )
     if settings.auth.mode == "none" and not is_loopback(settings.server.status_host):
         # /status and /decisions show pod names and decision features: off loopback they need a token.

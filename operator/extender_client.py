@@ -211,7 +211,8 @@ class ExtenderClient:
                         hint = (
                             f" (no token sent: extender.tokenFile {self.token.path or 'unset'} is missing)"
                             if not token
-                            else " (the extender's API server did not accept extender.tokenFile's token)"
+                            else " (the extender did not accept extender.tokenFile's token: expired, or made for an "
+                            "audience that is not in the extender's auth.audiences)"
                         )
                     elif resp.status == 403:
                         hint = f" (the operator's identity needs get on the non-resource URL {path})"

@@ -111,7 +111,9 @@ class ExtenderAccess:
     """Bearer token sent to ``/status`` and ``/decisions`` (the extender checks it with a TokenReview
     and a SubjectAccessReview: the identity needs ``get`` on those non-resource URLs). Re-read whenever
     the file changes, so the kubelet's token rotation works. Default: the pod's ServiceAccount token;
-    a file that does not exist means no token is sent (an extender with ``auth.mode: none``)."""
+    a file that does not exist means no token is sent (an extender with ``auth.mode: none``). The
+    chart mounts a token made for the extender's audience (``extender.auth.audience``) and points
+    here: the API server refuses it, so one read off the plain-HTTP status port cannot be replayed."""
     timeout_s: float = 5.0
     """Timeout of one request to the status port, seconds."""
     rollout_timeout_s: float = 120.0

@@ -5,6 +5,11 @@
   without the grant (a SubjectAccessReview for the non-resource URL denies), 200 to a token bound to
   the ClusterRole ``rlsched-extender-reader``; revoking the binding turns 200 into 403 once the cache
   TTL has passed, and granting it again back; /healthz, /readyz and (by default) /metrics stay open.
+- Audience-bound tokens (``auth.audiences``): a token made with ``kubectl create token SA --audience
+  rlsched-extender`` is accepted by the extender's status port (and by the operator's client reading
+  it from a file) and refused (401) by the API server itself, so one read off the plain-HTTP port
+  cannot be replayed there; the API server's own tokens are accepted beside it, and refused with
+  ``auth.apiServerAudience: false``.
 - The verbs over mutual TLS: kube-scheduler (the real binary) calls filter and bind over HTTPS with
   its client certificate (``tlsConfig`` rendered by ``scheduler_config``); a pod is bound with its GPU
   cards; a client without a certificate from the CA is refused at the handshake.
@@ -13,6 +18,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import shutil
@@ -105,6 +111,70 @@ def test_status_listener_answers_only_tokens_the_api_server_allows(local: Any) -
         assert '"level":"error"' not in log
         for token in (granted, nobody, operator, forged):
             assert token not in log  # tokens are never logged
+    finally:
+        ext.stop()
+        local.kubectl(
+            "delete", "clusterrolebinding", f"{rlstack.READER_ROLE}-{reader}", "--ignore-not-found", check=False
+        )
+
+
+AUDIENCE = "rlsched-extender"
+
+
+def audience_token(cluster: Any, account: str) -> str:
+    """A token of the ServiceAccount made for the extender's audience, as a user would make one (the
+    admin's kubectl, TokenRequest API)."""
+    done = cluster.kubectl("create", "token", account, "-n", "kube-system", "--audience", AUDIENCE, "--duration", "1h")
+    return str(done.stdout.strip())
+
+
+def test_audience_bound_tokens_read_the_status_port_and_nothing_else(cluster: Any, local: Any, tmp_path: Path) -> None:
+    from rlsched.operator.extender_client import ExtenderClient
+
+    reader = f"rlsched-e2e-aud-reader-{SUITE}"
+    default = rlstack.service_account_token(local, reader).read_text().strip()  # the API server's audience
+    bound = audience_token(cluster, reader)
+    apiserver = ssl.create_default_context(cafile=str(local.pki / "ca.crt"))
+
+    # The API server refuses the audience-bound token (a replay gets nothing), takes its own.
+    assert rlstack.http_get(f"{local.apiserver_url}/api", context=apiserver, token=bound)[0] == 401
+    assert rlstack.http_get(f"{local.apiserver_url}/api", context=apiserver, token=default)[0] == 200
+
+    ext = rlstack.Extender(local, name=f"rlsched-extender-{SUITE}-aud")
+    try:
+        ext.start_with(settings={"auth": {"audiences": [AUDIENCE]}})
+        for token in (bound, default):  # apiServerAudience defaults to true: Prometheus' token still works
+            status, _, body = get(ext.status_url + "/decisions?after=0&limit=5", token)
+            assert status == 200 and isinstance(body["records"], list), body
+        status, _, body = get(
+            ext.status_url + "/status", bound[:-4] + ("AAAA" if not bound.endswith("AAAA") else "BBBB")
+        )
+        assert status == 401 and "not accepted" in body["Error"], body
+
+        # The operator's client reads the token from a file, as the chart's projected volume holds it.
+        token_file = tmp_path / "token"
+        token_file.write_text(bound + "\n")
+
+        async def operator_reads() -> Any:
+            client = ExtenderClient(ext.status_url, token_file=str(token_file))
+            try:
+                return await client.status()
+            finally:
+                await client.close()
+
+        assert asyncio.run(operator_reads()) is not None
+        ext.stop()
+
+        # Only the extender's audience: the API server's own tokens are refused.
+        ext.start_with(settings={"auth": {"audiences": [AUDIENCE], "apiServerAudience": False}})
+        status, headers, body = get(ext.status_url + "/status", default)
+        assert status == 401 and headers.get("WWW-Authenticate", "").startswith("Bearer"), (status, body)
+        assert f"for audiences ['{AUDIENCE}']" in body["Error"], body
+        assert get(ext.status_url + "/status", bound)[0] == 200
+        metrics = get(ext.status_url + "/metrics")[2]["text"]
+        assert 'rlsched_extender_auth_requests_total{result="unavailable"} 0.0' in metrics
+        log = ext.log_path.read_text(errors="replace")
+        assert bound not in log and default not in log  # tokens are never logged
     finally:
         ext.stop()
         local.kubectl(

@@ -5,7 +5,8 @@
 - NOTES.txt's way to read /status: a dedicated ServiceAccount allowed exactly `get` on /status, not the
   operator's token (which may patch pods). The kubectl lines it prints run offline
   (`--dry-run=client -o yaml`) and the RBAC they create is checked against the SubjectAccessReview
-  the extender's authenticator really sends.
+  the extender's authenticator really sends; its token is made for the status port's audience
+  (extender.auth.audience), which the extender's rendered settings accept.
 
 `helm template` leaves NOTES.txt out, and `helm install --dry-run` wants a cluster: the test renders it
 through `tpl` in a copy of the chart.
@@ -100,15 +101,21 @@ class RbacApi:
     """TokenReview: the token names the ServiceAccount. SubjectAccessReview: evaluated against the
     ClusterRoles and ClusterRoleBindings given (non-resource rules only, as the extender asks)."""
 
-    def __init__(self, objects: list[dict], token_user: str):
-        self.objects, self.token_user = objects, token_user
+    def __init__(self, objects: list[dict], token_user: str, token_audience: str | None = None):
+        self.objects, self.token_user, self.token_audience = objects, token_user, token_audience
         self.reviews: list[dict] = []
 
     async def request(self, method: str, path: str, body: Any = None, **_: Any) -> Any:
         if path.endswith("/tokenreviews"):
+            # A token made with --audience is valid for that audience only (kube-apiserver's answer).
+            asked = body["spec"].get("audiences") or ["https://kubernetes.default.svc.cluster.local"]
+            mine = [self.token_audience] if self.token_audience else ["https://kubernetes.default.svc.cluster.local"]
+            if not set(asked) & set(mine):
+                return {"status": {"authenticated": False, "error": "token audiences are invalid"}}
             ns = self.token_user.split(":")[2]
             groups = ["system:serviceaccounts", f"system:serviceaccounts:{ns}", "system:authenticated"]
-            return {"status": {"authenticated": True, "user": {"username": self.token_user, "groups": groups}}}
+            user = {"username": self.token_user, "groups": groups}
+            return {"status": {"authenticated": True, "user": user, "audiences": sorted(set(asked) & set(mine))}}
         spec = body["spec"]
         self.reviews.append(spec)
         attrs = spec["nonResourceAttributes"]
@@ -130,7 +137,7 @@ def test_notes_read_status_with_a_read_only_service_account(tmp_path: Path) -> N
     if not KUBECTL.exists():
         pytest.skip("kubectl missing: run hack/build-tools.sh (.tools/bin/kubectl)")
     from rlsched.extender.auth import Authenticator
-    from rlsched.extender.settings import AuthSettings
+    from rlsched.extender.settings import load_settings
 
     section = status_section(rendered_notes(tmp_path))
     lines = [line.strip() for line in section.splitlines()]
@@ -152,12 +159,15 @@ def test_notes_read_status_with_a_read_only_service_account(tmp_path: Path) -> N
     sa = objects[0]
     assert (sa["kind"], sa["metadata"]["namespace"]) == ("ServiceAccount", "rlsched-system")
     (curl,) = [line for line in lines if line.startswith("curl ")]
-    token_cmd = f"kubectl -n rlsched-system create token {sa['metadata']['name']}"
+    token_cmd = f"kubectl -n rlsched-system create token {sa['metadata']['name']} --audience rlsched-extender"
     assert f"$({token_cmd})" in curl and curl.endswith("/status"), curl
+    config = tmp_path / "extender.yaml"  # the extender's settings as the chart renders them
+    (cm,) = [o for o in template(tmp_path, CHART) if o["kind"] == "ConfigMap" and "extender.yaml" in o.get("data", {})]
+    config.write_text(cm["data"]["extender.yaml"])
 
     async def verdicts() -> tuple[dict[str, int], RbacApi]:
-        api = RbacApi(objects, f"system:serviceaccount:rlsched-system:{sa['metadata']['name']}")
-        auth = Authenticator(api, AuthSettings())
+        api = RbacApi(objects, f"system:serviceaccount:rlsched-system:{sa['metadata']['name']}", "rlsched-extender")
+        auth = Authenticator(api, load_settings(config).auth)
         got = {p: (await auth.check("Bearer some-token", p)).status for p in ("/status", "/decisions", "/metrics")}
         return got, api
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from typing import Any
 
 import pytest
+import yaml
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
@@ -22,18 +24,23 @@ from rlsched.extender.auth import (
     bearer_token,
 )
 from rlsched.extender.kubeapi import ApiError
-from rlsched.extender.settings import AuthSettings
+from rlsched.extender.settings import AuthSettings, ConfigError, load_settings, settings_yaml
 from rlsched.extender.testing import Harness, make_node
 
 OPERATOR = "system:serviceaccount:rlsched:operator"
 NOBODY = "system:serviceaccount:default:nobody"
+API_AUDIENCE = "https://kubernetes.default.svc.cluster.local"
+"""The API server's own audience (its --service-account-issuer): what a default ServiceAccount token carries."""
+AUDIENCE = "rlsched-extender"
 
 
 class FakeReviewApi:
     """TokenReview and SubjectAccessReview as kube-apiserver answers them, from two tables."""
 
     def __init__(self) -> None:
-        self.tokens = {"op-token": OPERATOR, "nobody-token": NOBODY}
+        self.tokens = {"op-token": OPERATOR, "nobody-token": NOBODY, "op-aud-token": OPERATOR, "vault-token": OPERATOR}
+        self.token_audiences = {"op-aud-token": [AUDIENCE], "vault-token": ["vault"]}
+        """Audiences of a token (kubectl create token --audience); the others': the API server's."""
         self.grants = {(OPERATOR, "/status"), (OPERATOR, "/decisions"), (OPERATOR, "/metrics")}
         self.calls: list[tuple[str, Any]] = []
         self.down: ApiError | None = None
@@ -53,13 +60,22 @@ class FakeReviewApi:
             raise self.down
         if path == TOKENREVIEWS_PATH:
             assert body["kind"] == "TokenReview" and body["apiVersion"] == "authentication.k8s.io/v1"
-            user = self.tokens.get(body["spec"]["token"])
+            token = body["spec"]["token"]
+            user = self.tokens.get(token)
             if user is None:
                 return {"kind": "TokenReview", "status": {"authenticated": False, "error": "invalid bearer token"}}
+            # kube-apiserver: the token must be made for one of the audiences asked (none asked: its
+            # own), and the answer names those it matched.
+            asked = body["spec"].get("audiences") or [API_AUDIENCE]
+            matched = [a for a in asked if a in self.token_audiences.get(token, [API_AUDIENCE])]
+            if not matched:
+                error = f"invalid bearer token, token audiences are invalid for the target audiences {asked}"
+                return {"kind": "TokenReview", "status": {"authenticated": False, "error": error}}
             return {
                 "kind": "TokenReview",
                 "status": {
                     "authenticated": True,
+                    "audiences": matched,
                     "user": {
                         "username": user,
                         "uid": "u-1",
@@ -333,3 +349,189 @@ async def test_a_token_review_with_go_nulls_is_read() -> None:
     auth = Authenticator(Api(), AuthSettings(), CollectorRegistry())
     assert (await auth.check("Bearer op-token", "/status")).allowed
     assert specs[0]["groups"] == [] and "uid" not in specs[0] and specs[0]["extra"] == {"k": ["v"], "nil": []}
+
+
+# -- token audiences (auth.audiences, auth.apiServerAudience) ------------------------------------------
+
+
+def token_reviews(api: FakeReviewApi) -> list[list[str] | None]:
+    """The audiences each TokenReview asked for (None: none, the API server's own)."""
+    return [b["spec"].get("audiences") for p, b in api.calls if p == TOKENREVIEWS_PATH]
+
+
+def counted(auth: Authenticator, kind: str, result: str) -> float:
+    """The value of rlsched_extender_auth_reviews_total{kind, result}."""
+    return next(
+        s.value
+        for m in auth.reviews.collect()
+        for s in m.samples
+        if s.name.endswith("_total") and s.labels == {"kind": kind, "result": result}
+    )
+
+
+async def test_an_audience_token_is_accepted_with_one_review() -> None:
+    api = FakeReviewApi()
+    # Without auth.audiences a token made for the extender is refused, as by the API server itself.
+    assert (await authenticator(api).check("Bearer op-aud-token", "/status")).status == 401
+    assert token_reviews(api) == [None]
+
+    api = FakeReviewApi()
+    auth = authenticator(api, audiences=(AUDIENCE,))
+    for path in ("/status", "/status", "/decisions"):
+        verdict = await auth.check("Bearer op-aud-token", path)
+        assert verdict.allowed and verdict.user == OPERATOR, verdict
+    assert token_reviews(api) == [[AUDIENCE]]  # one review, cached for the token; a SAR per path
+    assert api.count(SUBJECTACCESSREVIEWS_PATH) == 2
+    assert counted(auth, "token", "ok") == 1
+
+
+async def test_a_token_of_another_audience_is_refused_in_the_reviews_it_needs() -> None:
+    api, clock = FakeReviewApi(), Clock()
+    auth = authenticator(api, clock, audiences=(AUDIENCE,), negative_cache_ttl_s=5.0)
+    for _ in range(3):
+        verdict = await auth.check("Bearer vault-token", "/status")
+        assert verdict.status == 401 and "for audiences ['rlsched-extender']" in verdict.reason, verdict
+        assert "for the API server: invalid bearer token" in verdict.reason
+        verdict = await auth.check("Bearer vault-token", "/decisions")  # the refusal is the token's, any path
+        assert verdict.status == 401
+    assert token_reviews(api) == [[AUDIENCE], None] and api.count(SUBJECTACCESSREVIEWS_PATH) == 0
+    clock.now += 5.0  # the negative TTL: asked again, in the same two reviews
+    assert (await auth.check("Bearer vault-token", "/status")).status == 401
+    assert token_reviews(api) == [[AUDIENCE], None] * 2
+    # without the API server's audience: one review
+    api = FakeReviewApi()
+    auth = authenticator(api, audiences=(AUDIENCE,), api_server_audience=False)
+    assert (await auth.check("Bearer vault-token", "/status")).status == 401
+    assert (await auth.check("Bearer forged", "/status")).status == 401
+    assert token_reviews(api) == [[AUDIENCE], [AUDIENCE]]
+
+
+async def test_a_review_naming_other_audiences_is_refused() -> None:
+    """A review that authenticates the token but names none of the audiences asked (an authentication
+    webhook answering for another audience) does not let the token in."""
+    api = FakeReviewApi()
+    request = api.request
+
+    async def other_audience(method: str, path: str, body: Any = None, content_type: str = "", timeout: float = 10.0):
+        answer = await request(method, path, body, content_type, timeout)
+        if path == TOKENREVIEWS_PATH and body["spec"].get("audiences"):
+            answer["status"] = {**answer["status"], "authenticated": True, "audiences": ["vault"]}
+            answer["status"].setdefault("user", {"username": OPERATOR, "uid": "u-1", "groups": ["g"]})
+        return answer
+
+    api.request = other_audience  # type: ignore[method-assign]
+    auth = authenticator(api, audiences=(AUDIENCE,), api_server_audience=False)
+    verdict = await auth.check("Bearer op-aud-token", "/status")
+    assert verdict.status == 401 and "names only ['vault']" in verdict.reason, verdict
+    assert token_reviews(api) == [[AUDIENCE]] and api.count(SUBJECTACCESSREVIEWS_PATH) == 0
+
+
+async def test_api_server_tokens_fall_back_to_a_second_review() -> None:
+    """Prometheus scrapes with its default ServiceAccount token: refused for the extender's audience,
+    then accepted by a review for the API server's own; both answers cached for the token."""
+    api = FakeReviewApi()
+    auth = authenticator(api, audiences=(AUDIENCE,))
+    for path in ("/metrics", "/metrics", "/status"):
+        assert (await auth.check("Bearer op-token", path)).allowed
+    assert token_reviews(api) == [[AUDIENCE], None] and api.count(SUBJECTACCESSREVIEWS_PATH) == 2
+    assert counted(auth, "token", "ok") == 2
+    # a token the API server does not know at all: refused after the same two reviews
+    assert (await auth.check("Bearer forged", "/status")).status == 401
+    assert token_reviews(api) == [[AUDIENCE], None, [AUDIENCE], None]
+
+
+async def test_without_the_api_servers_audience_default_tokens_are_refused() -> None:
+    api = FakeReviewApi()
+    auth = authenticator(api, audiences=(AUDIENCE,), api_server_audience=False)
+    verdict = await auth.check("Bearer op-token", "/status")
+    assert verdict.status == 401 and "target audiences ['rlsched-extender']" in verdict.reason, verdict
+    assert (await auth.check("Bearer op-aud-token", "/status")).allowed
+    assert token_reviews(api) == [[AUDIENCE], [AUDIENCE]]
+
+
+@pytest.mark.parametrize("api_server_audience, status", [(True, 200), (False, 401)])
+async def test_an_audience_blind_review_means_the_api_servers_audience(api_server_audience, status) -> None:
+    """An authenticator that ignores audiences answers without status.audiences: by the TokenReview
+    API's contract the token is then valid for the API server's audience, and treated as such."""
+    api = FakeReviewApi()
+    request = api.request
+
+    async def blind(method: str, path: str, body: Any = None, content_type: str = "", timeout: float = 10.0) -> Any:
+        if path == TOKENREVIEWS_PATH:
+            body = {**body, "spec": {"token": body["spec"]["token"]}}
+            answer = await request(method, path, body, content_type, timeout)
+            answer["status"].pop("audiences", None)
+            return answer
+        return await request(method, path, body, content_type, timeout)
+
+    api.request = blind  # type: ignore[method-assign]
+    auth = authenticator(api, audiences=(AUDIENCE,), api_server_audience=api_server_audience)
+    verdict = await auth.check("Bearer op-token", "/status")
+    assert verdict.status == status, verdict
+    assert api.count(TOKENREVIEWS_PATH) == 1
+    if status == 401:
+        assert "auth.apiServerAudience is false" in verdict.reason
+
+
+async def test_audience_reviews_in_flight_are_shared() -> None:
+    api = FakeReviewApi()
+    api.gate = asyncio.Event()
+    auth = authenticator(api, audiences=(AUDIENCE,))
+    checks = [asyncio.create_task(auth.check("Bearer op-token", "/status")) for _ in range(20)]
+    await asyncio.sleep(0.05)
+    api.gate.set()
+    assert all(v.allowed for v in await asyncio.gather(*checks))
+    assert token_reviews(api) == [[AUDIENCE], None] and api.count(SUBJECTACCESSREVIEWS_PATH) == 1
+
+
+async def test_status_audiences_of_the_wrong_shape_are_503() -> None:
+    api = FakeReviewApi()
+    request = api.request
+
+    async def misshapen(method: str, path: str, body: Any = None, content_type: str = "", timeout: float = 10.0):
+        answer = await request(method, path, body, content_type, timeout)
+        if path == TOKENREVIEWS_PATH:
+            answer["status"]["audiences"] = AUDIENCE  # a string, not a list
+        return answer
+
+    api.request = misshapen  # type: ignore[method-assign]
+    verdict = await authenticator(api, audiences=(AUDIENCE,)).check("Bearer op-aud-token", "/status")
+    assert verdict.status == 503 and "status.audiences" in verdict.reason, verdict
+
+
+# -- their settings -----------------------------------------------------------------------------------
+
+
+def test_audience_settings_load_from_file_and_environment(tmp_path) -> None:
+    path = tmp_path / "extender.yaml"
+    path.write_text("auth:\n  audiences: [rlsched-extender, https://rlsched.example.com]\n  apiServerAudience: false\n")
+    s = load_settings(path)
+    assert s.auth.audiences == (AUDIENCE, "https://rlsched.example.com") and s.auth.api_server_audience is False
+    assert "apiServerAudience: false" in settings_yaml(s.auth)
+    s = load_settings(env={"RLSCHED_AUTH_AUDIENCES": "a,b"})
+    assert s.auth.audiences == ("a", "b") and s.auth.api_server_audience is True
+    # the check spans sources: false in the file, the audiences from the environment
+    path.write_text("auth: {apiServerAudience: false}\n")
+    assert load_settings(path, env={"RLSCHED_AUTH_AUDIENCES": AUDIENCE}).auth.audiences == (AUDIENCE,)
+
+
+@pytest.mark.parametrize(
+    "auth, why",
+    [
+        ({"apiServerAudience": False}, "would refuse every token"),
+        ({"apiServerAudience": False, "audiences": []}, "would refuse every token"),
+        ({"audiences": [""]}, "audiences[0]: expected 1 to 256 visible ASCII"),
+        ({"audiences": ["a b"]}, "audiences[0]"),
+        ({"audiences": ["ok", "rlsched-éxtender"]}, "audiences[1]"),
+        ({"audiences": ["a\nb"]}, "audiences[0]"),
+        ({"audiences": ["a" * 257]}, "audiences[0]"),
+        ({"audiences": [f"a{i}" for i in range(17)]}, "audiences: at most 16, got 17"),
+        ({"audiences": {"a": 1}}, "auth.audiences: expected a list"),
+        ({"audiences": [["a"]]}, "expected a string"),
+    ],
+)
+def test_audience_settings_are_refused(tmp_path, auth, why) -> None:
+    path = tmp_path / "extender.yaml"
+    path.write_text(yaml.safe_dump({"auth": auth}))
+    with pytest.raises(ConfigError, match=re.escape(why)):
+        load_settings(path)

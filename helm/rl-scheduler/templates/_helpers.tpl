@@ -176,12 +176,18 @@ The extender's settings file (extender/settings.py keys). extender.config is dee
   "log" (dict "level" $v.log.level "format" $v.log.format)
   "auth" (dict "mode" $v.auth.mode "protectMetrics" $v.auth.protectMetrics)
 -}}
+{{- if $v.auth.audience -}}
+{{- $_ := set $cfg.auth "audiences" (list $v.auth.audience) -}}
+{{- end -}}
 {{- if $v.prometheusUrl -}}
 {{- $_ := set $cfg "prometheus" (dict "url" $v.prometheusUrl) -}}
 {{- end -}}
 {{- $cfg = mustMergeOverwrite $cfg (deepCopy $v.config) -}}
 {{- if not (has $cfg.server.host (list "127.0.0.1" "localhost" "::1")) -}}
 {{- fail (printf "extender.config.server.host=%v: the extender's verbs have no caller authentication and must stay on loopback (kube-scheduler calls them from the same pod)" $cfg.server.host) -}}
+{{- end -}}
+{{- if and $v.auth.audience (not (has $v.auth.audience (default (list) $cfg.auth.audiences))) -}}
+{{- fail (printf "extender.config.auth.audiences=%v leaves out extender.auth.audience %q, the audience of the operator's token: add it to the list, or set extender.auth.audience" $cfg.auth.audiences $v.auth.audience) -}}
 {{- end -}}
 {{- if and (eq (toString $cfg.auth.mode) "none") (not (has $cfg.server.statusHost (list "127.0.0.1" "localhost" "::1"))) -}}
 {{- fail "extender.auth.mode=none would open /status and /decisions (pod names, decision features) to anyone who reaches the status port: keep auth.mode kubernetes" -}}
@@ -261,6 +267,19 @@ chart and compares the result with scheduler_config(**those parameters).
 {{- end -}}
 
 {{/*
+Where the operator pod mounts its token for the extender's status port (audience
+extender.auth.audience, a projected serviceAccountToken volume), and the file's name in it. The
+operator's settings (extender.tokenFile) point at it.
+*/}}
+{{- define "rl-scheduler.operator.extenderTokenDir" -}}
+/var/run/secrets/rlsched.io/extender-token
+{{- end -}}
+
+{{- define "rl-scheduler.operator.extenderTokenName" -}}
+token
+{{- end -}}
+
+{{/*
 The operator's settings file (operator/settings.py keys). operator.config is deep-merged last.
 */}}
 {{- define "rl-scheduler.operatorConfig" -}}
@@ -279,6 +298,9 @@ The operator's settings file (operator/settings.py keys). operator.config is dee
 -}}
 {{- if $o.peering.enabled -}}
 {{- $_ := set $cfg.scope "peering" (include "rl-scheduler.peeringName" .) -}}
+{{- end -}}
+{{- if .Values.extender.auth.audience -}}
+{{- $_ := set $cfg.extender "tokenFile" (printf "%s/%s" (include "rl-scheduler.operator.extenderTokenDir" .) (include "rl-scheduler.operator.extenderTokenName" .)) -}}
 {{- end -}}
 {{- /* The rebalancer reads GPUs, typical pods and node load as the extender does (docs/operator.md):
 the extender's settings, before operator.config, so that an override there still wins. */ -}}

@@ -83,6 +83,7 @@ from stacklib.common import (  # noqa: E402
     wait_for,
 )
 from stacklib.identity import (  # noqa: E402
+    EXTENDER_AUDIENCE,
     IDENTITY_NAMESPACE,
     OPERATOR_IDENTITY,
     READER_ROLE,
@@ -121,6 +122,7 @@ from stacklib.services import (  # noqa: E402
 __all__ = [
     "CARDS_ANNOTATION",
     "CARD_MILLI_ANNOTATION",
+    "EXTENDER_AUDIENCE",
     "GPU_MILLI_ANNOTATION",
     "GPU_MILLI_RESOURCE",
     "GPU_MODELS_ANNOTATION",
@@ -367,7 +369,8 @@ class Stack:
                 }
             )
             if self._reuse(self.operator, "operator", operator_args):
-                service_account_token(c, OPERATOR_IDENTITY)  # renewed; the operator reads the file again
+                # renewed; the operator reads the file again
+                service_account_token(c, OPERATOR_IDENTITY, audience=EXTENDER_AUDIENCE)
             else:
                 ensure_namespace(c, operator_namespace)
                 try:

@@ -15,6 +15,10 @@ STACK_IDENTITY = "rlsched-stack"
 """ServiceAccount of this harness's own reads (``Extender.status()`` …) and of the demo."""
 OPERATOR_IDENTITY = "rlsched-operator"
 """ServiceAccount whose token the local operator sends to the extender."""
+EXTENDER_AUDIENCE = "rlsched-extender"
+"""The token audience the local extender accepts besides the API server's (``auth.audiences``), as the
+chart's ``extender.auth.audience``: the local operator's token is made for it, so the API server
+itself refuses that token (docs/security.md, "Audience-bound tokens")."""
 IDENTITY_NAMESPACE = "kube-system"
 TOKEN_DURATION = "720h"
 """How long a token of the local stack is valid (30 days; the local API server sets no maximum). ``Stack.up``
@@ -52,11 +56,16 @@ def service_account_token(
     grant: bool = True,
     namespace: str = IDENTITY_NAMESPACE,
     duration: str = TOKEN_DURATION,
+    audience: str | None = None,
 ) -> Path:
     """Create the ServiceAccount (bound to :data:`READER_ROLE` with ``grant``), request a token for it
-    (TokenRequest API) and write it to ``<state>/rlstack/tokens/<account>.token`` (mode 0600)."""
+    (TokenRequest API; for ``audience`` when given, else the API server's) and write it to
+    ``<state>/rlstack/tokens/<account>.token`` (mode 0600)."""
     cluster.apply(reader_rbac(account, namespace, grant))
-    token = cluster.kubectl("create", "token", account, "-n", namespace, "--duration", duration).stdout.strip()
+    audience_args = ("--audience", audience) if audience else ()
+    token = cluster.kubectl(
+        "create", "token", account, "-n", namespace, "--duration", duration, *audience_args
+    ).stdout.strip()
     folder = cluster.stack_dir / "tokens"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{account}.token"

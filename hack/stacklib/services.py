@@ -18,7 +18,7 @@ import yaml
 
 from .cluster import LocalCluster
 from .common import REPO_ROOT, free_port, http_get, wait_for
-from .identity import OPERATOR_IDENTITY, STACK_IDENTITY, service_account_token
+from .identity import EXTENDER_AUDIENCE, OPERATOR_IDENTITY, STACK_IDENTITY, service_account_token
 from .process import Proc
 
 
@@ -73,7 +73,9 @@ class Extender(Proc):
         c.stack_dir.mkdir(parents=True, exist_ok=True)
         self.port = port or self.port or free_port()
         self.status_port = status_port or self.status_port or free_port()
-        conf: dict[str, Any] = {"log": {"format": "json"}}
+        # The operator's token is made for EXTENDER_AUDIENCE (as in the chart); the harness's own reads
+        # and Prometheus' still use tokens of the API server's audience.
+        conf: dict[str, Any] = {"log": {"format": "json"}, "auth": {"audiences": [EXTENDER_AUDIENCE]}}
         for key, value in copy.deepcopy(dict(settings or {})).items():  # the caller's settings stay as they are
             if isinstance(value, Mapping) and isinstance(conf.get(key), dict):
                 conf[key].update(value)
@@ -186,7 +188,7 @@ class Operator(Proc):
     ) -> None:
         policy_dir.mkdir(parents=True, exist_ok=True)
         start_len = self.log_path.stat().st_size if self.log_path.exists() else 0
-        token = service_account_token(self.cluster, OPERATOR_IDENTITY)
+        token = service_account_token(self.cluster, OPERATOR_IDENTITY, audience=EXTENDER_AUDIENCE)
         argv = [
             sys.executable,
             "-m",

@@ -26,6 +26,15 @@ while), and when the window was set back its controller could be evicted again i
 windows decide only what *counts* (:meth:`Ledger.counting`); a full ledger drops its oldest records,
 which lie outside them (:class:`Allowance` stops the moves before a record that counts would go).
 
+That promise is bounded by :data:`MAX_RECENT`: while the ledger has room a shorter window forgets
+nothing, but once it holds :data:`MAX_RECENT` records a cycle under a shorter window drops the oldest
+ones to make room, and a longer window set back later no longer counts them: a longer window counts the
+newest :data:`MAX_RECENT` evictions only (about a week at the default six an hour). Keeping every record
+of the longest window instead would make a full ledger spend the budget whatever the current window: at
+the default budget the rebalancer would stop after a week and then move about 33 pods a day instead of
+144. Raising the cap is no way out: ``maxMovesPerHour`` may be 1,000, 720,000 records in 30 days, and
+the status (one object in etcd) holds about 1.5 MB.
+
 The merged list is read from an object anyone with write access to the status can edit, so
 :meth:`Ledger.merge` keeps only entries that are well-formed and younger than :data:`KEEP_S`: an entry dated
 more than :data:`MAX_CLOCK_SKEW_S` ahead would never be pruned and would count in every hour (the
@@ -51,7 +60,10 @@ KEEP_S = max(HOUR_S, float(MAX_OWNER_WINDOW_S))
 MAX_RECENT = 1000
 """Evictions kept (in memory and in the status). When there are more, the oldest go: records outside the
 current windows only, since a ledger whose records inside them fill it spends the budget
-(:class:`Allowance`), so the per-owner budget cannot forget a move it still counts."""
+(:class:`Allowance`), so the per-owner budget cannot forget a move it still counts — under the current
+windows; a longer window set later counts only what is left (module docstring)."""
+MAX_WITHDRAWN = MAX_RECENT
+"""Withdrawn records remembered (:attr:`Ledger.withdrawn`); past that the earliest withdrawn is forgotten."""
 MAX_OWNER_CHARS = 400
 """Length of a controller key read from the status (longer ones are cut: the status is not trusted)."""
 MAX_CLOCK_SKEW_S = 300.0
@@ -74,8 +86,20 @@ class Ledger:
         self.records: list[Record] = []
         self.withdrawn: dict[tuple[float, str], float] = {}
         """Records taken back (:meth:`discard`: written ahead of an eviction that did not happen), by
-        key → date: a status patch that did not land still lists them, and :meth:`merge` must not
-        count them again (they would spend the budget for a whole window)."""
+        key → date, in the order they were withdrawn: a status patch that did not land still lists them,
+        and :meth:`merge` must not count them again (they would spend the budget for a whole window).
+
+        How long they matter: a status lists a withdrawn record only until a status patch lands after
+        its withdrawal (every patch writes the ledger whole, without it), and :meth:`merge` takes nothing
+        older than :data:`KEEP_S`. So an entry is kept :data:`KEEP_S` (:meth:`prune`) but at most
+        :data:`MAX_WITHDRAWN` are: when full, the earliest withdrawn goes, never the newest. That one has
+        :data:`MAX_WITHDRAWN` withdrawals after it; either a status patch landed since (its write ahead of
+        a later eviction, or a cycle's), and no status lists it any more, or none did — a failed write
+        ahead ends the cycle's evictions, so :data:`MAX_WITHDRAWN` cycles in a row without one status
+        write. Only then can it count again, and that costs a move, never allows one more. Kept for
+        :data:`KEEP_S` under the cap alone, a PDB refusing every five-minute cycle (about 300 a day)
+        filled it in four days, and from then on every refused eviction whose status patch was lost
+        counted again."""
 
     def merge(self, recent: Any, now: float) -> int:
         """Add the records of ``status.rebalance.recent`` (``[{at, owner}]``) that the ledger lacks, the
@@ -135,7 +159,8 @@ class Ledger:
 
     def add(self, owner: str, now: float) -> Record:
         """Record an eviction; past :data:`MAX_RECENT` the oldest record goes (one outside the current
-        windows: :class:`Allowance` allows no move while those inside them fill the ledger)."""
+        windows: :class:`Allowance` allows no move while those inside them fill the ledger; a longer
+        window set later would have counted it: module docstring)."""
         record = Record(now, owner)
         self.records.append(record)
         if len(self.records) > MAX_RECENT:
@@ -145,12 +170,16 @@ class Ledger:
 
     def discard(self, record: Record) -> None:
         """Take back a record added ahead of an eviction that did not happen (this very object); it is
-        remembered as withdrawn until it leaves the windows (:attr:`withdrawn`)."""
+        remembered as withdrawn for :data:`KEEP_S`, the earliest withdrawn forgotten first past
+        :data:`MAX_WITHDRAWN` (:attr:`withdrawn`)."""
         for i, r in enumerate(self.records):
             if r is record:
                 del self.records[i]
-                if len(self.withdrawn) < MAX_RECENT:
-                    self.withdrawn[_key(r.at, r.owner)] = r.at
+                key = _key(r.at, r.owner)
+                self.withdrawn.pop(key, None)  # withdrawn again: it goes to the end, the newest
+                self.withdrawn[key] = r.at
+                while len(self.withdrawn) > MAX_WITHDRAWN:
+                    del self.withdrawn[next(iter(self.withdrawn))]
                 return
 
     def dump(self) -> list[dict[str, Any]]:

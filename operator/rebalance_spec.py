@@ -30,7 +30,7 @@ _LABEL_KEY = re.compile(
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 MAX_OWNER_WINDOW_S = 30 * 86400
 """The longest ``budget.ownerWindowSeconds`` (the CRD's maximum): the budget ledger keeps its records
-this long whatever the spec says (:mod:`.rebalance_budget`)."""
+this long whatever the spec says, the newest 1,000 at most (:mod:`.rebalance_budget`)."""
 
 # name → (default, low, high, what it is); integers
 _INTS: dict[str, tuple[int, int, int, str]] = {

@@ -36,8 +36,9 @@ One cycle (:meth:`Rebalancer.cycle`, driven by a kopf timer on the served Schedu
    ``rebalance`` line in the decision log, each with the planner's reason and gain.
 
 The cycle's summary goes to ``status.rebalance`` (the handler patches it), with the evictions of the
-last 30 days (the longest owner window a spec may set, :data:`.rebalance_budget.KEEP_S`) so a restarted
-operator keeps honouring them; a dry run reads them in but forgets none.
+last 30 days (the longest owner window a spec may set, :data:`.rebalance_budget.KEEP_S`), the newest
+1,000 at most (:data:`.rebalance_budget.MAX_RECENT`), so a restarted operator keeps honouring them; a dry
+run reads them in but forgets none.
 """
 
 from __future__ import annotations

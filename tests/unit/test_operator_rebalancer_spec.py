@@ -6,7 +6,16 @@ from typing import Any
 
 import pytest
 
-from rlsched.operator.rebalance_budget import HOUR_S, KEEP_S, MAX_CLOCK_SKEW_S, MAX_RECENT, Ledger, allowance
+from rlsched.operator.rebalance_budget import (
+    HOUR_S,
+    KEEP_S,
+    MAX_CLOCK_SKEW_S,
+    MAX_RECENT,
+    MAX_WITHDRAWN,
+    Ledger,
+    allowance,
+    owners_over_budget,
+)
 from rlsched.operator.rebalance_select import namespace_watched
 from rlsched.operator.rebalance_spec import LabelSelector, RebalanceSpec, Requirement, schema_defaults
 from rlsched.operator.settings import SettingsError, load_settings
@@ -254,6 +263,58 @@ def test_a_withdrawn_record_does_not_come_back_from_a_status_that_still_lists_it
     assert ledger.merge(stale, now + 400) == 0 and ledger.records == []
     ledger.prune(now + KEEP_S + 1)  # out of every window: forgotten
     assert ledger.withdrawn == {}
+
+
+def test_refusals_every_cycle_for_30_days_never_bring_a_recent_refused_eviction_back() -> None:
+    """A PodDisruptionBudget refusing the planner's pick every cycle (about 300 a day) for the longest
+    window: each refused eviction's write ahead landed, the cycle's patch did not, so the next cycle reads
+    a status that still lists it. The withdrawn memory was kept 30 days under a cap of 1,000 that then
+    refused new entries: from the fourth day on, each such refusal counted again for a whole window."""
+    now, cycle_s = 1_800_000_000.0, 288.0
+    ledger: Ledger = Ledger()
+    status: list[dict[str, Any]] = []
+    listed_earlier: list[dict[str, Any]] = []
+    for k in range(300 * 30):
+        t = now + k * cycle_s
+        assert ledger.merge(status, t) == 0, f"a refused eviction counted again on day {k * cycle_s / 86400:.1f}"
+        ledger.prune(t)
+        assert ledger.records == [] and len(ledger.withdrawn) <= MAX_WITHDRAWN
+        ahead = ledger.add(f"ns/Deployment/pdb-protected-{k % 5}", t)
+        status = ledger.dump()  # written ahead: it lands
+        ledger.discard(ahead)  # refused (429); the cycle's status patch is lost
+        if k == 300 * 30 - MAX_WITHDRAWN:  # the earliest refusal still remembered at the end
+            listed_earlier = status
+    t = now + 300 * 30 * cycle_s
+    # A status MAX_WITHDRAWN withdrawals old (only that many cycles without a status write keep one) counts no more.
+    assert ledger.merge(listed_earlier, t) == 0
+    assert ledger.owner_moves("ns/Deployment/pdb-protected-4", t, 86400) == 0 and ledger.in_last_hour(t) == 0
+
+
+def test_the_earliest_withdrawn_is_forgotten_first_and_only_past_the_cap() -> None:
+    now = 1_800_000_000.0
+    ledger = Ledger()
+    for k in range(MAX_WITHDRAWN + 1):
+        ledger.discard(ledger.add(f"ns/ReplicaSet/r-{k}", now + k))
+    assert len(ledger.withdrawn) == MAX_WITHDRAWN
+    first, second = {"at": now, "owner": "ns/ReplicaSet/r-0"}, {"at": now + 1, "owner": "ns/ReplicaSet/r-1"}
+    assert ledger.merge([second], now + MAX_WITHDRAWN + 10) == 0  # still remembered
+    assert ledger.merge([first], now + MAX_WITHDRAWN + 10) == 1  # the earliest went: a move fewer, not one more
+
+
+def test_a_shorter_window_forgets_nothing_until_the_ledger_is_full() -> None:
+    """The documented limit (docs/operator.md, "The budget, and where it lives"): a cycle under a 1-day
+    window keeps the evictions a 30-day window counts while the ledger has room; once it holds MAX_RECENT
+    records, a new eviction pushes out the oldest, which a 30-day window set back no longer counts."""
+    now, day = 1_800_000_000.0, 86_400.0
+    ledger = Ledger()
+    for i in range(MAX_RECENT - 1):
+        ledger.add(f"ns/ReplicaSet/rs-{i}", now - 20 * day + i * 1700)
+    ledger.prune(now)  # a real cycle with ownerWindowSeconds: 86400
+    ledger.add("ns/ReplicaSet/new-0", now)
+    assert owners_over_budget(ledger, ["ns/ReplicaSet/rs-0"], now + 600, 1, 30 * day) == {"ns/ReplicaSet/rs-0"}
+    ledger.add("ns/ReplicaSet/new-1", now + 1)  # full: the oldest goes, outside the 1-day window
+    assert len(ledger.records) == MAX_RECENT
+    assert owners_over_budget(ledger, ["ns/ReplicaSet/rs-0"], now + 600, 1, 30 * day) == set()
 
 
 @pytest.mark.parametrize(

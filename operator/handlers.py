@@ -9,9 +9,13 @@ SchedulingPolicy (``rlsched.io/v1alpha1``):
   run again for the same change — also across operator and API-server restarts. A generation whose
   model failed and was rolled back is not published again (the rollback's ``rollbackOf`` says so):
   not by ``resume``, nor by the ``create``/``update`` kopf runs again when the operator stopped
-  before that handler finished. On ``resume``, a bundle already published for the generation is
-  verified as it is (published again when the extender answers without serving it), never built
-  again: the model source is not fetched, and an extender that does not answer is retried.
+  before that handler finished (there only a mark naming this object's uid counts; ``resume`` also
+  takes an older operator's mark without one). On ``resume``, a bundle already published for the
+  generation is verified as it is (published again when the extender answers without serving it),
+  never built again: the model source is not fetched, and an extender that does not answer is
+  retried. Tries that end with the extender lost after the bundle was published are counted in
+  ``status.lostAfterPublish`` with kopf's ``retry`` (:func:`_lost_before`), so that a bundle that
+  crashes the extender is rolled back (``ExtenderLostAfterPublish``).
 - delete → :func:`retire`: the extender goes back to its own settings (an empty policy file).
 - a timer → :func:`refresh`: ``status.counts`` from the extender, and drift (the extender no longer
   serves what was rolled out: restarted without the files, …) as ``Degraded``.
@@ -38,7 +42,7 @@ from .conditions import condition, get_condition, merge_conditions, now_iso
 from .extender_client import ExtenderUnavailable, ExtenderView
 from .kube import Kube
 from .requeue import PendingPod, pending_pod
-from .rollout import RolloutResult, SourceError, bundle_label, serves
+from .rollout import LOST_AFTER_PUBLISH_TRIES, Cause, RolloutResult, SourceError, bundle_label, serves
 from .runtime import Runtime, start_runtime
 from .settings import OperatorSettings
 from .sink import CURRENT, Bundle, ModelTooLarge, SinkError
@@ -119,9 +123,11 @@ async def reconcile(
     patch: kopf.Patch,
     memo: kopf.Memo,
     reason: str,
+    retry: int = 0,
     **_: Any,
 ) -> None:
-    """Validate, roll out, verify, roll back (module docstring)."""
+    """Validate, roll out, verify, roll back (module docstring). ``retry``: kopf's count of the earlier
+    tries of this handler for this change (0 on the first)."""
     assert namespace is not None  # SchedulingPolicy is namespaced (kopf's protocol allows cluster-scoped ones)
     rt: Runtime = memo.runtime
     generation = meta.get("generation")
@@ -154,7 +160,7 @@ async def reconcile(
         # Every cause, not only resume: kopf stores what it handled once the handler finished, so an
         # operator stopped during the rollback's verification runs create/update again (a spec change
         # bumps the generation: rollbackOf naming this one is a run again of the same change).
-        rolled_back = await _rolled_back_before(rt, namespace, name, uid, generation)
+        rolled_back = await _rolled_back_before(rt, namespace, name, uid, generation, cause)
         if rolled_back is not None:
             if cause != "resume":  # the run that rolled back never wrote its status: say why here
                 _report_rolled_back(rolled_back, body, status, patch, generation)
@@ -202,7 +208,7 @@ async def reconcile(
             f"to {rt.sink.describe()}",
         )
         try:
-            result = await rt.rollout.apply(bundle)
+            result = await rt.rollout.apply(bundle, lost_before=_lost_before(status, generation, cause, retry))
         except ModelTooLarge as exc:
             _set_conditions(
                 patch,
@@ -223,8 +229,38 @@ async def reconcile(
             )
             _transition(body, "Warning", "PublishFailed", str(exc))
             raise kopf.TemporaryError(str(exc), delay=15) from None
+        if result.lost_tries:
+            patch.status[LOST] = {"generation": generation, "cause": cause, "retry": retry, "tries": result.lost_tries}
+        elif status and status.get(LOST) is not None:
+            patch.status[LOST] = None
         await _note_policy(rt, body, generation, ps.mode, result)
         report(result, body, status, patch, generation)
+
+
+LOST = "lostAfterPublish"
+"""The status field counting the tries in a row that ended with the extender lost after the bundle was
+published: ``{generation, cause, retry, tries}`` (:func:`_lost_before`)."""
+
+
+def _lost_before(status: Mapping[str, Any] | None, generation: int | None, cause: str, retry: int) -> int:
+    """How many tries right before this one ended with the extender lost after the bundle was published
+    (:data:`~rlsched.operator.rollout.LOST_AFTER_PUBLISH_TRIES`). Only the try just before counts: the
+    record written for the same generation and cause by kopf's previous try (``retry`` - 1). Any
+    other try in between (one that ended otherwise writes no record), a new change (kopf's count
+    starts at 0 again) or another cause starts the count over."""
+    record = (status or {}).get(LOST)
+    if not isinstance(record, Mapping) or retry < 1:
+        return 0
+    tries = record.get("tries")
+    if (
+        record.get("generation") != generation
+        or record.get("cause") != cause
+        or record.get("retry") != retry - 1
+        or isinstance(tries, bool)
+        or not isinstance(tries, int)
+    ):
+        return 0
+    return max(0, min(tries, LOST_AFTER_PUBLISH_TRIES))
 
 
 async def _build(
@@ -284,13 +320,18 @@ async def _served_on_resume(
 
 
 async def _rolled_back_before(
-    rt: Runtime, namespace: str, name: str, uid: str, generation: int | None
+    rt: Runtime, namespace: str, name: str, uid: str, generation: int | None, cause: str
 ) -> Bundle | None:
     """Was this generation rolled back already (the current slot holds the rollback target, marked
     ``rollbackOf`` this generation of this object)? Then the rollback target, and the generation is
     not published again — the rollout failed for good until the spec changes. The rollback target
-    stays published and is checked once; a restart is not a retry of a bad model. A slot marked by
-    an older operator names no ``rollbackUid``: the generation alone decides."""
+    stays published and is checked once; a restart is not a retry of a bad model.
+
+    A slot marked by an older operator names no ``rollbackUid`` — and operators before that one
+    marked every failure, a timeout too. ``resume`` takes such a mark, as it always did (the
+    generation alone decides); ``create``/``update`` only a mark naming this object's uid: an older
+    operator's mark is ignored there, as those operators did (a policy created again under the same
+    name is not taken for its namesake, nor a timeout reported as a model that failed)."""
     try:
         current = await rt.sink.read(CURRENT)
     except SinkError as exc:  # unknown: roll out as for any change
@@ -301,7 +342,7 @@ async def _rolled_back_before(
         or generation is None
         or current.meta.get("policy") != f"{namespace}/{name}"
         or current.meta.get("rollbackOf") != generation
-        or current.meta.get("rollbackUid") not in (None, uid)
+        or current.meta.get("rollbackUid") not in ((None, uid) if cause == "resume" else (uid,))
     ):
         return None
     try:
@@ -323,22 +364,35 @@ async def _rolled_back_before(
     return current
 
 
+_ROLLED_BACK_BECAUSE = {
+    Cause.LOAD_ERROR: "the extender could not load its model",
+    Cause.LOST_AFTER_PUBLISH: (
+        f"the extender stopped answering after its bundle was published, {LOST_AFTER_PUBLISH_TRIES} tries in a row"
+    ),
+}
+"""What a rollback's mark (``rollbackReason``) says failed: the causes that mark one
+(:attr:`~rlsched.operator.rollout.Cause.model_failed`)."""
+
+
 def _report_rolled_back(
     target: Bundle, body: kopf.Body, status: kopf.Status, patch: kopf.Patch, generation: int | None
 ) -> NoReturn:
     """The status and event of a generation found rolled back by a run that did not finish (the
-    operator stopped during the rollback's verification): only a model that failed marks a rollback
-    (:attr:`~rlsched.operator.rollout.Cause.model_failed`), so the reason is ``ModelLoadFailed``."""
+    operator stopped during the rollback's verification). The reason is the mark's ``rollbackReason``;
+    a mark without one (an operator before it, which marked only a model that failed to load —
+    uid-less marks of older ones never get here) is ``ModelLoadFailed``."""
+    marked = target.meta.get("rollbackReason")
+    why = next((c for c in _ROLLED_BACK_BECAUSE if c.value == marked), Cause.LOAD_ERROR)
     message = (
-        f"generation {generation}: the extender could not load its model; rolled back to "
+        f"generation {generation}: {_ROLLED_BACK_BECAUSE[why]}; rolled back to "
         f"{bundle_label(target)} before the operator restarted; fix the spec (or the model) and apply it again"
     )
     _set_conditions(
         patch,
         status,
         generation,
-        _ready(False, "ModelLoadFailed", message, generation),
-        _degraded(True, "ModelLoadFailed", message, generation),
+        _ready(False, why.value, message, generation),
+        _degraded(True, why.value, message, generation),
     )
     _transition(body, "Warning", "RolledBack", message)
     raise kopf.PermanentError(message)

@@ -34,10 +34,17 @@ annotation), failing otherwise (5xx, 429, 401, no answer) ``MAX_TRANSIENT_RETRIE
 unexpected — stops the requeues of that pod: it is remembered like a pod given up on, so the sweep
 does not schedule it again (the annotation never moved, so ``maxAttempts`` would never end it), and
 forgotten when the pod is deleted (:meth:`Requeuer.forget`) or no longer pending. Nothing on the pod
-records such a failure, so that memory is bounded by a pause instead: with :data:`MEMORY` pending pods
-whose requeues failed for good (the patch refused everywhere: RBAC, the admission policy), no requeue
-is scheduled until some of them are deleted or bound. Forgetting the oldest to make room had the
-sweep bring exactly those back, patching and posting events for them again on every round.
+records such a failure, and forgetting the oldest to make room had the sweep bring exactly those
+back, patching and posting events for them again on every round. So that memory is bounded per
+namespace and in all, and never stops the requeues of another namespace:
+
+- a namespace with :data:`NAMESPACE_MEMORY` pending pods whose requeues failed for good (a quota
+  or admission policy of its own, pods whose annotations are full) pauses its own requeues until
+  some of those pods are deleted or bound (logged once per namespace, at ERROR);
+- past :data:`MEMORY` such pods in all, a new failure is not remembered (logged once): that pod is
+  retried with the ordinary backoff, its failures counted as requeues (after a few, once every
+  ``maxS`` seconds), not on every sweep.
+
 kube-scheduler's own retries go on.
 """
 
@@ -49,7 +56,7 @@ import logging
 import math
 import re
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -161,10 +168,15 @@ REFUSED = (400, 403, 422)
 invalid annotation): the same patch would be refused again. Any other failure (401 from an expired
 token, 5xx, 429, a lost answer) is retried with backoff."""
 MEMORY = 50_000
-"""Pods remembered per bookkeeping map. Retries and last requeues: the oldest are forgotten past it.
-Pods given up on and pods whose requeue failed for good: none is forgotten to make room (the sweep
-would bring exactly those back, every round); a full one loses the pods no longer pending at the next
-sweep (:meth:`Requeuer.sweep`), and takes no more while it stays full (module docstring)."""
+"""Pods remembered per bookkeeping map. Retries, last requeues and failures not remembered: the oldest
+are forgotten past it. Pods given up on and pods whose requeue failed for good: none is forgotten to
+make room (the sweep would bring exactly those back, every round); a full one loses the pods no
+longer pending at the next sweep (:meth:`Requeuer.sweep`), and takes no more while it stays full
+(module docstring)."""
+NAMESPACE_MEMORY = 5_000
+"""Pods of one namespace whose requeue failed for good that are remembered; at it, that namespace's
+requeues pause (module docstring). Well below :data:`MEMORY`, so one namespace's refusals (its own
+quota or admission policy) fill at most a tenth of the memory and never pause another namespace."""
 
 
 def _remember(memory: OrderedDict[str, Any], uid: str, value: Any = None) -> None:
@@ -204,10 +216,19 @@ class Requeuer:
         self._last: OrderedDict[str, float] = OrderedDict()
         self._gave_up: OrderedDict[str, None] = OrderedDict()
         """Pods told ``RequeueGaveUp`` (module docstring): bounded, none forgotten to make room."""
-        self._dropped: OrderedDict[str, None] = OrderedDict()
-        """Pods whose requeue failed for good (module docstring): not scheduled again until deleted;
-        when full, no requeue is scheduled at all (:meth:`paused`)."""
-        self._was_paused = False
+        self._dropped: OrderedDict[str, str] = OrderedDict()
+        """UID → namespace of pods whose requeue failed for good (module docstring): not scheduled
+        again until deleted or bound; at most :data:`NAMESPACE_MEMORY` per namespace and
+        :data:`MEMORY` in all, none forgotten to make room."""
+        self._dropped_in: Counter[str] = Counter()
+        """Namespace → its pods in ``_dropped``; at :data:`NAMESPACE_MEMORY` its requeues pause."""
+        self._paused: set[str] = set()
+        """Namespaces whose requeues pause (:attr:`paused_namespaces`), as last logged."""
+        self._unkept: OrderedDict[str, int] = OrderedDict()
+        """UID → requeues that failed for good while ``_dropped`` was full (module docstring): counted
+        into its backoff; the oldest forgotten past :data:`MEMORY`."""
+        self._told_full = False
+        """That ``_dropped`` is full was logged (again once it had room in between)."""
         self._wake = asyncio.Event()
         self._once = LogOnce(log).log
         self.requeued = 0
@@ -249,42 +270,64 @@ class Requeuer:
                 )
             self.delayed(pod["uid"], pod.get("namespace", ""), pod.get("name", ""), retry)
 
-    def _stopped(self, uid: str) -> bool:
+    def _stopped(self, uid: str, namespace: str) -> bool:
         """Whether the requeues of ``uid`` ended (given up on after ``maxAttempts``, or failed for
-        good), or all requeues pause (:meth:`paused`)."""
-        return uid in self._gave_up or uid in self._dropped or self.paused
+        good), or those of its namespace pause (:attr:`paused_namespaces`)."""
+        return uid in self._gave_up or uid in self._dropped or self._dropped_in[namespace] >= NAMESPACE_MEMORY
 
     @property
-    def paused(self) -> bool:
-        """:data:`MEMORY` pending pods' requeues failed for good: no more are scheduled (module
-        docstring) until the next sweep finds some of them deleted or bound."""
-        return len(self._dropped) >= MEMORY
+    def paused_namespaces(self) -> frozenset[str]:
+        """Namespaces with :data:`NAMESPACE_MEMORY` pending pods whose requeues failed for good: no
+        requeue of theirs is scheduled (module docstring) until some of those pods are deleted or
+        bound. Other namespaces' requeues go on."""
+        return frozenset(ns for ns, n in self._dropped_in.items() if n >= NAMESPACE_MEMORY)
 
     def _prune(self) -> None:
-        """A full memory of pods given up on or dropped loses the pods no longer pending (bound, or
-        deleted without the event reaching :meth:`forget`), at most once per sweep."""
-        for memory in (self._gave_up, self._dropped):
-            if len(memory) >= MEMORY:
-                for uid in [uid for uid in memory if self.lookup(uid) is None]:
-                    del memory[uid]
-        if self.paused != self._was_paused:
-            self._was_paused = self.paused
-            if self.paused:
-                log.error(
-                    "the requeues of %d pending pods failed for good (patches refused: RBAC, the admission "
-                    "policy?); no requeue is scheduled until some of them are deleted or bound",
-                    len(self._dropped),
-                )
-            else:
-                log.warning("pods whose requeues failed for good were deleted or bound: requeues go on")
+        """A full memory of pods given up on, and the pods dropped once a namespace pauses or the memory
+        is full, lose the pods no longer pending (bound, or deleted without the event reaching
+        :meth:`forget`), at most once per sweep; a pause that starts or ends is logged."""
+        if len(self._gave_up) >= MEMORY:
+            for uid in [uid for uid in self._gave_up if self.lookup(uid) is None]:
+                del self._gave_up[uid]
+        if len(self._dropped) >= MEMORY or self._paused:
+            for uid in [uid for uid in self._dropped if self.lookup(uid) is None]:
+                self._undrop(uid)
+        self._told_full = self._told_full and len(self._dropped) >= MEMORY
+        self._log_pauses()
+
+    def _log_pauses(self) -> None:
+        """Log each namespace whose requeues start or stop pausing, once per change."""
+        paused = self.paused_namespaces
+        for ns in sorted(paused - self._paused):
+            log.error(
+                "namespace %s: the requeues of %d pending pods failed for good (patches refused: a quota or "
+                "admission policy of the namespace? full annotations?); no requeue is scheduled in that "
+                "namespace until some of those pods are deleted or bound (an operator restart tries them "
+                "again); other namespaces are not affected",
+                ns,
+                self._dropped_in[ns],
+                extra={"event": "requeue_paused", "namespace": ns},
+            )
+        for ns in sorted(self._paused - paused):
+            log.warning("namespace %s: pods whose requeues failed for good were deleted or bound: requeues go on", ns)
+        self._paused = set(paused)
+
+    def _undrop(self, uid: str) -> None:
+        """``uid`` leaves the memory of pods whose requeue failed for good (if it is there)."""
+        namespace = self._dropped.pop(uid, None)
+        if namespace is not None:
+            self._dropped_in[namespace] -= 1
+            if self._dropped_in[namespace] <= 0:
+                del self._dropped_in[namespace]
 
     def forget(self, uid: str) -> None:
         """The pod was deleted: its UID never comes back, so nothing about it needs remembering."""
-        for memory in (self._gave_up, self._dropped, self._last, self._retries):
+        self._undrop(uid)
+        for memory in (self._gave_up, self._last, self._retries, self._unkept):
             memory.pop(uid, None)
 
     def delayed(self, uid: str, namespace: str, name: str, retry_after_s: float | None) -> None:
-        if not self.settings.enabled or uid in self._due or self._stopped(uid):
+        if not self.settings.enabled or uid in self._due:
             return
         known = self.lookup(uid)
         if known is None:
@@ -292,12 +335,15 @@ class Requeuer:
             # after a restart must not announce a requeue to a pod that no longer waits
             log.debug("pod %s/%s delayed, but it is not a pending pod of ours: no requeue", namespace, name)
             return
+        if self._stopped(uid, known.namespace):  # the index's namespace, whatever the record said
+            return
         done = known.attempt
         if done >= self.settings.max_attempts:
             self._give_up(uid, namespace, name, done)
             return
         # Everything that can raise before the heap changes: a half-scheduled pod would block the rest.
-        wait = self.backoff(done, retry_after_s)
+        # Failures not remembered (module docstring) count as requeues done: backoff, not every sweep.
+        wait = self.backoff(done + self._unkept.get(uid, 0), retry_after_s)
         due = self.clock() + wait
         until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.wall() + wait))
         if not math.isfinite(due):
@@ -322,7 +368,7 @@ class Requeuer:
         now = self.clock()
         self._prune()
         for pod in self.pending():
-            if not pod.delayed or pod.uid in self._due or self._stopped(pod.uid):
+            if not pod.delayed or pod.uid in self._due or self._stopped(pod.uid, pod.namespace):
                 continue
             if pod.attempt >= self.settings.max_attempts:
                 continue  # requeues ended (the annotation says so); a delay that finds it there tells once
@@ -373,7 +419,7 @@ class Requeuer:
                 await self._requeue(uid, entry[1], entry[2])
             except Exception:  # noqa: BLE001 - one bad pod must not stop the requeue of the others
                 self._failed(uid, "requeue of %s/%s failed", entry[1], entry[2])
-                _keep(self._dropped, uid)  # the sweep would bring it back, to fail again
+                self._remember_failure(uid)  # the sweep would bring it back, to fail again
                 continue
             done += 1
         return done
@@ -398,6 +444,7 @@ class Requeuer:
                 self._retry_later(uid, namespace, name, exc)
             return
         self._retries.pop(uid, None)
+        self._unkept.pop(uid, None)
         self.requeued += 1
         _remember(self._last, uid, self.clock())
         log.info(
@@ -445,9 +492,39 @@ class Requeuer:
         remembered (:meth:`forget` already ran: it would stay until the memory's cap pushed it out)."""
         self.failed += 1
         self._retries.pop(uid, None)
-        if self.lookup(uid) is not None:
-            _keep(self._dropped, uid)
+        self._remember_failure(uid)
         self._once(f"dropped:{uid}", logging.WARNING, message, *args)
+
+    def _remember_failure(self, uid: str) -> None:
+        """A pending pod's requeue failed for good: remembered, so that its requeues end, while its
+        namespace and the whole memory have room (module docstring). A namespace that reaches
+        :data:`NAMESPACE_MEMORY` pauses its own requeues; past :data:`MEMORY` in all, the failure is
+        counted into the pod's backoff instead. A pod deleted or bound meanwhile is not remembered
+        (:meth:`forget` may have run while the patch was on its way)."""
+        pod = self.lookup(uid)
+        if pod is None or uid in self._dropped:
+            return
+        namespace = pod.namespace
+        if self._dropped_in[namespace] >= NAMESPACE_MEMORY:
+            return  # the namespace pauses: nothing of it is scheduled, nothing more to remember
+        if len(self._dropped) >= MEMORY:
+            _remember(self._unkept, uid, self._unkept.get(uid, 0) + 1)
+            if not self._told_full:
+                self._told_full = True
+                log.error(
+                    "the requeues of %d pending pods failed for good (at most %d per namespace are remembered); "
+                    "more such pods are not remembered: they are retried with backoff, each failure counted as "
+                    "a requeue (then every %.0fs, requeue.maxS), until some of those pods are deleted or bound",
+                    MEMORY,
+                    NAMESPACE_MEMORY,
+                    self.settings.max_s,
+                )
+            return
+        self._dropped[uid] = namespace
+        self._dropped_in[namespace] += 1
+        self._unkept.pop(uid, None)
+        if self._dropped_in[namespace] >= NAMESPACE_MEMORY:
+            self._log_pauses()
 
     def _give_up(self, uid: str, namespace: str, name: str, done: int) -> None:
         """``RequeueGaveUp``, once per pod: not posted when the memory of the pods told is full (its

@@ -13,12 +13,17 @@ its :class:`RolloutResult` into status, conditions and events):
 4. a model load error newer than the publication, a rejected policy file, or no confirmation within
    ``rolloutTimeoutS`` → the ``last-good`` bundle is published again (or, with none — or one that
    cannot be read —, the same settings without a model: the fallback serves), marked ``rollbackOf``
-   the failed generation when its model failed (not a digest refusal, a rejected policy file or a
-   timeout, which a restart tries again), and the result says what failed and why (a :class:`Cause`
-   decided from ``/status``, not from words in a message);
+   the failed generation (and ``rollbackReason``) when its model failed (not a digest refusal, a
+   rejected policy file or a timeout, which a restart tries again), and the result says what failed
+   and why (a :class:`Cause` decided from ``/status``, not from words in a message);
 5. an extender that does not answer — at all, or no longer at the deadline (it answered, then went
    away: a restart) — is *not* a reason to roll back: the bundle stays published (the extender picks
-   it up when it is back) and the caller retries the verification.
+   it up when it is back) and the caller retries the verification. The exception is bounded: an
+   extender that answered after the bundle was published and then stopped answering, on
+   :data:`LOST_AFTER_PUBLISH_TRIES` tries of the generation in a row (the caller counts them, with
+   kopf's retries), is rolled back from (``ExtenderLostAfterPublish``): a model that OOM-kills the
+   extender or crash-loops it while loading. The rollback's own verification then tells whether the
+   old bundle brings it back.
 """
 
 from __future__ import annotations
@@ -51,6 +56,15 @@ log = logging.getLogger("rlsched.operator.rollout")
 
 CLOCK_SKEW_S = 1.0
 """Tolerance between the operator's and the extender's clocks when comparing ``errorAt``."""
+LOST_AFTER_PUBLISH_TRIES = 3
+"""Tries of one generation in a row that end with the extender lost after the bundle was published
+(it answered after the publication, then stopped answering) before the bundle is rolled back
+(:attr:`Cause.LOST_AFTER_PUBLISH`). Once is an extender pod restarting, a node drained: the bundle
+stays published, the extender may serve it once it is back. A model that OOM-kills the extender or
+crash-loops it while loading does it on every try — and since the extender loads its model before
+its status port answers, it then stays silent —, and without a bound every retry published it
+again, for ever. Three tries (kopf retries every 15 s, each waits up to ``rolloutTimeoutS``: over six
+minutes with the defaults) are not one restart, or two back to back."""
 
 
 class SourceError(Exception):
@@ -282,15 +296,21 @@ class Cause(enum.Enum):
     LOAD_ERROR = "ModelLoadFailed"
     TIMEOUT = "RolloutTimeout"
     UNREACHABLE = "ExtenderUnreachable"
+    LOST_AFTER_PUBLISH = "ExtenderLostAfterPublish"
+    """The extender stopped answering after the bundle was published, :data:`LOST_AFTER_PUBLISH_TRIES`
+    tries in a row (it answered after the publication): decided by :meth:`Rollout.apply`, never by
+    one verification."""
 
     @property
     def model_failed(self) -> bool:
-        """A failure of the model itself: an operator restart does not retry it (``rollbackOf``). Not a
-        digest refusal: its file may just not be there yet (a spec applied before the file is copied
-        in), or the extender older than the digest check; nor a rejected policy file or a timeout, which
-        may be the extender's (an older one during an upgrade, a volume not mounted): a restart tries
-        those again."""
-        return self is Cause.LOAD_ERROR
+        """A failure of the model itself: an operator restart does not retry it (``rollbackOf``,
+        ``rollbackReason``). That is a load error, and an extender lost after the bundle was published
+        try after try (publishing it again on a restart would crash the extender again). Not a digest
+        refusal: its file may just not be there yet (a spec applied before the file is copied in), or
+        the extender older than the digest check; nor a rejected policy file or a timeout, which may be
+        the extender's (an older one during an upgrade, a volume not mounted): a restart tries those
+        again."""
+        return self in (Cause.LOAD_ERROR, Cause.LOST_AFTER_PUBLISH)
 
 
 @dataclass(frozen=True)
@@ -306,6 +326,12 @@ class Verification:
     def ok(self) -> bool:
         return self.cause is None
 
+    @property
+    def lost(self) -> bool:
+        """Unreachable at the deadline after an answer during this verification (it started after
+        the publication): the extender stopped answering after the bundle was published."""
+        return self.cause is Cause.UNREACHABLE and self.view is not None
+
 
 @dataclass
 class RolloutResult:
@@ -314,13 +340,18 @@ class RolloutResult:
     ok: bool
     reason: str
     """``RolledOut`` | ``ModelLoadFailed`` | ``PolicyFileRejected`` | ``DigestMismatch`` |
-    ``RolloutTimeout`` | ``ExtenderUnreachable`` (``ok`` False, nothing rolled back)."""
+    ``RolloutTimeout`` | ``ExtenderLostAfterPublish`` | ``ExtenderUnreachable`` (``ok`` False,
+    nothing rolled back)."""
     message: str
     bundle: Bundle
     view: ExtenderView | None = None
     """The extender's last answer."""
     rolled_back_to: Bundle | None = None
     rollback_ok: bool | None = None
+    lost_tries: int = 0
+    """``ExtenderUnreachable`` only: the tries of this generation in a row, this one included, that
+    ended with the extender lost after the bundle was published (0: it did not answer since); the
+    caller passes it back as ``lost_before`` on the next try (:data:`LOST_AFTER_PUBLISH_TRIES`)."""
 
 
 def bundle_label(b: Bundle | None) -> str:
@@ -547,8 +578,14 @@ class Rollout:
             "is it reading the published files (policyFile, the ConfigMap volume)?",
         )
 
-    async def apply(self, bundle: Bundle) -> RolloutResult:
-        """Publish, verify, keep as last good or roll back (module docstring). Raises SinkError."""
+    async def apply(self, bundle: Bundle, *, lost_before: int = 0) -> RolloutResult:
+        """Publish, verify, keep as last good or roll back (module docstring). Raises SinkError.
+
+        ``lost_before``: the tries of this generation right before this one that ended with the
+        extender lost after the bundle was published (:attr:`RolloutResult.lost_tries` of the last
+        one; 0 on a first try). An extender that does not answer in this try continues such a run (it
+        has not answered since it stopped); with none before, it was down before the publication and
+        the bundle is not suspect."""
         since = await self.publish(bundle)
         checked = await self.verify(bundle, since)
         view, message = checked.view, checked.message
@@ -557,8 +594,22 @@ class Rollout:
                 bundle = dataclasses.replace(bundle, meta=dict(bundle.meta, version=view.version))
             await self.sink.write(LAST_GOOD, bundle)
             return RolloutResult(True, "RolledOut", f"the extender serves {bundle_label(bundle)}", bundle, view)
-        if checked.cause is Cause.UNREACHABLE:
-            return RolloutResult(False, checked.cause.value, message + "; the bundle stays published", bundle, view)
+        cause = checked.cause
+        if cause is Cause.UNREACHABLE:
+            lost = lost_before + 1 if checked.lost or lost_before > 0 else 0
+            if lost < LOST_AFTER_PUBLISH_TRIES:
+                text = message + "; the bundle stays published"
+                if lost:
+                    text += (
+                        f" (the extender stopped answering after it was published: try {lost} of "
+                        f"{LOST_AFTER_PUBLISH_TRIES} before it is rolled back)"
+                    )
+                return RolloutResult(False, cause.value, text, bundle, view, lost_tries=lost)
+            cause = Cause.LOST_AFTER_PUBLISH
+            message = (
+                f"the extender stopped answering after {bundle_label(bundle)} was published, {lost} tries in a "
+                f"row (a model that crashes it while loading?): {message}"
+            )
         # A last-good slot that cannot be read now (an API hiccup) is not an empty one: raising
         # SinkError retries the whole rollout (kopf's TemporaryError). Rolling back to no model
         # instead dropped the model the extender served, and overwrote the last-good slot for good.
@@ -571,16 +622,28 @@ class Rollout:
         # what failed (:attr:`Cause.model_failed`): an operator restart (resume, or the create/update
         # kopf runs again when this one did not finish) then leaves the known-bad generation alone
         # instead of publishing it again; ``rollbackUid`` tells the object from one created again
-        # under the same name.
+        # under the same name, ``rollbackReason`` says why (the status a run again reports).
         mark = (
-            {"rollbackOf": bundle.meta.get("generation"), "rollbackUid": bundle.meta.get("uid")}
-            if checked.cause.model_failed
+            {
+                "rollbackOf": bundle.meta.get("generation"),
+                "rollbackUid": bundle.meta.get("uid"),
+                "rollbackReason": cause.value,
+            }
+            if cause.model_failed
             else {}
         )
         if last_good is None:
             # No earlier good bundle: the same settings without the model — the fallback serves. Its
             # modelSha256 is null, not left out: the extender's own base digest must not apply.
-            meta = dict(bundle.meta, digest=None, source=None, generation=None, rollbackOf=None, rollbackUid=None)
+            meta = dict(
+                bundle.meta,
+                digest=None,
+                source=None,
+                generation=None,
+                rollbackOf=None,
+                rollbackUid=None,
+                rollbackReason=None,
+            )
             target = Bundle(dict(bundle.settings, modelPath=None, modelSha256=None), None, None, dict(meta, **mark))
         else:
             target = dataclasses.replace(last_good, meta=dict(last_good.meta, **mark))
@@ -591,7 +654,7 @@ class Rollout:
         text = f"{message}; rolled back to {bundle_label(target)}"
         if not back.ok:
             text += f", but the rollback is not confirmed either: {back.message}"
-        return RolloutResult(False, checked.cause.value, text, bundle, back.view or view, target, back.ok)
+        return RolloutResult(False, cause.value, text, bundle, back.view or view, target, back.ok)
 
     async def revert(self) -> None:
         """The served policy is gone: publish an empty policy file (the extender's own settings)."""
@@ -603,6 +666,7 @@ class Rollout:
 
 
 __all__ = [
+    "LOST_AFTER_PUBLISH_TRIES",
     "Cause",
     "MetadataAddressRefused",
     "ModelFetcher",

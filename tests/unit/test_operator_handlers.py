@@ -59,8 +59,16 @@ def body(spec: dict, generation: int = 1, status: dict | None = None) -> dict:
     }
 
 
-async def call(fn, b: dict, memo: kopf.Memo, reason: str = "create", patch: kopf.Patch | None = None) -> kopf.Patch:
-    """``fn`` as kopf calls it; ``patch`` collects what it wrote even when it raises."""
+async def call(
+    fn,
+    b: dict,
+    memo: kopf.Memo,
+    reason: str = "create",
+    patch: kopf.Patch | None = None,
+    retry: int | None = None,
+) -> kopf.Patch:
+    """``fn`` as kopf calls it (``retry``: kopf's count of earlier tries, passed when given); ``patch``
+    collects what it wrote even when it raises."""
     patch = kopf.Patch() if patch is None else patch
     await fn(
         body=b,
@@ -69,10 +77,11 @@ async def call(fn, b: dict, memo: kopf.Memo, reason: str = "create", patch: kopf
         status=b["status"],
         namespace="sched",
         name="default",
-        uid="uid-1",
+        uid=b["metadata"]["uid"],
         patch=patch,
         memo=memo,
         reason=kopf.Reason(reason),
+        **({} if retry is None else {"retry": retry}),
     )
     return patch
 
@@ -768,3 +777,153 @@ async def test_a_policy_created_again_under_the_same_name_is_not_taken_for_its_r
         reason=kopf.Reason.CREATE,
     )
     assert cond(patch, "Ready")["reason"] == "RolledOut" and ext.engine.model_info.version == "v1"
+
+
+# -- an extender lost after the publish, try after try; rollback marks of older operators ----------
+
+
+def _crashes_on(memo: kopf.Memo, ext: EngineExtender, source: str) -> None:
+    """Once the current slot names ``source``, the extender answers once per publish (the old bundle:
+    it has not read the new one yet) and then never again — a model that OOM-kills it while loading."""
+    from rlsched.operator.extender_client import ExtenderUnavailable
+
+    rollout, real_status = memo.runtime.rollout, ext.status
+    left = {"answers": 0}
+
+    async def status():
+        if (await rollout.sink.read(CURRENT)).meta.get("source") != source:
+            return await real_status()
+        if left["answers"] <= 0:
+            raise ExtenderUnavailable("GET http://extender/status: ConnectionRefusedError (CrashLoopBackOff)")
+        left["answers"] -= 1
+        return ExtenderView.from_status({"policy": ext.engine.status()})
+
+    publish = rollout.publish
+
+    async def publish_and_answer_once(bundle):
+        left["answers"] = 1
+        return await publish(bundle)
+
+    ext.status = status
+    rollout.publish = publish_and_answer_once
+
+
+async def test_a_model_that_crashes_the_extender_is_rolled_back_on_the_third_try_in_a_row(env) -> None:
+    """The extender answered once after the publish (still the old bundle), then never again: every try
+    ended ExtenderUnreachable, the bundle stayed published, and each kopf retry published it again —
+    never rolled back. Three tries in a row (kopf's ``retry``, counted in status.lostAfterPublish) roll
+    back with ExtenderLostAfterPublish; a run again after a restart reports that reason from the mark."""
+    memo, kube, ext, events = env
+    add_model(kube, "good", fake_model("v1"))
+    add_model(kube, "crash", fake_model("v2-crashes-the-extender"))
+    s1 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "good", "key": "m.npz"}}}
+    s2 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "crash", "key": "m.npz"}}}
+    status = status_after(await call(handlers.reconcile, body(s1), memo))
+    _crashes_on(memo, ext, "configmap crash/m.npz")
+    events.clear()
+    for retry in (0, 1):
+        patch = kopf.Patch()
+        with pytest.raises(kopf.TemporaryError):
+            await call(handlers.reconcile, body(s2, 2, status), memo, "update", patch, retry=retry)
+        assert cond(patch, "Ready")["reason"] == "ExtenderUnreachable"
+        assert patch.status["lostAfterPublish"] == {
+            "generation": 2,
+            "cause": "update",
+            "retry": retry,
+            "tries": retry + 1,
+        }
+        status = {**status, **patch.status}  # what kopf's next try reads
+    last = kopf.Patch()
+    with pytest.raises(kopf.PermanentError):
+        await call(handlers.reconcile, body(s2, 2, status), memo, "update", last, retry=2)
+    d = cond(last, "Degraded")
+    assert d["reason"] == "ExtenderLostAfterPublish" and "3 tries in a row" in d["message"], d["message"]
+    assert "rolled back to model v1" in d["message"] and ext.engine.model_info.version == "v1"
+    assert last.status["lostAfterPublish"] is None and last.status["lastGood"]["generation"] == 1
+    assert [e[1] for e in events] == ["RollingOut", "ExtenderUnreachable"] * 2 + ["RollingOut", "RolledBack"]
+    # The operator stopped before kopf stored the outcome: the update runs again, publishes nothing.
+    events.clear()
+    again = kopf.Patch()
+    with pytest.raises(kopf.PermanentError):
+        await call(handlers.reconcile, body(s2, 2, status), memo, "update", again, retry=3)
+    d = cond(again, "Degraded")
+    assert (
+        d["reason"] == "ExtenderLostAfterPublish" and "stopped answering after its bundle was published" in d["message"]
+    )
+    assert [e[1] for e in events] == ["RolledBack"] and ext.engine.model_info.version == "v1"
+
+
+def test_only_lost_tries_in_a_row_of_the_same_generation_and_cause_count() -> None:
+    """The count read back from status.lostAfterPublish: only the record of kopf's previous try
+    (retry - 1) of the same generation and cause counts; a try in between that ended otherwise (no
+    record of its own) or a new change (retry 0) starts over."""
+    record = {"generation": 2, "cause": "update", "retry": 4, "tries": 2}
+    status = {"lostAfterPublish": record}
+    assert handlers._lost_before(status, 2, "update", 5) == 2
+    assert handlers._lost_before(status, 2, "update", 6) == 0  # try 5 ended otherwise
+    assert handlers._lost_before(status, 3, "update", 5) == 0
+    assert handlers._lost_before(status, 2, "resume", 5) == 0
+    assert handlers._lost_before(status, 2, "update", 0) == 0
+    assert handlers._lost_before({"lostAfterPublish": dict(record, tries="2")}, 2, "update", 5) == 0
+    assert handlers._lost_before({}, 2, "update", 5) == 0 and handlers._lost_before(None, 2, "update", 5) == 0
+
+
+async def _older_operators_mark(memo: kopf.Memo, of: int) -> None:
+    """The current slot as an older operator left it: the rollback target marked ``rollbackOf`` with no
+    ``rollbackUid`` (some of those operators marked every failure, a timeout too)."""
+    import dataclasses
+
+    sink = memo.runtime.sink
+    current = await sink.read(CURRENT)
+    meta = {k: v for k, v in current.meta.items() if k not in ("rollbackUid", "rollbackReason")}
+    await sink.write(CURRENT, dataclasses.replace(current, meta=dict(meta, rollbackOf=of)))
+
+
+async def test_an_older_operators_mark_does_not_fail_an_update_run_again(env) -> None:
+    """After an upgrade, a mark an older operator left (it marked a RolloutTimeout of generation 2 too,
+    and no uid) made the update kopf runs again report ModelLoadFailed and fail for good. A run again of
+    create/update takes only a mark naming the object's uid: generation 2 rolls out."""
+    memo, kube, ext, events = env
+    add_model(kube, "m1", fake_model("v1"))
+    add_model(kube, "m2", fake_model("v2"))
+    s1 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "m1", "key": "m.npz"}}}
+    s2 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "m2", "key": "m.npz"}}}
+    status = status_after(await call(handlers.reconcile, body(s1), memo))
+    await _older_operators_mark(memo, 2)
+    patch = await call(handlers.reconcile, body(s2, 2, status), memo, reason="update")
+    assert cond(patch, "Ready")["reason"] == "RolledOut" and ext.engine.model_info.version == "v2"
+
+
+async def test_an_older_operators_mark_does_not_stop_a_policy_created_again_under_the_same_name(env) -> None:
+    """A uid-less mark (an older operator's) of generation 1, and a policy deleted and created again
+    under the same name (another uid): its create was refused as the namesake's rollback."""
+    memo, kube, ext, events = env
+    add_model(kube, "bad", b"\x00 not a model")
+    add_model(kube, "good", fake_model("v1"))
+    s_bad = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "bad", "key": "m.npz"}}}
+    with pytest.raises(kopf.PermanentError):
+        await call(handlers.reconcile, body(s_bad), memo)
+    await _older_operators_mark(memo, 1)
+    b = body({"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "good", "key": "m.npz"}}})
+    b["metadata"]["uid"] = "uid-2"
+    patch = await call(handlers.reconcile, b, memo)
+    assert cond(patch, "Ready")["reason"] == "RolledOut" and ext.engine.model_info.version == "v1"
+
+
+async def test_resume_still_takes_an_older_operators_mark(env) -> None:
+    """Guard: resume leaves a generation an older operator rolled back (a uid-less mark) alone, as it
+    always did: the bad model is not published again on the upgrade's restart."""
+    memo, kube, ext, events = env
+    add_model(kube, "good", fake_model("v1"))
+    add_model(kube, "bad", b"\x00 not a model")
+    s1 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "good", "key": "m.npz"}}}
+    s2 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "bad", "key": "m.npz"}}}
+    status = status_after(await call(handlers.reconcile, body(s1), memo))
+    failed = kopf.Patch()
+    with pytest.raises(kopf.PermanentError):
+        await call(handlers.reconcile, body(s2, 2, status), memo, reason="update", patch=failed)
+    await _older_operators_mark(memo, 2)
+    fetched = _count_fetches(memo)
+    events.clear()
+    await call(handlers.reconcile, body(s2, 2, status_after(failed)), memo, reason="resume")
+    assert fetched == [] and events == [] and ext.engine.model_info.version == "v1"

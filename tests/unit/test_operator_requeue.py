@@ -115,16 +115,17 @@ class Harness:
             wall=lambda: 1_795_000_000.0 + self.now,  # 2026-11-18T11:06:40Z at now = 0
         )
 
-    def add(self, uid: str, attempt: int = 0, delayed: bool = False) -> None:
-        self.kube.add_pod("ns", f"pod-{uid}", uid, {ANN: str(attempt)} if attempt else {})
-        self.index[uid] = PendingPod(uid, "ns", f"pod-{uid}", attempt, delayed, None, None)
+    def add(self, uid: str, attempt: int = 0, delayed: bool = False, namespace: str = "ns") -> None:
+        self.kube.add_pod(namespace, f"pod-{uid}", uid, {ANN: str(attempt)} if attempt else {})
+        self.index[uid] = PendingPod(uid, namespace, f"pod-{uid}", attempt, delayed, None, None)
 
     def record(self, uid: str, retry: float | None = 1.0) -> dict:
+        namespace = self.index[uid].namespace if uid in self.index else "ns"
         return {
             "kind": "filter",
             "verdict": "delay",
             "retryAfterSeconds": retry,
-            "pod": {"uid": uid, "namespace": "ns", "name": f"pod-{uid}"},
+            "pod": {"uid": uid, "namespace": namespace, "name": f"pod-{uid}"},
         }
 
     def patched(self) -> list:
@@ -542,18 +543,20 @@ async def test_a_full_given_up_memory_makes_room_for_pods_still_pending(monkeypa
     assert h.r.given_up == 3 and set(h.r._gave_up) == {"u1", "u2"}
 
 
-async def test_more_refused_requeues_than_the_memory_holds_pause_instead_of_churning(monkeypatch) -> None:
+async def test_more_refused_requeues_than_the_namespace_memory_holds_pause_instead_of_churning(
+    monkeypatch,
+) -> None:
     """Past MEMORY pods whose patch was refused for good, the oldest were forgotten and the next
     sweep scheduled exactly those again: a refused patch and a DelayedByPolicy event for each, every
-    round, forever. Nothing on the pod records a refusal, so a full memory pauses the requeues until
-    some of those pods are deleted or bound."""
-    monkeypatch.setattr(requeue, "MEMORY", 3)
+    round, forever. Nothing on the pod records a refusal, so a namespace whose memory is full pauses
+    its requeues until some of those pods are deleted or bound."""
+    monkeypatch.setattr(requeue, "NAMESPACE_MEMORY", 3)
     h = Harness()
     for i in range(5):
         h.add(f"u{i}", delayed=True)
     h.kube.fail["patch_pod"] = KubeError(403, "Forbidden", "pods is forbidden")
     await run_sweeps(h, 3000.0)
-    assert len(h.patched()) == 5 and h.r.failed == 5 and h.r.paused
+    assert len(h.patched()) == 5 and h.r.failed == 5 and h.r.paused_namespaces == {"ns"}
     assert [e["reason"] for e in h.kube.events] == ["DelayedByPolicy"] * 5
     h.r.on_verdict(h.record("u4"))  # paused: a delay schedules nothing either
     assert h.r.scheduled == 0
@@ -562,4 +565,61 @@ async def test_more_refused_requeues_than_the_memory_holds_pause_instead_of_chur
     for uid in ("u0", "u1"):
         del h.index[uid]
     h.now = 3000.0
-    assert h.r.sweep() == 2 and not h.r.paused
+    assert h.r.sweep() == 2 and not h.r.paused_namespaces
+
+
+async def test_one_namespaces_refused_requeues_pause_only_that_namespace(monkeypatch, caplog) -> None:
+    """50,000 pending pods of one namespace whose patch was refused for good (its own admission policy,
+    pods whose annotations are full) paused the requeues of every pod in every namespace. The pause is
+    per namespace now, logged once for it, saying how it ends."""
+    monkeypatch.setattr(requeue, "NAMESPACE_MEMORY", 2)
+    h = Harness()
+    for i in range(4):
+        h.add(f"a{i}", delayed=True, namespace="tenant-a")
+    refused = KubeError(422, "Invalid", "metadata.annotations: Too long")
+
+    async def patch(namespace: str, name: str, uid: str, annotations: Any) -> None:
+        if namespace == "tenant-a":
+            raise refused
+        await h.kube.patch_pod_annotations(namespace, name, uid, annotations)
+
+    h.r.patch = patch
+    with caplog.at_level(logging.ERROR, logger="rlsched.operator.requeue"):
+        await run_sweeps(h, 300.0)
+        assert h.r.paused_namespaces == {"tenant-a"} and h.r.failed == 4
+        h.now = 0.0  # run_sweeps starts its clock at 0
+        h.add("b1", delayed=True, namespace="team-b")
+        h.r.on_verdict(h.record("b1"))
+        h.add("a9", delayed=True, namespace="tenant-a")
+        h.r.on_verdict(h.record("a9"))  # tenant-a pauses: nothing scheduled for it
+        assert set(h.r._due) == {"b1"}
+        await run_sweeps(h, 300.0)
+    assert h.kube.pods[("team-b", "pod-b1")]["metadata"]["annotations"][ANN] == "1"
+    pauses = [r.getMessage() for r in caplog.records if "no requeue is scheduled" in r.getMessage()]
+    assert len(pauses) == 1 and "namespace tenant-a" in pauses[0] and "deleted or bound" in pauses[0]
+
+
+async def test_a_full_memory_of_refused_requeues_retries_new_ones_with_backoff(monkeypatch, caplog) -> None:
+    """Once MEMORY pods' requeues failed for good (none of their namespaces at its own cap), every
+    requeue paused cluster-wide. Now a new failure is not remembered (logged once) and that pod is
+    retried with the backoff (failures counted as requeues: then once every maxS), not every sweep;
+    the other pods' requeues go on."""
+    monkeypatch.setattr(requeue, "MEMORY", 2)
+    h = Harness(max_s=120.0)
+    for i in range(3):
+        h.add(f"a{i}", delayed=True, namespace=f"tenant-{i}")
+    h.kube.fail["patch_pod"] = KubeError(403, "Forbidden", "pods is forbidden")
+    with caplog.at_level(logging.ERROR, logger="rlsched.operator.requeue"):
+        await run_sweeps(h, 3600.0)
+    tries = [c[2] for c in h.kube.calls if c[0] == "patch_pod"]
+    # a0 and a1 remembered after one try; a2 tried again 5, 10, 20, 40, 80 s, then 120 s after each
+    # failure (on the next 15 s step): about 30 tries in an hour, where every sweep would be 240
+    assert tries.count("pod-a0") == 1 and tries.count("pod-a1") == 1 and 25 <= tries.count("pod-a2") <= 40
+    assert not h.r.paused_namespaces and len(h.r._unkept) == 1 and h.r.failed == len(tries)
+    full = [r for r in caplog.records if "are not remembered" in r.getMessage()]
+    assert len(full) == 1
+    # Another pod still gets its requeue.
+    del h.kube.fail["patch_pod"]
+    h.add("b1", delayed=True, namespace="team-b")
+    await run_sweeps(h, 60.0)
+    assert h.kube.pods[("team-b", "pod-b1")]["metadata"]["annotations"][ANN] == "1"

@@ -12,7 +12,8 @@ import pytest
 
 from rlsched.extender.policy import PolicyEngine
 from rlsched.extender.settings import PolicySettings
-from rlsched.operator.rollout import ModelFetcher, Rollout
+from rlsched.operator.extender_client import ExtenderView
+from rlsched.operator.rollout import LOST_AFTER_PUBLISH_TRIES, ModelFetcher, Rollout
 from rlsched.operator.sink import CURRENT, LAST_GOOD, Bundle, DirectorySink
 from rlsched.operator.spec import parse_spec
 from rlsched.operator.testing import EngineExtender, FakeKube, fake_model, fake_model_loader
@@ -161,6 +162,82 @@ async def test_an_extender_that_stops_answering_is_unreachable_at_the_deadline(s
     checked = await rollout.verify(bundle, since=0.0)
     assert checked.cause is not None and checked.cause.value == cause, checked.message
     assert checked.view is not None  # the last answer, for the status
+
+
+async def _crashing(kube: FakeKube, ext: EngineExtender, rollout: Rollout, answers: str):
+    """Generation 1 rolled out; then the extender answers ``answers`` per poll after each publish
+    (``a``: an answer, not yet the new bundle; ``x``: none) — a model that crashes it while loading.
+    Returns generation 2's bundle."""
+    from rlsched.operator.extender_client import ExtenderUnavailable
+
+    model_cm(kube, "m1", fake_model("v1"))
+    assert (await rollout.apply(await rollout.build(NS, "p", 1, parse_spec(cm_spec("m1"))))).ok
+    real_status, script = ext.status, {"left": iter("")}
+
+    async def scripted():
+        current = await rollout.sink.read(CURRENT)
+        if current is not None and current.meta.get("generation") != 2:  # the old bundle: serves again
+            return await real_status()
+        if next(script["left"], "x") == "x":
+            raise ExtenderUnavailable("GET http://extender/status: ConnectionRefusedError")
+        return ExtenderView.from_status({"policy": ext.engine.status()})  # not re-read yet: the old bundle
+
+    publish = rollout.publish
+
+    async def publish_and_restart(bundle: Bundle) -> float:
+        script["left"] = iter(answers)
+        return await publish(bundle)
+
+    ext.status = scripted
+    rollout.publish = publish_and_restart  # type: ignore[method-assign]
+    model_cm(kube, "m2", fake_model("v2"))
+    return await rollout.build(NS, "p", 2, parse_spec(cm_spec("m2")), uid="uid-1")
+
+
+async def test_an_extender_lost_after_publish_three_tries_in_a_row_is_rolled_back(setup) -> None:
+    """A model that OOM-kills the extender while loading: it answered (the old bundle), then never
+    again. Every try ended ExtenderUnreachable with the bundle left published, and kopf's retry
+    published it again, for ever. After LOST_AFTER_PUBLISH_TRIES such tries in a row it is rolled back,
+    marked (a restart does not publish it again) with its own reason."""
+    sink, kube, ext, rollout = setup
+    bundle = await _crashing(kube, ext, rollout, "a")
+    first = await rollout.apply(bundle, lost_before=0)
+    second = await rollout.apply(bundle, lost_before=first.lost_tries)
+    for result, tries in ((first, 1), (second, 2)):
+        assert result.reason == "ExtenderUnreachable" and result.rolled_back_to is None, result.message
+        assert result.lost_tries == tries and f"try {tries} of {LOST_AFTER_PUBLISH_TRIES}" in result.message
+    assert (await sink.read(CURRENT)).meta["generation"] == 2  # stays published until then
+    third = await rollout.apply(bundle, lost_before=second.lost_tries)
+    assert third.reason == "ExtenderLostAfterPublish" and third.rollback_ok, third.message
+    assert "stopped answering after model" in third.message and "3 tries in a row" in third.message
+    current = await sink.read(CURRENT)
+    assert current.meta["generation"] == 1 and ext.engine.model_info.version == "v1"
+    assert (current.meta["rollbackOf"], current.meta["rollbackUid"], current.meta["rollbackReason"]) == (
+        2,
+        "uid-1",
+        "ExtenderLostAfterPublish",
+    )
+
+
+async def test_an_extender_silent_since_it_was_lost_goes_on_counting(setup) -> None:
+    """The extender loads its model before its status port answers: once the model crashed it, it
+    does not answer at all on the next tries (CrashLoopBackOff). Those tries continue the count."""
+    sink, kube, ext, rollout = setup
+    bundle = await _crashing(kube, ext, rollout, "")
+    result = await rollout.apply(bundle, lost_before=LOST_AFTER_PUBLISH_TRIES - 1)
+    assert result.reason == "ExtenderLostAfterPublish" and result.rollback_ok, result.message
+
+
+async def test_an_extender_that_never_answered_is_not_rolled_back_from(setup) -> None:
+    """Guard: an extender that never answered since the bundle was published was down before; the
+    bundle is not suspect, however many tries."""
+    sink, kube, ext, rollout = setup
+    bundle = await _crashing(kube, ext, rollout, "")
+    for _try in range(2 * LOST_AFTER_PUBLISH_TRIES):
+        result = await rollout.apply(bundle, lost_before=0)
+        assert result.reason == "ExtenderUnreachable" and result.lost_tries == 0 and result.rolled_back_to is None
+        assert "rolled back" not in result.message
+    assert (await sink.read(CURRENT)).meta["generation"] == 2
 
 
 # -- the extender's own digest ------------------------------------------------------------------------

@@ -76,7 +76,15 @@ class RequestCache:
         self._cache: dict[tuple[Any, ...], PodRequest] = {}
 
     def __call__(self, pod: PodSpec) -> PodRequest:
-        key = (pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli, pod.gpu_models, pod.qos in LATENCY_SENSITIVE)
+        key = (
+            pod.cpu_milli,
+            pod.memory_mib,
+            pod.num_gpu,
+            pod.gpu_milli,
+            pod.gpu_models,
+            pod.qos in LATENCY_SENSITIVE,
+            pod.cpu_prediction,  # TargetLoadPacking predicts by it (a Kubernetes pod's limits)
+        )
         req = self._cache.get(key)
         if req is None:
             req = self._cache[key] = self.state.request(pod)

@@ -71,7 +71,9 @@ def pod_manifest(
     """A pod in our GPU conventions: ``num_gpu`` whole cards (``gpu_milli`` 1000) as ``nvidia.com/gpu``,
     a share of one card (``num_gpu`` 1, ``gpu_milli`` < 1000) as ``rlsched.io/gpu-milli`` (or the
     annotation), a model restriction as ``rlsched.io/gpu-models``."""
-    res: dict[str, str] = {"cpu": f"{cpu_milli}m", "memory": f"{memory_mib}Mi"}
+    # A trace pod without cpu (0) is one that asks for none: no cpu request at all, which Trimaran's
+    # TargetLoadPacking predicts at its default as the simulator does ("0m" would be predicted at 0).
+    res: dict[str, str] = {**({"cpu": f"{cpu_milli}m"} if cpu_milli else {}), "memory": f"{memory_mib}Mi"}
     ann = dict(annotations or {})
     if num_gpu and gpu_milli >= 1000:
         res[GPU_RESOURCE] = str(num_gpu)

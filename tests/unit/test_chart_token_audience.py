@@ -86,3 +86,32 @@ def test_extender_config_audiences_keep_the_operators(tmp_path: Path) -> None:
         [HELM, "template", "x", str(CHART), "--values", str(f)], capture_output=True, text=True, timeout=60
     )
     assert done.returncode != 0 and 'leaves out extender.auth.audience "rlsched-extender"' in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"extender": {"auth": {"audience": "rlsched extender"}}}, "visible ASCII characters, no spaces"),
+        ({"extender": {"auth": {"audience": "é"}}}, "visible ASCII characters, no spaces"),
+        ({"extender": {"auth": {"audience": "a" * 257}}}, "visible ASCII characters, no spaces"),
+        (
+            {"extender": {"auth": {"audience": ""}, "config": {"auth": {"apiServerAudience": False}}}},
+            "would refuse every token",
+        ),
+    ],
+)
+def test_settings_the_extender_would_refuse_are_refused_at_render(tmp_path: Path, values: dict, message: str) -> None:
+    """What the extender refuses at start (a crash-looping scheduler pod) fails ``helm template`` instead."""
+    f = tmp_path / "values.yaml"
+    f.write_text(yaml.safe_dump(values))
+    done = subprocess.run(
+        [HELM, "template", "x", str(CHART), "--values", str(f)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode != 0 and message in done.stderr, done.stderr[-500:]
+
+
+def test_api_server_audience_off_with_the_operators_audience_renders(tmp_path: Path) -> None:
+    """Guard: ``apiServerAudience: false`` is fine while the operator's audience is listed."""
+    objs = render(tmp_path, {"extender": {"config": {"auth": {"apiServerAudience": False}}}})
+    auth = settings(objs, tmp_path)[0].auth
+    assert auth.audiences == ("rlsched-extender",) and auth.api_server_audience is False

@@ -321,3 +321,29 @@ def test_the_replays_check_json_before_the_run_and_make_its_folder(
     out = tmp_path / "runs" / "bench" / "out.json"
     replay.write_json(out, "{}")
     assert out.read_text() == "{}"
+
+
+@pytest.mark.parametrize("cpu_milli", [0, 333, 4000])
+def test_replayed_pods_are_predicted_by_served_target_load_packing_as_in_the_simulator(cpu_milli: int) -> None:
+    """A replay pod read back by the extender scores as its trace pod does in the simulator under
+    TargetLoadPacking, which predicts a pod's cpu from its containers' limits and requests: no cpu or
+    memory limit on replay pods, and no cpu request at all for a trace pod with cpu 0 (a "0m" request
+    is predicted at 0, the simulator's "no request" at 1000m)."""
+    from rlsched.extender.objects import GpuConventions, pod_info
+    from rlsched.policy.cluster import ClusterState
+    from rlsched.policy.scorers.trimaran import CPU, TargetLoadPackingScorer
+
+    rlstack = load_script("rlstack")
+    trace = PodSpec("p", cpu_milli, 2048, 1, 500, (), 0, 600, "BE")
+    body = rlstack.pod_from_spec(trace, "p")
+    body["metadata"]["uid"] = "uid-p"
+    served = pod_info(body, GpuConventions()).spec
+    assert served is not None
+    state = ClusterState([NodeSpec(f"n{i}", 4000, 8192, 4, "V100M16") for i in range(4)])
+    state.load[:, CPU] = [0.0, 0.1, 0.3, 0.6]
+    scorer = TargetLoadPackingScorer()
+    nodes = np.arange(4)
+    assert (
+        scorer.score(state, state.request(served), nodes).values.tolist()
+        == scorer.score(state, state.request(trace), nodes).values.tolist()
+    )

@@ -461,3 +461,17 @@ def test_other_scorers_keep_the_fixed_order_even_with_kube_scheduler_s_stream() 
         assert {scorer.choose(NodeScores(values), nodes, tiebreak) for _ in range(20)} == {
             tiebreak.argmax(values, nodes)
         }
+
+
+def test_the_simulators_request_cache_keeps_pods_with_other_cpu_predictions_apart() -> None:
+    """Two pods alike but for their containers' cpu limits get requests of their own from
+    :class:`~rlsched.policy.simulator.RequestCache` (clones share entries by their fields), so each is
+    predicted by its own limits."""
+    from rlsched.policy.simulator import RequestCache
+
+    state = ClusterState([NodeSpec("a", 32_000, 131_072), NodeSpec("b", 32_000, 131_072)])
+    cache = RequestCache(state)
+    burstable = PodSpec("p", 8000, 1024)
+    guaranteed = PodSpec("q", 8000, 1024, cpu_prediction=CpuPrediction(limits_milli=8000))
+    assert cache(burstable).cpu_prediction is None
+    assert cache(guaranteed).cpu_prediction == CpuPrediction(limits_milli=8000)

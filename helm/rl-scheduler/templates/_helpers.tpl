@@ -186,6 +186,12 @@ The extender's settings file (extender/settings.py keys). extender.config is dee
 {{- if not (has $cfg.server.host (list "127.0.0.1" "localhost" "::1")) -}}
 {{- fail (printf "extender.config.server.host=%v: the extender's verbs have no caller authentication and must stay on loopback (kube-scheduler calls them from the same pod)" $cfg.server.host) -}}
 {{- end -}}
+{{- if and $v.auth.audience (not (regexMatch "^[\x21-\x7e]{1,256}$" (toString $v.auth.audience))) -}}
+{{- fail (printf "extender.auth.audience=%q: an audience is 1 to 256 visible ASCII characters, no spaces (e.g. rlsched-extender)" (toString $v.auth.audience)) -}}
+{{- end -}}
+{{- if and (eq (toString (dig "apiServerAudience" true $cfg.auth)) "false") (empty (default (list) $cfg.auth.audiences)) -}}
+{{- fail "extender.config.auth.apiServerAudience=false with no audience would refuse every token: set extender.auth.audience (or extender.config.auth.audiences)" -}}
+{{- end -}}
 {{- if and $v.auth.audience (not (has $v.auth.audience (default (list) $cfg.auth.audiences))) -}}
 {{- fail (printf "extender.config.auth.audiences=%v leaves out extender.auth.audience %q, the audience of the operator's token: add it to the list, or set extender.auth.audience" $cfg.auth.audiences $v.auth.audience) -}}
 {{- end -}}

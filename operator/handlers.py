@@ -104,6 +104,19 @@ def _degraded(bad: bool, reason: str, message: str, generation: int | None) -> d
     return condition("Degraded", bad, reason, message, generation)
 
 
+def _failing(
+    patch: kopf.Patch, status: Mapping[str, Any] | None, generation: int | None, reason: str, message: str
+) -> None:
+    """Ready False and Degraded True, for one reason and message."""
+    _set_conditions(
+        patch,
+        status,
+        generation,
+        _ready(False, reason, message, generation),
+        _degraded(True, reason, message, generation),
+    )
+
+
 def _transition(body: kopf.Body, type_: str, reason: str, message: str) -> None:
     """A Kubernetes event for the policy (kopf posts it in the handler's context)."""
     (kopf.warn if type_ == "Warning" else kopf.info)(body, reason=reason, message=message)
@@ -145,13 +158,7 @@ async def reconcile(
         ps = parse_spec(spec)
     except SpecError as exc:
         message = "the spec is invalid: " + "; ".join(exc.problems)
-        _set_conditions(
-            patch,
-            status,
-            generation,
-            _ready(False, "InvalidSpec", message, generation),
-            _degraded(True, "InvalidSpec", message, generation),
-        )
+        _failing(patch, status, generation, "InvalidSpec", message)
         _transition(body, "Warning", "InvalidSpec", message)
         raise kopf.PermanentError(message) from None
     rt.reward_weights = dict(ps.reward_weights)
@@ -210,23 +217,11 @@ async def reconcile(
         try:
             result = await rt.rollout.apply(bundle, lost_before=_lost_before(status, generation, cause, retry))
         except ModelTooLarge as exc:
-            _set_conditions(
-                patch,
-                status,
-                generation,
-                _ready(False, "ModelTooLarge", str(exc), generation),
-                _degraded(True, "ModelTooLarge", str(exc), generation),
-            )
+            _failing(patch, status, generation, "ModelTooLarge", str(exc))
             _transition(body, "Warning", "ModelTooLarge", str(exc))
             raise kopf.PermanentError(str(exc)) from None
         except SinkError as exc:
-            _set_conditions(
-                patch,
-                status,
-                generation,
-                _ready(False, "PublishFailed", str(exc), generation),
-                _degraded(True, "PublishFailed", str(exc), generation),
-            )
+            _failing(patch, status, generation, "PublishFailed", str(exc))
             _transition(body, "Warning", "PublishFailed", str(exc))
             raise kopf.TemporaryError(str(exc), delay=15) from None
         if result.lost_tries:
@@ -279,13 +274,7 @@ async def _build(
     try:
         return await rt.rollout.build(namespace, name, generation, ps, uid=uid)
     except SourceError as exc:
-        _set_conditions(
-            patch,
-            status,
-            generation,
-            _ready(False, exc.reason, str(exc), generation),
-            _degraded(True, exc.reason, str(exc), generation),
-        )
+        _failing(patch, status, generation, exc.reason, str(exc))
         _transition(body, "Warning", exc.reason, str(exc))
         if exc.temporary:
             raise kopf.TemporaryError(str(exc), delay=10) from None
@@ -307,13 +296,7 @@ async def _served_on_resume(
             f"the extender does not answer ({exc}); {bundle_label(published)} stays published and is "
             "verified when it answers"
         )
-        _set_conditions(
-            patch,
-            status,
-            generation,
-            _ready(False, "ExtenderUnreachable", message, generation),
-            _degraded(True, "ExtenderUnreachable", message, generation),
-        )
+        _failing(patch, status, generation, "ExtenderUnreachable", message)
         _transition(body, "Warning", "ExtenderUnreachable", message)
         raise kopf.TemporaryError(message, delay=15) from None
     return _served(view, published, patch, status, generation)
@@ -387,13 +370,7 @@ def _report_rolled_back(
         f"generation {generation}: {_ROLLED_BACK_BECAUSE[why]}; rolled back to "
         f"{bundle_label(target)} before the operator restarted; fix the spec (or the model) and apply it again"
     )
-    _set_conditions(
-        patch,
-        status,
-        generation,
-        _ready(False, why.value, message, generation),
-        _degraded(True, why.value, message, generation),
-    )
+    _failing(patch, status, generation, why.value, message)
     _transition(body, "Warning", "RolledBack", message)
     raise kopf.PermanentError(message)
 
@@ -448,13 +425,7 @@ def report(
         _transition(body, "Normal", "RolledOut", f"generation {generation}: {result.message}")
         return
     if result.reason == "ExtenderUnreachable":
-        _set_conditions(
-            patch,
-            status,
-            generation,
-            _ready(False, "ExtenderUnreachable", result.message, generation),
-            _degraded(True, "ExtenderUnreachable", result.message, generation),
-        )
+        _failing(patch, status, generation, "ExtenderUnreachable", result.message)
         _transition(body, "Warning", "ExtenderUnreachable", result.message)
         raise kopf.TemporaryError(result.message, delay=15)
     if result.rolled_back_to is not None and result.rollback_ok:
@@ -466,13 +437,7 @@ def report(
             "generation": t.meta.get("generation"),
         }
     message = f"generation {generation}: {result.message}; fix the spec (or the model) and apply it again"
-    _set_conditions(
-        patch,
-        status,
-        generation,
-        _ready(False, result.reason, message, generation),
-        _degraded(True, result.reason, message, generation),
-    )
+    _failing(patch, status, generation, result.reason, message)
     _transition(body, "Warning", "RolledBack", message)
     raise kopf.PermanentError(message)
 

@@ -47,7 +47,7 @@ import numpy as np
 from rlsched.policy.cluster import ClusterState, PodRequest
 from rlsched.policy.decision import Decision, decide
 from rlsched.policy.delay_head import MAX_HOLD_S
-from rlsched.policy.export import MAX_MODEL_BYTES
+from rlsched.policy.export import MAX_MODEL_BYTES, MAX_TYPICAL_PODS
 from rlsched.policy.scorers import NodeScores, Scorer, TieBreak, canonical_name, make_scorer
 from rlsched.policy.typical import TypicalPods
 
@@ -142,6 +142,13 @@ MAX_TYPICAL_BYTES = 1 << 20
 """Largest typical pods file read (the built-in one is 3 KiB for 35 groups): a larger one is refused
 unread, as a model file over ``MAX_MODEL_BYTES`` is."""
 
+MAX_TYPICAL_GROUPS = MAX_TYPICAL_PODS
+"""Most typical pod groups a typical pods file may list: 1,024, as many as a model's manifest may
+carry (the built-in file has 35); a file with more is refused like any other bad one. The FGD
+fallback's fragmentation measure runs over every group for every candidate node, so its cost per
+decision is linear in this: at 500 nodes 0.2–0.5 ms with 35 groups, 2–4 ms with 1,024, 25–45 ms with
+the ~12,500 groups that fit in :data:`MAX_TYPICAL_BYTES`."""
+
 
 def _nonblocking(path: str, flags: int) -> int:
     """``open``'s opener: a FIFO opens at once instead of waiting for a writer (then fails the
@@ -171,16 +178,26 @@ def read_regular_file(path: str, max_bytes: int, what: str) -> bytes:
 
 def load_typical(path: str) -> TypicalPods:
     """Typical pods from a JSON file (a list, or an object with ``typicalPods``): a regular file of at
-    most :data:`MAX_TYPICAL_BYTES` (:func:`read_regular_file`)."""
+    most :data:`MAX_TYPICAL_BYTES` (:func:`read_regular_file`), of at most :data:`MAX_TYPICAL_GROUPS`
+    groups. Whatever is wrong with the file raises ConfigError."""
     raw = read_regular_file(path, MAX_TYPICAL_BYTES, "typical pods file")
     try:
         data = json.loads(raw.decode("utf-8"))
     except ValueError as exc:  # UnicodeDecodeError is one
         raise ConfigError(f"typical pods file {path}: {exc}") from None
+    except RecursionError:  # [[[…]]] a thousand deep, well under the size cap
+        raise ConfigError(f"typical pods file {path}: JSON nested too deeply to parse") from None
+    except MemoryError:
+        raise ConfigError(f"typical pods file {path}: JSON too large to parse") from None
     if isinstance(data, dict):
         data = data.get("typicalPods")
     if not isinstance(data, list):
         raise ConfigError(f"typical pods file {path}: expected a list of typical pods or an object with 'typicalPods'")
+    if len(data) > MAX_TYPICAL_GROUPS:
+        raise ConfigError(
+            f"typical pods file {path}: {len(data):,} typical pods; at most {MAX_TYPICAL_GROUPS:,} "
+            "(the FGD fallback's cost per decision grows with each)"
+        )
     try:
         return TypicalPods.from_json(data)
     except ValueError as exc:
@@ -192,13 +209,26 @@ def typical_digest(typical: TypicalPods) -> str:
     return hashlib.sha256(json.dumps(typical.to_json(), sort_keys=True).encode()).hexdigest()
 
 
-def _typical_or_error(path: str) -> TypicalPods | ConfigError:
-    """:func:`load_typical`, its ConfigError returned instead of raised (the file is read with the
-    policy file that names it; whether the error matters is decided when the typical pods are used)."""
+@dataclass(frozen=True)
+class _TypicalRead:
+    """A typical pods file as read with the policy file that names it, and the :func:`typical_digest`
+    of its pods, computed by the same thread (:meth:`PolicyEngine.poll`'s worker): the fallback is keyed
+    by it, and the event loop does not pay for it (~3 ms for :data:`MAX_TYPICAL_GROUPS` groups)."""
+
+    pods: TypicalPods | ConfigError
+    """The typical pods, or why the file could not be read (whether that matters is decided when the
+    typical pods are used)."""
+    digest: str = ""
+    """:func:`typical_digest` of ``pods`` ("" for an error)."""
+
+
+def _read_typical(path: str) -> _TypicalRead:
+    """:func:`load_typical` and the digest of what it read; its ConfigError returned instead of raised."""
     try:
-        return load_typical(path)
+        pods = load_typical(path)
     except ConfigError as exc:
-        return exc
+        return _TypicalRead(exc)
+    return _TypicalRead(pods, typical_digest(pods))
 
 
 def _warm_fallback(name: str, typical: TypicalPods) -> Scorer:
@@ -237,11 +267,11 @@ _PREPARED_MAX = 2
 """Fallbacks kept built ahead (:meth:`PolicyEngine._prepare`): the pending file's and its model's."""
 
 
-def _read_policy_file(path: str, base: PolicySettings) -> tuple[PolicySettings, TypicalPods | ConfigError | None]:
+def _read_policy_file(path: str, base: PolicySettings) -> tuple[PolicySettings, _TypicalRead | None]:
     """The policy file, and the typical pods file it names (None: it names none), read in a worker thread."""
     settings = load_policy_file(path, base)
     typical_path = settings.typical_pods_path
-    return settings, _typical_or_error(typical_path) if typical_path else None
+    return settings, _read_typical(typical_path) if typical_path else None
 
 
 def load_model(path: str, typical: TypicalPods | None = None) -> Scorer:
@@ -361,13 +391,14 @@ class PolicyEngine:
         }
         self.fallbacks: dict[str, int] = dict.fromkeys(FALLBACK_REASONS, 0)
         self._builtin_typical = default_typical()
+        self._builtin_digest = typical_digest(self._builtin_typical)
         self.typical_source = "built-in"
         self.typical = self._builtin_typical
         """The typical pods the fallback scorer uses (``/status`` ``typicalPods``)."""
-        self._fallback_key = (canonical_name(settings.fallback), typical_digest(self.typical))
+        self._fallback_key = (canonical_name(settings.fallback), self._builtin_digest)
         """(fallback name, :func:`typical_digest` of its typical pods) of ``fallback_scorer``."""
         self.fallback_scorer = _warm_fallback(self._fallback_key[0], self.typical)
-        self._typical_files: list[tuple[PolicySettings, TypicalPods | ConfigError]] = []
+        self._typical_files: list[tuple[PolicySettings, _TypicalRead]] = []
         """The ``typicalPodsPath`` of each settings object in use (in effect, pending, base), as read with
         the policy file that named it — off the event loop, by :meth:`poll` — matched by identity."""
         self._prepared: dict[tuple[str, str], Scorer] = {}
@@ -386,7 +417,7 @@ class PolicyEngine:
             try:
                 self.settings = self._start_up_seed(load_policy_file(self.policy_file, self.base_settings))
                 self.settings_loaded_at = self.clock()
-            except ConfigError as exc:
+            except Exception as exc:  # noqa: BLE001 - as poll: whatever reading it raised rejects the file
                 if strict_model:
                     raise
                 self._policy_file_failed(exc, "starting on the base settings")
@@ -521,16 +552,27 @@ class PolicyEngine:
         thread) only for settings :meth:`poll` did not read (the base settings at start)."""
         for known, read in self._typical_files:
             if known is settings:
-                return read
-        read = _typical_or_error(path)
+                return read.pods
+        read = _read_typical(path)
         self._remember_typical(settings, read)
-        return read
+        return read.pods
 
-    def _remember_typical(self, settings: PolicySettings, read: TypicalPods | ConfigError) -> None:
+    def _remember_typical(self, settings: PolicySettings, read: _TypicalRead) -> None:
         """``read`` is ``settings``' typical pods file from now on (a policy file that is missing yet
         gives the base settings again: their file is read again with it)."""
         self._typical_files = [(s, r) for s, r in self._typical_files if s is not settings]
         self._typical_files.append((settings, read))
+
+    def _digest(self, typical: TypicalPods) -> str:
+        """:func:`typical_digest` of ``typical``: for a typical pods file, the one computed when it was
+        read (off the loop, by :meth:`poll`), for the built-in pods the one of start-up; computed now only
+        for a model's pods (at most ``MAX_TYPICAL_PODS`` of them)."""
+        if typical is self._builtin_typical:
+            return self._builtin_digest
+        for _, read in self._typical_files:
+            if read.pods is typical:
+                return read.digest
+        return typical_digest(typical)
 
     def _keep_typical_files(self) -> None:
         """Forget the typical pods files of settings no longer in use."""
@@ -558,7 +600,7 @@ class PolicyEngine:
         the key of the one serving (else None). The typical pods themselves are compared, not their
         source: two models' manifests are both "model". Built here (warm-up included) unless
         :meth:`_prepare` built it off the loop."""
-        key = (canonical_name(settings.fallback), typical_digest(typical))
+        key = (canonical_name(settings.fallback), self._digest(typical))
         if key == self._fallback_key:
             return key, None
         fallback = self._prepared.pop(key, None)
@@ -580,7 +622,7 @@ class PolicyEngine:
         Only a cache: a failure here is met again, and handled, where the fallback is put in effect."""
         try:
             typical, _ = self._typical_for(settings, model)
-            key = (canonical_name(settings.fallback), typical_digest(typical))
+            key = (canonical_name(settings.fallback), self._digest(typical))
         except Exception:  # noqa: BLE001 - handled where the settings take effect
             return
         if key == self._fallback_key or key in self._prepared:
@@ -647,8 +689,11 @@ class PolicyEngine:
                     new = self._start_up_seed(new)
                     if typical is not None:
                         self._remember_typical(new, typical)
-                    self._typical_for(new, self.model)  # an unreadable typicalPodsPath rejects the file
-                except ConfigError as exc:
+                    # The model the file will have: none without modelPath; else the one in effect until
+                    # another has loaded (then its fallback is prepared again, below).
+                    model = self.model if new.model_path else None
+                    self._typical_for(new, model)  # an unreadable typicalPodsPath rejects the file
+                except Exception as exc:  # noqa: BLE001 - whatever reading it raised rejects the file (not CancelledError)
                     self._typical_files = read_before  # a rejected file changes nothing (base settings again)
                     self._policy_file_failed(exc, "keeping the previous settings")
                 else:
@@ -658,7 +703,7 @@ class PolicyEngine:
                     self.pending, self.pending_since = new, self.clock()
                     self.pending_state, self.pending_error = "waiting", None
                     self._keep_typical_files()
-                    await self._prepare(new, self.model)
+                    await self._prepare(new, model)
         target = self.pending if self.pending is not None else self.settings
         path = target.model_path
         if not path:
@@ -757,10 +802,21 @@ class PolicyEngine:
         serving = f"model {self.model_info.version}" if self.model else "no model (the fallback serves)"
         return f"the policy file waits for it; the previous settings (mode {self.settings.mode}) and {serving} stay"
 
-    def _policy_file_failed(self, exc: ConfigError, what_now: str) -> None:
-        self.settings_error = str(exc)
+    def _policy_file_failed(self, exc: Exception, what_now: str) -> None:
+        """The policy file (or the typical pods file it names) is not applied: shown in /status, counted
+        and logged, once per file read. An error other than ConfigError (a parser defeated by the file,
+        a defect) is shown with its type, and logged with its traceback."""
+        unexpected = not isinstance(exc, ConfigError)
+        message = f"policy file {self.policy_file}: {type(exc).__name__}: {str(exc)[:400]}" if unexpected else str(exc)
+        self.settings_error = message
         self._count("rlsched_policy_reloads_total", "error")
-        log.error("policy file not applied, %s: %s", what_now, exc, extra={"event": "policy_reload_failed"})
+        log.error(
+            "policy file not applied, %s: %s",
+            what_now,
+            message,
+            exc_info=exc if unexpected else None,
+            extra={"event": "policy_reload_failed"},
+        )
 
     def _show_failed_again(self, failed: _FailedFile, target: PolicySettings) -> None:
         """The policy file names a file that failed before and has not changed: not loaded again,

@@ -652,6 +652,10 @@ def read_yaml(path: str | Path, what: str = "config file") -> Mapping[str, Any]:
         data = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader, without aliases
     except yaml.YAMLError as exc:
         raise ConfigError(f"{what} {path}: not valid YAML: {str(exc)[:400]}") from None
+    except RecursionError:  # [[[…]]] a few hundred deep: the loader recurses several calls per level
+        raise ConfigError(f"{what} {path}: YAML nested too deeply to parse") from None
+    except MemoryError:
+        raise ConfigError(f"{what} {path}: YAML too large to parse") from None
     if data is None:
         return {}
     if not isinstance(data, Mapping):

@@ -249,3 +249,153 @@ def test_seed_in_the_policy_file_is_ignored_loudly(tmp_path: Path, caplog: pytes
     files.write("mode: off\nseed: 3\n")  # the start-up seed again: nothing to say
     asyncio.run(e.poll())
     assert e.settings.mode == "off" and reloads(metrics, "key-ignored") == 2
+
+
+# -- files that defeat a parser, and any other error reading the policy file ----------------------------
+
+
+def test_a_deeply_nested_typical_pods_file_rejects_its_policy_file(tmp_path: Path) -> None:
+    """400 KB of ``[[[…]]]`` (under MAX_TYPICAL_BYTES) made json.loads raise RecursionError, which no
+    handler caught: poll raised after recording the file as seen (never applied nor retried, no
+    settings_error, nothing counted), and start(strict_model=False) raised it too (a crash loop)."""
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        load_typical(str(deep))
+    files, metrics = Files(tmp_path), Metrics()
+    files.write("mode: active\n")
+    e = engine(files, metrics)
+    files.write(f"mode: shadow\ntypicalPodsPath: {deep}\n")
+    asyncio.run(e.poll())
+    assert "nested too deeply" in (e.settings_error or "") and reloads(metrics, "error") == 1
+    assert e.settings.mode == "active" and e.pending is None
+    assert e.status()["typicalPods"] == {"source": "built-in", "count": 35}
+    at_start = engine(files)  # strictModel false: the extender starts on its base settings
+    assert "nested too deeply" in (at_start.settings_error or "") and at_start.settings.mode == "active"
+
+
+def test_a_deeply_nested_policy_file_is_rejected(tmp_path: Path) -> None:
+    """The policy file's YAML nested a few hundred deep made the YAML loader raise RecursionError: the
+    same escape from poll and start as a deeply nested typical pods file."""
+    files, metrics = Files(tmp_path), Metrics()
+    files.write("mode: active\n")
+    e = engine(files, metrics)
+    files.write("mode: shadow\nx: " + "[" * 5_000 + "]" * 5_000 + "\n")
+    asyncio.run(e.poll())
+    assert "nested too deeply" in (e.settings_error or "") and reloads(metrics, "error") == 1
+    assert e.settings.mode == "active" and e.pending is None
+    at_start = engine(files)
+    assert "nested too deeply" in (at_start.settings_error or "") and at_start.settings.mode == "active"
+
+
+def test_any_error_reading_the_policy_file_is_a_policy_file_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only ConfigError was handled: anything else raised while reading the file escaped poll after it
+    was recorded as seen, so the file was neither applied nor retried and /status showed nothing. Now it
+    is reported like any bad file (shown, counted, logged once) and the previous settings stay."""
+    files, metrics = Files(tmp_path), Metrics()
+    files.write("mode: active\n")
+    e = engine(files, metrics)
+    real = policy_module.load_policy_file
+
+    def broken(path: Any, base: PolicySettings) -> PolicySettings:
+        raise RuntimeError("the reader broke")
+
+    monkeypatch.setattr(policy_module, "load_policy_file", broken)
+    files.write("mode: shadow\n")
+    with caplog.at_level(logging.ERROR, logger="rlsched.extender.policy"):
+        asyncio.run(e.poll())
+        asyncio.run(e.poll())  # the same file: not read again, not counted again
+    assert "RuntimeError: the reader broke" in (e.settings_error or "")
+    assert reloads(metrics, "error") == 1 and e.settings.mode == "active" and e.pending is None
+    assert sum("policy file not applied" in r.getMessage() for r in caplog.records) == 1
+    at_start = PolicyEngine(PolicySettings(), str(files.policy), metrics=Metrics())
+    at_start.start(strict_model=False)
+    assert "RuntimeError" in (at_start.settings_error or "") and at_start.settings.mode == "active"
+    monkeypatch.setattr(policy_module, "load_policy_file", real)
+    files.write("mode: off\n")
+    asyncio.run(e.poll())
+    assert e.settings.mode == "off" and e.settings_error is None
+
+
+# -- the cost of large typical pods files ----------------------------------------------------------------
+
+
+def groups(n: int) -> list[dict[str, Any]]:
+    return [{"cpuMilli": 1000 + i, "gpuMilli": 1000, "numGpu": 1 + i % 8, "weight": 1} for i in range(n)]
+
+
+def test_a_typical_pods_file_with_too_many_groups_is_refused(tmp_path: Path) -> None:
+    """~12,500 groups fit in MAX_TYPICAL_BYTES, and each FGD fallback decision then took 25–45 ms at 500
+    nodes (0.2–0.5 ms with the built-in 35): a file may list at most MAX_TYPICAL_GROUPS."""
+    cap = policy_module.MAX_TYPICAL_GROUPS
+    most, over = tmp_path / "most.json", tmp_path / "over.json"
+    most.write_text(json.dumps(groups(cap)))
+    over.write_text(json.dumps({"typicalPods": groups(cap + 1)}))
+    assert len(load_typical(str(most))) == cap
+    with pytest.raises(ConfigError, match=f"at most {cap:,}"):
+        load_typical(str(over))
+    files, metrics = Files(tmp_path), Metrics()
+    files.write("mode: active\n")
+    e = engine(files, metrics)
+    files.write(f"mode: shadow\ntypicalPodsPath: {over}\n")
+    asyncio.run(e.poll())
+    assert f"at most {cap:,}" in (e.settings_error or "") and reloads(metrics, "error") == 1
+    assert e.settings.mode == "active" and e.status()["typicalPods"] == {"source": "built-in", "count": 35}
+    files.write(f"mode: shadow\ntypicalPodsPath: {most}\n")
+    asyncio.run(e.poll())
+    assert e.settings.mode == "shadow" and e.status()["typicalPods"] == {"source": str(most), "count": cap}
+
+
+def test_the_typical_pods_digest_is_computed_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fallback is keyed by the digest of its typical pods; for a typical pods file it was computed
+    on the event loop, twice per reload (~33 ms each for a file near MAX_TYPICAL_BYTES). Now the worker
+    that reads the file computes it."""
+    path = tmp_path / "typical.json"
+    path.write_text(json.dumps(groups(200)))
+    files = Files(tmp_path)
+    files.write("mode: active\n")
+    e = engine(files)
+    threads: list[threading.Thread] = []
+    real = policy_module.typical_digest
+
+    def recording(typical: TypicalPods) -> str:
+        threads.append(threading.current_thread())
+        return real(typical)
+
+    monkeypatch.setattr(policy_module, "typical_digest", recording)
+    files.write(f"typicalPodsPath: {path}\n")
+    asyncio.run(e.poll())
+    assert e.status()["typicalPods"] == {"source": str(path), "count": 200}
+    assert len(e.fallback_scorer.typical) == 200  # type: ignore[attr-defined]
+    assert threads and threading.main_thread() not in threads
+
+
+def test_a_policy_file_that_drops_the_model_prepares_its_fallback_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file without modelPath after a model with its own typical pods: the fallback was prepared for
+    the model's pods (the model in effect), so the built-in pods' fallback was built and warmed on the
+    event loop when the file took effect."""
+    files = Files(tmp_path)
+    m = tmp_path / "m.json"
+    m.write_text(json.dumps({"version": "A", "typicalPods": ONE_GROUP}))
+    files.write(f"modelPath: {m}\n")
+    e = PolicyEngine(PolicySettings(), str(files.policy), spec_loader)
+    e.start()
+    assert e.status()["typicalPods"] == {"source": "model", "count": 1}
+    threads: list[threading.Thread] = []
+    real = policy_module.warm_up
+
+    def recording(scorer: Any) -> None:
+        threads.append(threading.current_thread())
+        real(scorer)
+
+    monkeypatch.setattr(policy_module, "warm_up", recording)
+    files.write("mode: active\n")
+    asyncio.run(e.poll())
+    assert e.model is None and e.status()["typicalPods"] == {"source": "built-in", "count": 35}
+    assert threads and threading.main_thread() not in threads

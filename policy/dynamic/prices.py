@@ -43,8 +43,8 @@ def gcp_us_central1() -> dict[str, float]:
       carry it, so the choice barely moves any cost.
     - ``G2`` and ``G3``: "undisclosed internal GPU codes" (the openb README in
       github.com/alibaba/clusterdata, cluster-trace-gpu-v2023); priced as the V100, the dearest card
-      of the openb cluster, because G2 and G3 nodes (8 GPUs, 96 or 128 cores) have the shape of its
-      8-GPU V100M32 training servers.
+      of the openb cluster, because G2 and G3 nodes are 8-GPU servers like its 8-GPU V100M32 ones
+      (96 cores, 768 GiB; G2 is 96 cores and 384 GiB, G3 128 cores and 768 GiB).
     """
     v100 = 2.48
     return {"P100": 1.46, "T4": 0.35, "V100M16": v100, "V100M32": v100, "A10": v100, "G2": v100, "G3": v100}

@@ -312,8 +312,20 @@ def test_the_operator_runs_on_the_charts_rights_alone(env: Env, tmp_path: Path) 
     SchedulingPolicies or their status). Runs before the test that widens the RBAC."""
     import socket
 
-    crds = REPO_ROOT / "helm" / "rl-scheduler" / "crds"
-    env.admin("apply", "--server-side", "--force-conflicts", "-f", str(crds))
+    # The chart's CRDs, created where missing and deleted again at the end: other modules (the helm
+    # test's first install) expect a cluster without them.
+    crds = [
+        d
+        for f in sorted((REPO_ROOT / "helm" / "rl-scheduler" / "crds").glob("*.yaml"))
+        for d in yaml.safe_load_all(f.read_text())
+        if d
+    ]
+    created = [
+        d["metadata"]["name"] for d in crds if env.admin("get", "crd", d["metadata"]["name"], check=False).returncode
+    ]
+    for d in crds:
+        if d["metadata"]["name"] in created:
+            env.admin("create", "-f", "-", input=json.dumps(d))
     env.admin("wait", "--for=condition=Established", "crd/schedulingpolicies.rlsched.io", "--timeout=60s")
     settings = rendered_operator_settings(tmp_path)
     with socket.socket() as s:
@@ -389,6 +401,8 @@ def test_the_operator_runs_on_the_charts_rights_alone(env: Env, tmp_path: Path) 
             operator.wait(timeout=30)
         except subprocess.TimeoutExpired:
             operator.kill()
+        for name in created:
+            env.admin("delete", "crd", name, "--ignore-not-found", "--timeout=60s", check=False)
 
 
 def test_image_label_finalizer_and_foreign_annotation_changes_are_denied(env: Env) -> None:

@@ -12,9 +12,12 @@ the two together say whether a slow bind is the bind path or the machine (docs/b
 Pods are created with ``schedulerName: nobody`` (no scheduler takes them), bound to the cluster's
 nodes in turn, with or without the card annotations the extender puts on its Bindings, and deleted at
 the end. Needs a kubeconfig allowed to create pods and bindings (the admin's of
-``hack/local-cluster.sh``: ``$STATE_DIR/kubeconfig``) and at least one node.
+``hack/local-cluster.sh``, which ``hack/local-cluster.sh env`` exports as ``$KUBECONFIG``) and at least
+one node::
 
-    .venv/bin/python benchmarks/binding_write.py --kubeconfig "$STATE_DIR/kubeconfig" --pods 1000 --rate 100
+    hack/local-cluster.sh up --fake-nodes 10
+    eval "$(hack/local-cluster.sh env)"
+    .venv/bin/python benchmarks/binding_write.py --kubeconfig "$KUBECONFIG" --pods 1000 --rate 100
 """
 
 from __future__ import annotations

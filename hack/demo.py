@@ -7,11 +7,12 @@ SchedulingPolicy the operator serves (the bundled living-cluster model, trained 
 when installed; else the FGD heuristic), makes one node hot (the load exporter publishes 95 % CPU for
 it: a noisy neighbour), waits (at most ``$RLSCHED_DEMO_LOAD_WAIT_S``, default 90 s) until the
 extender has fresh node load from Prometheus for the demo nodes (the load exporter's series need a
-scrape or two; past the limit it says plainly that the pods are placed without load), submits ~20
-pods — whole cards, shares of a card (by resource and by annotation), a model-constrained pod,
-CPU-only pods, two that cannot fit, one for the default scheduler — waits, and prints where each pod
-went with its cards, why the others did not, the GPU allocation per node and cluster-wide, the node
-load the extender had when it placed them (per load column, and for one pod the load it saw on the
+scrape or two; past the limit it says so plainly), submits ~20 pods — whole cards, shares of a card
+(by resource and by annotation), a model-constrained pod, CPU-only pods, two that cannot fit, one for
+the default scheduler — waits, and prints where each pod went with its cards, why the others did not,
+the GPU allocation per node and cluster-wide, the node load the extender had when it placed them (from
+its decision records, not from the wait: the extender keeps polling Prometheus, so load still missing
+at submission can arrive before placement; per load column, and for one pod the load it saw on the
 node it chose), and the decisions where load changed the choice (the extender's ``explainLoad``
 decides each pod a second time with load unknown).
 Idempotent: a second run replaces the demo's pods.
@@ -274,7 +275,7 @@ def await_load(stack: Any, timeout: float, settled_at: float = 0.0) -> LoadWait:
         columns = (stack.extender.status().get("load") or {}).get("columns")
     except Exception as exc:  # noqa: BLE001 - said plainly; the demo goes on without node load
         why = f"unknown: the extender's /status does not answer ({status_problem(exc, stack)})"
-        log(f"node load {why}; the pods are placed WITHOUT node load")
+        log(f"node load {why}; the pods are submitted WITHOUT node load known")
         return LoadWait(None, 0.0, False, why)
     if columns is None:
         why = "none: the extender reads no Prometheus (no prometheus.url)"
@@ -309,7 +310,10 @@ def await_load(stack: Any, timeout: float, settled_at: float = 0.0) -> LoadWait:
                 why = f"not known yet: no fresh value from Prometheus after {waited:.0f} s" + (
                     f" (last errors: {cut(errors, 200)})" if errors else ""
                 )
-                log(f"node load {why}; the pods are placed WITHOUT node load")
+                log(
+                    f"node load {why}; the pods are submitted WITHOUT node load known (the extender keeps "
+                    "polling Prometheus: the report says which placements saw it)"
+                )
             return LoadWait(columns, waited, False, why)
         if line != last_line or time.monotonic() - last_log >= 10:
             log(f"  {waited:3.0f} s: {line} demo nodes with fresh load")
@@ -447,12 +451,39 @@ def node_ages(cluster: Any, at: float) -> dict[str, float]:
     return ages
 
 
+def saw_load(record: dict) -> bool:
+    """Whether a decision record saw any load column of the node it chose."""
+    load = ((record.get("features") or {}).get("node") or {}).get("load") or {}
+    return any(v is not None for v in load.values())
+
+
+def placement_verdict(records: dict[str, dict], known: bool) -> str:
+    """Whether the pods were placed with node load, from the extender's decision records (not from the
+    state at submission: the extender keeps polling Prometheus, so load can arrive before placement).
+    Empty when load was known at submission and every placement saw it: nothing to add."""
+    n = len(records)
+    saw = sum(1 for r in records.values() if saw_load(r))
+    if n == 0:
+        return "Whether the placements saw node load is unknown: the extender has no decision record of them."
+    if saw == 0:
+        return f"None of the {n} placements saw the chosen node's load: the pods were placed WITHOUT node load."
+    if saw == n:
+        if known:
+            return ""
+        return (
+            f"All {n} placements saw the chosen node's load: the pods were placed WITH it (the extender keeps "
+            "polling Prometheus, and the load reached it before the placements)."
+        )
+    rest = n - saw
+    were = "was" if rest == 1 else "were"
+    return f"{saw} of {n} placements saw the chosen node's load; {rest} {were} placed WITHOUT it."
+
+
 def report_load(cluster: Any, stack: Any, status: dict, pods: dict[str, dict], load_wait: LoadWait) -> None:
     """Node load as the extender had it when it placed the pods, and what the policy makes of it."""
     if load_wait.columns is None:
-        print(f"Node load when the pods were submitted: {load_wait.why}; the pods were placed WITHOUT it")
-        return
-    if load_wait.known:
+        print(f"Node load when the pods were submitted: {load_wait.why}")
+    elif load_wait.known:
         print(
             f"Node load when the pods were submitted (extender /status): {fresh_counts(load_wait.columns)} "
             + (
@@ -462,22 +493,24 @@ def report_load(cluster: Any, stack: Any, status: dict, pods: dict[str, dict], l
             )
         )
     else:
-        placed = "with what was known" if "in part" in load_wait.why else "WITHOUT it"
-        print(f"Node load when the pods were submitted: {load_wait.why}; the pods were placed {placed}")
-        then, now = fresh_counts(load_wait.columns), fresh_counts(status["load"]["columns"])
-        print(f"  ({then} demo nodes fresh then; now {now})")
+        print(f"Node load when the pods were submitted: {load_wait.why}")
+        now = ((status.get("load") or {}).get("columns")) or {}
+        print(f"  ({fresh_counts(load_wait.columns)} demo nodes fresh then; now {fresh_counts(now) or 'unknown'})")
     try:
         records = decisions_by_pod(stack, pods)
     except Exception as exc:  # noqa: BLE001 - the report goes on without the decision log
         print(f"  (extender /decisions: {exc})")
         records = {}
+    verdict = placement_verdict(records, load_wait.known)
+    if verdict:
+        print(prose(verdict))
     seen = [(name, r, ((r.get("features") or {}).get("node") or {}).get("load") or {}) for name, r in records.items()]
-    if seen:
-        cols = list(seen[0][2])
+    if any(saw_load(r) for r in records.values()):
+        cols = list(next(ld for *_, ld in seen if ld))
         counts = ", ".join(f"{k} {sum(1 for *_, ld in seen if ld.get(k) is not None)}/{len(seen)}" for k in cols)
         print(f"Placements that saw the chosen node's load (extender /decisions): {counts}")
         # The first pod submitted: nothing was placed yet, so the exporter's values then are the truth.
-        name, rec, ld = next(((n, r, ld) for n, r, ld in seen if any(v is not None for v in ld.values())), seen[0])
+        name, rec, ld = next((n, r, ld) for n, r, ld in seen if any(v is not None for v in ld.values()))
         node = rec["node"]
         text = f"e.g. {name} -> {node}: the extender saw {fmt_load(ld)} on that node"
         truth = load_wait.published.get(node)

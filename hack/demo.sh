@@ -18,7 +18,8 @@
 # where each went and the node load the extender had when it placed them.
 # The cluster stays up; every process has a pid file under $RLSCHED_CLUSTER_DIR/run.
 #
-# Env: RLSCHED_CLUSTER_DIR (default .cache/cluster), PYTHON (default python3), RLSCHED_DEMO_LOAD_WAIT_S.
+# Env: RLSCHED_CLUSTER_DIR (default .cache/cluster; a relative one is under the repo), PYTHON (default python3),
+#      RLSCHED_DEMO_LOAD_WAIT_S.
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # The repository root holds a folder named `operator/` (mapped to rlsched.operator). `python -m X` and
@@ -28,6 +29,9 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PYTHONSAFEPATH=1
 cd "${REPO_ROOT}"
 export RLSCHED_CLUSTER_DIR="${RLSCHED_CLUSTER_DIR:-${REPO_ROOT}/.cache/cluster}"
+# Everything here runs in the repository root, so a relative state dir is under it; made absolute, the
+# commands printed at the end work from any folder.
+[[ "${RLSCHED_CLUSTER_DIR}" == /* ]] || RLSCHED_CLUSTER_DIR="${REPO_ROOT}/${RLSCHED_CLUSTER_DIR}"
 VENV_PY="${REPO_ROOT}/.venv/bin/python"
 
 log() { printf '[demo %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -53,6 +57,11 @@ up() {
     "${PYTHON:-python3}" -m venv .venv
   fi
   if ! "${VENV_PY}" -c 'import rlsched.extender, rlsched.operator, kubernetes, aiohttp' 2>/dev/null; then
+    # A venv made while ensurepip was missing (Debian without python3-venv) has bin/python but no pip.
+    if ! "${VENV_PY}" -m pip --version >/dev/null 2>&1; then
+      log ".venv has no pip (made without python3-venv?): making it again"
+      "${PYTHON:-python3}" -m venv --clear .venv
+    fi
     "${VENV_PY}" -m pip install --quiet --upgrade pip
     "${VENV_PY}" -m pip install --quiet -e .
   fi
@@ -70,17 +79,19 @@ up() {
   log "workload"
   "${VENV_PY}" hack/demo.py
 
-  local state_flag=""
+  # Pasteable from any folder: absolute paths, quoted for the shell (%q), the state dir when not the default.
+  local prefix="" root
+  root="$(printf '%q' "${REPO_ROOT}")"
   if [[ "${RLSCHED_CLUSTER_DIR}" != "${REPO_ROOT}/.cache/cluster" ]]; then
-    state_flag="RLSCHED_CLUSTER_DIR=${RLSCHED_CLUSTER_DIR} "
+    prefix="RLSCHED_CLUSTER_DIR=$(printf '%q' "${RLSCHED_CLUSTER_DIR}") "
   fi
   cat <<EOF
 
 The cluster stays up. Look around:
-  eval "\$(${state_flag}hack/local-cluster.sh env)"; kubectl get pods -n rlsched-demo -o wide; kubectl get spol -n rlsched-demo
-  .venv/bin/python hack/rlstack.py status   # processes, logs, the policy serving
+  eval "\$(${prefix}${root}/hack/local-cluster.sh env)"; kubectl get pods -n rlsched-demo -o wide; kubectl get spol -n rlsched-demo
+  ${prefix}${root}/hack/demo.sh status   # processes, logs, the policy serving
 Tear it all down:
-  ${state_flag}hack/demo.sh down
+  ${prefix}${root}/hack/demo.sh down
 EOF
 }
 
@@ -88,6 +99,6 @@ case "${1:-up}" in
   up) up ;;
   down) down ;;
   status) status ;;
-  -h|--help|help) sed -n '2,21p' "${BASH_SOURCE[0]}" ;;
+  -h|--help|help) sed -n '2,22p' "${BASH_SOURCE[0]}" ;;
   *) echo "usage: $0 [up|status|down]" >&2; exit 2 ;;
 esac

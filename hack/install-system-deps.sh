@@ -8,6 +8,8 @@
 # Needs root (or sudo) and Debian's package mirrors.
 set -euo pipefail
 
+usage() { sed -n '6,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+
 PACKAGES=(
   openssl        # CA, serving and client certificates (hack/local-cluster.sh)
   shellcheck     # lint for hack/*.sh
@@ -17,12 +19,15 @@ PACKAGES=(
   util-linux     # flock, setsid
   curl           # readiness probes
   ca-certificates
+  python3-venv   # ensurepip for `python3 -m venv .venv` (without it Debian's venv has no pip)
 )
-if [[ "${1:-}" == "--containers" ]]; then
-  PACKAGES+=(podman runc debootstrap)
-elif [[ $# -gt 0 ]]; then
-  echo "usage: $0 [--containers]" >&2; exit 2
-fi
+case "${1:-}" in
+  "") ;;
+  --containers) PACKAGES+=(podman runc debootstrap) ;;
+  -h|--help) usage; exit 0 ;;
+  *) usage >&2; exit 2 ;;
+esac
+if [[ $# -gt 1 ]]; then usage >&2; exit 2; fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -36,7 +41,15 @@ if [[ ${#missing[@]} -eq 0 ]]; then
 fi
 
 SUDO=()
-[[ "$(id -u)" -eq 0 ]] || SUDO=(sudo)
+if [[ "$(id -u)" -ne 0 ]]; then
+  if ! command -v sudo >/dev/null; then
+    echo "[install-system-deps] not installed: ${missing[*]}" >&2
+    echo "[install-system-deps] installing them needs root, and sudo is not installed; as root, run this script or:" >&2
+    echo "  apt-get update && apt-get install -y --no-install-recommends ${missing[*]}" >&2
+    exit 1
+  fi
+  SUDO=(sudo)
+fi
 echo "[install-system-deps] installing: ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt_opts=(-o DPkg::Lock::Timeout=600 -y --no-install-recommends)

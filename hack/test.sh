@@ -26,6 +26,10 @@ hack/install-system-deps.sh --containers
 log "python environment (.venv)"
 if [[ ! -x .venv/bin/python ]]; then
   "${PYTHON:-python3}" -m venv .venv
+elif ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
+  # A venv made while ensurepip was missing (Debian without python3-venv) has bin/python but no pip.
+  log ".venv has no pip (made without python3-venv?): making it again"
+  "${PYTHON:-python3}" -m venv --clear .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -e '.[train,dev]'

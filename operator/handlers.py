@@ -14,8 +14,8 @@ SchedulingPolicy (``rlsched.io/v1alpha1``):
   generation is verified as it is (published again when the extender answers without serving it),
   never built again: the model source is not fetched, and an extender that does not answer is
   retried. Tries that end with the extender lost after the bundle was published are counted in
-  ``status.lostAfterPublish`` with kopf's ``retry`` (:func:`_lost_before`), so that a bundle that
-  crashes the extender is rolled back (``ExtenderLostAfterPublish``).
+  ``status.lostAfterPublish`` (:func:`_lost_before`; only an answer from the extender clears it), so
+  that a bundle that crashes the extender is rolled back (``ExtenderLostAfterPublish``).
 - delete → :func:`retire`: the extender goes back to its own settings (an empty policy file).
 - a timer → :func:`refresh`: ``status.counts`` from the extender, and drift (the extender no longer
   serves what was rolled out: restarted without the files, …) as ``Degraded``.
@@ -136,11 +136,9 @@ async def reconcile(
     patch: kopf.Patch,
     memo: kopf.Memo,
     reason: str,
-    retry: int = 0,
     **_: Any,
 ) -> None:
-    """Validate, roll out, verify, roll back (module docstring). ``retry``: kopf's count of the earlier
-    tries of this handler for this change (0 on the first)."""
+    """Validate, roll out, verify, roll back (module docstring)."""
     assert namespace is not None  # SchedulingPolicy is namespaced (kopf's protocol allows cluster-scoped ones)
     rt: Runtime = memo.runtime
     generation = meta.get("generation")
@@ -215,7 +213,7 @@ async def reconcile(
             f"to {rt.sink.describe()}",
         )
         try:
-            result = await rt.rollout.apply(bundle, lost_before=_lost_before(status, generation, cause, retry))
+            result = await rt.rollout.apply(bundle, lost_before=_lost_before(status, generation))
         except ModelTooLarge as exc:
             _failing(patch, status, generation, "ModelTooLarge", str(exc))
             _transition(body, "Warning", "ModelTooLarge", str(exc))
@@ -225,7 +223,7 @@ async def reconcile(
             _transition(body, "Warning", "PublishFailed", str(exc))
             raise kopf.TemporaryError(str(exc), delay=15) from None
         if result.lost_tries:
-            patch.status[LOST] = {"generation": generation, "cause": cause, "retry": retry, "tries": result.lost_tries}
+            patch.status[LOST] = {"generation": generation, "tries": result.lost_tries}
         elif status and status.get(LOST) is not None:
             patch.status[LOST] = None
         await _note_policy(rt, body, generation, ps.mode, result)
@@ -233,27 +231,23 @@ async def reconcile(
 
 
 LOST = "lostAfterPublish"
-"""The status field counting the tries in a row that ended with the extender lost after the bundle was
-published: ``{generation, cause, retry, tries}`` (:func:`_lost_before`)."""
+"""The status field counting the tries of a generation that ended with the extender lost after the
+bundle was published: ``{generation, tries}`` (:func:`_lost_before`)."""
 
 
-def _lost_before(status: Mapping[str, Any] | None, generation: int | None, cause: str, retry: int) -> int:
-    """How many tries right before this one ended with the extender lost after the bundle was published
-    (:data:`~rlsched.operator.rollout.LOST_AFTER_PUBLISH_TRIES`). Only the try just before counts: the
-    record written for the same generation and cause by kopf's previous try (``retry`` - 1). Any
-    other try in between (one that ended otherwise writes no record), a new change (kopf's count
-    starts at 0 again) or another cause starts the count over."""
+def _lost_before(status: Mapping[str, Any] | None, generation: int | None) -> int:
+    """How many tries of this generation ended with the extender lost after the bundle was published
+    (:data:`~rlsched.operator.rollout.LOST_AFTER_PUBLISH_TRIES`), from the record the last of them
+    wrote. A try that ends before the verification (the publication or the model source failing)
+    leaves the record as it is: an extender crash-looping on the bundle never answers again (it loads
+    the model before its status port opens), and an API hiccup in between must not start the count
+    over, or the bundle would never be rolled back. Only a try whose extender answered (whatever
+    followed) clears it, and a new generation starts again."""
     record = (status or {}).get(LOST)
-    if not isinstance(record, Mapping) or retry < 1:
+    if not isinstance(record, Mapping):
         return 0
     tries = record.get("tries")
-    if (
-        record.get("generation") != generation
-        or record.get("cause") != cause
-        or record.get("retry") != retry - 1
-        or isinstance(tries, bool)
-        or not isinstance(tries, int)
-    ):
+    if record.get("generation") != generation or isinstance(tries, bool) or not isinstance(tries, int):
         return 0
     return max(0, min(tries, LOST_AFTER_PUBLISH_TRIES))
 
@@ -350,7 +344,7 @@ async def _rolled_back_before(
 _ROLLED_BACK_BECAUSE = {
     Cause.LOAD_ERROR: "the extender could not load its model",
     Cause.LOST_AFTER_PUBLISH: (
-        f"the extender stopped answering after its bundle was published, {LOST_AFTER_PUBLISH_TRIES} tries in a row"
+        f"the extender stopped answering after its bundle was published, on {LOST_AFTER_PUBLISH_TRIES} tries"
     ),
 }
 """What a rollback's mark (``rollbackReason``) says failed: the causes that mark one

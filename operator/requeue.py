@@ -40,7 +40,7 @@ namespace and in all, and never stops the requeues of another namespace:
 
 - a namespace with :data:`NAMESPACE_MEMORY` pending pods whose requeues failed for good (a quota
   or admission policy of its own, pods whose annotations are full) pauses its own requeues until
-  some of those pods are deleted or bound (logged once per namespace, at ERROR);
+  some of those pods are deleted or bound (logged at ERROR each time the pause starts);
 - past :data:`MEMORY` such pods in all, a new failure is not remembered (logged once): that pod is
   retried with the ordinary backoff, its failures counted as requeues (after a few, once every
   ``maxS`` seconds), not on every sweep.

@@ -20,8 +20,8 @@ its :class:`RolloutResult` into status, conditions and events):
    away: a restart) — is *not* a reason to roll back: the bundle stays published (the extender picks
    it up when it is back) and the caller retries the verification. The exception is bounded: an
    extender that answered after the bundle was published and then stopped answering, on
-   :data:`LOST_AFTER_PUBLISH_TRIES` tries of the generation in a row (the caller counts them, with
-   kopf's retries), is rolled back from (``ExtenderLostAfterPublish``): a model that OOM-kills the
+   :data:`LOST_AFTER_PUBLISH_TRIES` tries of the generation (the caller counts them in the status;
+   only an answer clears the count), is rolled back from (``ExtenderLostAfterPublish``): a model that OOM-kills the
    extender or crash-loops it while loading. The rollback's own verification then tells whether the
    old bundle brings it back.
 """
@@ -57,7 +57,7 @@ log = logging.getLogger("rlsched.operator.rollout")
 CLOCK_SKEW_S = 1.0
 """Tolerance between the operator's and the extender's clocks when comparing ``errorAt``."""
 LOST_AFTER_PUBLISH_TRIES = 3
-"""Tries of one generation in a row that end with the extender lost after the bundle was published
+"""Tries of one generation that end with the extender lost after the bundle was published
 (it answered after the publication, then stopped answering) before the bundle is rolled back
 (:attr:`Cause.LOST_AFTER_PUBLISH`). Once is an extender pod restarting, a node drained: the bundle
 stays published, the extender may serve it once it is back. A model that OOM-kills the extender or
@@ -297,9 +297,9 @@ class Cause(enum.Enum):
     TIMEOUT = "RolloutTimeout"
     UNREACHABLE = "ExtenderUnreachable"
     LOST_AFTER_PUBLISH = "ExtenderLostAfterPublish"
-    """The extender stopped answering after the bundle was published, :data:`LOST_AFTER_PUBLISH_TRIES`
-    tries in a row (it answered after the publication): decided by :meth:`Rollout.apply`, never by
-    one verification."""
+    """The extender stopped answering after the bundle was published, on :data:`LOST_AFTER_PUBLISH_TRIES`
+    tries (it answered after the publication; only an answer clears the count): decided by
+    :meth:`Rollout.apply`, never by one verification."""
 
     @property
     def model_failed(self) -> bool:
@@ -349,7 +349,7 @@ class RolloutResult:
     rolled_back_to: Bundle | None = None
     rollback_ok: bool | None = None
     lost_tries: int = 0
-    """``ExtenderUnreachable`` only: the tries of this generation in a row, this one included, that
+    """``ExtenderUnreachable`` only: the tries of this generation, this one included, that
     ended with the extender lost after the bundle was published (0: it did not answer since); the
     caller passes it back as ``lost_before`` on the next try (:data:`LOST_AFTER_PUBLISH_TRIES`)."""
 
@@ -607,8 +607,8 @@ class Rollout:
                 return RolloutResult(False, cause.value, text, bundle, view, lost_tries=lost)
             cause = Cause.LOST_AFTER_PUBLISH
             message = (
-                f"the extender stopped answering after {bundle_label(bundle)} was published, {lost} tries in a "
-                f"row (a model that crashes it while loading?): {message}"
+                f"the extender stopped answering after {bundle_label(bundle)} was published, on {lost} tries "
+                f"(a model that crashes it while loading?): {message}"
             )
         # A last-good slot that cannot be read now (an API hiccup) is not an empty one: raising
         # SinkError retries the whole rollout (kopf's TemporaryError). Rolling back to no model

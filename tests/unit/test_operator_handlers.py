@@ -811,8 +811,8 @@ def _crashes_on(memo: kopf.Memo, ext: EngineExtender, source: str) -> None:
 async def test_a_model_that_crashes_the_extender_is_rolled_back_on_the_third_try_in_a_row(env) -> None:
     """The extender answered once after the publish (still the old bundle), then never again: every try
     ended ExtenderUnreachable, the bundle stayed published, and each kopf retry published it again —
-    never rolled back. Three tries in a row (kopf's ``retry``, counted in status.lostAfterPublish) roll
-    back with ExtenderLostAfterPublish; a run again after a restart reports that reason from the mark."""
+    never rolled back. Three such tries of the generation (counted in status.lostAfterPublish) roll back
+    with ExtenderLostAfterPublish; a run again after a restart reports that reason from the mark."""
     memo, kube, ext, events = env
     add_model(kube, "good", fake_model("v1"))
     add_model(kube, "crash", fake_model("v2-crashes-the-extender"))
@@ -826,18 +826,13 @@ async def test_a_model_that_crashes_the_extender_is_rolled_back_on_the_third_try
         with pytest.raises(kopf.TemporaryError):
             await call(handlers.reconcile, body(s2, 2, status), memo, "update", patch, retry=retry)
         assert cond(patch, "Ready")["reason"] == "ExtenderUnreachable"
-        assert patch.status["lostAfterPublish"] == {
-            "generation": 2,
-            "cause": "update",
-            "retry": retry,
-            "tries": retry + 1,
-        }
+        assert patch.status["lostAfterPublish"] == {"generation": 2, "tries": retry + 1}
         status = {**status, **patch.status}  # what kopf's next try reads
     last = kopf.Patch()
     with pytest.raises(kopf.PermanentError):
         await call(handlers.reconcile, body(s2, 2, status), memo, "update", last, retry=2)
     d = cond(last, "Degraded")
-    assert d["reason"] == "ExtenderLostAfterPublish" and "3 tries in a row" in d["message"], d["message"]
+    assert d["reason"] == "ExtenderLostAfterPublish" and "on 3 tries" in d["message"], d["message"]
     assert "rolled back to model v1" in d["message"] and ext.engine.model_info.version == "v1"
     assert last.status["lostAfterPublish"] is None and last.status["lastGood"]["generation"] == 1
     assert [e[1] for e in events] == ["RollingOut", "ExtenderUnreachable"] * 2 + ["RollingOut", "RolledBack"]
@@ -853,19 +848,60 @@ async def test_a_model_that_crashes_the_extender_is_rolled_back_on_the_third_try
     assert [e[1] for e in events] == ["RolledBack"] and ext.engine.model_info.version == "v1"
 
 
-def test_only_lost_tries_in_a_row_of_the_same_generation_and_cause_count() -> None:
-    """The count read back from status.lostAfterPublish: only the record of kopf's previous try
-    (retry - 1) of the same generation and cause counts; a try in between that ended otherwise (no
-    record of its own) or a new change (retry 0) starts over."""
-    record = {"generation": 2, "cause": "update", "retry": 4, "tries": 2}
+def test_lost_tries_count_for_their_generation_until_the_extender_answers() -> None:
+    """The count read back from status.lostAfterPublish: the record of the generation's last lost try,
+    whatever kopf's retry or cause (an operator restarted in between, a try that failed before the
+    verification); another generation starts over; a record of the wrong shape counts nothing."""
+    record = {"generation": 2, "tries": 2}
     status = {"lostAfterPublish": record}
-    assert handlers._lost_before(status, 2, "update", 5) == 2
-    assert handlers._lost_before(status, 2, "update", 6) == 0  # try 5 ended otherwise
-    assert handlers._lost_before(status, 3, "update", 5) == 0
-    assert handlers._lost_before(status, 2, "resume", 5) == 0
-    assert handlers._lost_before(status, 2, "update", 0) == 0
-    assert handlers._lost_before({"lostAfterPublish": dict(record, tries="2")}, 2, "update", 5) == 0
-    assert handlers._lost_before({}, 2, "update", 5) == 0 and handlers._lost_before(None, 2, "update", 5) == 0
+    assert handlers._lost_before(status, 2) == 2
+    assert handlers._lost_before(status, 3) == 0
+    assert handlers._lost_before({"lostAfterPublish": dict(record, tries=99)}, 2) == 3  # capped
+    assert handlers._lost_before({"lostAfterPublish": dict(record, tries="2")}, 2) == 0
+    assert handlers._lost_before({"lostAfterPublish": dict(record, tries=True)}, 2) == 0
+    assert handlers._lost_before({"lostAfterPublish": [1]}, 2) == 0
+    assert handlers._lost_before({}, 2) == 0 and handlers._lost_before(None, 2) == 0
+
+
+async def test_an_api_hiccup_between_lost_tries_does_not_start_the_count_over(env, monkeypatch) -> None:
+    """The try that would roll back fails to read the last-good slot once (an API hiccup: PublishFailed,
+    retried). The count stays: the next try, with the extender still silent (it crash-loops on the
+    bundle and never answers again), rolls back. Before, that hiccup reset the count and every later
+    try, silent, stayed ExtenderUnreachable: the crashing bundle was never rolled back."""
+    from rlsched.operator.sink import LAST_GOOD
+
+    memo, kube, ext, events = env
+    add_model(kube, "good", fake_model("v1"))
+    add_model(kube, "crash", fake_model("v2-crashes-the-extender"))
+    s1 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "good", "key": "m.npz"}}}
+    s2 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "crash", "key": "m.npz"}}}
+    status = status_after(await call(handlers.reconcile, body(s1), memo))
+    _crashes_on(memo, ext, "configmap crash/m.npz")
+    sink = memo.runtime.sink
+    real_read, fail = sink.read, {"last_good": 0}
+
+    async def read(slot):
+        if slot == LAST_GOOD and fail["last_good"] > 0:
+            fail["last_good"] -= 1
+            raise SinkError("configmaps rlsched-policy-last-good: 503 Service Unavailable")
+        return await real_read(slot)
+
+    monkeypatch.setattr(sink, "read", read)
+    reasons = []
+    for retry in range(5):
+        fail["last_good"] = 1 if retry == 2 else 0
+        patch = kopf.Patch()
+        try:
+            await call(handlers.reconcile, body(s2, 2, status), memo, "update", patch, retry=retry)
+        except kopf.TemporaryError:
+            pass
+        except kopf.PermanentError:
+            reasons.append(cond(patch, "Degraded")["reason"])
+            break
+        reasons.append(cond(patch, "Degraded")["reason"])
+        status = {k: v for k, v in {**status, **patch.status}.items() if v is not None}
+    assert reasons == ["ExtenderUnreachable", "ExtenderUnreachable", "PublishFailed", "ExtenderLostAfterPublish"]
+    assert ext.engine.model_info.version == "v1"
 
 
 async def _older_operators_mark(memo: kopf.Memo, of: int) -> None:

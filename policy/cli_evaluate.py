@@ -66,7 +66,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--name", default="evaluation", help="file stem for the outputs in --out (default: %(default)s)"
     )
-    parser.add_argument("--jobs", type=int, default=0, help="worker processes (default: one per core)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=0,
+        help="worker processes, at most 256 and no more than the runs (default: one per core)",
+    )
     parser.add_argument(
         "--mode",
         choices=("fgd", "events", "dynamic"),
@@ -181,8 +186,11 @@ def check_arguments(args: argparse.Namespace) -> None:
     unused = flags_of_other_modes(args)
     if unused:
         raise ValueError(f"{', '.join(unused)} do(es) nothing in --mode {args.mode}")
-    if args.jobs < 0:
-        raise ValueError(f"--jobs must be 0 (one per core) or more, got {args.jobs}")
+    from .evaluate import jobs_problem
+
+    problem = jobs_problem(args.jobs, "--jobs")
+    if problem:
+        raise ValueError(problem)
     if args.mode == "dynamic":
         for flag in DYNAMIC_FLOATS:
             value = getattr(args, flag[2:].replace("-", "_"))

@@ -15,6 +15,7 @@ import json
 import math
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -94,11 +95,12 @@ def build_args(ns: argparse.Namespace) -> Args:
     problem = number_problem(args)
     if problem:
         raise ValueError(problem)
-    if args.workers < 0:
-        raise ValueError(f"--workers must be 0 (one per core) or more, got {args.workers}")
-    if args.workers == 0:  # recorded in the model's manifest as the count that ran
-        from .evaluate import default_jobs
+    from .evaluate import default_jobs, jobs_problem
 
+    problem = jobs_problem(args.workers, "--workers")
+    if problem:
+        raise ValueError(problem)
+    if args.workers == 0:  # recorded in the model's manifest as the count that ran
         args = dataclasses.replace(args, workers=default_jobs())
     if not (args.max_minutes >= 0 and args.max_iterations >= 0):  # NaN too
         raise ValueError(
@@ -195,7 +197,7 @@ def run(ns: argparse.Namespace) -> int:
         print("\n".join(["decision log " + str(ns.from_decisions) + ":", *summary.lines()]), file=sys.stderr)
         args = dataclasses.replace(args, traces=(str(trace),))
     try:
-        check_inputs(args)
+        check_inputs(args, warn=lambda line: print(f"rlsched train: warning: {line}", file=sys.stderr))
     except ValueError as exc:  # TraceError and ModelFileError too
         print(f"rlsched train: {exc}", file=sys.stderr)
         return 2
@@ -221,18 +223,34 @@ def run(ns: argparse.Namespace) -> int:
     return _report(ns, "ppo", result)
 
 
-def check_inputs(args: Args) -> None:
+def check_inputs(args: Args, warn: Callable[[str], None] | None = None) -> None:
     """Refuse, before any work starts, what no training can use: node lists and traces that cannot be
-    read, a cluster without GPUs, a workload without GPU pods (the protocol inflates GPU demand), a
-    start model that cannot be served. ValueError says which."""
+    read, a cluster without GPUs, a workload without GPU pods (the protocol inflates GPU demand), in FGD
+    mode a workload that cannot be inflated to the target (:func:`~rlsched.policy.workload.check_inflatable`),
+    a start model that cannot be served. ValueError says which. ``warn`` is told about pods that fit no
+    node even in the empty cluster (:func:`~rlsched.policy.evaluate.unplaceable_note`), as evaluate does."""
+    from .cluster import ClusterState
+    from .evaluate import unplaceable_note
     from .export import read_model
     from .trace import load_nodes, load_pods
+    from .workload import check_inflatable
 
-    if not any(n.gpu_count > 0 for n in load_nodes(args.nodes)):
+    nodes = load_nodes(args.nodes)
+    if not any(n.gpu_count > 0 for n in nodes):
         raise ValueError(f"{args.nodes}: no node has a GPU; the scheduler learns to place GPU pods")
+    capacity = ClusterState(nodes).gpu_milli_capacity
     for trace in args.traces:
-        if not any(p.gpu_request_milli > 0 for p in load_pods(trace)):
+        pods = load_pods(trace)
+        if not any(p.gpu_request_milli > 0 for p in pods):
             raise ValueError(f"{trace}: no pod asks for a GPU; nothing to learn from")
+        if args.mode == "fgd":
+            try:
+                check_inflatable(pods, capacity, args.target)
+            except ValueError as exc:
+                raise ValueError(f"{trace}: {exc}") from None
+        note = unplaceable_note(nodes, pods)
+        if note and warn is not None:
+            warn(f"{trace}: {note}")
     if args.init_model:
         read_model(args.init_model)
 

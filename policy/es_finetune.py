@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from .cluster import ClusterState
 from .env import EnvConfig, RewardConfig, SchedulingCore
 from .evaluate import default_jobs
 from .export import file_digest, read_model, save_model, trained_with_load, trained_with_qos
@@ -46,6 +47,7 @@ from .ppo.config import Args, TrainResult
 from .published import trace_name
 from .trace import load_nodes, load_pods
 from .typical import typical_pods
+from .workload import check_inflatable
 
 Progress = Callable[[dict[str, Any]], None]
 
@@ -139,8 +141,13 @@ def _load_simulators(nodes: str, traces: tuple[str, ...], model: str, target: fl
     config = EnvConfig(target=target, end_at=end_at, reward=RewardConfig(1.0, 0.0))
     node_specs = load_nodes(nodes)
     cores = []
+    capacity = ClusterState(node_specs).gpu_milli_capacity
     for path in traces:
         pods = load_pods(path)
+        try:
+            check_inflatable(pods, capacity, target)  # here, not as a worker's traceback
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
         typical = typical_pods(pods)
         encoder = FeatureEncoder(typical, cpu_weight, use_qos=trained_with_qos(manifest))
         cores.append(SchedulingCore(node_specs, pods, typical, config, encoder))
@@ -247,7 +254,10 @@ def finetune(args: Args, progress: Progress | None = None) -> TrainResult:
         if progress is not None:
             progress(row)
 
-    with multiprocessing.get_context("fork").Pool(args.workers or default_jobs()) as pool:
+    # no more processes than the largest batch of episodes played at once
+    largest_batch = max(2 * args.es_pairs * args.es_seeds_per_pair, len(args.val_seeds), len(confirm_seeds), 1)
+    processes = min(args.workers or default_jobs(), largest_batch)
+    with multiprocessing.get_context("fork").Pool(processes) as pool:
 
         def play(t: np.ndarray, seeds: list[int] | tuple[int, ...]) -> list[float]:
             """θ on workload seeds of the first trace (validation and confirmation)."""

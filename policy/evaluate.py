@@ -154,7 +154,7 @@ class Evaluation:
                     policy=policy,
                     seeds=len(runs),
                     unallocated_100=[r.unallocated_at(100) for r in runs],
-                    unallocated_130=[r.unallocated_at(max(r.curve)) for r in runs],
+                    unallocated_130=[r.unallocated_at(arrived_pct_max(r)) for r in runs],
                     failed_pods=[r.failed_pods for r in runs],
                     frag_100=[r.frag_at_100 for r in runs],
                     seconds=[r.seconds for r in runs],
@@ -427,6 +427,7 @@ def evaluate(
 
         bar = tqdm(total=len(tasks), desc="runs", unit="run", leave=False)
     try:
+        jobs = min(jobs, len(tasks))  # no process without a run to do
         if jobs <= 1:
             _init_worker(nodes, pods, typical, target)
             for task in tasks:
@@ -516,6 +517,18 @@ def model_identities(policies: Sequence[str]) -> dict[str, dict[str, str]]:
             _, manifest, sha256 = read_model(policy.split(":", 1)[1])
             out[policy] = {"sha256": sha256, "version": str(manifest.get("version", ""))}
     return out
+
+
+MAX_JOBS = 256
+"""Worker processes one evaluation or training may ask for (``--jobs``, ``--workers``): each holds its own
+copy of the workload, so a mistyped ``100000`` would fork until memory or the process table runs out."""
+
+
+def jobs_problem(jobs: int, flag: str) -> str | None:
+    """Why ``jobs`` worker processes cannot be asked for (None if they can): 0 (one per core) to MAX_JOBS."""
+    if not 0 <= jobs <= MAX_JOBS:
+        return f"{flag} must be 0 (one per core) to {MAX_JOBS}, got {jobs}"
+    return None
 
 
 def default_jobs(cpu_max: str | Path = "/sys/fs/cgroup/cpu.max") -> int:

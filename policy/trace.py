@@ -550,15 +550,29 @@ def _quantity(
 
 
 def _memory_mib(value: Any) -> int:
-    """A memory quantity; a bare integer (not a bool) means MiB."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() <= 64:
-        return memory_mib(f"{value}Mi")
-    return memory_mib(value)  # huge ints are refused by the parser without being turned into text
+    """A memory quantity; a value without a unit — an integer, a float, or a string that ends in a digit or
+    a point (``16384``, ``"16384"``, ``2048.0``, ``4e5``) — means MiB, and must be a whole number of them
+    (``1.5`` is refused rather than rounded). A value with a unit (``32Gi``, ``500M``) is converted."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return memory_mib(value)  # refused by the parser with its message
+    if isinstance(value, str) and not (value and value[-1] in "0123456789."):
+        return memory_mib(value)
+    try:
+        return count(value)  # huge ints are refused by the parser without being turned into text
+    except QuantityError as exc:
+        if "whole number" in str(exc):
+            raise QuantityError(
+                f"{clip(value)} has no unit, so it means MiB, and must be a whole number of MiB; "
+                f"give a unit for other sizes (e.g. '1536Ki')"
+            ) from None
+        raise
 
 
 def _generic_node(item: dict[str, Any], name: str, fail: Callable[..., Any]) -> NodeSpec:
     cpu = _quantity(item, "cpu", cpu_milli, fail, what="cores, e.g. '64' or '500m'")
-    mem = _quantity(item, "memory", _memory_mib, fail, what="bytes with a unit, e.g. '256Gi'; a bare integer means MiB")
+    mem = _quantity(
+        item, "memory", _memory_mib, fail, what="bytes with a unit, e.g. '256Gi'; a number without a unit means MiB"
+    )
     gpus = _quantity(item, "gpus", count, fail, default=0, what="number of GPU cards")
     if gpus > MAX_CARDS_PER_NODE:
         raise fail("gpus", _too_many_cards(gpus))
@@ -576,7 +590,12 @@ def _generic_node(item: dict[str, Any], name: str, fail: Callable[..., Any]) -> 
 def _generic_pod(item: dict[str, Any], name: str, fail: Callable[..., Any]) -> PodSpec:
     cpu = _quantity(item, "cpu", cpu_milli, fail, default=0, what="cores, e.g. '8' or '500m'")
     mem = _quantity(
-        item, "memory", _memory_mib, fail, default=0, what="bytes with a unit, e.g. '32Gi'; a bare integer means MiB"
+        item,
+        "memory",
+        _memory_mib,
+        fail,
+        default=0,
+        what="bytes with a unit, e.g. '32Gi'; a number without a unit means MiB",
     )
     gpus = _quantity(item, "gpus", count, fail, default=0, what="whole GPU cards, or 1 with gpuMilli for a share")
     milli = item.get("gpuMilli", MILLI_PER_CARD if gpus else 0)
@@ -587,7 +606,7 @@ def _generic_pod(item: dict[str, Any], name: str, fail: Callable[..., Any]) -> P
         raise fail("gpuMilli" if "gpuMilli" in item else "gpus", problem)
     models = item.get("gpuModels", [])
     if isinstance(models, str):
-        models = [m for m in models.split("|")]
+        models = [m.strip() for m in models.split("|")]  # "T4 | G2", as CSV gpu_spec is read
     if not isinstance(models, list) or not all(isinstance(m, str) and m for m in models):
         raise fail("gpuModels", "expected a list of GPU model names (or one string joined by '|')")
     times = []

@@ -3,7 +3,8 @@
 The name-sorted trace is shuffled with the seed. If it asks for less GPU than ``target`` × the
 cluster's GPU capacity, copies of pods drawn uniformly (with replacement) from the trace are
 appended until the next one would pass the target; if it asks for more, randomly chosen pods are
-removed until it fits.
+removed until it fits. A pod that alone asks for more than the target is refused up front
+(:func:`check_inflatable`): it could never arrive, and removing it could leave no GPU pod to measure.
 """
 
 from __future__ import annotations
@@ -49,8 +50,15 @@ def check_inflatable(pods: Sequence[PodSpec], gpu_capacity_milli: int, target: f
         raise ValueError("the cluster has no GPU capacity to inflate the workload against")
     if not (math.isfinite(target) and 0 < target <= MAX_TARGET):
         raise ValueError(f"target must be positive, finite and at most {MAX_TARGET:g}, got {target}")
-    total = sum(p.gpu_request_milli for p in pods)
     target_milli = target * gpu_capacity_milli
+    too_big = next((p for p in pods if p.gpu_request_milli > target_milli), None)
+    if too_big is not None:  # no arrival sequence can hold it: deflation removes it, and may empty the run
+        raise ValueError(
+            f"pod {too_big.name!r} alone asks for {too_big.gpu_request_milli / 1000:g} GPUs, more than {target:g} × "
+            f"the cluster's GPU capacity ({gpu_capacity_milli / 1000:g} GPUs): no arrival sequence can hold it; "
+            f"use a larger node list or remove such pods from the pod list"
+        )
+    total = sum(p.gpu_request_milli for p in pods)
     if total < target_milli:
         if not total:
             raise ValueError("the workload asks for no GPU, so it cannot be inflated to a GPU target")

@@ -5,6 +5,7 @@ folder; and a ``--resume`` file that is no checkpoint is one line, not an unpick
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,8 @@ def refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
         (["--learning-rate", "inf"], "--learning-rate must be a finite number, got inf"),
         (["--target", "nan"], "--target must be a finite number, got nan"),
         (["--target", "1e9"], "--target must be at least 1.0 and at most 10"),
+        (["--workers", "100000"], "--workers must be 0 (one per core) to 256, got 100000"),
+        (["--workers", "-1"], "--workers must be 0 (one per core) to 256, got -1"),
         (["--init", "{dir}"], "--init-model {dir}: is a folder; give a file"),
         (["--export", "{dir}"], "--export {dir}: is a folder; give a file path"),
         (["--out-dir", "{nodes}"], "--out-dir {nodes}: is a file, not a folder"),
@@ -118,3 +121,31 @@ def test_an_export_that_fails_after_training_is_one_line(
     assert cli_train._report(ns, "ppo", result) == 2  # type: ignore[arg-type]
     err = capsys.readouterr().err
     assert "--export" in err and "No space left on device" in err and str(tmp_path / "best.npz") in err
+
+
+def test_a_pod_larger_than_the_target_is_refused_before_training(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 4-card pod on a 2-card cluster would leave no GPU pod in the arrivals: refused in one line, not
+    as a worker's traceback."""
+    nodes, pods = tmp_path / "nodes.yaml", tmp_path / "pods.yaml"
+    nodes.write_text("nodes:\n  - {name: box, cpu: 32, memory: 128Gi, gpus: 2, gpuModel: T4}\n")
+    pods.write_text("pods:\n  - {name: big, cpu: 16, memory: 64Gi, gpus: 4}\n  - {name: web, cpu: 1, memory: 1Gi}\n")
+    base = ["--nodes", str(nodes), "--traces", str(pods), "--out-dir", str(tmp_path / "runs"), *TINY]
+    err = refused(capsys, base)
+    assert "pod 'big' alone asks for 4 GPUs, more than 1.3 × the cluster's GPU capacity (2 GPUs)" in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_train_warns_about_pods_that_fit_no_node(tmp_path: Path) -> None:
+    from ppo_fixtures import tiny_args
+
+    from rlsched.policy.cli_train import check_inputs
+
+    args = tiny_args(tmp_path / "w")
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("pods:\n  - {name: a, cpu: 1, memory: 1Gi, gpus: 1, gpuModels: v100m16}\n")
+    args = dataclasses.replace(args, traces=(*args.traces, str(typo)))
+    lines: list[str] = []
+    check_inputs(args, warn=lines.append)
+    assert len(lines) == 1 and lines[0].startswith(f"{typo}: 1 of 1 pods fit no node") and "'a'" in lines[0]

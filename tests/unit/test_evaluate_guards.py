@@ -61,6 +61,30 @@ def test_inflation_refuses_more_arrivals_than_it_can_hold() -> None:
     assert time.monotonic() - started < 1
 
 
+def test_a_pod_larger_than_the_target_is_refused_before_the_runs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A 4-card pod on a 2-card cluster: deflation would remove every GPU pod and leave no curve."""
+    small = NODE_HEADER + "n0,64000,262144,2,T4\n"
+    nodes, pods = files(tmp_path, nodes=small, pods=POD_HEADER + "big,4000,8192,4,1000,\nweb,1000,1024,0,0,\n")
+    code, _, err = evaluate(capsys, tmp_path, "--nodes", nodes, "--pods", pods)
+    assert code == 2
+    assert "pod 'big' alone asks for 4 GPUs, more than 1.3 × the cluster's GPU capacity (2 GPUs)" in err
+    with pytest.raises(ValueError, match="pod 'b' alone asks for 3 GPUs"):
+        check_inflatable([PodSpec("a", 1, 1, 1, 1000), PodSpec("b", 1, 1, 3, 1000)], 2000, 1.3)
+    check_inflatable([PodSpec("a", 1, 1, 2, 1000)], 2000, 1.3)  # 2 of 2.6 cards fits
+
+
+def test_a_run_with_an_empty_curve_does_not_break_the_summary() -> None:
+    from rlsched.policy.evaluate import Evaluation
+    from rlsched.policy.simulator import RunResult
+
+    empty = RunResult("fgd", 1, {}, 0, 0, 0, 0, 2000, 0.0, 0.1)
+    evaluation = Evaluation("n", "p", 1.3, runs=[empty])
+    [summary] = evaluation.summaries()
+    assert summary.unallocated_130 == [100.0]
+
+
 def test_arrivals_that_stop_short_of_100_are_marked(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     # 18 cards; a 12-card pod: the first clone of it would pass 130 %, so arrivals stop near 70 %.
     nodes, pods = files(
@@ -177,3 +201,23 @@ def test_a_write_that_fails_after_the_runs_is_one_line(
     nodes, pods = files(tmp_path)
     code, _, err = evaluate(capsys, tmp_path, "--nodes", nodes, "--pods", pods)
     assert code == 2 and "cannot write the outputs" in err and "No space left on device" in err
+
+
+@pytest.mark.parametrize("jobs", ["100000", "257", "-1"])
+def test_jobs_beyond_the_maximum_are_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path, jobs: str) -> None:
+    nodes, pods = files(tmp_path)
+    code, _, err = evaluate(capsys, tmp_path, "--nodes", nodes, "--pods", pods, f"--jobs={jobs}")
+    assert code == 2 and f"--jobs must be 0 (one per core) to 256, got {jobs}" in err
+
+
+def test_no_more_processes_than_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One policy on one seed is one run: --jobs 12 starts no process pool for it."""
+    from rlsched.policy import evaluate as evaluate_module
+
+    def no_pool(*_: object, **__: object) -> None:
+        raise AssertionError("a process pool was started for a single run")
+
+    monkeypatch.setattr(evaluate_module, "ProcessPoolExecutor", no_pool)
+    nodes, pods = files(tmp_path)
+    result = evaluate_module.evaluate(nodes, pods, ["fgd"], [1], jobs=12, progress=False)
+    assert len(result.runs) == 1

@@ -418,3 +418,43 @@ def test_rlsched_train_without_nodes_or_the_variable_says_what_to_give(tmp_path:
     )
     assert done.returncode == 2, done.stderr
     assert f"no such file: {OPENB_NODES}" in done.stderr and "--nodes" in done.stderr and OPENB_ENV in done.stderr
+
+
+@pytest.mark.parametrize(
+    "memory, mib",
+    [
+        ("16384", 16384),  # an unquoted integer
+        ('"16384"', 16384),  # quoted, like cpu: "96"
+        ("2048.0", 2048),  # a float
+        ("4e5", 400000),  # a string with an exponent (YAML 1.1 reads it as text)
+        ('"4e5"', 400000),
+        ("512Mi", 512),
+        ('"1Gi"', 1024),
+        ("1048576k", 1000),  # a unit: 1,048,576,000 bytes → MiB, rounded up
+    ],
+)
+def test_generic_memory_without_a_unit_is_always_mib(tmp_path: Path, memory: str, mib: int) -> None:
+    path = write(tmp_path, "t.yaml", f"pods:\n  - name: p\n    cpu: 1\n    memory: {memory}\n")
+    assert load_pods(path)[0].memory_mib == mib
+
+
+def test_generic_json_memory_numbers_are_mib(tmp_path: Path) -> None:
+    doc = (
+        '{"nodes": [{"name": "a", "cpu": 8, "memory": "393216"}], '
+        '"pods": [{"name": "p", "memory": 2048.0}, {"name": "q", "memory": 4e5}]}'
+    )
+    path = write(tmp_path, "t.json", doc)
+    assert load_nodes(path)[0].memory_mib == 393216
+    assert [p.memory_mib for p in load_pods(path)] == [2048, 400000]
+
+
+@pytest.mark.parametrize("memory", ["1.5", '"1.5"', "2048.25"])
+def test_generic_memory_without_a_unit_must_be_whole_mib(tmp_path: Path, memory: str) -> None:
+    path = write(tmp_path, "t.yaml", f"pods:\n  - name: p\n    cpu: 1\n    memory: {memory}\n")
+    with pytest.raises(TraceError, match="has no unit, so it means MiB, and must be a whole number of MiB"):
+        load_pods(path)
+
+
+def test_generic_gpu_models_joined_by_bar_are_stripped(tmp_path: Path) -> None:
+    path = write(tmp_path, "t.yaml", 'pods:\n  - {name: p, cpu: 1, gpus: 1, gpuModels: "T4 | G2"}\n')
+    assert load_pods(path)[0].gpu_models == ("T4", "G2")

@@ -111,6 +111,19 @@ def test_a_typical_pods_file_over_the_cap_is_refused_unread(tmp_path: Path) -> N
     assert e.settings.mode == "active" and e.status()["typicalPods"] == {"source": str(good), "count": 2}
 
 
+def threads_calling(monkeypatch: pytest.MonkeyPatch, name: str) -> list[threading.Thread]:
+    """``policy_module.<name>`` wrapped: the thread of each call is appended to the list returned."""
+    threads: list[threading.Thread] = []
+    real = getattr(policy_module, name)
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(policy_module, name, recording)
+    return threads
+
+
 def test_the_typical_pods_file_is_read_off_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """poll read the typical pods file named by a new policy file on the event loop's thread."""
     path = tmp_path / "typical.json"
@@ -118,14 +131,7 @@ def test_the_typical_pods_file_is_read_off_the_event_loop(tmp_path: Path, monkey
     files = Files(tmp_path)
     files.write("mode: active\n")
     e = engine(files)
-    threads: list[threading.Thread] = []
-    real = policy_module.load_typical
-
-    def recording(p: str) -> TypicalPods:
-        threads.append(threading.current_thread())
-        return real(p)
-
-    monkeypatch.setattr(policy_module, "load_typical", recording)
+    threads = threads_calling(monkeypatch, "load_typical")
     files.write(f"typicalPodsPath: {path}\n")
     asyncio.run(e.poll())
     assert threads and threading.main_thread() not in threads
@@ -138,14 +144,7 @@ def test_a_new_fallback_is_built_and_warmed_off_the_event_loop(tmp_path: Path, m
     files = Files(tmp_path)
     files.write("fallback: least-allocated\n")
     e = engine(files)
-    threads: list[threading.Thread] = []
-    real = policy_module.warm_up
-
-    def recording(scorer: Any) -> None:
-        threads.append(threading.current_thread())
-        real(scorer)
-
-    monkeypatch.setattr(policy_module, "warm_up", recording)
+    threads = threads_calling(monkeypatch, "warm_up")
     files.write("fallback: fgd\n")
     asyncio.run(e.poll())
     assert e.fallback_scorer.name == "fgd" and threads and threading.main_thread() not in threads
@@ -359,14 +358,7 @@ def test_the_typical_pods_digest_is_computed_off_the_event_loop(
     files = Files(tmp_path)
     files.write("mode: active\n")
     e = engine(files)
-    threads: list[threading.Thread] = []
-    real = policy_module.typical_digest
-
-    def recording(typical: TypicalPods) -> str:
-        threads.append(threading.current_thread())
-        return real(typical)
-
-    monkeypatch.setattr(policy_module, "typical_digest", recording)
+    threads = threads_calling(monkeypatch, "typical_digest")
     files.write(f"typicalPodsPath: {path}\n")
     asyncio.run(e.poll())
     assert e.status()["typicalPods"] == {"source": str(path), "count": 200}
@@ -387,14 +379,7 @@ def test_a_policy_file_that_drops_the_model_prepares_its_fallback_off_the_event_
     e = PolicyEngine(PolicySettings(), str(files.policy), spec_loader)
     e.start()
     assert e.status()["typicalPods"] == {"source": "model", "count": 1}
-    threads: list[threading.Thread] = []
-    real = policy_module.warm_up
-
-    def recording(scorer: Any) -> None:
-        threads.append(threading.current_thread())
-        real(scorer)
-
-    monkeypatch.setattr(policy_module, "warm_up", recording)
+    threads = threads_calling(monkeypatch, "warm_up")
     files.write("mode: active\n")
     asyncio.run(e.poll())
     assert e.model is None and e.status()["typicalPods"] == {"source": "built-in", "count": 35}

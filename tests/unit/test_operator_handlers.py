@@ -763,19 +763,7 @@ async def test_a_policy_created_again_under_the_same_name_is_not_taken_for_its_r
     assert (await memo.runtime.sink.read(CURRENT)).meta.get("rollbackUid") == "uid-1"
     b = body({"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "good", "key": "m.npz"}}})
     b["metadata"]["uid"] = "uid-2"
-    patch = kopf.Patch()
-    await handlers.reconcile(
-        body=b,
-        spec=b["spec"],
-        meta=b["metadata"],
-        status={},
-        namespace="sched",
-        name="default",
-        uid="uid-2",
-        patch=patch,
-        memo=memo,
-        reason=kopf.Reason.CREATE,
-    )
+    patch = await call(handlers.reconcile, b, memo)
     assert cond(patch, "Ready")["reason"] == "RolledOut" and ext.engine.model_info.version == "v1"
 
 

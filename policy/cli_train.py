@@ -3,8 +3,8 @@ a config file (YAML/JSON with the same keys).
 
 Every field of :class:`rlsched.policy.ppo.config.Args` is a flag (``--num-envs 4``, ``--traces a.csv b.csv``,
 ``--no-anneal-lr``); ``--config FILE`` sets defaults that flags override. ``--export PATH`` copies the
-chosen model (and its manifest) to PATH when training ends. torch is imported only here, when PPO
-runs; ``--method es`` needs none (:mod:`rlsched.policy.es_finetune`).
+chosen model (and its manifest) to PATH when training ends, replacing what was there whole or not at all.
+torch is imported only here, when PPO runs; ``--method es`` needs none (:mod:`rlsched.policy.es_finetune`).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import shutil
 import sys
 from collections.abc import Callable
@@ -92,7 +93,7 @@ def build_args(ns: argparse.Namespace) -> Args:
         if v is not None:
             values[f.name] = v
     args = parse_tuple_fields(Args(**values))
-    problem = number_problem(args)
+    problem = number_problem(args) or range_problem(args)
     if problem:
         raise ValueError(problem)
     from .evaluate import default_jobs, jobs_problem
@@ -110,6 +111,12 @@ def build_args(ns: argparse.Namespace) -> Args:
     from .trace import missing_input, output_problem
 
     traces = () if getattr(ns, "from_decisions", None) else args.traces
+    problem = ppo_problem(args, len(traces)) if training_method(args) == "ppo" else None
+    if problem:
+        raise ValueError(problem)
+    problem = None if args.resume else version_problem(args)  # a resumed run's version is its checkpoint's
+    if problem:
+        raise ValueError(problem)
     for flag, path in (
         ("--nodes", args.nodes),
         *(("--traces", trace) for trace in traces),
@@ -180,6 +187,83 @@ def number_problem(args: Args) -> str | None:
     return target_problem(args.target)
 
 
+AT_LEAST_ONE = (
+    "torch_threads",
+    "update_epochs",
+    "checkpoint_every",
+    "value_hidden",
+    "vine_trunks",
+    "vine_points",
+    "vine_actions",
+)
+"""Whole-number settings that count something a run needs at least one of (threads, passes, iterations
+between checkpoints, units, trunks, branch states, tried actions); 0 failed only in the loop."""
+
+
+def range_problem(args: Args) -> str | None:
+    """The first setting out of the range any run can use, naming its flag: a count of :data:`AT_LEAST_ONE`
+    below 1, ``--hidden`` other than two widths of at least 1, a step size not above 0, a negative rank
+    weight (the served decision rule refuses one: the model would train, then never load)."""
+    from .cli_search import flag_of
+
+    for name in AT_LEAST_ONE:
+        value = getattr(args, name)
+        if value < 1:
+            return f"{flag_of(name)} must be at least 1, got {value}"
+    if len(args.hidden) != 2 or min(args.hidden) < 1:
+        return f"--hidden takes two layer widths of at least 1, got {' '.join(map(str, args.hidden)) or 'none'}"
+    if not args.learning_rate > 0:
+        return f"--learning-rate must be more than 0, got {args.learning_rate}"
+    if args.head_lr_scale < 0:
+        return f"--head-lr-scale must be 0 or more, got {args.head_lr_scale}"
+    if args.rank_scale < 0:
+        return f"--rank-scale must be 0 or more (a served model's rank weight is never negative), got {args.rank_scale}"
+    if args.eval_every < 0:
+        return f"--eval-every must be 0 (only at the end) or more, got {args.eval_every}"
+    return None
+
+
+def ppo_problem(args: Args, traces: int) -> str | None:
+    """What a PPO run (``method`` ppo) cannot do with these flags: train on ``traces`` pod lists with fewer
+    simulations than lists (env ``e``, vine trunk ``e``, plays list ``e mod traces``: the rest would never
+    be played while the manifest names them), or run ``--advantage vine`` where it does not branch
+    (:func:`~rlsched.policy.ppo.config.vine_problem`; a start model's special actions are checked with the
+    model, :func:`check_inputs`)."""
+    from .ppo.config import vine_problem
+
+    flag, envs = ("--vine-trunks", args.vine_trunks) if args.advantage == "vine" else ("--num-envs", args.num_envs)
+    if traces > envs:
+        return (
+            f"{traces} traces but {flag} {envs}: each simulation plays one trace, so {traces - envs} would never "
+            f"be trained on; raise {flag} to at least {traces}"
+        )
+    return vine_problem(args)
+
+
+def version_problem(args: Args) -> str | None:
+    """A model version longer than a model file may carry, refused before the run rather than at its export:
+    ``--model-version``, or the default the run would write at its last step (``<exp_name>-s<seed>-<steps>``,
+    :func:`~rlsched.policy.ppo.config.model_version`; ``-es<iteration>`` under ``--method es``)."""
+    from .export import MAX_VERSION_CHARS
+    from .ppo.config import model_version
+
+    if training_method(args) == "es":
+        # the exported iteration is at most --max-iterations; a run bounded by time alone: allow 9 digits
+        version = args.model_version or f"{args.exp_name}-s{args.seed}-es{args.max_iterations or 10**9 - 1}"
+    else:
+        per_iteration = (
+            args.vine_trunks * args.vine_points if args.advantage == "vine" else args.num_envs * args.num_steps
+        )
+        version = model_version(args, max(args.total_timesteps, per_iteration))
+    if len(version) <= MAX_VERSION_CHARS:
+        return None
+    where = "--model-version" if args.model_version else "the default model version <exp_name>-s<seed>-<steps>"
+    return (
+        f"{where} would be {len(version)} characters ({version[:40]}…); a model's version has at most "
+        f"{MAX_VERSION_CHARS}: shorten it" + ("" if args.model_version else " with --exp-name or --model-version")
+    )
+
+
 def run(ns: argparse.Namespace) -> int:
     try:
         args = build_args(ns)
@@ -227,11 +311,14 @@ def check_inputs(args: Args, warn: Callable[[str], None] | None = None) -> None:
     """Refuse, before any work starts, what no training can use: node lists and traces that cannot be
     read, a cluster without GPUs, a workload without GPU pods (the protocol inflates GPU demand), in FGD
     mode a workload that cannot be inflated to the target (:func:`~rlsched.policy.workload.check_inflatable`),
-    a start model that cannot be served. ValueError says which. ``warn`` is told about pods that fit no
-    node even in the empty cluster (:func:`~rlsched.policy.evaluate.unplaceable_note`), as evaluate does."""
+    a start model that cannot be served or, under ``--advantage vine``, that offers the delay or reject
+    action (:func:`~rlsched.policy.ppo.config.vine_problem`). ValueError says which. ``warn`` is told about
+    pods that fit no node even in the empty cluster (:func:`~rlsched.policy.evaluate.unplaceable_note`), as
+    evaluate does."""
     from .cluster import ClusterState
     from .evaluate import unplaceable_note
     from .export import read_model
+    from .ppo.config import special_actions, vine_problem
     from .trace import load_nodes, load_pods
     from .workload import check_inflatable
 
@@ -252,7 +339,14 @@ def check_inputs(args: Args, warn: Callable[[str], None] | None = None) -> None:
         if note and warn is not None:
             warn(f"{trace}: {note}")
     if args.init_model:
-        read_model(args.init_model)
+        _, manifest, _ = read_model(args.init_model)
+        if training_method(args) == "ppo":  # the run offers the special actions the model was trained with
+            offered = special_actions(args, manifest)
+            problem = vine_problem(
+                dataclasses.replace(args, allow_delay=offered["allow_delay"], allow_reject=offered["allow_reject"])
+            )
+            if problem:
+                raise ValueError(f"--init-model {args.init_model}: {problem}")
 
 
 def settings_of_init_model(args: Args) -> Args:
@@ -295,8 +389,9 @@ def _run_es(ns: argparse.Namespace, args: Args) -> int:
 
 
 def _report(ns: argparse.Namespace, method: str, result: TrainResult) -> int:
-    """Print what the run produced; with ``--export``, copy the chosen model and its manifest there. The
-    exit status: 2 when the copy fails (the trained model stays where the run wrote it)."""
+    """Print what the run produced; with ``--export``, copy the chosen model and its manifest there
+    (:func:`install_copies`). The exit status: 2 when the copy fails (the trained model stays where the
+    run wrote it, and what was at the destination stays as it was)."""
     summary = {
         "method": method,
         "model": result.model_path,
@@ -314,8 +409,8 @@ def _report(ns: argparse.Namespace, method: str, result: TrainResult) -> int:
         dest = Path(ns.export)
         try:  # checked before training (build_args), but the filesystem may have changed since
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(result.model_path, dest)
-            shutil.copyfile(Path(result.model_path).with_suffix(".json"), dest.with_suffix(".json"))
+            model = Path(result.model_path)
+            install_copies([(model, dest), (model.with_suffix(".json"), dest.with_suffix(".json"))])
         except OSError as exc:
             print(
                 f"rlsched train: --export {dest}: {exc.strerror or exc}; the model is at {result.model_path}",
@@ -324,3 +419,23 @@ def _report(ns: argparse.Namespace, method: str, result: TrainResult) -> int:
             return 2
         print(f"exported {dest}")
     return 0
+
+
+def install_copies(pairs: list[tuple[Path, Path]]) -> None:
+    """Copy each source over its destination, so that a failure (a full disk, a kill) never leaves a
+    destination half written: every source is first copied to a temporary file in its destination's
+    folder, then each is renamed over its destination (``os.replace``, atomic on one filesystem) in order —
+    a model before its manifest. OSError if a copy fails; the temporary files are removed."""
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for src, dest in pairs:
+            # named here, not by mkstemp: copyfile creates it with a new file's usual permissions (mkstemp's
+            # 0600 would hide the model from a server running as another user)
+            tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+            staged.append((tmp, dest))
+            shutil.copyfile(src, tmp)
+        for tmp, dest in staged:
+            os.replace(tmp, dest)
+    finally:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)

@@ -35,8 +35,9 @@ class Args:
     nodes: str = openb_file(OPENB_NODES)
     """Node list (openb CSV or generic YAML/JSON); by default the openb node list in ``$RLSCHED_OPENB_DIR``."""
     traces: tuple[str, ...] = (openb_file(OPENB_PODS),)
-    """Pod lists to train on; env ``e`` (vine: trunk ``e``) plays trace ``e mod len(traces)``; by default
-    the openb default trace in ``$RLSCHED_OPENB_DIR``."""
+    """Pod lists to train on; env ``e`` (vine: trunk ``e``) plays trace ``e mod len(traces)``, so PPO needs
+    ``num_envs`` (vine: ``vine_trunks``) at least the number of traces; by default the openb default trace
+    in ``$RLSCHED_OPENB_DIR``."""
     train_seed0: int = 1000
     """First workload seed of training episodes (the evaluation seeds 42–51 are never used)."""
     val_seeds: tuple[int, ...] = (100, 101, 102)
@@ -196,7 +197,8 @@ class Args:
     resume: str = ""
     """Continue from this checkpoint.pt."""
     model_version: str = ""
-    """Version string written into the model (default: <exp_name>-s<seed>-<steps>)."""
+    """Version string written into the model (default: <exp_name>-s<seed>-<steps>, with the decisions the
+    run had collected when it exported that model)."""
     progress: bool = True
     """Show a progress bar."""
 
@@ -235,6 +237,34 @@ def parse_tuple_fields(args: Args) -> Args:
 
 
 ARGS_FIELDS: list[dataclasses.Field] = list(dataclasses.fields(Args))
+
+
+def model_version(args: Args, steps: int) -> str:
+    """The version a PPO run writes into a model it exports after ``steps`` decisions: ``model_version``,
+    else ``<exp_name>-s<seed>-<steps>``."""
+    return args.model_version or f"{args.exp_name}-s{args.seed}-{steps}"
+
+
+def vine_problem(args: Args) -> str | None:
+    """Why ``advantage=vine`` cannot train with these settings, or None. Vine branches FGD-protocol episodes
+    at placement decisions and plays every branch to the end by placing (:mod:`rlsched.policy.playout`):
+    it has no living cluster to branch, and no delay or reject decision to try (``allow_delay`` and
+    ``allow_reject`` as the run ends up with them, a start model's own included)."""
+    if args.advantage != "vine":
+        return None
+    if args.mode != "fgd":
+        return (
+            f"--advantage vine branches FGD-protocol episodes only, not --mode {args.mode}; "
+            "use --advantage gae for the living cluster"
+        )
+    for name, offered in (("delay", args.allow_delay), ("reject", args.allow_reject)):
+        if offered:
+            return (
+                f"--advantage vine branches placement decisions only, not the {name} action (--allow-{name}, or "
+                "a start model trained with it); use --advantage gae to train with it"
+            )
+    return None
+
 
 RUN_CONTROL_FIELDS = ("resume", "max_minutes", "max_iterations", "progress", "workers", "checkpoint_every")
 """The settings a ``--resume`` takes from its own invocation: how long and how visibly the run goes on, never
@@ -276,7 +306,6 @@ def settings_of_init_model(args: Args) -> Args:
 
     _, manifest, _ = read_model(args.init_model)
     net, decision, feats = manifest["network"], manifest["decision"], manifest["features"]
-    actions = manifest.get("actions") or {}
     trained = (manifest.get("training") or {}).get("args") or {}
     theirs: dict[str, typing.Any] = {
         "hidden": tuple(int(h) for h in net["hidden"]),
@@ -285,8 +314,7 @@ def settings_of_init_model(args: Args) -> Args:
         "rank_scale": float(decision["rankScale"]),
         "fgd_cpu_weight": float(feats["fgdCpuWeight"]),
         "qos_features": trained_with_qos(manifest),
-        "allow_delay": args.allow_delay or bool(actions.get("delay")),
-        "allow_reject": args.allow_reject or bool(actions.get("reject")),
+        **special_actions(args, manifest),
     }
     if decision.get("mode") in ("greedy", "sample"):
         theirs["serve_mode"] = decision["mode"]
@@ -302,6 +330,16 @@ def settings_of_init_model(args: Args) -> Args:
             file=sys.stderr,
         )
     return dataclasses.replace(args, **theirs)
+
+
+def special_actions(args: Args, manifest: dict[str, typing.Any]) -> dict[str, bool]:
+    """``allow_delay`` and ``allow_reject`` of a run from the model with ``manifest``: offered when the model
+    was trained with them (a flag may add one)."""
+    actions = manifest.get("actions") or {}
+    return {
+        "allow_delay": args.allow_delay or bool(actions.get("delay")),
+        "allow_reject": args.allow_reject or bool(actions.get("reject")),
+    }
 
 
 @functools.cache

@@ -40,7 +40,7 @@ from ..trace import load_nodes, load_pods
 from ..typical import typical_pods
 from .agent import Agent
 from .buffer import RolloutBuffer
-from .config import Args, TrainResult, parse_tuple_fields, resumed_args, settings_of_init_model
+from .config import Args, TrainResult, model_version, parse_tuple_fields, resumed_args, settings_of_init_model
 
 # -- pieces the loop calls ------------------------------------------------------------------------
 
@@ -331,7 +331,6 @@ class RunOutput:
         self.dir = Path(args.out_dir) / f"{args.exp_name}-s{args.seed}"
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "args.json").write_text(json.dumps(asdict(args), indent=1))
-        self.version = args.model_version or f"{args.exp_name}-s{args.seed}"
         self.best_path, self.final_path = self.dir / "best.npz", self.dir / "final.npz"
         self.best_val = best_val
         self.carried = carried_from_init(args)
@@ -349,8 +348,9 @@ class RunOutput:
             **extra,
         }
 
-    def offer(self, agent: Agent, val: float, extra: dict[str, Any]) -> bool:
-        """Export ``agent`` as the best model if its validation figure ``val`` beats every earlier one."""
+    def offer(self, agent: Agent, val: float, steps: int, extra: dict[str, Any]) -> bool:
+        """Export ``agent``, trained on ``steps`` decisions, as the best model if its validation figure
+        ``val`` beats every earlier one."""
         if self.best_val is not None and val >= self.best_val:
             return False
         self.best_val = val
@@ -360,18 +360,19 @@ class RunOutput:
             self.best_path,
             self.provenance({**extra, "valUnallocated": val}),
             self.typical_json,
-            self.version,
+            model_version(self.args, steps),
             self.carried,
         )
         return True
 
-    def finish(self, agent: Agent, final_val: float, extra: dict[str, Any]) -> None:
+    def finish(self, agent: Agent, final_val: float, steps: int, extra: dict[str, Any]) -> None:
         """Export the final policy, and as the best one too when it validates at least as well."""
         prov = self.provenance({**extra, "valUnallocated": final_val})
-        export(agent, self.args, self.final_path, prov, self.typical_json, self.version, self.carried)
+        version = model_version(self.args, steps)
+        export(agent, self.args, self.final_path, prov, self.typical_json, version, self.carried)
         if self.best_val is None or final_val <= self.best_val:
             self.best_val = final_val
-            export(agent, self.args, self.best_path, prov, self.typical_json, self.version, self.carried)
+            export(agent, self.args, self.best_path, prov, self.typical_json, version, self.carried)
 
     def log(self, row: dict[str, Any]) -> None:
         with open(self.dir / "metrics.jsonl", "a") as f:
@@ -489,7 +490,7 @@ def train(args: Args) -> TrainResult:
         val_start = time.time()
         start_val = float(np.mean(validate(numpy_net(agent, args), args, args.val_seeds, val_core)))
         validation_s, validation_timed = time.time() - val_start, True
-        out.offer(agent, start_val, {"globalStep": 0})
+        out.offer(agent, start_val, 0, {"globalStep": 0})
         history.append(
             {"iteration": 0, "global_step": 0, "val_unallocated": start_val, "elapsed_s": time.time() - start_time}
         )
@@ -627,7 +628,7 @@ def train(args: Args) -> TrainResult:
             val = validate(numpy_net(agent, args), args, args.val_seeds, val_core)
             validation_s, validation_timed = time.time() - val_start, True
             row["val_unallocated"] = float(np.mean(val))
-            out.offer(agent, row["val_unallocated"], {"globalStep": global_step})
+            out.offer(agent, row["val_unallocated"], global_step, {"globalStep": global_step})
         history.append(row)
         out.log(row)
         iteration_s = time.time() - it_start
@@ -669,7 +670,7 @@ def train(args: Args) -> TrainResult:
     final_val = float(np.mean(validate(numpy_net(agent, args), args, args.val_seeds, val_core)))
     validation_s, validation_timed = time.time() - val_start, True
     seconds = elapsed_before + time.time() - start_time
-    out.finish(agent, final_val, {"globalStep": global_step, "wallSeconds": seconds})
+    out.finish(agent, final_val, global_step, {"globalStep": global_step, "wallSeconds": seconds})
     save_checkpoint(
         run_dir / "checkpoint.pt",
         agent,
@@ -724,8 +725,8 @@ def save_checkpoint(
 ) -> None:
     """Everything needed to continue the run exactly: its settings, weights, optimizer, simulations, random
     streams, and the timings the ``max_minutes`` check reserves (the last iteration's, one validation's)."""
-    tmp = path.with_suffix(".tmp")
-    torch.save(
+    write_checkpoint(
+        path,
         {
             "agent": agent.state_dict(),
             "optimizer": optimizer.state_dict(),
@@ -741,9 +742,20 @@ def save_checkpoint(
             "args": asdict(args),
             **timings,
         },
-        tmp,
     )
-    os.replace(tmp, path)
+
+
+def write_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    """Write ``state`` to ``path`` whole or not at all: into a temporary file beside it, then renamed over
+    it, so that a run killed while writing (or a full disk) leaves the previous checkpoint resumable.
+    The GAE and vine loops both write through it."""
+    tmp = path.with_suffix(".tmp")
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 # -- offline seam ---------------------------------------------------------------------------------

@@ -6,7 +6,9 @@ branch rollouts"). Each iteration: ``vine_trunks`` workload seeds are played by 
 each played to the episode's end in a copy of the simulation with the same future
 (:mod:`rlsched.policy.ppo.vine`); then ``update_epochs`` passes of minibatch updates of the clipped
 surrogate over (state, tried action) pairs. Seeds, validation, export and checkpoints follow the GAE
-loop (:func:`rlsched.policy.ppo.trainer.train`): the same ``Args``, the same run folder.
+loop (:func:`rlsched.policy.ppo.trainer.train`): the same ``Args``, the same run folder, the same atomic
+checkpoint write, and a checkpoint when the loop ends (its last iteration, ``max_iterations`` or
+``max_minutes``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ..env import SchedulingCore
 from ..evaluate import default_jobs
 from ..network import PolicyNetwork
 from ..playout import play_out
-from .config import Args
+from .config import Args, vine_problem
 from .trainer import (
     RunOutput,
     TrainResult,
@@ -40,6 +42,7 @@ from .trainer import (
     prepare_args,
     seed_everything,
     set_lr,
+    write_checkpoint,
 )
 from .vine import BranchBatch, branch_points, set_worker_cores, trunk_job, vine_loss
 
@@ -80,6 +83,9 @@ def train_vine(args: Args) -> TrainResult:
     """Run PPO on vine advantages; returns where the exported model went and the validation figures."""
     start_time = time.time()
     args, ckpt = prepare_args(args)
+    problem = vine_problem(args)  # rlsched train refuses these before it starts; the API here
+    if problem:
+        raise ValueError(problem)
     seed_everything(args)
     num_iterations = max(1, args.total_timesteps // max(1, args.vine_trunks * args.vine_points))
     # one simulation per trace; validation plays the first
@@ -108,7 +114,7 @@ def train_vine(args: Args) -> TrainResult:
         val_start = time.time()
         start_val = float(np.mean(validate_mode(numpy_net(agent, args), args, args.val_seeds, core)))
         validation_s = time.time() - val_start
-        out.offer(agent, start_val, {"iteration": 0})
+        out.offer(agent, start_val, 0, {"iteration": 0})
         history.append({"iteration": 0, "val_unallocated": start_val, "elapsed_s": time.time() - start_time})
 
     pool = None
@@ -120,6 +126,28 @@ def train_vine(args: Args) -> TrainResult:
     else:
         set_worker_cores(pickle.dumps(cores))
     done_iterations = first_iteration - 1
+
+    def steps_after(iteration: int) -> int:
+        """Branch states collected by the end of ``iteration`` (what the run reports as its decisions)."""
+        return iteration * args.vine_trunks * args.vine_points
+
+    def checkpoint(iteration: int) -> None:
+        write_checkpoint(
+            out.dir / "checkpoint.pt",
+            {
+                "agent": agent.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                "history": history,
+                "best_val": out.best_val,
+                "iteration": iteration,
+                "elapsed": elapsed_before + time.time() - start_time,
+                "args": asdict(args),
+                "iteration_s": iteration_s,
+                "validation_s": validation_s if validation_s is not None else validation_guess,
+            },
+        )
+
     try:
         for iteration in range(first_iteration, num_iterations + 1):
             elapsed = elapsed_before + time.time() - start_time
@@ -198,7 +226,7 @@ def train_vine(args: Args) -> TrainResult:
                     np.mean(validate_mode(numpy_net(agent, args), args, args.val_seeds, core))
                 )
                 validation_s = time.time() - val_start
-                out.offer(agent, row["val_unallocated"], {"iteration": iteration})
+                out.offer(agent, row["val_unallocated"], steps_after(iteration), {"iteration": iteration})
             elif validation_s is None:
                 # not timed yet (--eval-every 0): each trunk job plays at least one whole episode, so one
                 # episode takes at most the rollout's time over the rounds of jobs the workers ran
@@ -217,35 +245,26 @@ def train_vine(args: Args) -> TrainResult:
                     flush=True,
                 )
             if iteration % args.checkpoint_every == 0 or last_iteration:
-                torch.save(
-                    {
-                        "agent": agent.state_dict(),
-                        "optimizer": optimizer.state_dict(),
-                        "torch_rng": torch.get_rng_state(),
-                        "history": history,
-                        "best_val": out.best_val,
-                        "iteration": iteration,
-                        "elapsed": elapsed_before + time.time() - start_time,
-                        "args": asdict(args),
-                        "iteration_s": iteration_s,
-                        "validation_s": validation_s if validation_s is not None else validation_guess,
-                    },
-                    out.dir / "checkpoint.pt",
-                )
+                checkpoint(iteration)
             done_iterations = iteration
     finally:
         if pool is not None:
             pool.close()
             pool.join()
 
+    # the end: validate and export the final policy; the checkpoint (also when --max-iterations or
+    # --max-minutes stopped the loop between checkpoint_every) lets --resume go on from here
+    val_start = time.time()
     final_val = float(np.mean(validate_mode(numpy_net(agent, args), args, args.val_seeds, core)))
+    validation_s = time.time() - val_start
     seconds = elapsed_before + time.time() - start_time
-    out.finish(agent, final_val, {"iteration": done_iterations, "wallSeconds": seconds})
+    out.finish(agent, final_val, steps_after(done_iterations), {"iteration": done_iterations, "wallSeconds": seconds})
+    checkpoint(done_iterations)
     return TrainResult(
         str(out.best_path),
         out.best_val,
         final_val,
-        done_iterations * args.vine_trunks * args.vine_points,
+        steps_after(done_iterations),
         seconds,
         str(out.dir),
         history,

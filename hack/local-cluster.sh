@@ -18,7 +18,7 @@
 #   RLSCHED_TOOLS_BIN       binaries (default: <repo>/.tools/bin)
 #   RLSCHED_ETCD_PORT, RLSCHED_ETCD_PEER_PORT, RLSCHED_APISERVER_PORT, RLSCHED_KCM_PORT,
 #   RLSCHED_SCHEDULER_PORT, RLSCHED_KWOK_PORT, RLSCHED_PROMETHEUS_PORT
-#                           fixed ports (the up fails if one is taken); unset: the default
+#                           fixed ports (up fails if one is taken or two are equal); unset: the default
 #                           (23790 23800 16443 20257 20259 20247 19090) when free, else any
 #                           free port. The ports in use are in $RLSCHED_CLUSTER_DIR/ports.env.
 #   RLSCHED_UP_TIMEOUT      seconds to wait for each component (default 120)
@@ -71,33 +71,57 @@ free_port() {
 }
 
 # Chooses every port (env override > kept ports.env > default if free > any free port)
-# and writes ports.env.
+# and writes ports.env. No two components get the same port: the env overrides are placed first (two
+# equal ones fail), then a kept or default port that one of them (or an earlier component) already has
+# counts as taken, like a port in use, and moves to a free one.
 choose_ports() {
-  local var env_var value kept
-  declare -A kept_ports=()
+  local var env_var value
+  declare -A kept_ports=() owner=()
   if [[ -f "${STATE}/ports.env" ]]; then
     while IFS='=' read -r var value; do kept_ports[${var}]="${value}"; done <"${STATE}/ports.env"
   fi
-  local lines=""
-  for var in "${!PORT_DEFAULT[@]}"; do
+  local vars
+  mapfile -t vars < <(printf '%s\n' "${!PORT_DEFAULT[@]}" | sort)
+  for var in "${vars[@]}"; do
     env_var="RLSCHED_${var}"
-    if [[ -n "${!env_var:-}" ]]; then
-      value="${!env_var}"
-      if port_listening "${value}"; then
-        die "${env_var}=${value}, but that port is in use: $(ss -ltnpH "sport = :${value}")"
-      fi
-    else
-      kept="${kept_ports[${var}]:-}"
-      value="${kept:-${PORT_DEFAULT[${var}]}}"
-      if port_listening "${value}"; then
-        value="$(free_port)"
-        log "default port for ${var} is taken; using ${value}"
-      fi
+    [[ -n "${!env_var:-}" ]] || continue
+    value="${!env_var}"
+    if [[ -n "${owner[${value}]:-}" ]]; then
+      die "${env_var}=${value}, but RLSCHED_${owner[${value}]} is ${value} too: give each component its own port"
     fi
+    if port_listening "${value}"; then
+      die "${env_var}=${value}, but that port is in use: $(ss -ltnpH "sport = :${value}")"
+    fi
+    owner[${value}]="${var}"
+  done
+  for var in "${vars[@]}"; do
+    env_var="RLSCHED_${var}"
+    [[ -z "${!env_var:-}" ]] || continue
+    value="${kept_ports[${var}]:-${PORT_DEFAULT[${var}]}}"
+    if [[ -n "${owner[${value}]:-}" ]]; then
+      log "port ${value} for ${var} is ${owner[${value}]}'s; using a free one"
+      value="$(unowned_free_port)"
+    elif port_listening "${value}"; then
+      value="$(unowned_free_port)"
+      log "default port for ${var} is taken; using ${value}"
+    fi
+    owner[${value}]="${var}"
+  done
+  local lines=""
+  for value in "${!owner[@]}"; do
+    var="${owner[${value}]}"
     printf -v "${var}" '%s' "${value}"
     lines+="${var}=${value}"$'\n'
   done
   printf '%s' "${lines}" | sort >"${STATE}/ports.env"
+}
+
+# A free port that no component has yet (reads choose_ports' `owner`).
+unowned_free_port() {
+  local port
+  port="$(free_port)"
+  while [[ -n "${owner[${port}]:-}" ]]; do port="$(free_port)"; done
+  echo "${port}"
 }
 
 load_ports() {
@@ -209,13 +233,57 @@ write_kubeconfigs() {
 # ---------------------------------------------------------------- processes
 pid_of() { [[ -f "${RUN}/$1.pid" ]] && cat "${RUN}/$1.pid"; }
 
-# True when the component's recorded pid is alive and still runs the binary we started.
-alive() {
-  local pid exe
-  pid="$(pid_of "$1" 2>/dev/null)" || return 1
-  [[ -n "${pid}" ]] && kill -0 "${pid}" 2>/dev/null || return 1
-  exe="$(tr '\0' '\n' <"/proc/${pid}/cmdline" 2>/dev/null | head -n 1)"
-  [[ "${exe}" == "$(cat "${RUN}/$1.exe" 2>/dev/null)" ]]
+# proc_stat PID: the fields of /proc/PID/stat after the command name (state first; field 22, the start
+# time, is the 20th). The name is cut at the last ")": it may hold spaces and parentheses itself.
+proc_stat() {
+  local stat
+  stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 1
+  [[ "${stat}" == *")"* ]] || return 1
+  printf '%s\n' "${stat##*)}"
+}
+
+# start_time PID: when PID started (clock ticks after boot). A pid is reused once its process is gone;
+# (pid, start time) is not, so run/NAME.start records it beside run/NAME.pid.
+start_time() {
+  local fields
+  read -r -a fields <<<"$(proc_stat "$1")"
+  [[ "${fields[19]:-}" =~ ^[0-9]+$ ]] || return 1
+  echo "${fields[19]}"
+}
+
+argv0_of() { tr '\0' '\n' <"/proc/$1/cmdline" 2>/dev/null | head -n 1; }
+
+# pid_verdict NAME: what the component's recorded pid is now (as hack/stacklib/common.py's PidRecord):
+# ours (runs, same start time and executable), gone, reused (another process has the pid), or
+# unverified (runs the recorded executable, but the pid file has no start time: an older version of this
+# script wrote it, and it may be another process of the same program that got the pid).
+pid_verdict() {
+  local pid started fields
+  pid="$(pid_of "$1" 2>/dev/null)" || pid=""
+  if [[ ! "${pid}" =~ ^[0-9]+$ ]]; then echo gone; return; fi
+  read -r -a fields <<<"$(proc_stat "${pid}")"
+  if [[ -z "${fields[0]:-}" || "${fields[0]}" == Z ]]; then echo gone; return; fi
+  if [[ "$(argv0_of "${pid}")" != "$(cat "${RUN}/$1.exe" 2>/dev/null)" ]]; then echo reused; return; fi
+  started="$(cat "${RUN}/$1.start" 2>/dev/null)" || started=""
+  if [[ -z "${started}" ]]; then echo unverified; return; fi
+  if [[ "${fields[19]:-}" == "${started}" ]]; then echo ours; else echo reused; fi
+}
+
+# True when the component's recorded pid is alive and still the process we started: same start time,
+# same binary. A pid file without a start time never counts (see pid_verdict).
+alive() { [[ "$(pid_verdict "$1")" == ours ]]; }
+
+# What stop says about a pid it leaves alone.
+say_not_stopped() {
+  local name="$1" pid
+  pid="$(pid_of "${name}" 2>/dev/null)" || return 0
+  case "$(pid_verdict "${name}")" in
+    unverified)
+      log "WARNING: ${name}: NOT stopping pid ${pid}: it runs $(cat "${RUN}/${name}.exe"), but ${RUN}/${name}.pid has no" \
+        "start time (an older version wrote it), so it may be another process that got the pid. If it is ours" \
+        "(ps -o pid,lstart,args -p ${pid}), stop it yourself: kill -- -${pid}" ;;
+    reused) log "${name}: pid ${pid} is another process now (ours has ended): not signalled" ;;
+  esac
 }
 
 # start NAME CMD... : runs CMD in its own session/process group, output to logs/NAME.log
@@ -226,12 +294,15 @@ start() {
   echo "$1" >"${RUN}/${name}.exe"
   setsid "$@" >>"${LOGS}/${name}.log" 2>&1 </dev/null &
   local pid=$! i
+  # The start time is the fork's, the same before and after setsid's exec. (Empty if it is gone already:
+  # then alive() is false, as it should be.)
+  start_time "${pid}" >"${RUN}/${name}.start" || true
   echo "${pid}" >"${RUN}/${name}.pid"
   # Until setsid has exec'd the binary, /proc/PID/cmdline still names bash or setsid, and alive()
   # would call the component dead; wait out that window (or the process's early death).
   for ((i = 0; i < 100; i++)); do
-    [[ "$(tr '\0' '\n' <"/proc/${pid}/cmdline" 2>/dev/null | head -n 1)" == "$1" ]] && break
-    running "${pid}" || break
+    [[ "$(argv0_of "${pid}")" == "$1" ]] && break
+    running "${pid}" "$(cat "${RUN}/${name}.start")" || break
     sleep 0.02
   done
   log "${name}: started pid ${pid} (port $(port_of "${name}"), log ${LOGS}/${name}.log)"
@@ -239,29 +310,37 @@ start() {
 
 # True while PID exists and is not a zombie (our children are reparented to PID 1 once
 # `up` exits, and it may reap them late).
+# running PID START: true while PID exists, is not a zombie (our children are reparented to PID 1 once
+# `up` exits, and it may reap them late) and started at START (so not a later process with the pid).
 running() {
-  local state
-  state="$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" || return 1
-  [[ -n "${state}" && "${state}" != Z ]]
+  local fields
+  read -r -a fields <<<"$(proc_stat "$1")"
+  [[ -n "${fields[0]:-}" && "${fields[0]}" != Z && "${fields[19]:-}" == "$2" ]]
 }
 
+# stop NAME: only a pid that is still ours (alive); any other pid file is removed without a signal.
 stop() {
-  local name="$1" pid i
-  if ! alive "${name}"; then rm -f "${RUN}/${name}".{pid,cmd,exe}; return 0; fi
+  local name="$1" pid started i
+  if ! alive "${name}"; then
+    say_not_stopped "${name}"
+    rm -f "${RUN}/${name}".{pid,start,cmd,exe}
+    return 0
+  fi
   pid="$(pid_of "${name}")"
+  started="$(cat "${RUN}/${name}.start")"
   # setsid made the process a group leader; signal the whole group.
   kill -TERM -- "-${pid}" 2>/dev/null || kill -TERM "${pid}" 2>/dev/null || true
   for ((i = 0; i < 150; i++)); do
-    running "${pid}" || break
+    running "${pid}" "${started}" || break
     sleep 0.1
   done
-  if running "${pid}"; then
+  if running "${pid}" "${started}"; then
     log "${name}: pid ${pid} ignored SIGTERM for 15s; SIGKILL"
     kill -KILL -- "-${pid}" 2>/dev/null || kill -KILL "${pid}" 2>/dev/null || true
     sleep 0.2
   fi
   log "${name}: stopped (pid ${pid})"
-  rm -f "${RUN}/${name}".{pid,cmd,exe}
+  rm -f "${RUN}/${name}".{pid,start,cmd,exe}
 }
 
 fail_component() {
@@ -288,7 +367,16 @@ wait_for() {
 https_ok() {
   curl -sf --max-time 3 --cacert "${PKI}/ca.crt" --cert "${PKI}/admin.crt" --key "${PKI}/admin.key" "$1" | grep -qx ok
 }
-kubectl_() { "${BIN}/kubectl" --kubeconfig "${ADMIN_KUBECONFIG}" "$@"; }
+# --request-timeout: without it one request that never gets an answer (a wedged API server) blocks for
+# ever. It bounds each request, not the command: an apply of many objects makes one request per object.
+kubectl_() { "${BIN}/kubectl" --kubeconfig "${ADMIN_KUBECONFIG}" --request-timeout=10s "$@"; }
+# kubectl_ for one poll of a wait, also bounded as a whole: kubectl retries discovery (5 requests of 10 s,
+# 50 s, against a server that never answers), and a wait must not outlast RLSCHED_UP_TIMEOUT by that much.
+# A poll cut short just counts as "not yet".
+KUBECTL_POLL_S=15
+kubectl_poll() {
+  timeout "${KUBECTL_POLL_S}" "${BIN}/kubectl" --kubeconfig "${ADMIN_KUBECONFIG}" --request-timeout=10s "$@"
+}
 
 # ---------------------------------------------------------------- components
 start_etcd() {
@@ -437,7 +525,7 @@ create_fake_nodes() {
     echo "---"
   done | kubectl_ apply -f - >/dev/null
   local start=${SECONDS}
-  until [[ "$(kubectl_ get nodes -l type=kwok -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' \
+  until [[ "$(kubectl_poll get nodes -l type=kwok -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' \
             | grep -c '^True$')" -ge "${n}" ]]; do
     alive kwok || fail_component kwok "exited while waiting for ${n} fake nodes"
     ((SECONDS - start < TIMEOUT)) || fail_component kwok "fewer than ${n} fake nodes Ready after ${TIMEOUT}s"
@@ -498,6 +586,7 @@ cmd_up() {
     return 0
   fi
 
+  refuse_unverified
   local t0=${SECONDS}
   mkdir -p "${STATE}" "${LOGS}" "${RUN}"
   rm -f "${LOGS}"/*.log
@@ -525,7 +614,7 @@ cmd_up() {
   fi
   # ServiceAccount admission rejects pods until the controller-manager made the namespace's
   # default ServiceAccount; wait so that callers can create pods right away.
-  wait_for kube-controller-manager "serving ServiceAccounts (default/default exists)" kubectl_ get serviceaccount default -n default
+  wait_for kube-controller-manager "serving ServiceAccounts (default/default exists)" kubectl_poll get serviceaccount default -n default
   create_fake_nodes "${fake_nodes}"
   trap - EXIT HUP INT TERM
   log "up in $((SECONDS - t0))s; state in ${STATE}"
@@ -554,6 +643,19 @@ warn_kept_settings() {
   done
 }
 
+# A component whose pid file has no start time (an older version of this script wrote it) may still run:
+# starting another one beside it would fight it for its ports and data. Ask for it to be stopped by hand.
+refuse_unverified() {
+  local c
+  for c in "${COMPONENTS[@]}"; do
+    if [[ "$(pid_verdict "${c}")" == unverified ]]; then
+      die "${c}: ${RUN}/${c}.pid names pid $(pid_of "${c}"), which runs $(cat "${RUN}/${c}.exe"), but has no start" \
+        "time (an older version of this script wrote it), so it is not known to be ours. If it is" \
+        "(ps -o pid,lstart,args -p $(pid_of "${c}")), stop it yourself (kill -- -$(pid_of "${c}")), then run '$0 down'"
+    fi
+  done
+}
+
 on_up_exit() {
   local rc=$?
   if [[ ${rc} -ne 0 ]]; then
@@ -569,8 +671,9 @@ stop_all() {
 
 # Every other process with a pid file in run/: what hack/rlstack.py (hack/demo.sh) started on this cluster
 # (our kube-scheduler, the extender, the operator, the load exporter) and what tests and benchmarks start
-# the same way. Each is stopped only while its pid still runs the executable recorded for it (stop, alive);
-# a stale pid file is just removed.
+# the same way. Each is stopped only while its pid is still the process that was started: same start time
+# (run/NAME.start), same executable (stop, alive); a stale pid file is just removed, and a pid file without
+# a start time (an older version's) is removed with a WARNING naming the pid it leaves alone.
 stop_others() {
   local f name c
   for f in "${RUN}"/*.pid; do
@@ -619,13 +722,16 @@ cmd_status() {
   printf '%-24s %-8s %-8s %-7s %s\n' COMPONENT STATE PID PORT LOG
   for c in "${COMPONENTS[@]}"; do
     pid="-"; state="stopped"
-    if alive "${c}"; then state="running"; pid="$(pid_of "${c}")"; up=$((up + 1)); fi
+    case "$(pid_verdict "${c}")" in
+      ours) state="running"; pid="$(pid_of "${c}")"; up=$((up + 1)) ;;
+      unverified) state="unknown"; pid="$(pid_of "${c}")?" ;;  # an older version's pid file: see down
+    esac
     printf '%-24s %-8s %-8s %-7s %s\n' "${c}" "${state}" "${pid}" "$(port_of "${c}")" "${LOGS}/${c}.log"
   done
   printf '%-24s %-8s %-8s %-7s\n' etcd-peer - - "${ETCD_PEER_PORT}"
   if alive kube-apiserver && https_ok "https://127.0.0.1:${APISERVER_PORT}/readyz"; then
     echo "kube-apiserver /readyz: ok (https://127.0.0.1:${APISERVER_PORT})"
-    kubectl_ get nodes --no-headers 2>/dev/null | awk '{n++; if ($2 == "Ready") r++} END {printf "nodes: %d (%d Ready)\n", n, r}'
+    kubectl_poll get nodes --no-headers 2>/dev/null | awk '{n++; if ($2 == "Ready") r++} END {printf "nodes: %d (%d Ready)\n", n, r}'
   else
     echo "kube-apiserver /readyz: not ready"
   fi
@@ -680,4 +786,5 @@ main() {
   esac
 }
 
-main "$@"
+# Sourced (the unit tests call single functions): define them, run nothing.
+[[ "${BASH_SOURCE[0]}" != "$0" ]] || main "$@"

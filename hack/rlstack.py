@@ -3,8 +3,9 @@
 
 ``hack/local-cluster.sh`` runs the control plane (etcd, kube-apiserver, kube-controller-manager,
 kwok, the default kube-scheduler, Prometheus). This module adds what a Helm install would add, as
-plain processes on loopback, each with a pid file in ``<state>/run/`` and a log in ``<state>/logs/``
-(so that ``down`` — or anyone reading the pid file — can stop exactly what was started):
+plain processes on loopback, each with pid files (the pid and its start time) in ``<state>/run/`` and a
+log in ``<state>/logs/`` (so that ``down`` — or anyone reading the pid files — can stop exactly what was
+started, and never a process that got the pid later):
 
 - ``rl-kube-scheduler``: a **second** kube-scheduler (same binary) with the configuration rendered
   by :func:`rlsched.extender.scheduler_config.scheduler_config` — profile ``rl-scheduler``, our

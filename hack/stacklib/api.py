@@ -19,21 +19,32 @@ class ApiError(RuntimeError):
         self.status = status
 
 
+REQUEST_TIMEOUT_S = 60.0
+"""Bound on one ordinary request (connecting, waiting in the connection pool, sending, reading the
+answer): a wedged API server then fails the caller's deadline (``create_nodes``' ``ready_timeout``, a
+replay's creates) instead of hanging it. Far above what a local API server takes, even for a list of
+thousands of pods or under bulk creates. Watches are exempt (:meth:`Api.watch`)."""
+
+
 class Api:
     """aiohttp against the local API server as admin: bulk creates, lists and watches without the
-    kubernetes client's per-call overhead (the benchmarks create thousands of objects)."""
+    kubernetes client's per-call overhead (the benchmarks create thousands of objects).
 
-    def __init__(self, cluster: LocalCluster, connections: int = 32):
+    ``request_timeout``: seconds per ordinary request (default :data:`REQUEST_TIMEOUT_S`); past it the
+    request raises ``TimeoutError`` and is not retried (it may have taken effect)."""
+
+    def __init__(self, cluster: LocalCluster, connections: int = 32, request_timeout: float | None = None):
         self.cluster = cluster
         self.base = cluster.apiserver_url
         self.connections = connections
+        self.request_timeout = request_timeout or REQUEST_TIMEOUT_S
         self._session: Any = None
 
     async def __aenter__(self) -> Api:
         import aiohttp
 
         conn = aiohttp.TCPConnector(ssl=self.cluster.ssl_context(), limit=self.connections)
-        self._session = aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=None, sock_read=None))
+        self._session = aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=self.request_timeout))
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -49,13 +60,19 @@ class Api:
         ok: Sequence[int] = (200, 201, 202),
     ) -> Any:
         data = json.dumps(body).encode() if body is not None else None
-        async with self._session.request(
-            method, self.base + path, data=data, params=params, headers={"Content-Type": content_type}
-        ) as resp:
-            text = await resp.read()
-            if resp.status not in ok:
-                raise ApiError(resp.status, text.decode(errors="replace"), f"{method} {path}")
-            return json.loads(text) if text else None
+        try:
+            async with self._session.request(
+                method, self.base + path, data=data, params=params, headers={"Content-Type": content_type}
+            ) as resp:
+                text = await resp.read()
+        except TimeoutError as exc:
+            raise TimeoutError(
+                f"{method} {path}: no answer from {self.base} within {self.request_timeout:g} s (API server wedged? "
+                f"{self.cluster.log_dir / 'kube-apiserver.log'})"
+            ) from exc
+        if resp.status not in ok:
+            raise ApiError(resp.status, text.decode(errors="replace"), f"{method} {path}")
+        return json.loads(text) if text else None
 
     async def create(self, path: str, obj: Mapping[str, Any], retries: int = 5) -> Any:
         """POST with retries on 429/5xx/connection errors (the API server sheds load under bulk creates)."""
@@ -65,6 +82,8 @@ class Api:
             except ApiError as exc:
                 if exc.status == 409 or attempt == retries or not (exc.status == 429 or exc.status >= 500):
                     raise
+            except TimeoutError:
+                raise  # no answer within the request timeout: a wedged server, not load shedding
             except OSError:
                 if attempt == retries:
                     raise
@@ -105,6 +124,10 @@ class Api:
     async def watch(
         self, path: str, resource_version: str, params: Mapping[str, str] | None = None, timeout_s: int = 3600
     ) -> AsyncIterator[tuple[str, dict]]:
+        """Events of a watch until the server ends it (``timeout_s``). Not bound by the request timeout: a
+        quiet watch is silent for as long as nothing changes; only connecting is."""
+        import aiohttp
+
         p = dict(
             params or {},
             watch="1",
@@ -112,7 +135,8 @@ class Api:
             timeoutSeconds=str(timeout_s),
             allowWatchBookmarks="true",
         )
-        async with self._session.get(self.base + path, params=p) as resp:
+        unbounded = aiohttp.ClientTimeout(total=None, sock_connect=self.request_timeout)
+        async with self._session.get(self.base + path, params=p, timeout=unbounded) as resp:
             if resp.status != 200:
                 raise ApiError(resp.status, (await resp.read()).decode(errors="replace"), f"WATCH {path}")
             buf = b""

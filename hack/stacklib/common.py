@@ -1,5 +1,6 @@
 """Names and small helpers every part of the local stack shares: the repository and tools folders, the
-scheduler's name and lease, logging, free ports, polling, a plain HTTP GET."""
+scheduler's name and lease, logging, pid records (is this pid still the process we started?), free
+ports, polling, a plain HTTP GET."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOOLS_BIN = Path(os.environ.get("RLSCHED_TOOLS_BIN", REPO_ROOT / ".tools" / "bin"))
@@ -26,18 +28,99 @@ def log(msg: str) -> None:
     print(f"[rlstack {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def recorded_process_alive(run_dir: Path, name: str) -> bool:
-    """True while ``<run_dir>/<name>.pid`` names a live process (not a zombie) that still runs the executable
-    in ``<name>.exe`` — the check ``hack/local-cluster.sh`` makes (its ``alive``): a pid file left behind,
-    or a pid the system has given to another program since, does not count."""
+def proc_stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (``fields[0]`` is field 3, the state;
+    ``fields[19]`` is field 22, the start time), or None when there is no such process. The name is
+    cut at the *last* ``)``: it may itself hold spaces and parentheses (``python3 (x) y``)."""
     try:
-        pid = int((run_dir / f"{name}.pid").read_text().strip())
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
-        exe = (run_dir / f"{name}.exe").read_text().strip()
-    except (OSError, ValueError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z" and cmd == exe
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    _, sep, rest = stat.rpartition(b")")
+    fields = rest.decode("ascii", errors="replace").split()
+    return fields if sep and len(fields) >= 20 else None
+
+
+def process_start_time(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks after boot, field 22 of ``/proc/PID/stat``); None when there is no
+    such process. A pid is reused once its process is gone; the pair (pid, start time) is not, so that is
+    what a pid file records (``<name>.start`` beside ``<name>.pid``) to tell its process from a later one."""
+    fields = proc_stat_fields(pid)
+    return int(fields[19]) if fields is not None and fields[19].isdigit() else None
+
+
+def process_running(pid: int, start_time: int | None) -> bool:
+    """True while ``pid`` exists, is not a zombie and started at ``start_time`` (None never matches)."""
+    fields = proc_stat_fields(pid)
+    return fields is not None and fields[0] != "Z" and start_time is not None and fields[19] == str(start_time)
+
+
+PidVerdict = Literal["ours", "gone", "reused", "unverified"]
+"""What a pid file's pid is now. ``ours``: it runs, with the recorded start time and executable. ``gone``:
+no pid file, or no such process (or a zombie). ``reused``: another process has the pid (another start
+time, or another executable). ``unverified``: it runs the recorded executable, but the pid file has no
+start time (written by an older version of these scripts), so it may as well be another process of the
+same program that got the pid: never signalled."""
+
+
+@dataclass(frozen=True)
+class PidRecord:
+    """``<run_dir>/<name>.{pid,start,exe}`` as written when the process was started."""
+
+    pid: int
+    start_time: int | None
+    exe: str
+
+    @classmethod
+    def read(cls, run_dir: Path, name: str) -> PidRecord | None:
+        try:
+            pid = int((run_dir / f"{name}.pid").read_text().strip())
+        except (OSError, ValueError):
+            return None
+        try:
+            start: int | None = int((run_dir / f"{name}.start").read_text().strip())
+        except (OSError, ValueError):
+            start = None
+        try:
+            exe = (run_dir / f"{name}.exe").read_text().strip()
+        except OSError:
+            exe = ""
+        return cls(pid, start, exe)
+
+    def verdict(self) -> PidVerdict:
+        fields = proc_stat_fields(self.pid)
+        if fields is None or fields[0] == "Z":
+            return "gone"
+        try:
+            argv0 = Path(f"/proc/{self.pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+        except OSError:
+            return "gone"
+        if argv0 != self.exe:
+            return "reused"
+        if self.start_time is None:
+            return "unverified"
+        return "ours" if fields[19] == str(self.start_time) else "reused"
+
+
+def recorded_process_alive(run_dir: Path, name: str) -> bool:
+    """True while ``<run_dir>/<name>.pid`` names a live process (not a zombie) that started at the time in
+    ``<name>.start`` and still runs the executable in ``<name>.exe`` — the check ``hack/local-cluster.sh``
+    makes (its ``alive``): a pid file left behind, or a pid the system has given to another process since
+    (even one of the same interpreter), does not count; nor does a pid file without a start time."""
+    record = PidRecord.read(run_dir, name)
+    return record is not None and record.verdict() == "ours"
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """True when something listens on ``host:port`` (a bind with ``SO_REUSEADDR``, as servers make it,
+    fails; connections in TIME_WAIT do not count)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
 
 
 def free_port() -> int:

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from .cluster import LocalCluster
-from .common import LEASE_NAME, LEASE_NAMESPACE, SCHEDULER_NAME, free_port, http_get, wait_for
+from .common import LEASE_NAME, LEASE_NAMESPACE, SCHEDULER_NAME, free_port, http_get
 from .process import Proc
 
 
@@ -114,6 +114,7 @@ class KubeScheduler(Proc):
             le = config["leaderElection"]
             c.apply(lease_rbac(le.get("resourceName", LEASE_NAME), le.get("resourceNamespace", LEASE_NAMESPACE)))
         self.port = port or free_port()
+        self.require_free_ports(self.port)
         self.config = dict(config)
         kc = c.state_dir / "kubeconfigs" / "kube-scheduler.kubeconfig"
         self.start(
@@ -139,15 +140,9 @@ class KubeScheduler(Proc):
             ]
         )
         ctx = ssl.create_default_context(cafile=str(c.pki / "ca.crt"))
-        try:
-            wait_for(
-                lambda: http_get(f"https://127.0.0.1:{self.port}/healthz", context=ctx)[0] == 200,
-                timeout,
-                f"{self.name} /healthz",
-                alive=self.alive,
-            )
-        except AssertionError as exc:
-            raise RuntimeError(f"{exc}{self.exit_note()}\n--- {self.log_path} ---\n{self.tail()}") from None
+        self.wait_ready(
+            lambda: http_get(f"https://127.0.0.1:{self.port}/healthz", context=ctx)[0] == 200, timeout, "/healthz"
+        )
 
     def metrics(self) -> str:
         ctx = ssl.create_default_context(cafile=str(self.cluster.pki / "ca.crt"))

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from .cluster import LocalCluster
-from .common import REPO_ROOT, free_port, http_get, wait_for
+from .common import REPO_ROOT, free_port, http_get
 from .identity import EXTENDER_AUDIENCE, OPERATOR_IDENTITY, STACK_IDENTITY, service_account_token
 from .process import Proc
 
@@ -115,25 +115,22 @@ class Extender(Proc):
         # The extender reads RLSCHED_* from its environment: keep the caller's out of it (a shell
         # with `eval "$(hack/local-cluster.sh env)"` exports RLSCHED_PROMETHEUS_URL, for instance).
         env = {k: v for k, v in os.environ.items() if not k.startswith("RLSCHED_")}
+        # The ports may be the ones stack.json recorded (or the caller's): taken by another process, its
+        # /readyz would answer for an extender that cannot bind.
+        self.require_free_ports(self.port, self.status_port)
         self.start(argv, env=env, cwd=REPO_ROOT)
-        try:
-            wait_for(
-                lambda: http_get(f"{self.status_url}/readyz")[0] == 200,
-                timeout,
-                f"{self.name} /readyz",
-                alive=self.alive,
-            )
-        except AssertionError as exc:
-            raise RuntimeError(f"{exc}{self.exit_note()}\n--- {self.log_path} ---\n{self.tail()}") from None
+        self.wait_ready(self._ready, timeout, "/readyz")
+
+    def _ready(self) -> bool:
+        return http_get(f"{self.status_url}/readyz")[0] == 200
 
     def restart(self, timeout: float = 120) -> None:
         """Start again with the same command line and ports (after :meth:`kill` or :meth:`stop`)."""
         if self.argv is None:
             raise RuntimeError(f"{self.name}: not started by this process")
+        self.require_free_ports(self.port, self.status_port)
         self.start(self.argv, env=self.env, cwd=REPO_ROOT)
-        wait_for(
-            lambda: http_get(f"{self.status_url}/readyz")[0] == 200, timeout, f"{self.name} /readyz", alive=self.alive
-        )
+        self.wait_ready(self._ready, timeout, "/readyz")
 
     def status(self) -> dict[str, Any]:
         code, body = http_get(f"{self.status_url}/status", token=self.token)
@@ -225,10 +222,7 @@ class Operator(Proc):
                 f.seek(start_len)
                 return b"operator started" in f.read()
 
-        try:
-            wait_for(started, timeout, f"{self.name} to start", alive=self.alive)
-        except AssertionError as exc:
-            raise RuntimeError(f"{exc}{self.exit_note()}\n--- {self.log_path} ---\n{self.tail()}") from None
+        self.wait_ready(started, timeout, "to start")
 
 
 class LoadExporter(Proc):
@@ -269,13 +263,9 @@ class LoadExporter(Proc):
         if node_selector:
             argv += ["--node-selector", node_selector]
         argv += list(extra)
+        self.require_free_ports(self.port)
         self.start(argv, cwd=REPO_ROOT)
-        try:
-            wait_for(
-                lambda: http_get(f"{self.url}/healthz")[0] == 200, timeout, f"{self.name} /healthz", alive=self.alive
-            )
-        except AssertionError as exc:
-            raise RuntimeError(f"{exc}{self.exit_note()}\n--- {self.log_path} ---\n{self.tail()}") from None
+        self.wait_ready(lambda: http_get(f"{self.url}/healthz")[0] == 200, timeout, "/healthz")
 
     def loads(self) -> dict[str, dict[str, float]]:
         """node → the utilizations it publishes now (cpu, memory, network, disk: 0..1)."""

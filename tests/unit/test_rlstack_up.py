@@ -215,7 +215,11 @@ def test_prometheus_url_needs_a_live_prometheus_not_a_pid_file(tmp_path: Path) -
     assert cluster.prometheus_url is None
     live = subprocess.Popen(["sleep", "30"])
     try:
+        from stacklib.common import process_start_time
+
         (run / "prometheus.pid").write_text(f"{live.pid}\n")
+        assert cluster.prometheus_url is None  # no start time recorded: not known to be ours
+        (run / "prometheus.start").write_text(f"{process_start_time(live.pid)}\n")
         assert cluster.prometheus_url == "http://127.0.0.1:19191"
         (run / "prometheus.exe").write_text("/usr/bin/prometheus\n")  # the pid now runs something else
         assert cluster.prometheus_url is None

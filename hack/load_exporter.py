@@ -35,8 +35,9 @@ With ``--targets-dir`` (``hack/local-cluster.sh``'s Prometheus file_sd folder) i
 so ``by (instance)`` in the queries groups by node. The file is rewritten when nodes come and go and
 removed at exit.
 
-Other endpoints: ``/healthz`` (503 before the first refresh and after ``UNHEALTHY_AFTER`` failed ones in
-a row), ``/loads`` (JSON: node → the utilizations published now), ``/metrics`` (the exporter's own
+Other endpoints: ``/healthz`` (503 before the first refresh, after ``UNHEALTHY_AFTER`` failed ones in
+a row, and when the last successful one is older than ``stale_after_s``: each list gives up after
+``REQUEST_TIMEOUT_S``), ``/loads`` (JSON: node → the utilizations published now), ``/metrics`` (the exporter's own
 counters). ``PUT /loads/<node>`` with ``{}`` unpins; at most ``MAX_PINS`` nodes are pinned at once (409).
 
     hack/load_exporter.py --kubeconfig .cache/cluster/kubeconfig --port 9101 \\
@@ -75,6 +76,17 @@ MAX_PINS = 4096
 UNHEALTHY_AFTER = 3
 """Failed refreshes in a row after which ``/healthz`` says 503: one failed list is a blip, three mean
 the published values are going stale."""
+REQUEST_TIMEOUT_S = 10.0
+"""Bound on each list (connect and every read): without it an API server that stops answering (stopped,
+overloaded, a half-open connection) blocks the refresh forever. A local API server lists thousands of
+pods in well under a second."""
+
+
+def stale_after_s(refresh_s: float) -> float:
+    """Age of the last successful refresh past which ``/healthz`` says 503, whatever the refresh is doing:
+    ``UNHEALTHY_AFTER`` refresh intervals plus the two lists' timeouts (what a refresh may take at most).
+    It catches a refresh that hangs, which never counts as failed."""
+    return UNHEALTHY_AFTER * refresh_s + 2 * REQUEST_TIMEOUT_S
 
 
 def quantity(value: Any) -> float:
@@ -244,6 +256,8 @@ class Exporter:
         self.nodes: dict[str, NodeLoad] = {}
         self.pins: dict[str, dict[str, float]] = {}
         self.refreshes = 0
+        self.last_success: float | None = None
+        """``time.monotonic()`` at the end of the last successful refresh."""
         self.errors = 0
         self.failures_in_a_row = 0
         self.failing_since: float | None = None
@@ -270,10 +284,16 @@ class Exporter:
 
     def fetch(self) -> tuple[list[dict], list[dict]]:
         """List nodes and the pods that are not finished (blocking: runs in a thread)."""
-        nodes = self.api.list_node(label_selector=self.args.node_selector or None, _preload_content=False)
+        nodes = self.api.list_node(
+            label_selector=self.args.node_selector or None,
+            _preload_content=False,
+            _request_timeout=REQUEST_TIMEOUT_S,
+        )
         nodes = json.loads(nodes.data)["items"]
         pods = self.api.list_pod_for_all_namespaces(
-            field_selector="status.phase!=Succeeded,status.phase!=Failed", _preload_content=False
+            field_selector="status.phase!=Succeeded,status.phase!=Failed",
+            _preload_content=False,
+            _request_timeout=REQUEST_TIMEOUT_S,
         )
         pods = json.loads(pods.data)["items"]
         return nodes, pods
@@ -370,6 +390,7 @@ class Exporter:
         """One list and apply; a failure keeps the last values served and is counted for ``/healthz``."""
         try:
             self.apply(*await asyncio.to_thread(self.fetch))
+            self.last_success = time.monotonic()
             if self.last_error:
                 log.info("refresh works again")
             self.last_error = None
@@ -471,6 +492,13 @@ class Exporter:
                 status=503,
                 text=f"the last {self.failures_in_a_row} refreshes failed (since {since}), serving old values: "
                 f"{self.last_error}\n",
+            )
+        age = time.monotonic() - (self.last_success or 0.0)
+        if age > stale_after_s(self.args.refresh):
+            return web.Response(
+                status=503,
+                text=f"no successful refresh for {age:.0f} s (bound {stale_after_s(self.args.refresh):g} s: "
+                f"a list hangs?), serving old values\n",
             )
         return web.Response(text="ok\n")
 

@@ -22,7 +22,10 @@ bound and deleted times, queueing delay (creation → bound, from the watch), th
 what Prometheus holds at each tick (``rlsched_node_utilization``, ``rlsched_node_latency_sensitive_pods``),
 pods still pending and rejected. The same measures from ``run_dynamic`` on the same slice with the
 same policy and the extender's tie-break (``TieBreak.by_name``) stand beside them, with the spread of
-the simulator over other tie-break seeds; exit status 1 when a measure is outside its tolerance.
+the simulator over other tie-break seeds; exit status 1 when a measure is outside its tolerance. The SLA
+measures also fail when more than ``MISSING_ALLOWANCE`` of the node-ticks have no sample in Prometheus
+(a missing sample would count as an idle node), or when the load exporter is not alive and healthy
+right after the drive.
 
     export RLSCHED_OPENB_DIR=~/clusterdata/cluster-trace-gpu-v2023/csv   # the openb files (or --nodes, --pods)
     .venv/bin/python hack/replay_dynamic.py                                 # 150 nodes, 30 simulated minutes, fgd
@@ -98,6 +101,15 @@ Why each (docs/replay.md): allocation moves little with placement order; waits o
 cluster hang on kube-scheduler's retry backoff (1–10 real s, 6–60 simulated s at 6×) and on which
 pod gets a freed node first; the SLA measures are threshold crossings of noisy usage, drawn by the
 exporter from the same model but not the same random numbers, and read up to one scrape late."""
+
+
+SLA_METRICS = ("sla_hot_node_pct", "sla_ls_pod_seconds")
+"""The measures read from what Prometheus holds (:func:`published_sla`): only as good as that data."""
+MISSING_ALLOWANCE = 0.02
+"""Largest share of node-ticks without a Prometheus sample for which the SLA measures still count. A
+missing sample counts as "not hot, no latency-sensitive pod", so missing data biases both measures
+down; 2 % allows a scrape lost here and there (a node's first tick, one slow scrape), not an exporter
+or Prometheus that stopped for part of the window (which fails the run instead)."""
 
 
 def go_duration(seconds: float) -> str:
@@ -282,10 +294,52 @@ def published_sla(
     cpu = grid('rlsched_node_utilization{resource="cpu"}')
     gpu = grid('rlsched_node_utilization{resource="gpu"}')
     ls = grid("rlsched_node_latency_sensitive_pods")
-    missing = int(np.isnan(cpu).sum())
+    missing = int((np.isnan(cpu) | np.isnan(gpu) | np.isnan(ls)).sum())  # a node-tick lacking any of the three
     sla = settings.sla
     hot = (np.nan_to_num(cpu) > sla.cpu_threshold) | (np.nan_to_num(gpu) > sla.gpu_threshold)
-    return hot, np.nan_to_num(ls), {"missingNodeTicks": missing, "ticks": len(ticks), "nodes": len(names)}
+    node_ticks = max(1, cpu.size)
+    prom = {
+        "missingNodeTicks": missing,
+        "missingFraction": round(missing / node_ticks, 4),
+        "ticks": len(ticks),
+        "nodes": len(names),
+    }
+    return hot, np.nan_to_num(ls), prom
+
+
+def sla_data_problems(prom: Mapping[str, Any], exporter_health: str | None) -> list[str]:
+    """Why the SLA measures cannot be trusted (none: they can). ``prom``: :func:`published_sla`'s notes;
+    ``exporter_health``: None when the load exporter was alive and healthy right after the drive, else
+    what was wrong (:func:`exporter_problem`)."""
+    problems = []
+    fraction = float(prom.get("missingFraction", 0.0))
+    if fraction > MISSING_ALLOWANCE:
+        problems.append(
+            f"{prom.get('missingNodeTicks')} node-ticks ({100 * fraction:.1f} %) have no Prometheus sample, "
+            f"more than the {100 * MISSING_ALLOWANCE:g} % allowed"
+        )
+    if exporter_health is not None:
+        problems.append(f"the load exporter after the drive: {exporter_health}")
+    return problems
+
+
+def withhold_sla(rows: Sequence[dict[str, Any]], problems: Sequence[str]) -> list[dict[str, Any]]:
+    """``rows`` with the SLA measures marked not ok (and why) when their data has ``problems``."""
+    if not problems:
+        return list(rows)
+    why = "; ".join(problems)
+    return [dict(r, ok=False, problem=why) if r["metric"] in SLA_METRICS else r for r in rows]
+
+
+def exporter_problem(exporter: Any) -> str | None:
+    """None when the load exporter runs and its ``/healthz`` says ok, else what is wrong."""
+    if not exporter.alive():
+        return f"not running{exporter.exit_note()}"
+    try:
+        code, body = rlstack.http_get(f"{exporter.url}/healthz", timeout=5)
+    except OSError as exc:
+        return f"/healthz unreachable ({exc})"
+    return None if code == 200 else f"/healthz HTTP {code}: {body.decode(errors='replace').strip()[:200]}"
 
 
 def lifetime_errors(timelines: Sequence[PodTimeline], compression: Compression, t0: float) -> dict[str, Any]:
@@ -453,6 +507,8 @@ def main(argv: list[str] | None = None) -> int:
         timelines, t0, notes = asyncio.run(drive(cluster, pods, compression, args.window, lead))
         result["replayRealS"] = round(time.monotonic() - t_run, 1)
         result["notes"] = notes
+        exporter_health = exporter_problem(exporter)
+        result["exporterAfterDrive"] = exporter_health or "ok"
         hot, ls, prom = published_sla(cluster.prometheus_url, k8s_names, t0, compression, settings)
         result["prometheus"] = prom
         result["decisions"] = extender.status()["policy"]["counters"]
@@ -473,7 +529,10 @@ def main(argv: list[str] | None = None) -> int:
         hot=hot,
         ls_pods=ls,
     )
-    rows = compare(real, sim, TOLERANCES)
+    sla_problems = sla_data_problems(prom, exporter_health)
+    rows = withhold_sla(compare(real, sim, TOLERANCES), sla_problems)
+    if sla_problems:
+        log(f"SLA measures not trusted: {'; '.join(sla_problems)}")
     result["real"] = real
     result["sim"] = sim
     result["simSeeded"] = sim_seeded

@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 import math
+import threading
 from types import ModuleType
 from typing import Any
 
@@ -198,3 +199,58 @@ def test_bad_arguments_are_refused_in_one_line(
     assert exc.value.code == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
     assert len(errors) == 1 and f"argument {flag}:" in errors[0]
+
+
+class RecordingApi:
+    """The kubernetes client's CoreV1Api as far as ``fetch`` uses it, keeping the keyword arguments."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def _list(self, **kwargs: Any) -> Any:
+        self.calls.append(kwargs)
+        return argparse.Namespace(data=json.dumps({"items": []}).encode())
+
+    list_node = list_pod_for_all_namespaces = _list
+
+
+def test_every_list_has_a_request_timeout(le: ModuleType) -> None:
+    """Without ``_request_timeout`` an API server that stops answering blocked the refresh for ever."""
+    exp = exporter(le, usage_mode=False)
+    exp.args.node_selector = None
+    exp.api = RecordingApi()
+    assert exp.fetch() == ([], [])
+    assert len(exp.api.calls) == 2
+    assert all(0 < call.get("_request_timeout", 0) <= 60 for call in exp.api.calls), exp.api.calls
+
+
+def test_healthz_says_when_a_refresh_hangs(le: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A list that never returns is no failed refresh: /healthz said ok for ever, serving the first values.
+    Now it says 503 once the last good refresh is older than ``stale_after_s``."""
+    monkeypatch.setattr(le, "REQUEST_TIMEOUT_S", 0.05, raising=False)
+    exp = exporter(le, usage_mode=False, refresh=0.01)
+    release = threading.Event()
+    calls = {"n": 0}
+
+    def fetch() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        calls["n"] += 1
+        if calls["n"] > 1:
+            release.wait(30)  # the API server stopped answering
+        return [node("a")], []
+
+    exp.fetch = fetch
+
+    async def run() -> tuple[tuple[int, str], tuple[int, str]]:
+        task = asyncio.create_task(exp.loop())
+        while exp.refreshes == 0:
+            await asyncio.sleep(0.001)
+        first = await get(exp, "/healthz")
+        await asyncio.sleep(1.0)  # far past 3 × 0.01 + 2 × 0.05 s
+        later = await get(exp, "/healthz")
+        release.set()
+        task.cancel()
+        return first, later
+
+    first, later = asyncio.run(run())
+    assert first[0] == 200
+    assert later[0] == 503 and "no successful refresh" in later[1]

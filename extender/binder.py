@@ -51,6 +51,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rlsched.extender.bind")
 
+READ_TIMEOUT_S = 2.0
+"""The longest one GET of a pod may take in a verb (bind's, when the watch has not delivered the pod or
+its write met a conflict; preempt's preemptor, read while kube-scheduler's scheduling cycle waits)."""
+MIN_CALL_S = 0.25
+"""The least time an API call of bind is given, even when its deadline is nearer (a call given none
+would be refused by the client before it is sent)."""
+
 
 @dataclass
 class BindResult:
@@ -130,7 +137,10 @@ class Binder:
             return BindResult(
                 "", node, existing.cards, existing.spec.gpu_milli if existing.spec.num_gpu else 0, "duplicate"
             )
-        current = await self.current_pod(uid, namespace, name)
+        # One deadline for the bind's API calls together: kube-scheduler waits for the answer for its
+        # httpTimeout (docs/extender.md, "Bind").
+        deadline = time.monotonic() + self.kube.write_timeout_s
+        current = await self.current_pod(uid, namespace, name, min(READ_TIMEOUT_S, _left(deadline)))
         if isinstance(current, BindResult):
             return current
         info, rules = current
@@ -223,10 +233,10 @@ class Binder:
         annotations = assignment_annotations(self.gpu, node, cards, milli) if spec.num_gpu else None
         started = time.perf_counter()
         try:
-            await self.api.create_binding(namespace, name, uid, node, self.kube.write_timeout_s, annotations)
+            await self.api.create_binding(namespace, name, uid, node, _left(deadline), annotations)
         except ApiError as exc:
             write_s = time.perf_counter() - started
-            failed = await self._failed(uid, key, node, cards, milli, exc)
+            failed = await self._failed(uid, key, node, cards, milli, exc, min(READ_TIMEOUT_S, _left(deadline)))
             failed.write_s = write_s
             return failed
         write_s = time.perf_counter() - started
@@ -241,9 +251,12 @@ class Binder:
         )
         return BindResult("", node, cards, milli, write_s=write_s)
 
-    async def current_pod(self, uid: str, namespace: str, name: str) -> tuple[PodInfo, PodRules] | BindResult:
+    async def current_pod(
+        self, uid: str, namespace: str, name: str, timeout: float = READ_TIMEOUT_S
+    ) -> tuple[PodInfo, PodRules] | BindResult:
         """The pod as it is now, with its placement rules: the watch cache when it holds this pod
-        (UID, namespace and name agreeing), else one GET whose UID must match. Never the caller's copy.
+        (UID, namespace and name agreeing), else one GET (at most ``timeout`` s) whose UID must match.
+        Never the caller's copy.
 
         Errors name only what the caller sent: another object's data (a different UID under that
         name, say) is not repeated back."""
@@ -259,7 +272,7 @@ class Binder:
         if self.api is None:
             return BindResult(f"pod {key} is not in the extender's cache", "", result="error")
         try:
-            pod = await self.api.get_pod(namespace, name, self.kube.write_timeout_s)
+            pod = await self.api.get_pod(namespace, name, timeout)
         except ApiError as exc:
             if exc.status == 404:
                 return BindResult(f"pod {key} not found (deleted?)", "", result="error")
@@ -307,7 +320,7 @@ class Binder:
         return decision.cards
 
     async def _failed(
-        self, uid: str, key: str, node: str, cards: tuple[int, ...], milli: int, exc: ApiError
+        self, uid: str, key: str, node: str, cards: tuple[int, ...], milli: int, exc: ApiError, read_timeout_s: float
     ) -> BindResult:
         entry = self.cache.pods.get(uid)
         if entry is not None and entry.status == BOUND:  # the watch has seen it bound: that is what holds
@@ -317,9 +330,7 @@ class Binder:
         if exc.status == 409 and "already" in exc.message:
             # Already assigned: success when it is ours (a retried bind), else report where it went.
             try:
-                current = pod_info(
-                    await self.api.get_pod(*key.split("/", 1), self.kube.write_timeout_s), self.gpu, "pod"
-                )
+                current = pod_info(await self.api.get_pod(*key.split("/", 1), read_timeout_s), self.gpu, "pod")
             except Exception:  # noqa: BLE001 - unreadable or gone: report the conflict as it is
                 current = None
             if current is not None and current.uid == uid and current.node_name == node:
@@ -376,3 +387,8 @@ class Binder:
         return BindResult(
             f"binding pod {key} to {node} failed: {exc}{' — ' + hint if hint else ''}", node, result="error"
         )
+
+
+def _left(deadline: float) -> float:
+    """Seconds until ``deadline`` (``time.monotonic()``), at least :data:`MIN_CALL_S`."""
+    return max(deadline - time.monotonic(), MIN_CALL_S)

@@ -58,7 +58,7 @@ class Metrics:
         self.bad_requests.labels(BAD_HTTP_VERB)
         self.decisions = Counter(
             "rlsched_extender_decisions_total",
-            "Filter decisions by outcome: policy, fallback, unschedulable, delayed, rejected, invalid",
+            "Filter decisions by outcome: policy, fallback, unschedulable, delayed, rejected, invalid, awaiting_bind",
             ["outcome"],
             registry=r,
         )

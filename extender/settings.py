@@ -156,9 +156,14 @@ class KubeSettings:
     (the kube-scheduler profile decides which pods reach filter and prioritize)."""
     list_timeout_s: float = 60.0
     """Timeout of one list page (seconds)."""
-    write_timeout_s: float = 2.0
-    """Timeout of bind's write (the pods/binding create, which carries the card annotations), seconds.
-    Must stay below kube-scheduler's extender ``httpTimeout`` (5 s by default; 10 s in our config)."""
+    write_timeout_s: float = 8.0
+    """Seconds bind's API calls may take together: the pods/binding create (which carries the card
+    annotations), and a GET of the pod when the watch has not delivered it or the create met a conflict
+    (each GET at most 2 s). Keep it at least 1 s below kube-scheduler's extender ``httpTimeout`` (10 s in
+    our config; kube-scheduler's own default is 5 s: set 4 then). Not shorter than the API server's
+    binding latency under load: with 2 s, an API server slowed by CPU contention (its binding handler
+    at 0.7 s p50, 2.9 s p99 for stock kube-scheduler) saw our writes cut off, every cut one more failed
+    bind and retry, and the backlog stalled (docs/benchmarks.md, "Under CPU contention")."""
     watch_timeout_s: int = 300
     """``timeoutSeconds`` of each watch request; the watch then resumes from the last resourceVersion."""
     retry_backoff_s: float = 1.0

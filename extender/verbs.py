@@ -31,7 +31,7 @@ from rlsched.policy.feasibility import feasible_mask, fits_on_cards, infeasibili
 from rlsched.policy.resources import MILLI_PER_CARD
 
 from .binder import Binder, BindResult
-from .cache import RESERVED, ClusterCache
+from .cache import ASSUMED, RESERVED, UNCERTAIN, ClusterCache
 from .decision_ring import DecisionRing
 from .names import InvalidName, check_node_name, check_pod_ref, check_uid
 from .objects import ObjectError, PodInfo, pod_info
@@ -300,6 +300,18 @@ class Extender:
             else:
                 unresolvable[name] = (REJECTED_NODE + reason)[:MAX_REASON_CHARS]
 
+    def _awaiting_bind(self, args: ExtenderArgs, node: str) -> dict[str, Any]:
+        """Filter's answer for a pod whose earlier bind to ``node`` is in flight or has an unknown
+        outcome (the write timed out: it may have succeeded): that node alone, so kube-scheduler's
+        retry binds there and learns the outcome (bind re-sends the binding; "already assigned" to
+        this node is success). A new decision would choose another node, and bind must refuse every
+        other node while the earlier binding may stand: under an overloaded API server each such
+        retry cost a decision, a refused bind and kube-scheduler's failure write, for every pod
+        again and again until the outcome was known (docs/extender.md, "Bind"). When kube-scheduler
+        did not offer ``node`` (it offers a share of the nodes), filter decides as usual."""
+        self._count("awaiting_bind")
+        return self._filter_result(args, [node], {}, {})
+
     def _count(self, outcome: str) -> None:
         self.counts[outcome] = self.counts.get(outcome, 0) + 1
         if self.metrics is not None:
@@ -333,6 +345,8 @@ class Extender:
         unresolvable: dict[str, str] = {}
         held = self.cache.pods.get(info.uid)
         if held is not None and held.key == info.key:
+            if held.status in (ASSUMED, UNCERTAIN) and held.node in names:
+                return self._awaiting_bind(args, held.node)
             self.cache.unreserve(info.uid)  # a new decision for this pod: its last one no longer holds
         problem = self._rules_problem(info)
         if problem is not None:

@@ -19,6 +19,7 @@ from rlsched.extender.policy import Outcome, Verdict
 from rlsched.extender.settings import ExtenderSettings, PolicySettings
 from rlsched.extender.testing import Harness, make_node, make_pod
 from rlsched.extender.verbs import extender_scores
+from rlsched.extender.wire import ExtenderArgs
 from rlsched.policy.decision import Decision
 from rlsched.policy.scorers import NodeScores, Scorer
 
@@ -858,3 +859,70 @@ async def test_a_real_model_with_a_delay_head_delays_large_pods(tmp_path) -> Non
     assert big["NodeNames"] == [] and all("delayed by policy" in m for m in big["FailedNodes"].values())
     assert "the delay head rates waiting 60s" in next(iter(big["FailedNodes"].values()))
     assert len(small["NodeNames"]) == 1 and h.extender.counts == {"delayed": 1, "policy": 1}
+
+
+async def test_filter_keeps_only_the_node_of_a_bind_whose_outcome_is_unknown() -> None:
+    """A bind timed out (the binding may stand): kube-scheduler's retry is offered that node alone, and
+    its bind there learns the outcome. Deciding again chose another node, which bind must refuse while
+    the earlier binding may stand: under an overloaded API server every pod went round that loop
+    (a decision, a refused bind, kube-scheduler's failure write) until the outcome was known."""
+    h = harness()
+    pod = h.add_pod(make_pod("p", gpus=4))
+    uid = pod["metadata"]["uid"]
+    h.api.fail["bind"] = 0.01  # stalls, then times out: outcome unknown
+    res = await h.binder.bind(uid, "default", "p", "v100-3")
+    assert res.result == "uncertain" and h.cache.pods[uid].status == UNCERTAIN
+    del h.api.fail["bind"]
+    kept = await h.extender.filter(ExtenderArgs(copy.deepcopy(pod), list(NAMES), None))
+    assert kept["NodeNames"] == ["v100-3"] and kept["FailedNodes"] == {}
+    assert h.metrics.registry.get_sample_value("rlsched_extender_decisions_total", {"outcome": "awaiting_bind"}) == 1
+    h.api.pods[("default", "p")]["spec"]["nodeName"] = "v100-3"  # the timed-out binding had been written
+    res = await h.binder.bind(uid, "default", "p", "v100-3")
+    assert res.error == ""  # bound there: kube-scheduler learns it
+
+
+async def test_filter_decides_as_usual_when_the_node_of_an_unknown_bind_is_not_offered() -> None:
+    """kube-scheduler offers a share of the nodes: without the earlier bind's node, filter decides (and
+    the earlier bind's cards stay held)."""
+    h = harness()
+    pod = h.add_pod(make_pod("p", gpus=4))
+    uid = pod["metadata"]["uid"]
+    h.api.fail["bind"] = 0.01
+    await h.binder.bind(uid, "default", "p", "v100-3")
+    offered = [n for n in NAMES if n != "v100-3"]
+    kept = await h.extender.filter(ExtenderArgs(copy.deepcopy(pod), offered, None))
+    assert kept["NodeNames"] and kept["NodeNames"][0] != "v100-3"
+    assert h.cache.pods[uid].status == UNCERTAIN and h.cache.pods[uid].node == "v100-3"
+
+
+async def test_binds_api_calls_share_one_deadline() -> None:
+    """kube-scheduler waits httpTimeout for bind's answer: the GET (the watch has not delivered the pod)
+    and the write share ``writeTimeoutS``, the GET at most READ_TIMEOUT_S of it."""
+    from rlsched.extender.binder import READ_TIMEOUT_S
+
+    h = harness()
+    h.binder.kube.write_timeout_s = 1.0
+    pod = h.add_pod(make_pod("p", gpus=1))
+    given: dict[str, float] = {}
+    get_pod, create_binding = h.api.get_pod, h.api.create_binding
+
+    async def slow_get(namespace, name, timeout):
+        given["get"] = timeout
+        await asyncio.sleep(0.3)
+        return await get_pod(namespace, name, timeout)
+
+    async def recorded_create(namespace, name, uid, node, timeout, annotations=None):
+        given["write"] = timeout
+        return await create_binding(namespace, name, uid, node, timeout, annotations)
+
+    h.api.get_pod, h.api.create_binding = slow_get, recorded_create
+    res = await h.binder.bind(pod["metadata"]["uid"], "default", "p", "v100-0")
+    assert res.error == ""
+    assert 0.9 < given["get"] <= 1.0  # the deadline is nearer than READ_TIMEOUT_S
+    assert 0.4 < given["write"] <= 0.7  # what the GET left
+    h2 = harness()  # the default: 8 s together, the GET at most 2 of them
+    pod = h2.add_pod(make_pod("p", gpus=1))
+    get_pod, create_binding = h2.api.get_pod, h2.api.create_binding
+    h2.api.get_pod, h2.api.create_binding = slow_get, recorded_create
+    await h2.binder.bind(pod["metadata"]["uid"], "default", "p", "v100-0")
+    assert given["get"] == READ_TIMEOUT_S and 7.5 < given["write"] <= 7.7

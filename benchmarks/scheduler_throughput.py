@@ -534,18 +534,30 @@ class Bench:
             await asyncio.to_thread(self.extender.stop)
         return result
 
-    def apiserver_metrics(self) -> str:
-        """kube-apiserver's /metrics (the admin's kubectl; a few ms of client CPU outside every window)."""
-        return str(self.cluster.kubectl("get", "--raw", "/metrics", timeout=60).stdout)
+    def apiserver_metrics(self) -> str | None:
+        """kube-apiserver's /metrics (the admin's kubectl; a few ms of client CPU outside every window), or
+        None when it cannot be read: an API server swamped by a stalled run must not end the benchmark
+        before it reports (the handler's figures are then missing)."""
+        try:
+            return str(self.cluster.kubectl("get", "--raw", "/metrics", timeout=60).stdout)
+        except (RuntimeError, subprocess.SubprocessError, OSError) as exc:
+            log(f"kube-apiserver's /metrics could not be read: {exc}")
+            return None
 
-    def bind_latency(self, mode: dict[str, Any], api0: str, api1: str, ext0: str | None, ext1: str | None) -> None:
+    def bind_latency(
+        self, mode: dict[str, Any], api0: str | None, api1: str | None, ext0: str | None, ext1: str | None
+    ) -> None:
         """Into ``mode``: the API server's own binding handler (``POST pods/binding``) p50/p99 over the
         window, and with the extender the time its bind verb took (which includes that POST); and their
         ratio. The API server's buckets are coarse (5, 25, 50, 100 ms …): its p50 is interpolated."""
         match = {"resource": "pods", "subresource": "binding"}
-        handler = diff(
-            histogram(api1, "apiserver_request_duration_seconds", match),
-            histogram(api0, "apiserver_request_duration_seconds", match),
+        handler = (
+            diff(
+                histogram(api1, "apiserver_request_duration_seconds", match),
+                histogram(api0, "apiserver_request_duration_seconds", match),
+            )
+            if api0 is not None and api1 is not None  # either unreadable: no figure over the wrong window
+            else []
         )
         mode["apiserverBindingP50Ms"], mode["apiserverBindingP99Ms"] = self.q_ms(handler)
         mode["apiserverBindings"] = int(handler[-1][1]) if handler else 0

@@ -58,3 +58,18 @@ def test_the_harness_list_keeps_the_callers_limit() -> None:
 
     items, rv = asyncio.run(Stub().list("/api/v1/namespaces/bench/pods", {"limit": "1"}))
     assert sent == [{"limit": "1"}] and len(items) == 1 and rv == "7"
+
+
+def test_an_unreadable_api_server_leaves_its_figures_out() -> None:
+    """A stalled run can leave kube-apiserver too busy to answer /metrics: the run still reports, without
+    the handler's figures (it crashed before), and never with counts over the wrong window."""
+    bench = load_benchmark("scheduler_throughput")
+
+    def kubectl(*args: Any, **kw: Any) -> Any:
+        raise RuntimeError("kubectl get --raw /metrics failed (1): Unable to connect to the server")
+
+    assert bench.Bench.apiserver_metrics(SimpleNamespace(cluster=SimpleNamespace(kubectl=kubectl))) is None
+    metrics = 'apiserver_request_duration_seconds_bucket{resource="pods",subresource="binding",le="+Inf"} 9'
+    mode: dict[str, Any] = {}
+    bench.Bench.bind_latency(SimpleNamespace(q_ms=bench.Bench.q_ms), mode, None, metrics, None, None)
+    assert mode["apiserverBindings"] == 0 and mode["apiserverBindingP50Ms"] is None

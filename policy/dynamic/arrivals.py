@@ -70,6 +70,11 @@ class Arrival:
 
 def lifetimes(pods: Sequence[PodSpec], settings: ArrivalSettings) -> np.ndarray:
     """Each trace pod's lifetime in seconds, clipped to the settings' bounds."""
+    if not pods:
+        raise ValueError(
+            "the living-cluster mode draws its arrivals from the trace's pods, and the pod list is empty: "
+            "give a pod list with at least one pod"
+        )
     missing = [p.name for p in pods if p.creation_time is None or p.deletion_time is None]
     if missing:
         raise ValueError(
@@ -85,6 +90,11 @@ def arrival_rate(pods: Sequence[PodSpec], gpu_capacity_milli: int, settings: Arr
     life = lifetimes(pods, settings)
     gpu = np.array([p.gpu_request_milli for p in pods], dtype=np.float64)
     busy = float((gpu * life).mean())
+    if not np.isfinite(busy):
+        raise ValueError(
+            f"the pods' mean GPU milli × lifetime is {busy}, not a finite number: check the trace's GPU "
+            "requests and creation/deletion times"
+        )
     if busy <= 0:
         raise ValueError("no pod in the trace asks for a GPU: the offered GPU load is undefined")
     if gpu_capacity_milli <= 0:

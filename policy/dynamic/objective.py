@@ -6,8 +6,10 @@ on the openb runs); queueing delays are exact:
 
 - ``mean_allocated_gpu_pct`` — GPU milli held by pods ÷ capacity.
 - ``stranded_gpu_pct`` — FGD's fragmentation (free GPU that the typical pods cannot use) ÷ capacity.
-- ``wait_p50_s`` / ``wait_p99_s`` / ``wait_mean_s`` — arrival → placement of the window's pods; a pod
-  still waiting at the end counts with the wait so far (a lower bound).
+- ``wait_p50_s`` / ``wait_p99_s`` / ``wait_mean_s`` — one wait per stay in the pending queue: arrival →
+  placement of the window's pods, and eviction → placement again for each pod a rebalancer moved (as
+  in a cluster, where the evicted pod's replacement is a new pod that queues); a pod still waiting at
+  the end counts with the wait so far (a lower bound), and in ``still_waiting``.
 - ``sla_hot_node_pct`` — node-seconds with true CPU or GPU utilization above the threshold ÷ all
   node-seconds; ``sla_ls_pod_seconds`` — latency-sensitive pod-seconds spent on such nodes (what a
   rebalancer would try to cut).
@@ -99,6 +101,7 @@ class DynamicResult:
     initial_waiting: int = 0
     rejected_initial: int = 0
     window_pods: int = 0
+    """Pods that arrived in the window (and were not rejected); the waits are theirs and one per eviction."""
     mean_allocated_gpu_pct: float = 0.0
     stranded_gpu_pct: float = 0.0
     wait_mean_s: float = 0.0
@@ -156,11 +159,19 @@ class DynamicResult:
         s["pod_seconds"] = s.get("pod_seconds", 0.0) + seconds * running_pods
         self._t += seconds
 
-    def finish(self, waits: np.ndarray, still_waiting: int, rejected: int, scrape_misses: int, seconds: float) -> None:
-        """Turn the sums into averages."""
+    def finish(
+        self,
+        waits: np.ndarray,
+        still_waiting: int,
+        rejected: int,
+        scrape_misses: int,
+        seconds: float,
+        window_pods: int | None = None,
+    ) -> None:
+        """Turn the sums into averages (``window_pods``: ``len(waits)`` unless moved pods added waits)."""
         t = self._t or 1.0
         s = self._sums
-        self.window_pods = len(waits)
+        self.window_pods = len(waits) if window_pods is None else window_pods
         self.mean_allocated_gpu_pct = s.get("alloc", 0.0) / t * 100 / self.gpu_capacity_milli
         self.stranded_gpu_pct = s.get("frag", 0.0) / t * 100 / self.gpu_capacity_milli
         self.sla_hot_node_pct = s.get("hot", 0.0) / t * 100 / self.num_nodes

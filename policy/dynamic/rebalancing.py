@@ -1,11 +1,12 @@
 """The rebalancer in the living cluster: a tick hook that moves pods, and the descheduler's anchor.
 
-Every ``cycle_s`` seconds (after a measured scrape) the hook picks pods to evict from the running ones
-that pass the same safety checks the operator applies (older than ``min_age_s`` since their last
-start, moved fewer than ``max_moves_per_pod`` times, within ``max_moves_per_hour`` over the last
-hour and ``max_moves_per_cycle`` per cycle), and evicts them with :meth:`LivingCluster.evict`. An
-evicted pod comes back at once as a pending pod and is placed by the run's own placement policy, so
-it may not land where the plan meant: the hook counts landed-as-planned against elsewhere.
+Every ``cycle_s`` seconds (at the first measured scrape at or after each multiple of it) the hook
+picks pods to evict from the running ones that pass the same safety checks the operator applies
+(older than ``min_age_s`` since their last start, moved fewer than ``max_moves_per_pod`` times,
+within ``max_moves_per_hour`` over the last hour and ``max_moves_per_cycle`` per cycle), and evicts
+them with :meth:`LivingCluster.evict`. An evicted pod comes back at once as a pending pod and is
+placed by the run's own placement policy, so it may not land where the plan meant: the hook counts
+landed-as-planned against elsewhere.
 
 The choosers:
 
@@ -36,6 +37,7 @@ The choosers:
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -187,9 +189,11 @@ class RebalanceHook:
         if cluster.now + 1e-9 < self.next_cycle:
             return
         hnu = self.chooser == "high-node-utilization"
-        self.next_cycle = cluster.now + (
-            self.settings.high_node_utilization.interval_s if hnu else self.settings.cycle_s
-        )
+        period = self.settings.high_node_utilization.interval_s if hnu else self.settings.cycle_s
+        # the next slot of the schedule 0, period, 2·period, … (one a scrape cannot reach is skipped):
+        # counted from this scrape instead, a period the scrape interval does not divide stretched to
+        # the next whole number of scrapes (60 s at 45 s scrapes ran every 90 s)
+        self.next_cycle = period * (math.floor((cluster.now + 1e-9) / period) + 1)
         s = self.settings
         while self.recent and self.recent[0] <= cluster.now - 3600.0:
             self.recent.popleft()

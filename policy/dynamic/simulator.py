@@ -17,20 +17,24 @@ One run, in order:
    A window that is not a whole number of scrape intervals ends with a shorter interval.
 4. At every scrape (``ScrapeSettings.interval_s``) take the true usage of every running pod and
    sum it per node: that is the ground truth for SLA accounting over the following interval, and,
-   with noise, misses and staleness, what the scheduler sees next (:mod:`.scrape`): the latest
-   scrape in ``ClusterState.load`` (the extender's view, which the feature encoder reads), and for the
-   Trimaran scorers load-watcher's 15-minute mean and deviation with the pods bound after the scrape
-   or less than 60 s before it (:data:`~rlsched.policy.scorers.trimaran.LOAD_WATCHER_VIEW`).
+   with noise, misses and staleness, what the scheduler sees next (:mod:`.scrape`). The tick hooks
+   (a rebalancer) run right after it; the waiting pods that fit in the room they free and then the
+   pods they evicted are offered a node, and only then is the interval recorded: a move counts from
+   the scrape it is made at. What the scheduler sees is the latest scrape in ``ClusterState.load``
+   (the extender's view, which the feature encoder reads), and for the Trimaran scorers
+   load-watcher's 15-minute mean and deviation with the pods bound after the scrape or less than
+   60 s before it (:data:`~rlsched.policy.scorers.trimaran.LOAD_WATCHER_VIEW`).
 5. Ties: every policy keeps the FGD protocol's seed-fixed node order, except the scorers that stand
    for kube-scheduler plugins (:attr:`Scorer.kube_scheduler_ties`: Trimaran's), whose ties go to a
    uniformly random node among the best as kube-scheduler's ``selectHost`` does, from a stream of
    their own seeded by the run's seed (``TieBreak.ties``).
 
 Measured over the window only (:class:`DynamicResult`): time-averaged GPU allocation and FGD
-fragmentation ("stranded GPUs"), queueing delay (arrival → placement; pods still waiting at the
-end count with the wait so far), SLA violations (node-seconds above a utilization threshold, and
-the latency-sensitive pods on such nodes), cost (price × the time a node holds any pod) and
-rejected pods.
+fragmentation ("stranded GPUs"), queueing delay (one wait per stay in the pending queue: a window
+pod's from its arrival to its placement, and a moved pod's from its eviction to its placement
+again, so each eviction adds one; pods still waiting at the end count with the wait so far), SLA
+violations (node-seconds above a utilization threshold, and the latency-sensitive pods on such
+nodes), cost (price × the time a node holds any pod) and rejected pods.
 """
 
 from __future__ import annotations
@@ -129,9 +133,16 @@ class LivingCluster:
         self.evictions = 0
         self._freed: list[int] = []
         """Nodes evictions emptied since the last offer of the waiting pods."""
+        self._evicted: list[int] = []
+        """Pods evicted since then, to be offered again at the same instant."""
+        self.requeued_at = np.full(a, np.nan)
+        """When each evicted pod went back to the pending queue (NaN: not waiting after an eviction)."""
+        self.requeue_waits: list[float] = []
+        """Each finished wait after an eviction (eviction → placement again), seconds."""
         self._misses_before = 0
         self.tick_hooks: list[Callable[[LivingCluster], None]] = []
-        """Called after every measured scrape with the cluster (a rebalancer evicts pods here)."""
+        """Called after every measured scrape with the cluster (a rebalancer evicts pods here), before
+        the interval that starts there is recorded."""
         self.holds = np.zeros(a, dtype=np.int64)
         self.waiting: list[int] = []
         self.rejected: list[int] = []
@@ -182,7 +193,10 @@ class LivingCluster:
         self.placements[i] = self.state.place(self.request(i), node, cards)
         self.node_of[i] = node
         if np.isnan(self.placed_at[i]):
-            self.placed_at[i] = self.now  # the first placement: a pod moved later keeps its queueing delay
+            self.placed_at[i] = self.now  # the first placement: the arrival's wait ends here
+        if not np.isnan(self.requeued_at[i]):
+            self.requeue_waits.append(self.now - self.requeued_at[i])  # placed again after an eviction
+            self.requeued_at[i] = np.nan
         self.ends_at[i] = self.now + self.remaining[i]
         heapq.heappush(self.events, (self.ends_at[i], DEPART, i))
         self._usage_moved(i, node, +1.0)
@@ -193,15 +207,16 @@ class LivingCluster:
 
     def evict(self, i: int) -> int:
         """Take running pod ``i`` off its node now (a migration): it comes back at once as a pending
-        pod with the rest of its lifetime, and goes through a placement decision like any other.
-        Returns the node it left."""
+        pod with the rest of its lifetime, and goes through a placement decision like any other; its
+        wait from now to that placement is one of the run's waits. Returns the node it left."""
         if self.node_of[i] < 0:
             raise ValueError(f"pod {i} is not running")
         self.remaining[i] = max(self.ends_at[i] - self.now, self.settings.arrivals.min_lifetime_s)
         node = self._depart(i)
         self.evictions += 1
+        self.requeued_at[i] = self.now
         self._freed.append(node)
-        heapq.heappush(self.events, (self.now, RETURN, i))
+        self._evicted.append(i)
         return node
 
     def running(self) -> np.ndarray:
@@ -269,11 +284,22 @@ class LivingCluster:
                 self._scrape(i, record=True)
                 for hook in self.tick_hooks:
                     hook(self)
-                # room a rebalancer freed goes to the pods that waited for it before the evicted pods
-                # come back (RETURN), as a departure's room does
-                freed, self._freed = self._freed, []
-                for node in freed:
-                    yield from self._offer_waiting(node)
+            yield from self._replace_evicted()
+            if kind == SCRAPE:
+                # after the hooks' moves and their placements: the interval starts with the cluster
+                # they left (recorded before them, each move showed one interval late)
+                self._record()
+
+    def _replace_evicted(self) -> Iterator[int]:
+        """Room evictions freed goes to the pods that waited for it, then the evicted pods come back
+        (in pod order), all at the eviction's instant, as a departure's room does."""
+        while self._freed or self._evicted:
+            freed, self._freed = self._freed, []
+            for node in freed:
+                yield from self._offer_waiting(node)
+            evicted, self._evicted = sorted(self._evicted), []
+            for i in evicted:
+                yield from self._offer(i)
 
     def _offer_waiting(self, node: int) -> Iterator[int]:
         """Offer the waiting pods that now fit on ``node`` again, oldest first."""
@@ -309,8 +335,9 @@ class LivingCluster:
 
     def _scrape(self, tick: int, record: bool) -> None:
         """True usage now (every pod drawn, running or not, so a pod's usage at a tick is the same
-        whichever policy placed it: common random numbers), SLA accounting, and what Prometheus sees."""
-        state, sla = self.state, self.settings.sla
+        whichever policy placed it: common random numbers) and what Prometheus sees (``record``: a
+        scrape of the window, whose interval :meth:`_record` accounts)."""
+        state = self.state
         rng = np.random.default_rng([self.tick_base, tick + 1_000_000])
         self.pod_now = self.usage_model.instant(self.usage, np.arange(len(self.arrivals)), rng)
         running = np.flatnonzero(self.node_of >= 0)
@@ -320,25 +347,29 @@ class LivingCluster:
         self.true_cpu = np.bincount(where, cpu_f * self.cpu_req[running], minlength=n) / self.cpu_cap
         mem = np.bincount(where, mem_f * self.mem_req[running], minlength=n) / self.mem_cap
         self.true_gpu = np.bincount(where, gpu_f * self.gpu_req[running], minlength=n) / self.gpu_cap
-        if record:
-            interval, window = self.settings.scrape.interval_s, self.settings.arrivals.window_s
-            self.result.add_interval(
-                seconds=min(interval, window - self.now),
-                allocated_gpu_milli=state.gpu_milli_allocated,
-                frag_milli=self.measure.cluster_frag(state),
-                hot=(self.true_cpu > sla.cpu_threshold) | (self.true_gpu > sla.gpu_threshold),
-                ls_pods_per_node=state.ls_pods,
-                busy=state.pods > 0,
-                waiting=len(self.waiting),
-                price=state.price,
-                running_pods=len(running),
-            )
         self.scraper.scrape(self.now, self.true_cpu, mem, self.noise_rng)
         stale = self.scraper.publish(state, self.now)
         self._refresh_recent()
         set_load_watcher_view(state, *self.scraper.window, self.recent_cpu)
         if record:
             self.result.stale_node_scrapes += stale
+
+    def _record(self) -> None:
+        """SLA accounting, allocation, stranding, cost and queue over the interval that starts now, with
+        the cluster as it is now (the scrape's true usage, kept up to date as pods came and went since)."""
+        state, sla = self.state, self.settings.sla
+        interval, window = self.settings.scrape.interval_s, self.settings.arrivals.window_s
+        self.result.add_interval(
+            seconds=min(interval, window - self.now),
+            allocated_gpu_milli=state.gpu_milli_allocated,
+            frag_milli=self.measure.cluster_frag(state),
+            hot=(self.true_cpu > sla.cpu_threshold) | (self.true_gpu > sla.gpu_threshold),
+            ls_pods_per_node=state.ls_pods,
+            busy=state.pods > 0,
+            waiting=len(self.waiting),
+            price=state.price,
+            running_pods=int((self.node_of >= 0).sum()),
+        )
 
     def _refresh_recent(self) -> None:
         """Trimaran's recently-bound term after a scrape that ends the metrics' window at ``now``
@@ -358,12 +389,22 @@ class LivingCluster:
         measured = [i for i, a in enumerate(self.arrivals) if 0 <= a.time < window and i not in rejected]
         arrived = np.array([self.arrivals[i].time for i in measured])
         placed = self.placed_at[measured]
-        waits = np.where(np.isnan(placed), window - arrived, placed - arrived)
+        # one wait per stay in the queue: the window pods' first, then one per eviction (placed again,
+        # or still waiting at the end with the wait so far), the start's population's moves included
+        requeued = self.requeued_at[~np.isnan(self.requeued_at)]
+        waits = np.concatenate(
+            [
+                np.where(np.isnan(placed), window - arrived, placed - arrived),
+                np.array(self.requeue_waits, dtype=np.float64),
+                window - requeued,
+            ]
+        )
         self.result.holds = int(self.holds.sum())
         self.result.evictions = self.evictions
         self.result.finish(
             waits=waits,
-            still_waiting=int(np.isnan(placed).sum()),
+            still_waiting=int(np.isnan(placed).sum()) + len(requeued),
+            window_pods=len(measured),
             rejected=len(rejected),
             scrape_misses=self.scraper.misses - self._misses_before,  # the window's scrapes only
             seconds=seconds,

@@ -52,6 +52,20 @@ def test_arrivals_need_lifetimes() -> None:
         lifetimes([PodSpec("p", 1000, 1024, 1, 1000)], ArrivalSettings())
 
 
+def test_an_empty_pod_list_is_refused_with_a_reason() -> None:
+    """An empty list made a NaN arrival rate, and numpy's "lam < 0 or lam is NaN" further on."""
+    with pytest.raises(ValueError, match="pod list is empty"):
+        arrival_rate([], 4000, ArrivalSettings())
+    with pytest.raises(ValueError, match="pod list is empty"):
+        draw_arrivals([], 4000, ArrivalSettings(), np.random.default_rng(1))
+
+
+def test_a_lifetime_that_is_not_a_number_is_refused() -> None:
+    pods = [PodSpec("nan", 1000, 1024, 1, 1000, (), float("nan"), 100.0)]
+    with pytest.raises(ValueError, match="not a finite number"):
+        arrival_rate(pods, 4000, ArrivalSettings())
+
+
 def test_arrival_settings_refuse_nonsense() -> None:
     with pytest.raises(ValueError):
         ArrivalSettings(load=0)

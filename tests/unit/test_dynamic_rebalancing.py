@@ -308,3 +308,19 @@ def test_the_planners_what_ifs_do_not_draw_the_runs_random_ties(monkeypatch: pyt
     for seed in range(1, 4):
         run_rebalanced(NODES, PODS, make_scorer("target-load-packing", TYPICAL), seed, TYPICAL, "heuristic", settings)
     assert advanced and not any(advanced)
+
+
+@pytest.mark.parametrize(("interval", "cycles"), [(30.0, 10), (45.0, 10), (50.0, 10), (90.0, 7)])
+def test_cycles_keep_their_schedule_when_the_scrape_interval_does_not_divide_it(interval: float, cycles: int) -> None:
+    """The next cycle was counted from the scrape the last one ran at, so 60 s cycles ran every 90 s at
+    45 s scrapes (7 in ten minutes instead of 10) and every 100 s at 50 s. A cycle runs at the first
+    scrape at or after each multiple of ``cycle_s``; one a scrape cannot reach is skipped (90 s
+    scrapes: one cycle per scrape)."""
+    from rlsched.policy.dynamic.scrape import ScrapeSettings
+
+    settings = DynamicSettings(
+        arrivals=ArrivalSettings(load=0.9, window_s=600.0), scrape=ScrapeSettings(interval_s=interval)
+    )
+    scorer = make_scorer("fgd", TYPICAL)
+    _, stats = run_rebalanced(NODES, PODS, scorer, 3, TYPICAL, "heuristic", settings, RebalancerSettings(cycle_s=60.0))
+    assert stats.cycles == cycles

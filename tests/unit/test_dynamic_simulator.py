@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -12,10 +13,13 @@ from openb_files import write_openb
 
 from rlsched.cli import main as rlsched_main
 from rlsched.policy import NodeSpec, PodSpec, make_scorer, typical_pods
-from rlsched.policy.dynamic.arrivals import ArrivalSettings
-from rlsched.policy.dynamic.objective import SlaSettings
+from rlsched.policy.dynamic import simulator
+from rlsched.policy.dynamic.arrivals import Arrival, ArrivalSettings
+from rlsched.policy.dynamic.objective import DynamicResult, SlaSettings
 from rlsched.policy.dynamic.scrape import ScrapeSettings
-from rlsched.policy.dynamic.simulator import DynamicSettings, run_dynamic
+from rlsched.policy.dynamic.simulator import DynamicSettings, LivingCluster, run_dynamic, serve_pod
+from rlsched.policy.dynamic.usage import UsageSettings
+from rlsched.policy.scorers import Scorer
 
 PODS = [
     *SHORT_LIVED,
@@ -141,7 +145,6 @@ def test_cli_dynamic_mode_refuses_a_bad_load(trace: tuple[Path, Path], capsys: p
 
 def test_an_evicted_pod_comes_back_with_the_rest_of_its_lifetime() -> None:
     from rlsched.policy import decide
-    from rlsched.policy.dynamic.simulator import LivingCluster
 
     settings = DynamicSettings(arrivals=ArrivalSettings(load=0.5, window_s=3600.0))
     cluster = LivingCluster(NODES, PODS, 1, TYPICAL, settings)
@@ -200,3 +203,81 @@ def test_missed_scrapes_count_the_window_only() -> None:
 def test_a_cluster_without_gpus_is_refused() -> None:
     with pytest.raises(ValueError, match="no node has a GPU"):
         run_dynamic([NodeSpec("cpu", 32000, 131072)], PODS, make_scorer("fgd", TYPICAL), 1, TYPICAL, DynamicSettings())
+
+
+def hand_made(
+    monkeypatch: pytest.MonkeyPatch,
+    nodes: list[NodeSpec],
+    pods: list[PodSpec],
+    arrivals: list[tuple[int, float, float]],
+    window: float,
+    usage: UsageSettings | None = None,
+) -> tuple[LivingCluster, Scorer]:
+    """A cluster whose arrivals are ``(trace pod, time, lifetime)`` as given, and FGD over its pods."""
+    monkeypatch.setattr(simulator, "draw_arrivals", lambda *_: [Arrival(p, t, life) for p, t, life in arrivals])
+    settings = DynamicSettings(
+        arrivals=ArrivalSettings(load=0.9, window_s=window),
+        scrape=ScrapeSettings(noise_std=0.0),
+        usage=usage or UsageSettings(),
+    )
+    typical = typical_pods(pods)
+    return LivingCluster(nodes, pods, 1, typical, settings, "fgd"), make_scorer("fgd", typical)
+
+
+def play(cluster: LivingCluster, scorer: Scorer, hook: Callable[[LivingCluster], None]) -> DynamicResult:
+    cluster.tick_hooks.append(hook)
+    for i in cluster.decisions():
+        serve_pod(cluster, i, scorer)
+    return cluster.finish(0.0)
+
+
+def evict_at(pod: int, t: float) -> Callable[[LivingCluster], None]:
+    def hook(c: LivingCluster) -> None:
+        if c.now == t:
+            c.evict(pod)
+
+    return hook
+
+
+@pytest.mark.parametrize(
+    ("b_lifetime", "waits", "still_waiting"),
+    [
+        # b takes a's card when a is evicted at 600; a waits until the window's end (1200): 600 s so far
+        (5000.0, [0.0, 590.0, 600.0], 1),
+        # b leaves at 900 and a is placed again: it waited 300 s
+        (300.0, [0.0, 590.0, 300.0], 0),
+    ],
+)
+def test_a_moved_pod_s_wait_counts_and_a_moved_pod_still_waiting_is_counted(
+    monkeypatch: pytest.MonkeyPatch, b_lifetime: float, waits: list[float], still_waiting: int
+) -> None:
+    """An evicted pod kept its first placement time: its wait after the eviction was in no wait figure,
+    and at the end it was not counted as still waiting, so a rebalancer never paid for the pods it left
+    pending. One card; a arrives at 0, b at 10 and waits for the card; a is evicted at 600."""
+    nodes = [NodeSpec("n0", 8000, 16384, 1, "V100M16")]
+    pods = [PodSpec("p", 1000, 1024, 1, 1000, (), 0, 100, "BE")]
+    cluster, scorer = hand_made(monkeypatch, nodes, pods, [(0, 0.0, 3000.0), (0, 10.0, b_lifetime)], 1200.0)
+    r = play(cluster, scorer, evict_at(0, 600.0))
+    assert r.evictions == 1 and r.window_pods == 2  # the window's pods; the eviction adds a wait, not a pod
+    assert r.still_waiting == still_waiting
+    assert r.wait_mean_s == pytest.approx(np.mean(waits))
+    assert r.wait_p50_s == pytest.approx(np.percentile(waits, 50))
+    assert r.wait_p99_s == pytest.approx(np.percentile(waits, 99))
+
+
+def test_a_move_counts_from_the_scrape_it_is_made_at(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scrape recorded its interval before the tick hooks moved pods, so each move showed one
+    interval late: here 630 hot node-seconds instead of 600. Two one-card nodes; "hot" uses its node's
+    whole CPU (usage = request exactly), "quiet" an eighth; a second quiet pod waits for a card and
+    takes n0 when hot is evicted at 600; hot cannot come back."""
+    nodes = [NodeSpec("n0", 8000, 16384, 1, "V100M16"), NodeSpec("n1", 8000, 16384, 1, "V100M16")]
+    pods = [PodSpec("hot", 8000, 1024, 1, 1000, (), 0, 100, "LS"), PodSpec("quiet", 1000, 1024, 1, 1000, (), 0, 100)]
+    exact = UsageSettings(
+        cpu_ratio_median=1.0, cpu_ratio_sigma=1e-9, cpu_cv=0.0, gpu_cv=0.0, gpu_idle_fraction=0.999999
+    )
+    arrivals = [(0, -10.0, 5000.0), (1, -5.0, 5000.0), (1, 100.0, 5000.0)]
+    cluster, scorer = hand_made(monkeypatch, nodes, pods, arrivals, 1200.0, exact)
+    r = play(cluster, scorer, evict_at(0, 600.0))
+    assert r.sla_hot_node_pct / 100 * 2 * 1200 == pytest.approx(600.0)  # n0 hot over [0, 600) only
+    assert r.sla_ls_pod_seconds == pytest.approx(600.0)
+    assert r.evictions == 1 and r.still_waiting == 1  # hot waits from 600 to the end

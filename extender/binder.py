@@ -179,6 +179,7 @@ class Binder:
                 and existing.status in (ASSUMED, UNCERTAIN, RESERVED)
                 and existing.spec == spec
                 and existing.placement is not None  # it holds its cards (a shrunk node may not)
+                and self._model_allows(spec, node)  # the node was not relabelled meanwhile
             ):
                 entry = existing  # filter's reservation, or a retry after an unknown outcome: keep it
                 # A binding that may have been written (an unknown outcome) may run: counted so.
@@ -294,6 +295,12 @@ class Binder:
                 f"refused: pod {key}'s placement rules cannot be read: {describe(exc)}", "", result="refused"
             )
         return info, rules
+
+    def _model_allows(self, spec: Any, node: str) -> bool:
+        """Whether the pod's card models include ``node``'s now (False when the node is not in the state)."""
+        state = self.cache.state
+        idx = state.index.get(node) if state is not None else None
+        return idx is not None and state is not None and bool(state.request(spec).model_ok[state.model_id[idx]])
 
     def _not_cached(self, node: str) -> BindResult:
         """The answer for a node the cache does not hold: one the watch delivered but could not read

@@ -300,7 +300,17 @@ class Extender:
             else:
                 unresolvable[name] = (REJECTED_NODE + reason)[:MAX_REASON_CHARS]
 
-    def _awaiting_bind(self, args: ExtenderArgs, node: str) -> dict[str, Any]:
+    def _may_retry_on(self, info: PodInfo, node: str) -> bool:
+        """Whether ``info`` may still go where its earlier bind went: the same request, and a card model it
+        allows (a node relabelled meanwhile, by a MIG reconfiguration say, is decided afresh)."""
+        held = self.cache.pods.get(info.uid)
+        state = self.cache.state
+        if held is None or info.spec is None or held.spec != info.spec or state is None:
+            return False
+        idx = state.index.get(node)
+        return idx is not None and bool(state.request(info.spec).model_ok[state.model_id[idx]])
+
+    def _awaiting_bind(self, args: ExtenderArgs, info: PodInfo, node: str) -> dict[str, Any]:
         """Filter's answer for a pod whose earlier bind to ``node`` is in flight or has an unknown
         outcome (the write timed out: it may have succeeded): that node alone, so kube-scheduler's
         retry binds there and learns the outcome (bind re-sends the binding; "already assigned" to
@@ -308,7 +318,14 @@ class Extender:
         other node while the earlier binding may stand: under an overloaded API server each such
         retry cost a decision, a refused bind and kube-scheduler's failure write, for every pod
         again and again until the outcome was known (docs/extender.md, "Bind"). When kube-scheduler
-        did not offer ``node`` (it offers a share of the nodes), filter decides as usual."""
+        did not offer ``node`` (it offers a share of the nodes), filter decides as usual.
+
+        The pod's status changed with the failed bind (kube-scheduler wrote it): filter's memory of
+        the earlier decision is kept under the version the retry carries, so the bind's record still
+        says whether it followed the policy."""
+        remembered = self.memory.get(info.uid)
+        if remembered is not None and remembered.info.key == info.key:
+            self.memory.put(info.uid, replace(remembered, info=info))
         self._count("awaiting_bind")
         return self._filter_result(args, [node], {}, {})
 
@@ -345,8 +362,8 @@ class Extender:
         unresolvable: dict[str, str] = {}
         held = self.cache.pods.get(info.uid)
         if held is not None and held.key == info.key:
-            if held.status in (ASSUMED, UNCERTAIN) and held.node in names:
-                return self._awaiting_bind(args, held.node)
+            if held.status in (ASSUMED, UNCERTAIN) and held.node in names and self._may_retry_on(info, held.node):
+                return self._awaiting_bind(args, info, held.node)
             self.cache.unreserve(info.uid)  # a new decision for this pod: its last one no longer holds
         problem = self._rules_problem(info)
         if problem is not None:

@@ -19,7 +19,7 @@ from rlsched.extender.policy import Outcome, Verdict
 from rlsched.extender.settings import ExtenderSettings, PolicySettings
 from rlsched.extender.testing import Harness, make_node, make_pod
 from rlsched.extender.verbs import extender_scores
-from rlsched.extender.wire import ExtenderArgs
+from rlsched.extender.wire import BindingArgs, ExtenderArgs
 from rlsched.policy.decision import Decision
 from rlsched.policy.scorers import NodeScores, Scorer
 
@@ -926,3 +926,45 @@ async def test_binds_api_calls_share_one_deadline() -> None:
     h2.api.get_pod, h2.api.create_binding = slow_get, recorded_create
     await h2.binder.bind(pod["metadata"]["uid"], "default", "p", "v100-0")
     assert given["get"] == READ_TIMEOUT_S and 7.5 < given["write"] <= 7.7
+
+
+async def test_a_node_relabelled_while_a_bind_is_unknown_is_decided_afresh() -> None:
+    """The earlier bind's node now has a card model the pod refuses (a MIG reconfiguration, say): the retry
+    is decided afresh, and a bind there is refused rather than written again."""
+    nodes = [make_node(f"v100-{i}", gpus=4, model="V100M16") for i in range(4)]
+    pod = make_pod("p", gpus=1, gpu_models="V100M16")
+    h = Harness(copy.deepcopy(nodes), [copy.deepcopy(pod)], ExtenderSettings())
+    h.add_pod(pod)
+    uid = pod["metadata"]["uid"]
+    h.api.fail["bind"] = 0.01
+    assert (await h.binder.bind(uid, "default", "p", "v100-3")).result == "uncertain"
+    del h.api.fail["bind"]
+    h.cache.set_node(make_node("v100-3", gpus=4, model="T4", rv="9999"))
+    kept = await h.extender.filter(ExtenderArgs(copy.deepcopy(pod), [n["metadata"]["name"] for n in nodes], None))
+    assert kept["NodeNames"] and kept["NodeNames"][0] != "v100-3"
+    res = await h.binder.bind(uid, "default", "p", "v100-3")
+    assert res.error and "model" in res.error and h.api.pods[("default", "p")]["spec"].get("nodeName") is None
+
+
+async def test_the_bind_after_an_unknown_outcome_is_recorded_against_the_policys_choice() -> None:
+    """kube-scheduler's status write after the failed bind gives the pod a new version; the retried bind's
+    record still says whether it followed the policy."""
+    nodes = [make_node(f"v100-{i}", gpus=4, model="V100M16") for i in range(4)]
+    names = [n["metadata"]["name"] for n in nodes]
+    pod = make_pod("p", gpus=4)
+    h = Harness(copy.deepcopy(nodes), [copy.deepcopy(pod)], ExtenderSettings())
+    h.add_pod(pod)
+    uid = pod["metadata"]["uid"]
+    chosen = (await h.extender.filter(ExtenderArgs(copy.deepcopy(pod), names, None)))["NodeNames"][0]
+    h.api.fail["bind"] = 0.01
+    await h.extender.bind(BindingArgs("p", "default", uid, chosen))
+    del h.api.fail["bind"]
+    retried = copy.deepcopy(pod)
+    retried["metadata"]["resourceVersion"] = "2001"
+    retried["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "SchedulerError"}]
+    h.cache.set_pod(copy.deepcopy(retried))
+    h.api.pods[("default", "p")] = copy.deepcopy(retried)
+    assert (await h.extender.filter(ExtenderArgs(copy.deepcopy(retried), names, None)))["NodeNames"] == [chosen]
+    assert (await h.extender.bind(BindingArgs("p", "default", uid, chosen))) == {"Error": ""}
+    last = h.ring.read(0)["records"][-1]
+    assert last["result"] == "ok" and last["policyNode"] == chosen and last["followedPolicy"] is True

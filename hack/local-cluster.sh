@@ -375,7 +375,8 @@ kubectl_() { "${BIN}/kubectl" --kubeconfig "${ADMIN_KUBECONFIG}" --request-timeo
 # A poll cut short just counts as "not yet".
 KUBECTL_POLL_S=15
 kubectl_poll() {
-  timeout "${KUBECTL_POLL_S}" "${BIN}/kubectl" --kubeconfig "${ADMIN_KUBECONFIG}" --request-timeout=10s "$@"
+  # --foreground: kubectl stays in the script's process group, so Ctrl-C reaches it at once
+  timeout --foreground "${KUBECTL_POLL_S}" "${BIN}/kubectl" --kubeconfig "${ADMIN_KUBECONFIG}" --request-timeout=10s "$@"
 }
 
 # ---------------------------------------------------------------- components

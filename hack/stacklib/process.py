@@ -74,6 +74,15 @@ class Proc:
     def start(self, argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: Path | None = None) -> None:
         if self.alive():
             raise RuntimeError(f"{self.name} already runs (pid {self.pid}); stop it first")
+        record = self.record
+        if record is not None and record.verdict() == "unverified":
+            # Perhaps ours, started by an older version (no start time recorded): starting another
+            # would leave two running and this one never stopped (hack/local-cluster.sh refuses too).
+            raise RuntimeError(
+                f"{self.name}: {self._file('pid')} names pid {record.pid}, which runs {record.exe}, but has no "
+                f"start time (an older version wrote it), so it is not known to be ours. If it is "
+                f"(ps -o pid,lstart,args -p {record.pid}), stop it yourself (kill -- -{record.pid}), then start again"
+            )
         self.cluster.run_dir.mkdir(parents=True, exist_ok=True)
         self.cluster.log_dir.mkdir(parents=True, exist_ok=True)
         # PYTHONSAFEPATH: with cwd at the repository root, `python -m` would otherwise find the `operator/`

@@ -303,6 +303,11 @@ def restart_apiserver(cluster: Any) -> None:
     p = subprocess.Popen(
         ["bash", "-c", f"exec {command}"], stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
     )
+    # hack/local-cluster.sh counts a pid as its process only with the recorded start time: without
+    # it the restarted kube-apiserver would be "another process", not stopped by `down`.
+    from stacklib.common import process_start_time  # on sys.path once rlstack is loaded
+
+    (run / "kube-apiserver.start").write_text(f"{process_start_time(p.pid)}\n")
     (run / "kube-apiserver.pid").write_text(str(p.pid))
     wait_for(
         lambda: cluster.kubectl("get", "--raw", "/readyz", check=False).returncode == 0, 120, "kube-apiserver /readyz"

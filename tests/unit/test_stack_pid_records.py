@@ -145,3 +145,13 @@ def test_a_gone_pid_has_no_start_time() -> None:
     gone.wait()
     assert common.process_start_time(gone.pid) is None
     assert not common.process_running(gone.pid, 1)
+
+
+def test_start_refuses_over_a_pid_file_without_a_start_time(tmp_path: Path, victim: subprocess.Popen[bytes]) -> None:
+    """An older version's pid file whose pid runs our interpreter may be our own process: starting another
+    would leave two running (two operators on one namespace), the first never stopped."""
+    stale_pid_files(tmp_path / "run", "rlsched-operator", victim.pid, None)
+    proc = Proc(rlstack.LocalCluster(tmp_path), "rlsched-operator")
+    with pytest.raises(RuntimeError, match="no start time"):
+        proc.start([sys.executable, "-c", "import time; time.sleep(30)"])
+    assert (tmp_path / "run" / "rlsched-operator.pid").read_text().strip() == str(victim.pid)

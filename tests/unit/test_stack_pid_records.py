@@ -90,11 +90,14 @@ def test_shell_down_leaves_a_reused_pid_alone(
 
 def test_a_started_process_is_recorded_with_its_start_time_and_stopped(tmp_path: Path) -> None:
     cluster = rlstack.LocalCluster(tmp_path)
-    Proc(cluster, "sleeper").start(["sleep", "30"])
+    first = Proc(cluster, "sleeper")
+    first.start(["sleep", "30"])
     later = Proc(cluster, "sleeper")  # another invocation: only the pid files to go by
     record = later.record
     assert record is not None and record.start_time == common.process_start_time(record.pid)
-    assert later.alive() and record.verdict() == "ours"
+    seen = (record, common.proc_stat_fields(record.pid), Path(f"/proc/{record.pid}/cmdline").read_bytes())
+    assert record.verdict() == "ours", seen  # once "not alive" on a loaded machine: say what it saw
+    assert later.alive(), seen
     later.stop()
     assert not running(record.pid)
     assert not any((tmp_path / "run").iterdir())

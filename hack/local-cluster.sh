@@ -308,8 +308,6 @@ start() {
   log "${name}: started pid ${pid} (port $(port_of "${name}"), log ${LOGS}/${name}.log)"
 }
 
-# True while PID exists and is not a zombie (our children are reparented to PID 1 once
-# `up` exits, and it may reap them late).
 # running PID START: true while PID exists, is not a zombie (our children are reparented to PID 1 once
 # `up` exits, and it may reap them late) and started at START (so not a later process with the pid).
 running() {

@@ -31,7 +31,7 @@ from rlsched.policy.feasibility import feasible_mask, fits_on_cards, infeasibili
 from rlsched.policy.resources import MILLI_PER_CARD
 
 from .binder import Binder, BindResult
-from .cache import ASSUMED, RESERVED, UNCERTAIN, ClusterCache
+from .cache import ASSUMED, RESERVED, UNCERTAIN, ClusterCache, Entry
 from .decision_ring import DecisionRing
 from .names import InvalidName, check_node_name, check_pod_ref, check_uid
 from .objects import ObjectError, PodInfo, pod_info
@@ -300,14 +300,13 @@ class Extender:
             else:
                 unresolvable[name] = (REJECTED_NODE + reason)[:MAX_REASON_CHARS]
 
-    def _may_retry_on(self, info: PodInfo, node: str) -> bool:
-        """Whether ``info`` may still go where its earlier bind went: the same request, and a card model it
-        allows (a node relabelled meanwhile, by a MIG reconfiguration say, is decided afresh)."""
-        held = self.cache.pods.get(info.uid)
+    def _may_retry_on(self, info: PodInfo, held: Entry) -> bool:
+        """Whether ``info`` may still go where its earlier bind (``held``) went: the same request, and a card
+        model it allows (a node relabelled meanwhile, by a MIG reconfiguration say, is decided afresh)."""
         state = self.cache.state
-        if held is None or info.spec is None or held.spec != info.spec or state is None:
+        if info.spec is None or held.spec != info.spec or state is None:
             return False
-        idx = state.index.get(node)
+        idx = state.index.get(held.node)
         return idx is not None and bool(state.request(info.spec).model_ok[state.model_id[idx]])
 
     def _awaiting_bind(self, args: ExtenderArgs, info: PodInfo, node: str) -> dict[str, Any]:
@@ -362,7 +361,7 @@ class Extender:
         unresolvable: dict[str, str] = {}
         held = self.cache.pods.get(info.uid)
         if held is not None and held.key == info.key:
-            if held.status in (ASSUMED, UNCERTAIN) and held.node in names and self._may_retry_on(info, held.node):
+            if held.status in (ASSUMED, UNCERTAIN) and held.node in names and self._may_retry_on(info, held):
                 return self._awaiting_bind(args, info, held.node)
             self.cache.unreserve(info.uid)  # a new decision for this pod: its last one no longer holds
         problem = self._rules_problem(info)

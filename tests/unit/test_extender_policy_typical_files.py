@@ -52,15 +52,20 @@ def engine(files: Files, metrics: Metrics | None = None, **settings: Any) -> Pol
     return e
 
 
+def active_engine(tmp_path: Path) -> tuple[Files, Metrics, PolicyEngine]:
+    """An engine started from a policy file that says ``mode: active``, and its files and metrics."""
+    files, metrics = Files(tmp_path), Metrics()
+    files.write("mode: active\n")
+    return files, metrics, engine(files, metrics)
+
+
 # -- typicalPodsPath ---------------------------------------------------------------------------------
 
 
 def test_a_fifo_as_typical_pods_path_is_refused_without_stalling_the_event_loop(tmp_path: Path) -> None:
     """The typical pods file was opened and read on the event loop: a FIFO named in a hot-reloaded
     policy file stalled every verb until something wrote to it (here after 2 s; in life, never)."""
-    files, metrics = Files(tmp_path), Metrics()
-    files.write("mode: active\n")
-    e = engine(files, metrics)
+    files, metrics, e = active_engine(tmp_path)
     fifo = tmp_path / "typical.fifo"
     os.mkfifo(fifo)
     stop = threading.Event()
@@ -261,9 +266,7 @@ def test_a_deeply_nested_typical_pods_file_rejects_its_policy_file(tmp_path: Pat
     deep.write_text("[" * 200_000 + "]" * 200_000)
     with pytest.raises(ConfigError, match="nested too deeply"):
         load_typical(str(deep))
-    files, metrics = Files(tmp_path), Metrics()
-    files.write("mode: active\n")
-    e = engine(files, metrics)
+    files, metrics, e = active_engine(tmp_path)
     files.write(f"mode: shadow\ntypicalPodsPath: {deep}\n")
     asyncio.run(e.poll())
     assert "nested too deeply" in (e.settings_error or "") and reloads(metrics, "error") == 1
@@ -276,9 +279,7 @@ def test_a_deeply_nested_typical_pods_file_rejects_its_policy_file(tmp_path: Pat
 def test_a_deeply_nested_policy_file_is_rejected(tmp_path: Path) -> None:
     """The policy file's YAML nested a few hundred deep made the YAML loader raise RecursionError: the
     same escape from poll and start as a deeply nested typical pods file."""
-    files, metrics = Files(tmp_path), Metrics()
-    files.write("mode: active\n")
-    e = engine(files, metrics)
+    files, metrics, e = active_engine(tmp_path)
     files.write("mode: shadow\nx: " + "[" * 5_000 + "]" * 5_000 + "\n")
     asyncio.run(e.poll())
     assert "nested too deeply" in (e.settings_error or "") and reloads(metrics, "error") == 1
@@ -293,9 +294,7 @@ def test_any_error_reading_the_policy_file_is_a_policy_file_failure(
     """Only ConfigError was handled: anything else raised while reading the file escaped poll after it
     was recorded as seen, so the file was neither applied nor retried and /status showed nothing. Now it
     is reported like any bad file (shown, counted, logged once) and the previous settings stay."""
-    files, metrics = Files(tmp_path), Metrics()
-    files.write("mode: active\n")
-    e = engine(files, metrics)
+    files, metrics, e = active_engine(tmp_path)
     real = policy_module.load_policy_file
 
     def broken(path: Any, base: PolicySettings) -> PolicySettings:
@@ -335,9 +334,7 @@ def test_a_typical_pods_file_with_too_many_groups_is_refused(tmp_path: Path) -> 
     assert len(load_typical(str(most))) == cap
     with pytest.raises(ConfigError, match=f"at most {cap:,}"):
         load_typical(str(over))
-    files, metrics = Files(tmp_path), Metrics()
-    files.write("mode: active\n")
-    e = engine(files, metrics)
+    files, metrics, e = active_engine(tmp_path)
     files.write(f"mode: shadow\ntypicalPodsPath: {over}\n")
     asyncio.run(e.poll())
     assert f"at most {cap:,}" in (e.settings_error or "") and reloads(metrics, "error") == 1

@@ -9,6 +9,7 @@ import json
 import logging
 import math
 import threading
+from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import Any
 
@@ -119,6 +120,26 @@ def test_non_finite_usage_never_reaches_the_published_series(le: ModuleType, tex
     assert all(math.isfinite(v) for v in exp.nodes["a"].counters.values())
 
 
+def healthz_before_and_after(
+    exp: Any, meanwhile: Callable[[], Awaitable[None]], then: Callable[[], Any] = lambda: None
+) -> tuple[tuple[int, str], tuple[int, str]]:
+    """``/healthz`` after the refresh loop's first good refresh, and again once ``meanwhile`` returns;
+    ``then`` runs before the loop is cancelled."""
+
+    async def run() -> tuple[tuple[int, str], tuple[int, str]]:
+        task = asyncio.create_task(exp.loop())
+        while exp.refreshes == 0:
+            await asyncio.sleep(0.001)
+        first = await get(exp, "/healthz")
+        await meanwhile()
+        later = await get(exp, "/healthz")
+        then()
+        task.cancel()
+        return first, later
+
+    return asyncio.run(run())
+
+
 def test_healthz_says_when_the_refresh_keeps_failing(le: ModuleType) -> None:
     """After a first good refresh /healthz used to say ok for ever, however many refreshes failed since."""
     exp = exporter(le, usage_mode=False, refresh=0.001)
@@ -132,18 +153,11 @@ def test_healthz_says_when_the_refresh_keeps_failing(le: ModuleType) -> None:
 
     exp.fetch = fetch
 
-    async def run() -> tuple[tuple[int, str], tuple[int, str]]:
-        task = asyncio.create_task(exp.loop())
-        while exp.refreshes == 0:
-            await asyncio.sleep(0.001)
-        first = await get(exp, "/healthz")
+    async def five_failures() -> None:
         while exp.errors < 5:
             await asyncio.sleep(0.001)
-        later = await get(exp, "/healthz")
-        task.cancel()
-        return first, later
 
-    first, later = asyncio.run(run())
+    first, later = healthz_before_and_after(exp, five_failures)
     assert first[0] == 200
     assert later[0] == 503 and "the API server is gone" in later[1]
 
@@ -240,17 +254,9 @@ def test_healthz_says_when_a_refresh_hangs(le: ModuleType, monkeypatch: pytest.M
 
     exp.fetch = fetch
 
-    async def run() -> tuple[tuple[int, str], tuple[int, str]]:
-        task = asyncio.create_task(exp.loop())
-        while exp.refreshes == 0:
-            await asyncio.sleep(0.001)
-        first = await get(exp, "/healthz")
+    async def stalled() -> None:
         await asyncio.sleep(1.0)  # far past 3 × 0.01 + 2 × 0.05 s
-        later = await get(exp, "/healthz")
-        release.set()
-        task.cancel()
-        return first, later
 
-    first, later = asyncio.run(run())
+    first, later = healthz_before_and_after(exp, stalled, then=release.set)
     assert first[0] == 200
     assert later[0] == 503 and "no successful refresh" in later[1]

@@ -770,6 +770,18 @@ async def test_a_policy_created_again_under_the_same_name_is_not_taken_for_its_r
 # -- an extender lost after the publish, try after try; rollback marks of older operators ----------
 
 
+async def _v1_rolled_out_then_a_crashing_v2(memo: kopf.Memo, kube: FakeKube, ext: EngineExtender) -> tuple[dict, dict]:
+    """Model v1 rolled out (generation 1), and the spec of a v2 that crashes the extender once published
+    (:func:`_crashes_on`); returns that spec and the status after v1."""
+    add_model(kube, "good", fake_model("v1"))
+    add_model(kube, "crash", fake_model("v2-crashes-the-extender"))
+    s1 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "good", "key": "m.npz"}}}
+    s2 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "crash", "key": "m.npz"}}}
+    status = status_after(await call(handlers.reconcile, body(s1), memo))
+    _crashes_on(memo, ext, "configmap crash/m.npz")
+    return s2, status
+
+
 def _crashes_on(memo: kopf.Memo, ext: EngineExtender, source: str) -> None:
     """Once the current slot names ``source``, the extender answers once per publish (the old bundle:
     it has not read the new one yet) and then never again — a model that OOM-kills it while loading."""
@@ -802,12 +814,7 @@ async def test_a_model_that_crashes_the_extender_is_rolled_back_on_the_third_try
     never rolled back. Three such tries of the generation (counted in status.lostAfterPublish) roll back
     with ExtenderLostAfterPublish; a run again after a restart reports that reason from the mark."""
     memo, kube, ext, events = env
-    add_model(kube, "good", fake_model("v1"))
-    add_model(kube, "crash", fake_model("v2-crashes-the-extender"))
-    s1 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "good", "key": "m.npz"}}}
-    s2 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "crash", "key": "m.npz"}}}
-    status = status_after(await call(handlers.reconcile, body(s1), memo))
-    _crashes_on(memo, ext, "configmap crash/m.npz")
+    s2, status = await _v1_rolled_out_then_a_crashing_v2(memo, kube, ext)
     events.clear()
     for retry in (0, 1):
         patch = kopf.Patch()
@@ -859,12 +866,7 @@ async def test_an_api_hiccup_between_lost_tries_does_not_start_the_count_over(en
     from rlsched.operator.sink import LAST_GOOD
 
     memo, kube, ext, events = env
-    add_model(kube, "good", fake_model("v1"))
-    add_model(kube, "crash", fake_model("v2-crashes-the-extender"))
-    s1 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "good", "key": "m.npz"}}}
-    s2 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "crash", "key": "m.npz"}}}
-    status = status_after(await call(handlers.reconcile, body(s1), memo))
-    _crashes_on(memo, ext, "configmap crash/m.npz")
+    s2, status = await _v1_rolled_out_then_a_crashing_v2(memo, kube, ext)
     sink = memo.runtime.sink
     real_read, fail = sink.read, {"last_good": 0}
 

@@ -584,6 +584,13 @@ class Bench:
             mode["bindingWriteP50Ms"], mode["bindingWriteP99Ms"] = self.q_ms(write)
             if mode["extenderBindP50Ms"] and mode["bindingWriteP50Ms"]:
                 mode["extenderBindOverWriteP50"] = round(mode["extenderBindP50Ms"] / mode["bindingWriteP50Ms"], 2)
+            # Calls that waited for one of the extender's API connections (all busy): how many and how long.
+            slot = diff(
+                histogram(ext1, "rlsched_extender_api_slot_wait_seconds"),
+                histogram(ext0, "rlsched_extender_api_slot_wait_seconds"),
+            )
+            mode["apiSlotWaits"] = int(slot[-1][1]) if slot else 0
+            mode["apiSlotWaitP50Ms"], mode["apiSlotWaitP99Ms"] = self.q_ms(slot)
             results = {}
             for line in ext1.splitlines():
                 m = re.match(r'rlsched_extender_binds_total\{result="(\w+)"\} (\S+)', line)

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from rlsched.policy.feasibility import fits_on, infeasibility_reason
 
 from .cache import ASSUMED, BOUND, RESERVED, UNCERTAIN, ClusterCache
-from .kubeapi import ApiError
+from .kubeapi import NOT_SENT, ApiError
 from .names import InvalidName, check_node_name, check_pod_ref, check_uid
 from .node_rules import NO_RULES, PodRules, pod_rules, refusal
 from .objects import PodInfo, assignment_annotations, pod_info
@@ -357,10 +357,12 @@ class Binder:
                 self.cache.forget(uid)  # another pod under this name now: this one's cards are free
             where = f" to node {current.node_name}" if current is not None and current.node_name else ""
             return BindResult(f"pod {key} is already bound{where}: {exc.message}", node, result="error")
-        if exc.status == 0 or exc.status >= 500:
+        never_sent = exc.reason == NOT_SENT and not (entry is not None and entry.bind_done)
+        if (exc.status == 0 or exc.status >= 500) and not never_sent:
             # Timeout, connection lost, or a server-side error (etcd timed out, a proxy's 502/504 after
             # forwarding the write): the binding may exist, so its cards stay held until the watch
-            # tells. A 4xx (429 included) is a definite no.
+            # tells. A 4xx (429 included) is a definite no, and so is a write that was never sent —
+            # unless an earlier bind of this pod may have written one (bind_done on a retry).
             if entry is not None:
                 entry.status, entry.since = UNCERTAIN, self.cache.clock()
                 self.cache.count_running(uid)

@@ -52,6 +52,16 @@ MAX_WATCH_LINE_BYTES = 16 << 20
 """The longest watch event (one line) read: 16 MiB. kube-apiserver stores no object larger than etcd's
 default request limit (~1.5 MiB), and an event is one object, so a line far longer is a broken stream
 (a proxy, a hostile endpoint): it ends the watch as a bad event instead of filling memory."""
+CALL_SLOTS = 64
+"""The most calls (everything but watches) in flight at once, one HTTP/1.1 connection each.
+kube-scheduler starts a bind per pod without waiting for the previous one; with 16 a burst of binds
+queued for a connection inside each write's timeout, timed out, was retried and melted down (500
+pods at once: 60 bound in 4 min; with 64: all in 12 s — docs/benchmarks.md). A call waits for a slot
+here, not inside aiohttp's pool, so a call that ran out of time waiting is known never to have been
+sent (``ApiError.reason`` "NotSent")."""
+NOT_SENT = "NotSent"
+"""``ApiError.reason`` of a call that never reached the API server: no slot in time, or no connection
+could be made. Its outcome is known (nothing was written), unlike a timeout after sending."""
 
 
 class ApiError(Exception):
@@ -88,6 +98,9 @@ class KubeApi:
         self._refresh_errors = EveryFewSeconds(60.0)
         self._session: aiohttp.ClientSession | None = None
         self._header_cache: dict[tuple[str | None, str | None], dict[str, str]] = {}
+        self._slots: asyncio.Semaphore | None = None
+        self.on_slot_wait: Callable[[float], None] | None = None
+        """Called with the seconds a call waited for a free slot (only calls that had to wait)."""
 
     @classmethod
     def from_settings(cls, settings: KubeSettings) -> KubeApi:
@@ -156,15 +169,34 @@ class KubeApi:
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            # HTTP/1.1: one connection per request in flight. kube-scheduler starts a bind per pod without
-            # waiting for the previous one; with 16 connections a burst of binds queued for a
-            # connection inside each write's 2 s timeout, timed out, was retried and melted down
-            # (500 pods at once: 60 bound in 4 min; with 64: all in 12 s — docs/benchmarks.md).
-            connector = aiohttp.TCPConnector(ssl=self.ssl_context if self.ssl_context is not None else False, limit=64)
+            # No limit in the pool: calls are bounded by CALL_SLOTS (request()), the watches by their count.
+            connector = aiohttp.TCPConnector(ssl=self.ssl_context if self.ssl_context is not None else False, limit=0)
             self._session = aiohttp.ClientSession(
                 connector=connector, json_serialize=lambda o: orjson.dumps(o).decode()
             )
         return self._session
+
+    async def _take_slot(self, method: str, path: str, timeout: float) -> tuple[asyncio.Semaphore, float]:
+        """Wait (at most ``timeout`` s) for one of the CALL_SLOTS; returns the slots (to release one to)
+        and the seconds waited. Raises ApiError NotSent when none came free in time."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(CALL_SLOTS)
+        slots = self._slots
+        if not slots.locked():
+            await slots.acquire()  # a free slot: taken without waiting
+            return slots, 0.0
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(timeout):
+                await slots.acquire()
+        except TimeoutError:
+            raise ApiError(
+                0, NOT_SENT, f"{method} {path}: not sent: all {CALL_SLOTS} connections were busy for {timeout:g} s"
+            ) from None
+        waited = time.monotonic() - started
+        if self.on_slot_wait is not None:
+            self.on_slot_wait(waited)
+        return slots, waited
 
     async def close(self) -> None:
         if self._session is not None:
@@ -229,13 +261,14 @@ class KubeApi:
     ) -> Any:
         """One call; raises :class:`ApiError` (status 0 when the server cannot be reached)."""
         data = orjson.dumps(body) if body is not None else None
+        slots, waited = await self._take_slot(method, path, timeout)
         try:
             async with self.session().request(
                 method,
                 self._url(path),
                 data=data,
                 headers=self._headers(content_type if data is not None else None),
-                timeout=aiohttp.ClientTimeout(total=timeout),
+                timeout=aiohttp.ClientTimeout(total=max(timeout - waited, 0.001)),
                 server_hostname=self.server_hostname,
             ) as resp:
                 if resp.status >= 400:
@@ -252,10 +285,17 @@ class KubeApi:
             raise ApiError(0, "TooLong", f"{method} {path}: {exc}") from None
         except TimeoutError:
             raise ApiError(0, "Timeout", f"{method} {path}: no answer from {self.host} within {timeout:g} s") from None
+        except aiohttp.ClientConnectorError as exc:
+            # No connection could be made (refused, DNS, TLS handshake): the request never left.
+            raise ApiError(
+                0, NOT_SENT, f"{method} {path}: cannot reach the API server at {self.host} (not sent): {exc}"
+            ) from None
         except aiohttp.ClientError as exc:
             raise ApiError(
                 0, "Unreachable", f"{method} {path}: cannot reach the API server at {self.host}: {exc}"
             ) from None
+        finally:
+            slots.release()
 
     async def list(self, path: str, timeout: float = 60.0, limit: int = 500) -> tuple[list[dict[str, Any]], str]:
         """All items of a collection (paginated) and the list's resourceVersion. A server that hands out

@@ -94,6 +94,13 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.api_slot_wait = Histogram(
+            "rlsched_extender_api_slot_wait_seconds",
+            "Time a call to the API server waited for one of the extender's connections (only calls that "
+            "had to wait: all were busy)",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.preempt_nodes = Counter(
             "rlsched_extender_preempt_nodes_total", "Preemption candidates kept or dropped", ["result"], registry=r
         )

@@ -96,6 +96,8 @@ class Service:
         self.informers: list[Informer] = []
         self.gc_pause = GcPause()
         """The process's pause of the cyclic GC: the verbs' and the two informers' lists share it."""
+        if isinstance(api, KubeApi):
+            api.on_slot_wait = metrics.api_slot_wait.observe
         if api is not None:
             self.informers = [
                 Informer(

@@ -1,0 +1,102 @@
+"""The API client's call slots: a call that found every connection busy until its time ran out was
+never sent, and bind knows then that nothing was written."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from rlsched.extender import kubeapi
+from rlsched.extender.kubeapi import NOT_SENT, ApiError, KubeApi
+from rlsched.extender.testing import Harness, make_node, make_pod
+from rlsched.extender.wire import BindingArgs
+
+
+class SlowBindings:
+    """A binding endpoint that holds every request until ``go`` is set, counting what arrived."""
+
+    def __init__(self) -> None:
+        self.arrived: list[str] = []
+        self.go = asyncio.Event()
+        self.app = web.Application()
+        self.app.router.add_post("/api/v1/namespaces/{ns}/pods/{name}/binding", self.bind)
+
+    async def bind(self, request: web.Request) -> web.Response:
+        self.arrived.append(request.match_info["name"])
+        await self.go.wait()
+        return web.json_response({"kind": "Status", "status": "Success", "code": 201}, status=201)
+
+
+async def test_a_call_that_waits_out_its_time_for_a_slot_is_not_sent(monkeypatch) -> None:
+    monkeypatch.setattr(kubeapi, "CALL_SLOTS", 1)
+    fake = SlowBindings()
+    waits: list[float] = []
+    async with TestServer(fake.app) as ts:
+        api = KubeApi(str(ts.make_url("")), None, lambda: None)
+        api.on_slot_wait = waits.append
+        first = asyncio.create_task(api.create_binding("default", "a", "uid-a", "n", 5.0))
+        while fake.arrived != ["a"]:
+            await asyncio.sleep(0.01)
+        with pytest.raises(ApiError) as info:
+            await api.create_binding("default", "b", "uid-b", "n", 0.2)
+        assert info.value.status == 0 and info.value.reason == NOT_SENT and "not sent" in str(info.value)
+        third = asyncio.create_task(api.create_binding("default", "c", "uid-c", "n", 5.0))
+        await asyncio.sleep(0.05)
+        assert fake.arrived == ["a"]  # b never left; c waits for a's slot
+        fake.go.set()
+        await first
+        await third
+        await api.close()
+    assert fake.arrived == ["a", "c"]
+    assert len(waits) == 1 and waits[0] > 0  # c waited and was counted; b ran out of time, a never waited
+
+
+async def test_a_refused_connection_is_not_sent() -> None:
+    api = KubeApi("http://127.0.0.1:1", None, lambda: None)
+    with pytest.raises(ApiError) as info:
+        await api.create_binding("default", "p", "uid-p", "n", 2.0)
+    await api.close()
+    assert info.value.status == 0 and info.value.reason == NOT_SENT
+
+
+async def test_a_timeout_after_sending_is_not_a_not_sent(monkeypatch) -> None:
+    fake = SlowBindings()
+    async with TestServer(fake.app) as ts:
+        api = KubeApi(str(ts.make_url("")), None, lambda: None)
+        with pytest.raises(ApiError) as info:
+            await api.create_binding("default", "a", "uid-a", "n", 0.2)
+        fake.go.set()
+        await api.close()
+    assert fake.arrived == ["a"] and info.value.reason == "Timeout"
+
+
+def _one_card_harness() -> tuple[Harness, dict]:
+    h = Harness([make_node("b", gpus=1)], [])
+    p = h.add_pod(make_pod("p", uid="p", gpus=1))
+    h.cache.set_pod(dict(p))
+    return h, p
+
+
+async def test_a_binding_never_sent_frees_the_cards() -> None:
+    """Nothing was written: the card is free for the next pod at once, not held for the uncertain TTL."""
+    h, _ = _one_card_harness()
+    h.api.fail["bind"] = ApiError(0, NOT_SENT, "POST …/binding: not sent: all 64 connections were busy")
+    result = await h.extender.bind(BindingArgs("p", "default", "p", "b"))
+    assert "not sent" in result["Error"]
+    assert "p" not in h.cache.pods or h.cache.pods["p"].status not in ("uncertain", "assumed")
+    assert h.cache.state.full_free[0] == 1
+
+
+async def test_a_retry_never_sent_after_an_unknown_outcome_keeps_the_cards_held() -> None:
+    """The first binding may have been written; the retry's write never left, so that is still unknown."""
+    h, _ = _one_card_harness()
+    h.api.fail["bind"] = ApiError(0, "Timeout", "no answer")
+    await h.extender.bind(BindingArgs("p", "default", "p", "b"))
+    assert h.cache.pods["p"].status == "uncertain"
+    h.api.fail["bind"] = ApiError(0, NOT_SENT, "not sent")
+    result = await h.extender.bind(BindingArgs("p", "default", "p", "b"))
+    assert "cards stay reserved" in result["Error"]
+    assert h.cache.pods["p"].status == "uncertain" and h.cache.state.full_free[0] == 0

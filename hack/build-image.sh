@@ -15,6 +15,10 @@
 # host network so that pip reaches the package index. Prints the image's size at the end. The build
 # stage stays tagged localhost/rl-scheduler-build:cache (the layer cache of the next build); untagged
 # earlier images and build stages of this Dockerfile are pruned.
+# Running the image on a host where podman cannot set its default rlimits (a sandboxed build host;
+# tests/e2e/test_image.py does this): CONTAINERS_CONF naming a file with `[containers]` /
+# `default_ulimits = []`, then
+# `podman --cgroup-manager=cgroupfs run --rm --runtime /usr/sbin/runc --ulimit host --network host IMAGE ...`.
 # Needs: podman, runc, debootstrap (hack/install-system-deps.sh --containers), root.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -37,7 +37,7 @@ def test_service_and_network_policy_use_numeric_ports_of_the_pod(tmp_path: Path,
     targets = {p["name"]: p["targetPort"] for p in service["spec"]["ports"]}
     assert targets == declared  # the number each container declares, not its name
 
-    policy = find(objs, "NetworkPolicy")
+    policy = find(objs, "NetworkPolicy", "-scheduler")
     ports = [p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]]
     assert ports and all(isinstance(p, int) for p in ports), ports
     assert set(ports) <= set(declared.values())

@@ -449,13 +449,14 @@ def test_status_port_is_authenticated_and_fenced_by_default(tmp_path) -> None:
     assert not [
         o for o in objs if o["kind"] == "ClusterRoleBinding" and o["metadata"]["name"].endswith("-metrics-reader")
     ]
-    assert find(objs, "NetworkPolicy")["spec"]["policyTypes"] == ["Ingress"]
+    assert find(objs, "NetworkPolicy", "-scheduler")["spec"]["policyTypes"] == ["Ingress"]
 
     prom = {
         "metrics": {
             "serviceMonitor": {"enabled": True},
             "reader": {"serviceAccounts": [{"name": "prometheus-k8s", "namespace": "monitoring"}]},
-        }
+        },
+        "networkPolicy": {"metricsFrom": [{"namespaceSelector": {}}]},  # the chart refuses a fenced-off scrape
     }
     objs = render(tmp_path, prom)
     binding = find(objs, "ClusterRoleBinding", "-metrics-reader")

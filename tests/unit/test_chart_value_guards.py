@@ -6,6 +6,8 @@ that cannot work or that double-allocates GPUs:
 - extender.config keys that other objects follow from first-class values (server.port,
   server.statusPort, server.statusHost, kubernetes.schedulerName, policyFile): the scheduler's
   urlPrefix, the container port, the Service, the probes and the operator would disagree with them;
+- extender.config.server.tls: the chart's KubeSchedulerConfiguration calls the loopback verbs over
+  plain HTTP (enableHTTPS false), so a TLS verb listener would fail every pod of the profile;
 - scheduler.config.leaderElect=false with more than one replica (or a rolling update): two schedulers
   with two extenders and two in-memory card accountings would give the same card share twice.
 """
@@ -66,10 +68,14 @@ def test_watch_namespaces_are_not_checked_without_the_operator(tmp_path: Path) -
         ({"server": {"port": 9000}}, "extender.config.server.port: set extender.port instead"),
         ({"server": {"statusPort": 9001}}, "extender.config.server.statusPort: set extender.statusPort instead"),
         ({"server": {"statusHost": "127.0.0.1"}}, "extender.config.server.statusHost: the chart listens on 0.0.0.0"),
+        (
+            {"server": {"tls": {"certFile": "/t/c.pem", "keyFile": "/t/k.pem", "clientCaFile": "/t/ca.pem"}}},
+            "extender.config.server.tls: the chart's kube-scheduler calls the verbs over plain HTTP",
+        ),
         ({"kubernetes": {"schedulerName": "other"}}, "extender.config.kubernetes.schedulerName: set schedulerName"),
         ({"policyFile": "/etc/p.yaml"}, "extender.config.policyFile: set extender.policyMountPath instead"),
     ],
-    ids=["port", "statusPort", "statusHost", "schedulerName", "policyFile"],
+    ids=["port", "statusPort", "statusHost", "tls", "schedulerName", "policyFile"],
 )
 def test_extender_config_keys_with_a_first_class_value_are_refused(tmp_path: Path, config: dict, message: str) -> None:
     assert message in refusal(tmp_path, {"extender": {"config": config}})

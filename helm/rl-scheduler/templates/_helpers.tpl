@@ -204,7 +204,8 @@ The extender's settings file (extender/settings.py keys). extender.config is dee
 {{/*
 Keys of extender.config the rest of the chart depends on: the scheduler's urlPrefix, the container
 port, the Service, the NetworkPolicy and the probes follow the first-class values, so setting these
-in extender.config would silently disagree with them. Fail, naming the value to use.
+in extender.config would silently disagree with them. server.tls has no first-class value: the
+scheduler configuration calls the loopback verbs over plain HTTP. Fail, naming the value to use.
 */}}
 {{- define "rl-scheduler.checkExtenderConfig" -}}
 {{- $c := .Values.extender.config | default dict -}}
@@ -214,6 +215,7 @@ in extender.config would silently disagree with them. Fail, naming the value to 
   (list (hasKey $server "port") "server.port" "set extender.port instead (the scheduler's urlPrefix follows it)")
   (list (hasKey $server "statusPort") "server.statusPort" "set extender.statusPort instead (the container port, the Service, the NetworkPolicy and the probes follow it)")
   (list (hasKey $server "statusHost") "server.statusHost" "the chart listens on 0.0.0.0 so that the Service and the kubelet's probes reach the status port; it has no value for this")
+  (list (hasKey $server "tls") "server.tls" "the chart's kube-scheduler calls the verbs over plain HTTP on loopback (enableHTTPS false, an http:// urlPrefix), so a TLS listener would fail every pod of the profile; the verbs never leave the pod, where mutual TLS adds nothing: remove it")
   (list (hasKey $kube "schedulerName") "kubernetes.schedulerName" "set schedulerName instead (the scheduler profile and the operator follow it)")
   (list (hasKey $c "policyFile") "policyFile" "set extender.policyMountPath instead (the policy ConfigMap is mounted there and the operator writes to it)")
 -}}

@@ -25,10 +25,32 @@ import numpy as np
 from rlsched.policy.env import EnvConfig, RewardConfig, SchedulingCore
 from rlsched.policy.features import FeatureEncoder
 from rlsched.policy.learned import DEFAULT_MODEL, load_learned_scorer
-from rlsched.policy.network import group_offsets, log_softmax
+from rlsched.policy.network import PolicyNetwork, group_offsets, log_softmax
 from rlsched.policy.ppo.vine import group_node, play_out, policy_step
 from rlsched.policy.trace import OPENB_NODES, OPENB_PODS, load_nodes, load_pods, openb_default
 from rlsched.policy.typical import typical_pods
+
+
+def teach(
+    net: PolicyNetwork, core: SchedulingCore, rank: float, mode: str, actions: int
+) -> tuple[int, int, np.ndarray]:
+    """The teacher's decision at ``core``'s pending pod: (the best group, the model's own pick, the
+    return of each tried group). The model's pick is drawn first (in ``sample`` mode it takes one draw
+    from the random stream, as the model's own play does at every decision); the copies are made
+    after it, so each copy and the trajectory then played share every later draw: the return judged
+    for the group kept is the return ``core`` then gets."""
+    cand = core.candidates
+    s = net.scores(cand.features, cand.prior)
+    lp = log_softmax(s + group_offsets(cand.group, core.rank_frac[cand.nodes], rank, cand.num_groups))
+    tried = np.argsort(-lp, kind="stable")[:actions]
+    _, own = policy_step(net, core, rank, mode)
+    snapshot = pickle.dumps(core)
+    returns = []
+    for g in tried:
+        branch = pickle.loads(snapshot)
+        reward, _ = branch.step_node(group_node(branch, int(g)))
+        returns.append(reward + play_out(net, branch, rank, mode))
+    return int(tried[int(np.argmax(returns))]), own, np.array(returns)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,19 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     while not core.done:
         cand = core.candidates
         if lo * core.capacity <= core.arrived <= hi * core.capacity and cand.num_groups > 1:
-            s = net.scores(cand.features, cand.prior)
-            lp = log_softmax(s + group_offsets(cand.group, core.rank_frac[cand.nodes], rank, cand.num_groups))
-            tried = np.argsort(-lp, kind="stable")[: args.actions]
-            snapshot = pickle.dumps(core)
-            returns = []
-            for g in tried:
-                branch = pickle.loads(snapshot)
-                reward, _ = branch.step_node(group_node(branch, int(g)))
-                returns.append(reward + play_out(net, branch, rank, args.mode))
-            _, own = policy_step(
-                net, core, rank, args.mode
-            )  # the model's pick (consumes its random draw, as in the copies)
-            best = int(tried[int(np.argmax(returns))])
+            best, own, _ = teach(net, core, rank, args.mode, args.actions)
             decided += 1
             changed += int(best != own)
             core.step_node(group_node(core, best))

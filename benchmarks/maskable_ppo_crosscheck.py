@@ -53,7 +53,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -64,6 +64,9 @@ from rlsched.policy.learned import DEFAULT_MODEL
 from rlsched.policy.simulator import run_fgd_protocol
 from rlsched.policy.trace import OPENB_NODES, OPENB_PODS, dump_generic, load_nodes, load_pods, openb_default
 from rlsched.policy.typical import TypicalPods, typical_pods
+
+if TYPE_CHECKING:
+    from rlsched.policy.ppo.config import Args
 
 RUNS = ("maskable", "ours", "ours-noprior", "ours-init")
 BASELINES = ("random", "fgd", "fgd-cpu", "bestfit")
@@ -263,13 +266,13 @@ def run_maskable(
 # -- our trainer ----------------------------------------------------------------------------------
 
 
-def run_ours(
-    variant: str, cluster_file: Path, typical: TypicalPods, a: argparse.Namespace, seed: int
-) -> dict[str, Any]:
+def ours_args(variant: str, cluster_file: Path, a: argparse.Namespace, seed: int) -> Args:
+    """The settings of our trainer's run, as ``train`` will use them: prepared as it prepares them
+    (``prepare_args``: a run from ``--init-model`` takes that model's rank and prior scales, widths and
+    CPU weight), so the start model exported from them is the policy the run starts from."""
     from rlsched.policy.ppo.config import Args
-    from rlsched.policy.ppo.trainer import export, new_agent, seed_everything, train
+    from rlsched.policy.ppo.trainer import prepare_args
 
-    out = Path(a.out) / "ours"
     args = Args(
         exp_name=variant,
         seed=seed,
@@ -294,19 +297,37 @@ def run_ours(
         end_at=END_AT,
         frag_weight=a.frag_weight,
         eval_every=0,
-        out_dir=str(out),
+        out_dir=str(Path(a.out) / "ours"),
         progress=False,
     )
     if variant == "ours-noprior":
         args.prior_scale = args.rank_scale = 0.0
     if variant == "ours-init":
         args.init_model = str(a.init_model)
-    # the starting policy: the same initial weights as the run (seed_everything, then new_agent, as train does)
+    prepared, _ = prepare_args(args)
+    return prepared
+
+
+def export_start(variant: str, args: Args, typical: TypicalPods, seed: int) -> Path:
+    """The starting policy, exported: the same initial weights as the run (seed_everything, then
+    new_agent, as train does, from the same prepared ``args``)."""
+    from rlsched.policy.ppo.trainer import export, new_agent, seed_everything
+
     seed_everything(args)
+    out = Path(args.out_dir)
     start_path = out / f"{variant}-s{seed}-start.npz"
     start_path.parent.mkdir(parents=True, exist_ok=True)
     export(new_agent(args), args, start_path, {"start": True}, typical.to_json(), f"{variant}-s{seed}-start")
-    start = eval_policy(f"ppo:{start_path}", a)
+    return start_path
+
+
+def run_ours(
+    variant: str, cluster_file: Path, typical: TypicalPods, a: argparse.Namespace, seed: int
+) -> dict[str, Any]:
+    from rlsched.policy.ppo.trainer import train
+
+    args = ours_args(variant, cluster_file, a, seed)
+    start = eval_policy(f"ppo:{export_start(variant, args, typical, seed)}", a)
     t0, c0 = time.time(), time.process_time()
     result = train(args)
     wall, cpu = time.time() - t0, time.process_time() - c0

@@ -242,7 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nodes", help="node list (default: the openb node list in $RLSCHED_OPENB_DIR)")
     p.add_argument("--pods", help="pod list (default: the openb default trace in $RLSCHED_OPENB_DIR)")
     p.add_argument("--policy", default="fgd,ppo:policy/models/ppo-openb-default.npz")
-    p.add_argument("--percentages", default="100,50,0,20,10", help="percentageOfNodesToScore values (0: adaptive)")
+    p.add_argument(
+        "--percentages",
+        default="100,50,0,20,10",
+        help="percentageOfNodesToScore values (0: adaptive); 100 must be one: every setting is compared with it",
+    )
     p.add_argument("--seeds", default="42-51")
     p.add_argument("--mode", choices=sorted(METRICS), default="fgd", help="the FGD protocol, or the living cluster")
     p.add_argument("--target", type=float, default=DEFAULT_TARGET, help="fgd: inflation target")
@@ -252,12 +256,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="write every run and the summary here")
     args = p.parse_args(argv)
     try:
+        percentages = [int(x) for x in args.percentages.split(",")]
+    except ValueError:
+        p.error(f"--percentages: comma-separated integers, got {args.percentages!r}")
+    if 100 not in percentages:
+        p.error(f"--percentages must include 100, the setting every other is compared with (got {args.percentages})")
+    try:
         args.nodes = openb_default(args.nodes, "--nodes", OPENB_NODES)
         args.pods = openb_default(args.pods, "--pods", OPENB_PODS)
     except ValueError as exc:
         p.error(str(exc))
     policies = [x for x in args.policy.split(",") if x]
-    percentages = [int(x) for x in args.percentages.split(",")]
     seeds = parse_seeds(args.seeds)
     key, column, sign = METRICS[args.mode]
     t0 = time.time()

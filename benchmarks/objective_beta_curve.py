@@ -9,8 +9,9 @@ weighs them; this script recomputes it for each β (other weights from ``--objec
 SchedulingPolicy file, else the defaults) and prints, per β, each policy's median over seeds, the
 best policy and how many seeds it wins against the runner-up. It does not retrain anything: a
 learned policy keeps the weights it was trained with, so the curve says which of the *given*
-policies a cluster with that β should serve. Runs are paired by seed (common random numbers); a
-policy missing a seed another has is left out with a warning.
+policies a cluster with that β should serve. Runs are paired by seed (common random numbers): only
+the seeds every policy has are compared, and a seed some policy lacks is left out with a warning (use
+``--exclude`` to drop a policy instead). When no seed is shared by all policies it stops with an error.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ def curve(
 ) -> tuple[list[int], list[dict[str, Any]]]:
     """The seeds every policy has, and per β: median objective per policy, the best, its wins."""
     seeds = sorted(set.intersection(*(set(by_seed) for by_seed in runs.values())))
+    if not seeds:
+        have = "; ".join(f"{p}: {seed_range(by_seed)}" for p, by_seed in sorted(runs.items()))
+        raise ValueError(f"no seed is in every policy's runs ({have}): pair runs of the same seeds, or --exclude one")
     for policy, by_seed in runs.items():
         if set(by_seed) != set(seeds):
             print(
@@ -74,6 +78,12 @@ def curve(
             }
         )
     return seeds, rows
+
+
+def seed_range(by_seed: dict[int, Any]) -> str:
+    """``"seeds 42–51 (10)"``: the span and count of a policy's seeds, for messages."""
+    seeds = sorted(by_seed)
+    return f"seeds {seeds[0]}–{seeds[-1]} ({len(seeds)})" if seeds else "no seeds"
 
 
 def short(policy: str) -> str:
@@ -133,10 +143,10 @@ def main(argv: list[str] | None = None) -> int:
         runs = load_runs(args.runs, args.exclude)
         if len(runs) < 2:
             raise ValueError("need runs of at least two policies")
+        seeds, rows = curve(runs, betas, objective)
     except (OSError, ValueError, KeyError) as exc:
         print(f"objective_beta_curve: {exc}", file=sys.stderr)
         return 2
-    seeds, rows = curve(runs, betas, objective)
     policies = sorted(runs)
     text = table(rows, policies)
     print(

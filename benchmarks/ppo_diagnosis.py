@@ -268,6 +268,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"warning: the states were played by {saved['args']['model']}, not --model", file=sys.stderr)
     else:
         by_seed, unalloc = collect(args)
+    if not any(by_seed.values()):
+        print(
+            f"ppo_diagnosis: no branched states to measure ({len(by_seed)} seeds played"
+            + (f" before --max-minutes {args.max_minutes:g} ran out" if args.max_minutes > 0 else "")
+            + "): allow more minutes, or a window the episodes reach",
+            file=sys.stderr,
+        )
+        return 1
     if args.save_points:
         with open(args.save_points, "wb") as f:
             pickle.dump({"by_seed": by_seed, "unalloc": unalloc, "args": vars(args)}, f, pickle.HIGHEST_PROTOCOL)

@@ -11,11 +11,16 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load(name: str, path: Path) -> Any:
-    """``path`` as module ``name`` (kept in ``sys.modules`` for dataclasses)."""
+    """``path`` as module ``name``, loaded once per test session and kept in ``sys.modules`` (for
+    dataclasses, and for pickling into a process pool: a second copy's classes would not be the ones
+    ``sys.modules`` names, and would not pickle)."""
+    loaded = sys.modules.get(name)
+    if loaded is not None and getattr(loaded, "__file__", None) == str(path):
+        return loaded
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(name, module)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 

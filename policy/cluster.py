@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .resources import MILLI_PER_CARD
+from .resources import MEMORY_MIB_LIMIT, MILLI_PER_CARD, clip
 
 DEFAULT_MILLI_CPU_REQUEST = 100
 """Kubernetes counts a pod without a cpu request as 100m when scoring."""
@@ -68,6 +68,8 @@ class NodeSpec:
             raise ValueError(f"node {self.name!r}: price must not be negative")
         if self.cpu_milli < 0 or self.memory_mib < 0 or self.gpu_count < 0:
             raise ValueError(f"node {self.name!r}: cpu, memory and gpu must not be negative")
+        if self.memory_mib >= MEMORY_MIB_LIMIT:
+            raise ValueError(f"node {self.name!r}: {memory_problem(self.memory_mib, MEMORY_MIB_LIMIT - 1)}")
         if self.gpu_count > 0 and not self.gpu_model:
             raise ValueError(f"node {self.name!r}: has {self.gpu_count} GPUs but no GPU model")
 
@@ -134,6 +136,8 @@ def pod_request_problem(cpu_milli: int, memory_mib: int, num_gpu: int, gpu_milli
     """Why a pod request is invalid, or None. One rule set for traces, Kubernetes pods and tests."""
     if cpu_milli < 0 or memory_mib < 0:
         return "cpu and memory must not be negative"
+    if memory_mib > MEMORY_MIB_LIMIT:
+        return memory_problem(memory_mib, MEMORY_MIB_LIMIT)
     if num_gpu < 0:
         return f"num_gpu must not be negative (got {num_gpu})"
     if num_gpu == 0:
@@ -145,6 +149,17 @@ def pod_request_problem(cpu_milli: int, memory_mib: int, num_gpu: int, gpu_milli
     if num_gpu > 1 and gpu_milli != MILLI_PER_CARD:
         return f"a pod asking for {num_gpu} GPUs must take whole cards (gpu_milli = {MILLI_PER_CARD}, got {gpu_milli})"
     return None
+
+
+def memory_limit_text(most: int) -> str:
+    """Why memory above ``most`` MiB (:data:`~rlsched.policy.resources.MEMORY_MIB_LIMIT`, or one less for a
+    node) is refused, for messages: the scorers count memory in bytes in int64, as Kubernetes does."""
+    return f"at most {most} MiB, 8 PiB: memory is counted in bytes, which must stay below 2**53"
+
+
+def memory_problem(memory_mib: int, most: int) -> str:
+    """What to say of a memory amount above ``most`` MiB."""
+    return f"memory {clip(memory_mib)} MiB is unreasonably large ({memory_limit_text(most)})"
 
 
 @dataclass(frozen=True)

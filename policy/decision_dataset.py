@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .cluster import PodSpec
-from .resources import MILLI_PER_CARD, QUANTITY_LIMIT
+from .resources import MEMORY_MIB_LIMIT, MILLI_PER_CARD, QUANTITY_LIMIT
 from .trace import MAX_CARDS_PER_NODE
 
 FORMAT = "rlsched.decisions/v1"
@@ -98,12 +98,13 @@ FEATURE_SECTIONS = ("pod", "node", "cluster")
 """The sections of a decision's ``features`` the extender writes, and the only ones kept."""
 _REQUEST_MOST = {
     "cpuMilli": QUANTITY_LIMIT - 1,
-    "memoryMiB": QUANTITY_LIMIT - 1,
+    "memoryMiB": MEMORY_MIB_LIMIT,
     "numGpu": MAX_CARDS_PER_NODE,
     "gpuMilli": MILLI_PER_CARD,
 }
 """The largest value of each field of ``features.pod`` the trace format and the simulator accept: the
-quantity bound, the cards of the largest node the extender serves, one card's milli."""
+quantity bound (for memory its MiB: a pod's request of at most 8 PiB, the extender's saturated one),
+the cards of the largest node the extender serves, one card's milli."""
 
 
 @dataclass

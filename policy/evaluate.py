@@ -35,6 +35,11 @@ if TYPE_CHECKING:
 MAX_SEEDS = 100_000
 """Seeds in one ``--seeds`` list at most this (a run takes a second or more each: 100,000 are days)."""
 
+PUBLISHED_SEEDS = tuple(range(42, 52))
+"""The seeds the published medians (:mod:`rlsched.policy.published`) are taken over: a run is judged
+against them (ok/MISS, ``within_tolerance``) only when it played exactly these seeds. A median over other
+seeds, or fewer, is another statistic: the published figure is then shown as a reference only."""
+
 
 def parse_seeds(text: str) -> list[int]:
     """``"42-51"``, ``"1,5,9"`` or ``"42-45,50"`` → a list of seeds (order kept, no repeats), at most
@@ -93,6 +98,15 @@ class PolicySummary:
     short_of_100: dict[int, int] = field(default_factory=dict)
     """Seed → the arrived GPU % its arrivals stopped at, for the seeds whose arrivals never reached 100 %
     (:func:`arrivals_short_of_100`): their "at 100" figures were read at that point instead."""
+    not_read_at_100: dict[int, dict[str, int | None]] = field(default_factory=dict)
+    """Seed → where its "at 100" figures were read (``unallocated_at``: the curve point of "unalloc@100";
+    ``frag_at``: where "frag@100" was measured), for the seeds where either is not 100 %: arrivals that
+    stopped short of it, or one pod that took them over it (:func:`figures_not_at_100`)."""
+    not_read_at_130: dict[int, int | None] = field(default_factory=dict)
+    """Seed → the curve point "unalloc@130" was read at, for the seeds whose curve has no point at 130 %
+    (:func:`figures_not_at`)."""
+    seed_list: tuple[int, ...] = ()
+    """The seeds played, in order (the published verdict needs :data:`PUBLISHED_SEEDS`)."""
 
     @staticmethod
     def _stats(values: Sequence[float]) -> dict[str, Any]:
@@ -110,8 +124,15 @@ class PolicySummary:
         return float(np.median(self.unallocated_100))
 
     @property
+    def judged(self) -> bool:
+        """Whether the median is judged against the published figure: there is one, and the seeds played
+        are exactly those it is a median over (:data:`PUBLISHED_SEEDS`)."""
+        return self.published_100 is not None and sorted(self.seed_list) == list(PUBLISHED_SEEDS)
+
+    @property
     def within_tolerance(self) -> bool | None:
-        if self.published_100 is None:
+        """The verdict against the published figure; None when there is none to give (:attr:`judged`)."""
+        if self.published_100 is None or not self.judged:
             return None
         return abs(self.median_100 - self.published_100) <= TOLERANCE_PP.get(self.policy, 0.5)
 
@@ -127,6 +148,8 @@ class PolicySummary:
             "published_median_at_100": self.published_100,
             "within_tolerance": self.within_tolerance,
             "arrivals_short_of_100": {str(seed): pct for seed, pct in self.short_of_100.items()},
+            "not_read_at_100": {str(seed): points for seed, points in self.not_read_at_100.items()},
+            "not_read_at_130": {str(seed): point for seed, point in self.not_read_at_130.items()},
         }
 
 
@@ -154,12 +177,15 @@ class Evaluation:
                     policy=policy,
                     seeds=len(runs),
                     unallocated_100=[r.unallocated_at(100) for r in runs],
-                    unallocated_130=[r.unallocated_at(arrived_pct_max(r)) for r in runs],
+                    unallocated_130=[r.unallocated_at(130) for r in runs],
                     failed_pods=[r.failed_pods for r in runs],
                     frag_100=[r.frag_at_100 for r in runs],
                     seconds=[r.seconds for r in runs],
                     published_100=published(self.published_setup, policy),
                     short_of_100=arrivals_short_of_100(runs),
+                    not_read_at_100=figures_not_at_100(runs),
+                    not_read_at_130=figures_not_at(runs, 130),
+                    seed_list=tuple(r.seed for r in runs),
                 )
             )
         return out
@@ -196,6 +222,11 @@ class Evaluation:
                 {
                     **r.summary(),
                     "arrived_pct_max": arrived_pct_max(r),
+                    "read_at": {
+                        "unallocated_gpu_pct_at_100": r.read_at(100),
+                        "unallocated_gpu_pct_at_130": r.read_at(130),
+                        "frag_pct_at_100": r.frag_read_at,
+                    },
                     "curve": {str(k): round(v, 4) for k, v in r.curve.items()},
                 }
                 for r in self.runs
@@ -216,6 +247,26 @@ def arrivals_short_of_100(runs: Iterable[RunResult]) -> dict[int, int]:
     Such a run's "at 100" figures are read at its last point; the table and the JSON say so rather
     than print them as if they were measured at 100 %."""
     return {r.seed: arrived_pct_max(r) for r in runs if arrived_pct_max(r) < 100}
+
+
+def figures_not_at(runs: Iterable[RunResult], pct: int) -> dict[int, int | None]:
+    """Seed → the curve point a figure "at ``pct`` %" is read from (:meth:`RunResult.read_at`), for the
+    runs whose curve has no point at ``pct``: their arrivals ended below it, or one pod took them over it
+    (a 12-card pod on 18 cards moves them 67 points), and the figure is the nearest point below. The table
+    marks such figures and the JSON lists them, rather than print them as if they were measured there."""
+    return {r.seed: r.read_at(pct) for r in runs if pct not in r.curve}
+
+
+def figures_not_at_100(runs: Iterable[RunResult]) -> dict[int, dict[str, int | None]]:
+    """Seed → where its "unalloc@100" (``unallocated_at``) and "frag@100" (``frag_at``) were read, for the
+    runs where either is not 100 %. Fragmentation is measured once, at the first pod event at 100 % or
+    past it, so a run whose curve jumps over 100 % reads "unalloc@100" just below and "frag@100" just
+    above; one that never reaches 100 % reads both at its last point."""
+    out: dict[int, dict[str, int | None]] = {}
+    for r in runs:
+        if 100 not in r.curve or r.frag_read_at not in (100, None):  # None: not known (a result built by hand)
+            out[r.seed] = {"unallocated_at": r.read_at(100), "frag_at": r.frag_read_at}
+    return out
 
 
 def paired_unallocated(evaluation: Evaluation, policy: str) -> dict[int, float]:
@@ -279,7 +330,8 @@ def format_table(evaluation: Evaluation) -> str:
             "seeds better/worse/equal vs first",
         )
     ]
-    for s in evaluation.summaries():
+    summaries = evaluation.summaries()
+    for s in summaries:
         mean, versus = "-", "-"
         if s.policy != evaluation.runs[0].policy:
             paired = paired_difference(evaluation, s.policy, evaluation.runs[0].policy)
@@ -290,16 +342,19 @@ def format_table(evaluation: Evaluation) -> str:
                 mean += f" ± {paired.standard_error:.4f}"
         pub = "-"
         if s.published_100 is not None:
-            mark = "ok" if s.within_tolerance else "MISS"
+            mark = ("ok" if s.within_tolerance else "MISS") if s.judged else REFERENCE_MARK
             pub = f"{s.published_100:.2f} ({s.median_100 - s.published_100:+.2f} {mark})"
-        short = SHORT_MARK if s.short_of_100 else ""
+        off_100 = list(s.not_read_at_100.values())
+        short = SHORT_MARK if any(p["unallocated_at"] != 100 for p in off_100) else ""
+        frag_short = SHORT_MARK if any(p["frag_at"] not in (100, None) for p in off_100) else ""
+        short_130 = SHORT_MARK if s.not_read_at_130 else ""
         rows.append(
             (
                 s.policy,
                 f"{s.median_100:6.2f} [{min(s.unallocated_100):.2f}-{max(s.unallocated_100):.2f}]{short}",
-                f"{np.median(s.unallocated_130):6.2f}",
+                f"{np.median(s.unallocated_130):6.2f}{short_130}",
                 f"{np.median(s.failed_pods):7.0f}",
-                f"{np.median(s.frag_100):6.2f}",
+                f"{np.median(s.frag_100):6.2f}{frag_short}",
                 pub,
                 f"{np.median(s.seconds):.2f}",
                 mean,
@@ -313,25 +368,56 @@ def format_table(evaluation: Evaluation) -> str:
         f"{policy}: model sha256 {m['sha256'][:16]}, version {m['version'] or '-'}"
         for policy, m in evaluation.models.items()
     )
-    lines.extend(short_of_100_notes(evaluation.summaries()))
+    lines.extend(reading_notes(summaries))
+    if any(s.published_100 is not None and not s.judged for s in summaries):
+        first, last = PUBLISHED_SEEDS[0], PUBLISHED_SEEDS[-1]
+        lines.append(
+            f"published@100 ({REFERENCE_MARK}): the paper's median over seeds {first}-{last}, shown for reference; "
+            "the ok/MISS verdict is given only for runs of exactly those seeds"
+        )
     return "\n".join(lines)
 
 
 SHORT_MARK = " *"
-"""Appended to an "unalloc@100" cell whose runs (some or all) never reached 100 % arrival."""
+"""Appended to an "unalloc@100", "frag@100" or "unalloc@130" cell some of whose runs have no point at
+that arrived %, so that the figure was read elsewhere (:func:`reading_notes` says where)."""
+REFERENCE_MARK = "ref"
+"""In the published@100 cell instead of ok/MISS when the seeds played are not :data:`PUBLISHED_SEEDS`."""
 
 
-def short_of_100_notes(summaries: Sequence[PolicySummary]) -> list[str]:
-    """The footnote of :data:`SHORT_MARK`: per policy, how many seeds stopped short and where."""
+def _span(points: Iterable[int | None]) -> str:
+    """``"69 %"`` or ``"63-69 %"`` over the known points (``"0 %"`` stands for none: no arrival yet)."""
+    known = sorted({p if p is not None else 0 for p in points})
+    return f"{known[0]} %" if len(known) == 1 else f"{known[0]}-{known[-1]} %"
+
+
+def reading_notes(summaries: Sequence[PolicySummary]) -> list[str]:
+    """The footnotes of :data:`SHORT_MARK`: per policy, the seeds whose "@100" or "@130" figures were read
+    at another arrived %, and where."""
     notes = []
     for s in summaries:
         if s.short_of_100:
-            stops = sorted(set(s.short_of_100.values()))
-            where = f"{stops[0]} %" if len(stops) == 1 else f"{stops[0]}-{stops[-1]} %"
+            where = _span(s.short_of_100.values())
             notes.append(
                 f"*{s.policy}: arrivals stopped at {where} of GPU capacity in {len(s.short_of_100)} of {s.seeds} "
                 'seed(s), never reaching 100 %; "@100" is read there (the pods are large against the cluster: '
                 "inflation stops at the first drawn pod that would pass --target; a higher --target may reach 100 %)"
+            )
+        jumped = {seed: p for seed, p in s.not_read_at_100.items() if seed not in s.short_of_100}
+        if jumped:
+            below = _span(p["unallocated_at"] for p in jumped.values())
+            above = [p["frag_at"] for p in jumped.values() if p["frag_at"] is not None]
+            frag = f', and "frag@100" at {_span(above)}, the first point past it' if above else ""
+            notes.append(
+                f"*{s.policy}: in {len(jumped)} of {s.seeds} seed(s) one pod took the arrivals over 100 % of GPU "
+                f'capacity, so there is no point at 100 %: "unalloc@100" is read at {below}, the last point '
+                f"below it{frag} (pods large against the cluster)"
+            )
+        if s.not_read_at_130:
+            notes.append(
+                f'*{s.policy}: "unalloc@130" is read at {_span(s.not_read_at_130.values())}, the last point below '
+                f"130 %, in {len(s.not_read_at_130)} of {s.seeds} seed(s): their arrivals have no point at 130 % "
+                "(they ended below it, or one pod took them over it)"
             )
     return notes
 

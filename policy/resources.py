@@ -38,6 +38,13 @@ QUANTITY_LIMIT = 2**53
 downstream are int64 and sums of a few such values must not overflow. A pod's request at or above
 it reads as exactly this much (``saturate=True``); a node's or a trace's is an error."""
 
+MEMORY_MIB_LIMIT = QUANTITY_LIMIT >> 20
+"""Memory in MiB whose bytes reach :data:`QUANTITY_LIMIT` (2**33 MiB: 8 PiB). Kubernetes' scorers count
+memory in bytes in int64 (:mod:`rlsched.policy.scorers.kubernetes` keeps Go's arithmetic, bytes × 100), so
+memory is bounded in bytes, not in MiB: a node's memory is below this, as the extender reads a node (its
+bytes below :data:`QUANTITY_LIMIT`), and a pod's request is at most this, the extender's saturated
+request (more than any node holds). A trace file or a spec beyond it is refused where it is read."""
+
 QUOTE_CHARS = 20
 """Characters of an offending input quoted in error messages."""
 

@@ -37,17 +37,29 @@ class RunResult:
     failed_gpu_milli: int
     gpu_capacity_milli: int
     frag_at_100: float
-    """FGD fragmentation of the cluster when arrivals first reach 100 %, as % of GPU capacity."""
+    """FGD fragmentation of the cluster when arrivals first reach 100 %, as % of GPU capacity (at the
+    end of the arrivals when they never do): measured at arrived % :attr:`frag_read_at`."""
     seconds: float
     placements: list[tuple[str, str, tuple[int, ...]]] = field(default_factory=list, repr=False)
     """(pod, node, cards) for every placed pod, when asked for."""
+    frag_read_at: int | None = None
+    """The arrived % (a point of :attr:`curve`) :attr:`frag_at_100` was measured at: 100, or past it when
+    one pod took the arrivals over 100 %, or the last point when they never reached it; None when unknown
+    (a result built by hand)."""
+
+    def read_at(self, pct: int) -> int | None:
+        """The point of the curve a figure "at ``pct`` %" is read from: ``pct`` itself when the curve has
+        it, else the nearest recorded point below (arrivals that ended short of ``pct``, or one pod that
+        took them over it); None when there is no point at or below ``pct``."""
+        if pct in self.curve:
+            return pct
+        below = [x for x in self.curve if x <= pct]
+        return max(below) if below else None
 
     def allocated_at(self, pct: int) -> float:
-        """Allocated GPU % at ``pct`` % arrival (the nearest recorded point below if absent)."""
-        if pct in self.curve:
-            return self.curve[pct]
-        below = [x for x in self.curve if x <= pct]
-        return self.curve[max(below)] if below else 0.0
+        """Allocated GPU % at ``pct`` % arrival (the nearest recorded point below if absent: :meth:`read_at`)."""
+        point = self.read_at(pct)
+        return self.curve[point] if point is not None else 0.0
 
     def unallocated_at(self, pct: int) -> float:
         """Unallocated GPU % at ``pct`` % arrival: the headline figure at 100."""
@@ -58,7 +70,7 @@ class RunResult:
             "policy": self.policy,
             "seed": self.seed,
             "unallocated_gpu_pct_at_100": round(self.unallocated_at(100), 4),
-            "unallocated_gpu_pct_at_130": round(self.unallocated_at(max(self.curve)), 4) if self.curve else None,
+            "unallocated_gpu_pct_at_130": round(self.unallocated_at(130), 4) if self.curve else None,
             "pods": self.pods,
             "failed_pods": self.failed_pods,
             "failed_gpu_pods": self.failed_gpu_pods,
@@ -106,6 +118,7 @@ class ProtocolMeter:
         self._counts: dict[int, int] = {}
         self.failed = self.failed_gpu = self.failed_milli = 0
         self._frag_at_100: float | None = None
+        self._frag_pct: int | None = None
 
     def record(self, req: PodRequest, placed: bool, failed: bool | None = None) -> None:
         """One arrival; ``state`` already holds the pod when ``placed``. ``failed`` defaults to
@@ -123,6 +136,7 @@ class ProtocolMeter:
         self._counts[pct] = self._counts.get(pct, 0) + 1
         if self._frag_at_100 is None and pct >= 100:
             self._frag_at_100 = self.frag_now()
+            self._frag_pct = pct
 
     def frag_now(self) -> float:
         return self._measure.cluster_frag(self.state) * 100 / self.capacity
@@ -148,6 +162,7 @@ class ProtocolMeter:
             frag_at_100=self._frag_at_100 if self._frag_at_100 is not None else self.frag_now(),
             seconds=seconds,
             placements=placements or [],
+            frag_read_at=self._frag_pct if self._frag_pct is not None else max(curve, default=None),
         )
 
 

@@ -48,8 +48,18 @@ from typing import Any, Literal, overload
 
 import yaml
 
-from .cluster import NodeSpec, PodSpec, pod_request_problem
-from .resources import MILLI_PER_CARD, QUANTITY_LIMIT, QuantityError, clip, count, cpu_milli, memory_mib
+from .cluster import NodeSpec, PodSpec, memory_limit_text, pod_request_problem
+from .resources import (
+    MEMORY_MIB_LIMIT,
+    MILLI_PER_CARD,
+    QUANTITY_LIMIT,
+    QuantityError,
+    QuantityTooLarge,
+    clip,
+    count,
+    cpu_milli,
+    memory_mib,
+)
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS_SHORT = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
@@ -61,6 +71,13 @@ MAX_CARDS_PER_NODE = 256
 the same number), so a file the simulator accepts describes a node the extender could serve. The cluster
 state holds a column per card slot and inflation adds pods until the cards are covered, so a typo of a
 few digits (``gpu: 80000000``) must not reach them."""
+NODE_MEMORY_MIB_MOST = MEMORY_MIB_LIMIT - 1
+"""A node's memory at most this many MiB: its bytes below 2**53, as the extender reads a node
+(:data:`~rlsched.policy.resources.MEMORY_MIB_LIMIT`). The scorers count memory in bytes in int64, so a
+larger node (the int64 type holds up to 8 EiB) would overflow them."""
+POD_MEMORY_MIB_MOST = MEMORY_MIB_LIMIT
+"""A pod's memory request at most this many MiB: the extender's saturated request (more than any node
+holds), which the decision log records and ``rlsched train --from-decisions`` writes back as a trace."""
 MAX_NESTING = 64
 """Generic files nest at most this deep (the format needs 4 levels; PyYAML composes recursively)."""
 _log = logging.getLogger(__name__)
@@ -259,17 +276,26 @@ def _warn_unknown_columns(path: Path, header: Sequence[str], known: Sequence[str
 
 @overload
 def _int_field(
-    path: Path, line: int, row: dict[str, str], column: str, what: str, optional: Literal[False] = False
+    path: Path,
+    line: int,
+    row: dict[str, str],
+    column: str,
+    what: str,
+    optional: Literal[False] = False,
+    most: int | None = None,
 ) -> int: ...
 
 
 @overload
-def _int_field(path: Path, line: int, row: dict[str, str], column: str, what: str, optional: bool) -> int | None: ...
+def _int_field(
+    path: Path, line: int, row: dict[str, str], column: str, what: str, optional: bool, most: int | None = None
+) -> int | None: ...
 
 
 def _int_field(
-    path: Path, line: int, row: dict[str, str], column: str, what: str, optional: bool = False
+    path: Path, line: int, row: dict[str, str], column: str, what: str, optional: bool = False, most: int | None = None
 ) -> int | None:
+    """The cell as a non-negative integer below 2**53, or at most ``most`` MiB of memory when given."""
     text = row.get(column, "")
     if text == "" and optional:
         return None
@@ -280,6 +306,9 @@ def _int_field(
     value = int(text)
     if value < 0:
         raise TraceError(path, line, f"column '{column}'", f"expected a non-negative integer ({what}), got {value}")
+    if most is not None and value > most:
+        problem = f"{value} MiB is unreasonably large ({memory_limit_text(most)})"
+        raise TraceError(path, line, f"column '{column}'", problem)
     if value >= QUANTITY_LIMIT:
         raise TraceError(path, line, f"column '{column}'", f"{value} is unreasonably large ({what}; at most 2**53 - 1)")
     return value
@@ -298,7 +327,7 @@ def read_openb_nodes(path: str | Path) -> list[NodeSpec]:
             raise TraceError(path, line, "column 'sn'", f"node {clip(name)} already defined on line {seen[name]}")
         seen[name] = line
         cpu = _int_field(path, line, row, "cpu_milli", "millicores")
-        mem = _int_field(path, line, row, "memory_mib", "MiB")
+        mem = _int_field(path, line, row, "memory_mib", "MiB", most=NODE_MEMORY_MIB_MOST)
         gpus = _int_field(path, line, row, "gpu", "number of GPU cards")
         if gpus > MAX_CARDS_PER_NODE:
             raise TraceError(path, line, "column 'gpu'", _too_many_cards(gpus))
@@ -331,7 +360,7 @@ def read_openb_pods(path: str | Path) -> list[PodSpec]:
             raise TraceError(path, line, "column 'name'", f"pod {clip(name)} already defined on line {seen[name]}")
         seen[name] = line
         cpu = _int_field(path, line, row, "cpu_milli", "millicores")
-        mem = _int_field(path, line, row, "memory_mib", "MiB")
+        mem = _int_field(path, line, row, "memory_mib", "MiB", most=POD_MEMORY_MIB_MOST)
         num_gpu = _int_field(path, line, row, "num_gpu", "whole GPUs, or 1 for a share of a card")
         gpu_milli = _int_field(path, line, row, "gpu_milli", f"milli per card, 1..{MILLI_PER_CARD}")
         problem = pod_request_problem(cpu, mem, num_gpu, gpu_milli)
@@ -549,7 +578,26 @@ def _quantity(
     return value
 
 
-def _memory_mib(value: Any) -> int:
+def _memory_mib(value: Any, most: int) -> int:
+    """A memory quantity of at most ``most`` MiB (:data:`NODE_MEMORY_MIB_MOST`, :data:`POD_MEMORY_MIB_MOST`)."""
+    try:
+        mib = _memory_mib_unbounded(value)
+    except QuantityTooLarge:
+        mib = None
+    if mib is None or mib > most:
+        raise QuantityTooLarge(f"{clip(value)} is unreasonably large ({memory_limit_text(most)})")
+    return mib
+
+
+def _node_memory_mib(value: Any) -> int:
+    return _memory_mib(value, NODE_MEMORY_MIB_MOST)
+
+
+def _pod_memory_mib(value: Any) -> int:
+    return _memory_mib(value, POD_MEMORY_MIB_MOST)
+
+
+def _memory_mib_unbounded(value: Any) -> int:
     """A memory quantity; a value without a unit — an integer, a float, or a string that ends in a digit or
     a point (``16384``, ``"16384"``, ``2048.0``, ``4e5``) — means MiB, and must be a whole number of them
     (``1.5`` is refused rather than rounded). A value with a unit (``32Gi``, ``500M``) is converted."""
@@ -571,7 +619,11 @@ def _memory_mib(value: Any) -> int:
 def _generic_node(item: dict[str, Any], name: str, fail: Callable[..., Any]) -> NodeSpec:
     cpu = _quantity(item, "cpu", cpu_milli, fail, what="cores, e.g. '64' or '500m'")
     mem = _quantity(
-        item, "memory", _memory_mib, fail, what="bytes with a unit, e.g. '256Gi'; a number without a unit means MiB"
+        item,
+        "memory",
+        _node_memory_mib,
+        fail,
+        what="bytes with a unit, e.g. '256Gi'; a number without a unit means MiB",
     )
     gpus = _quantity(item, "gpus", count, fail, default=0, what="number of GPU cards")
     if gpus > MAX_CARDS_PER_NODE:
@@ -592,7 +644,7 @@ def _generic_pod(item: dict[str, Any], name: str, fail: Callable[..., Any]) -> P
     mem = _quantity(
         item,
         "memory",
-        _memory_mib,
+        _pod_memory_mib,
         fail,
         default=0,
         what="bytes with a unit, e.g. '32Gi'; a number without a unit means MiB",

@@ -245,10 +245,14 @@ class CpuFragmentation:
         frag, versions = cached
         stale = np.flatnonzero(versions != state.node_version)
         if len(stale):
+            # The versions read before the rows, as in Fragmentation.node_frag: the extender may run this in a
+            # worker thread while its event loop places a pod (the kernel releases the GIL), and stamping the
+            # version read afterwards would mark a row computed before that placement as current.
+            seen = state.node_version[stale]
             _frag_rows(
                 state.card_free, state.gpu_count, state.cpu_free, state.model_id, stale, *self._t, self.cpu_weight, frag
             )
-            versions[stale] = state.node_version[stale]
+            versions[stale] = seen
         return frag
 
     def placement(

@@ -104,11 +104,14 @@ def test_arrivals_that_stop_short_of_100_are_marked(capsys: pytest.CaptureFixtur
 
 
 def test_a_normal_run_is_not_marked(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # Seed 7's curve has points at 100 % and 130 % (seed 1's jumps from 95 % to 105 %: marked).
     nodes, pods = files(tmp_path)
-    code, out, err = evaluate(capsys, tmp_path, "--nodes", nodes, "--pods", pods)
+    code, out, err = evaluate(capsys, tmp_path, "--nodes", nodes, "--pods", pods, "--seeds", "7")
     assert code == 0 and " *" not in out and "stopped" not in out and "warning" not in err
     report = json.loads((tmp_path / "o" / "evaluation.json").read_text())
+    assert {"100", "130"} <= set(report["runs"][0]["curve"])
     assert report["summary"][0]["arrivals_short_of_100"] == {} and report["runs"][0]["arrived_pct_max"] >= 100
+    assert report["summary"][0]["not_read_at_100"] == {} == report["summary"][0]["not_read_at_130"]
 
 
 def test_seeds_parse_in_linear_time_and_are_bounded() -> None:

@@ -104,3 +104,34 @@ def test_cpu_starved_cards_count_as_fragment() -> None:
     assert CpuFragmentation(typical, state.model_names, 1.0).node_frag(state)[0] == pytest.approx(3000)
     assert Fragmentation(typical, state.model_names).node_frag(state)[0] == pytest.approx(0)
     assert math.isclose(CpuFragmentation(typical, state.model_names, 0.5).node_frag(state)[0], 1500)
+
+
+@pytest.mark.parametrize("measure", ["fgd-cpu", "fgd"])
+def test_a_node_changed_while_its_row_is_computed_is_computed_again(monkeypatch, measure: str) -> None:
+    """The extender runs the model in a worker thread while its event loop may place a pod: a row
+    computed before that placement must not be stamped with the node's new version. Deterministic:
+    the placement happens inside the kernel call, right after it computed the rows."""
+    from rlsched.policy import ClusterState, NodeSpec, PodSpec
+    from rlsched.policy import fragmentation as fgd_module
+    from rlsched.policy.scorers import fgd_cpu as fgd_cpu_module
+
+    module = fgd_cpu_module if measure == "fgd-cpu" else fgd_module
+    typical = small_typical()
+    state = ClusterState([NodeSpec("g", 64_000, 262_144, 8, "G2")])
+    make = (
+        (lambda: CpuFragmentation(typical, state.model_names, 0.8))
+        if measure == "fgd-cpu"
+        else (lambda: Fragmentation(typical, state.model_names))
+    )
+    frag = make()
+    real = module._frag_rows
+
+    def rows_then_a_bind(*args):
+        real(*args)
+        monkeypatch.setattr(module, "_frag_rows", real)
+        state.place(state.request(PodSpec("meanwhile", 4000, 1000, 1, 500)), 0, (0,))
+
+    monkeypatch.setattr(module, "_frag_rows", rows_then_a_bind)
+    frag.node_frag(state)  # computed on the empty node; the pod lands after the rows
+    fresh = state.copy()  # a copy starts without caches
+    assert frag.node_frag(state)[0] == make().node_frag(fresh)[0]

@@ -186,6 +186,13 @@ class Binder:
                 entry.bind_done = entry.bind_done or entry.status == UNCERTAIN
                 entry.status, entry.since = ASSUMED, self.cache.clock()
             else:
+                # An earlier binding to this node that may have been written (an unknown outcome) still
+                # may, though the entry is rebuilt (the spec changed, the node shrank or was relabelled).
+                earlier_may_stand = (
+                    existing is not None
+                    and existing.node == node
+                    and (existing.bind_done or existing.status == UNCERTAIN)
+                )
                 if existing is not None:
                     if existing.status == BOUND:
                         return BindResult(f"pod {key} is already bound to node {existing.node}", node, result="error")
@@ -228,6 +235,7 @@ class Binder:
                             node,
                             result="error",
                         )
+                entry.bind_done = earlier_may_stand  # counted as the reused entry above is
         cards = entry.cards
         milli = spec.gpu_milli if spec.num_gpu else 0
         # -- the write: one Binding that carries the card annotations ---------------------------

@@ -59,6 +59,8 @@ queued for a connection inside each write's timeout, timed out, was retried and 
 pods at once: 60 bound in 4 min; with 64: all in 12 s — docs/benchmarks.md). A call waits for a slot
 here, not inside aiohttp's pool, so a call that ran out of time waiting is known never to have been
 sent (``ApiError.reason`` "NotSent")."""
+MIN_SEND_S = 0.05
+"""A call that waited for a slot is sent only with at least this much of its time left."""
 NOT_SENT = "NotSent"
 """``ApiError.reason`` of a call that never reached the API server: no slot in time, or no connection
 could be made. Its outcome is known (nothing was written), unlike a timeout after sending."""
@@ -100,7 +102,8 @@ class KubeApi:
         self._header_cache: dict[tuple[str | None, str | None], dict[str, str]] = {}
         self._slots: asyncio.Semaphore | None = None
         self.on_slot_wait: Callable[[float], None] | None = None
-        """Called with the seconds a call waited for a free slot (only calls that had to wait)."""
+        """Called with the seconds a call waited for a free slot (only calls that had to wait; a call that
+        waited in vain, with its whole timeout)."""
 
     @classmethod
     def from_settings(cls, settings: KubeSettings) -> KubeApi:
@@ -190,12 +193,20 @@ class KubeApi:
             async with asyncio.timeout(timeout):
                 await slots.acquire()
         except TimeoutError:
+            if self.on_slot_wait is not None:
+                self.on_slot_wait(timeout)
             raise ApiError(
                 0, NOT_SENT, f"{method} {path}: not sent: all {CALL_SLOTS} connections were busy for {timeout:g} s"
             ) from None
         waited = time.monotonic() - started
         if self.on_slot_wait is not None:
             self.on_slot_wait(waited)
+        if timeout - waited < MIN_SEND_S:
+            # Too little time left to be answered: sent, it would most likely end as an unknown outcome.
+            slots.release()
+            raise ApiError(
+                0, NOT_SENT, f"{method} {path}: not sent: a connection came free {waited:.3g} s into its {timeout:g} s"
+            )
         return slots, waited
 
     async def close(self) -> None:

@@ -21,7 +21,11 @@ def _load(name: str, path: Path) -> Any:
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)  # not half a module for the next caller
+        raise
     return module
 
 

@@ -51,7 +51,30 @@ async def test_a_call_that_waits_out_its_time_for_a_slot_is_not_sent(monkeypatch
         await third
         await api.close()
     assert fake.arrived == ["a", "c"]
-    assert len(waits) == 1 and waits[0] > 0  # c waited and was counted; b ran out of time, a never waited
+    # a never waited; b waited its whole 0.2 s in vain, c until a's answer: both counted.
+    assert len(waits) == 2 and waits[0] == 0.2 and waits[1] > 0
+
+
+async def test_a_slot_that_comes_free_too_late_is_not_used(monkeypatch) -> None:
+    """b gets its slot with less than MIN_SEND_S of its time left: sent, it would only time out as an
+    unknown outcome, so it is not sent at all."""
+    monkeypatch.setattr(kubeapi, "CALL_SLOTS", 1)
+    fake = SlowBindings()
+    async with TestServer(fake.app) as ts:
+        api = KubeApi(str(ts.make_url("")), None, lambda: None)
+        first = asyncio.create_task(api.create_binding("default", "a", "uid-a", "n", 5.0))
+        while fake.arrived != ["a"]:
+            await asyncio.sleep(0.01)
+        late = asyncio.create_task(api.create_binding("default", "b", "uid-b", "n", 0.3))
+        await asyncio.sleep(0.3 - kubeapi.MIN_SEND_S / 2)
+        fake.go.set()  # a is answered, its slot comes free with b's time almost gone
+        await first
+        with pytest.raises(ApiError) as info:
+            await late
+        assert info.value.reason == NOT_SENT
+        await api.create_binding("default", "c", "uid-c", "n", 5.0)  # the slot b gave back
+        await api.close()
+    assert fake.arrived == ["a", "c"]
 
 
 async def test_a_refused_connection_is_not_sent() -> None:
@@ -96,6 +119,20 @@ async def test_a_retry_never_sent_after_an_unknown_outcome_keeps_the_cards_held(
     h.api.fail["bind"] = ApiError(0, "Timeout", "no answer")
     await h.extender.bind(BindingArgs("p", "default", "p", "b"))
     assert h.cache.pods["p"].status == "uncertain"
+    h.api.fail["bind"] = ApiError(0, NOT_SENT, "not sent")
+    result = await h.extender.bind(BindingArgs("p", "default", "p", "b"))
+    assert "cards stay reserved" in result["Error"]
+    assert h.cache.pods["p"].status == "uncertain" and h.cache.state.full_free[0] == 0
+
+
+async def test_a_retry_never_sent_after_an_unknown_outcome_on_a_changed_pod_keeps_the_cards_held() -> None:
+    """The retry rebuilds the pod's entry (its request changed meanwhile): the first binding may still
+    have been written, so a retry that never left must not free the cards."""
+    h, _ = _one_card_harness()
+    h.api.fail["bind"] = ApiError(0, "Timeout", "no answer")
+    await h.extender.bind(BindingArgs("p", "default", "p", "b"))
+    assert h.cache.pods["p"].status == "uncertain"
+    h.cache.set_pod(make_pod("p", uid="p", gpus=1, cpu="2", rv="2001"))
     h.api.fail["bind"] = ApiError(0, NOT_SENT, "not sent")
     result = await h.extender.bind(BindingArgs("p", "default", "p", "b"))
     assert "cards stay reserved" in result["Error"]

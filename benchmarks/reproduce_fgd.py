@@ -8,7 +8,9 @@ ppo:policy/models/bundled.npz), compared with FGD.
 
 Exit status: 0 when every published median is matched within its tolerance, 1 when any is missed
 (the table is written either way and lists the misses; the reproduction of docs/fgd-reproduction.md
-misses 2 of 54, so a full run exits 1), 2 on a usage error.
+misses 2 of 54, so a full run exits 1), 2 on a usage error. The published figures are medians over
+seeds 42–51: with other ``--seeds`` they are shown for reference, with no verdict, and the exit status
+is 0.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import shlex
 import time
 from pathlib import Path
 
-from rlsched.policy.evaluate import default_jobs, evaluate, parse_seeds
+from rlsched.policy.evaluate import PUBLISHED_SEEDS, default_jobs, evaluate, parse_seeds
 from rlsched.policy.published import POLICIES, PUBLISHED_UNALLOCATED_AT_100, TOLERANCE_PP
 from rlsched.policy.trace import openb_default
 
@@ -107,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         "| trace | " + " | ".join(policies) + " |",
         "|---|" + "---|" * len(policies),
     ]
+    judged = tuple(seeds) == PUBLISHED_SEEDS  # a median over other seeds is no test of the paper's
+    if not judged:
+        lines += ["Seeds other than 42–51: the published medians are a reference, not a test (`ref`).", ""]
     misses = []
     for trace in traces:
         cells = []
@@ -117,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
                 cells.append(f"{ours:.2f}")
                 continue
             diff = ours - pub
+            if not judged:
+                cells.append(f"{ours:.2f} / {pub:.2f} ({diff:+.2f} ref)")
+                continue
             ok = abs(diff) <= TOLERANCE_PP.get(p, 0.5)
             if not ok:
                 misses.append(f"{trace}/{p}: {ours:.2f} vs {pub:.2f} ({diff:+.2f})")

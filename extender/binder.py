@@ -186,8 +186,8 @@ class Binder:
                 entry.bind_done = entry.bind_done or entry.status == UNCERTAIN
                 entry.status, entry.since = ASSUMED, self.cache.clock()
             else:
-                # An earlier binding to this node that may have been written (an unknown outcome) still
-                # may, though the entry is rebuilt (the spec changed, the node shrank or was relabelled).
+                # An earlier binding to this node that may have been written (an unknown outcome), while
+                # the entry cannot be kept as it is (the spec changed, the node shrank or was relabelled).
                 earlier_may_stand = (
                     existing is not None
                     and existing.node == node
@@ -202,6 +202,21 @@ class Binder:
                         return BindResult(
                             f"pod {key} was bound to node {existing.node} by an earlier bind "
                             f"(or its outcome is not known yet); not binding it to {node}",
+                            node,
+                            result="error",
+                        )
+                    if earlier_may_stand:
+                        # Its cards stay held (uncertain) until the watch tells or the TTL passes; a new
+                        # entry here would free them while that binding may stand.
+                        if existing.spec != spec:
+                            changed = "the pod's request changed"
+                        elif existing.placement is None:
+                            changed = "the node's cards changed"
+                        else:
+                            changed = "the node's GPU model is not one the pod allows now"
+                        return BindResult(
+                            f"pod {key}: an earlier binding to node {node} may have been written (its outcome "
+                            f"is not known yet) and {changed}; not binding it again until that is known",
                             node,
                             result="error",
                         )
@@ -235,7 +250,6 @@ class Binder:
                             node,
                             result="error",
                         )
-                entry.bind_done = earlier_may_stand  # counted as the reused entry above is
         cards = entry.cards
         milli = spec.gpu_milli if spec.num_gpu else 0
         # -- the write: one Binding that carries the card annotations ---------------------------

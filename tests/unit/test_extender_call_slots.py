@@ -125,15 +125,17 @@ async def test_a_retry_never_sent_after_an_unknown_outcome_keeps_the_cards_held(
     assert h.cache.pods["p"].status == "uncertain" and h.cache.state.full_free[0] == 0
 
 
-async def test_a_retry_never_sent_after_an_unknown_outcome_on_a_changed_pod_keeps_the_cards_held() -> None:
-    """The retry rebuilds the pod's entry (its request changed meanwhile): the first binding may still
-    have been written, so a retry that never left must not free the cards."""
+async def test_a_retry_after_an_unknown_outcome_on_a_changed_pod_keeps_the_cards_held() -> None:
+    """The pod's request changed while its first binding's outcome is unknown: that binding may stand,
+    so the retry neither frees its cards nor writes another binding until the outcome is known."""
     h, _ = _one_card_harness()
     h.api.fail["bind"] = ApiError(0, "Timeout", "no answer")
     await h.extender.bind(BindingArgs("p", "default", "p", "b"))
     assert h.cache.pods["p"].status == "uncertain"
     h.cache.set_pod(make_pod("p", uid="p", gpus=1, cpu="2", rv="2001"))
     h.api.fail["bind"] = ApiError(0, NOT_SENT, "not sent")
+    writes = sum(call[0] == "bind" for call in h.api.calls)
     result = await h.extender.bind(BindingArgs("p", "default", "p", "b"))
-    assert "cards stay reserved" in result["Error"]
+    assert "outcome is not known yet" in result["Error"]
     assert h.cache.pods["p"].status == "uncertain" and h.cache.state.full_free[0] == 0
+    assert sum(call[0] == "bind" for call in h.api.calls) == writes  # no second binding written

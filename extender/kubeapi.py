@@ -53,7 +53,8 @@ MAX_WATCH_LINE_BYTES = 16 << 20
 default request limit (~1.5 MiB), and an event is one object, so a line far longer is a broken stream
 (a proxy, a hostile endpoint): it ends the watch as a bad event instead of filling memory."""
 CALL_SLOTS = 64
-"""The most calls (everything but watches) in flight at once, one HTTP/1.1 connection each.
+"""The most calls (everything but watches) in flight at once by default, one HTTP/1.1 connection each
+(``kubernetes.apiConnections``).
 kube-scheduler starts a bind per pod without waiting for the previous one; with 16 a burst of binds
 queued for a connection inside each write's timeout, timed out, was retried and melted down (500
 pods at once: 60 bound in 4 min; with 64: all in 12 s — docs/benchmarks.md). A call waits for a slot
@@ -85,8 +86,10 @@ class KubeApi:
         ssl_context: ssl.SSLContext | bool | None,
         auth: Callable[[], str | None],
         server_hostname: str | None = None,
+        call_slots: int = CALL_SLOTS,
     ):
         self.host = host.rstrip("/")
+        self.call_slots = call_slots
         self.ssl_context = ssl_context
         self.auth = auth
         self.server_hostname = server_hostname
@@ -157,7 +160,11 @@ class KubeApi:
 
         https = cfg.host.startswith("https")
         api = cls(
-            cfg.host, ctx if https else None, auth, (getattr(cfg, "tls_server_name", None) or None) if https else None
+            cfg.host,
+            ctx if https else None,
+            auth,
+            (getattr(cfg, "tls_server_name", None) or None) if https else None,
+            call_slots=settings.api_connections,
         )
         if hook is not None:
             api.refresh = lambda: hook(cfg)
@@ -183,7 +190,7 @@ class KubeApi:
         """Wait (at most ``timeout`` s) for one of the CALL_SLOTS; returns the slots (to release one to)
         and the seconds waited. Raises ApiError NotSent when none came free in time."""
         if self._slots is None:
-            self._slots = asyncio.Semaphore(CALL_SLOTS)
+            self._slots = asyncio.Semaphore(self.call_slots)
         slots = self._slots
         if not slots.locked():
             await slots.acquire()  # a free slot: taken without waiting
@@ -196,7 +203,7 @@ class KubeApi:
             if self.on_slot_wait is not None:
                 self.on_slot_wait(timeout)
             raise ApiError(
-                0, NOT_SENT, f"{method} {path}: not sent: all {CALL_SLOTS} connections were busy for {timeout:g} s"
+                0, NOT_SENT, f"{method} {path}: not sent: all {self.call_slots} connections were busy for {timeout:g} s"
             ) from None
         waited = time.monotonic() - started
         if self.on_slot_wait is not None:

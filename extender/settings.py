@@ -171,6 +171,11 @@ class KubeSettings:
     assumed_ttl_s: float = 30.0
     """How long cards stay reserved for a pod whose binding outcome is unknown (write timed out)
     before the watch has confirmed it; then they are released (like kube-scheduler's assumed pods)."""
+    api_connections: int = 64
+    """The most calls to the API server in flight at once (watches aside), one HTTP/1.1 connection each:
+    kube-scheduler starts a bind per pod without waiting for the previous one, and a bind that finds
+    every connection busy waits for one within ``writeTimeoutS`` (``rlsched_extender_api_slot_wait_seconds``
+    measures the wait; docs/benchmarks.md)."""
 
 
 @dataclass
@@ -517,6 +522,11 @@ def validate(obj: Any, where: str = "") -> None:
                     f"{prefix}audiences[{i}]: expected 1 to {MAX_AUDIENCE_CHARS} visible ASCII characters (a "
                     f"name such as rlsched-extender, or a URL), got {clip(audience)}"
                 )
+    elif isinstance(obj, KubeSettings):
+        for name, (low, most) in KUBE_RANGES.items():
+            value = getattr(obj, name)
+            if not low <= value <= most:  # NaN too
+                raise ConfigError(f"{prefix}{camel(name)}: must be {low:g}..{most:g}, got {clip(value)}")
     elif isinstance(obj, PrometheusSettings):
         unknown = set(obj.queries) - {"cpu", "memory", "network", "disk"}
         if unknown:
@@ -561,6 +571,15 @@ SERVER_TIMEOUT_MAX_S = {
     "shutdown_timeout_s": 300.0,
 }
 """Longest accepted value of each server timeout (``server.headerTimeoutS`` ...)."""
+KUBE_RANGES: dict[str, tuple[float, float]] = {
+    "list_timeout_s": (1.0, 600.0),
+    "write_timeout_s": (0.5, 60.0),  # kube-scheduler waits httpTimeout for bind: keep it below that
+    "watch_timeout_s": (1, 3600),
+    "retry_backoff_s": (0.05, 30.0),  # 0 would retry a failing list or watch in a tight loop
+    "assumed_ttl_s": (1.0, 3600.0),
+    "api_connections": (1, 1024),
+}
+"""Accepted range of each ``kubernetes`` setting (inclusive)."""
 MAX_CONNECTIONS = 65_536
 """Most connections a listener may be told to keep (``server.maxConnections``, ``statusMaxConnections``)."""
 MAX_AUTH_CACHE_TTL_S = 3600.0

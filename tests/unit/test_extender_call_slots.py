@@ -4,6 +4,7 @@ never sent, and bind knows then that nothing was written."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from aiohttp import web
@@ -11,6 +12,7 @@ from aiohttp.test_utils import TestServer
 
 from rlsched.extender import kubeapi
 from rlsched.extender.kubeapi import NOT_SENT, ApiError, KubeApi
+from rlsched.extender.settings import ConfigError, ExtenderSettings, KubeSettings, merge
 from rlsched.extender.testing import Harness, make_node, make_pod
 from rlsched.extender.wire import BindingArgs
 
@@ -30,12 +32,11 @@ class SlowBindings:
         return web.json_response({"kind": "Status", "status": "Success", "code": 201}, status=201)
 
 
-async def test_a_call_that_waits_out_its_time_for_a_slot_is_not_sent(monkeypatch) -> None:
-    monkeypatch.setattr(kubeapi, "CALL_SLOTS", 1)
+async def test_a_call_that_waits_out_its_time_for_a_slot_is_not_sent() -> None:
     fake = SlowBindings()
     waits: list[float] = []
     async with TestServer(fake.app) as ts:
-        api = KubeApi(str(ts.make_url("")), None, lambda: None)
+        api = KubeApi(str(ts.make_url("")), None, lambda: None, call_slots=1)
         api.on_slot_wait = waits.append
         first = asyncio.create_task(api.create_binding("default", "a", "uid-a", "n", 5.0))
         while fake.arrived != ["a"]:
@@ -55,13 +56,12 @@ async def test_a_call_that_waits_out_its_time_for_a_slot_is_not_sent(monkeypatch
     assert len(waits) == 2 and waits[0] == 0.2 and waits[1] > 0
 
 
-async def test_a_slot_that_comes_free_too_late_is_not_used(monkeypatch) -> None:
+async def test_a_slot_that_comes_free_too_late_is_not_used() -> None:
     """b gets its slot with less than MIN_SEND_S of its time left: sent, it would only time out as an
     unknown outcome, so it is not sent at all."""
-    monkeypatch.setattr(kubeapi, "CALL_SLOTS", 1)
     fake = SlowBindings()
     async with TestServer(fake.app) as ts:
-        api = KubeApi(str(ts.make_url("")), None, lambda: None)
+        api = KubeApi(str(ts.make_url("")), None, lambda: None, call_slots=1)
         first = asyncio.create_task(api.create_binding("default", "a", "uid-a", "n", 5.0))
         while fake.arrived != ["a"]:
             await asyncio.sleep(0.01)
@@ -85,7 +85,7 @@ async def test_a_refused_connection_is_not_sent() -> None:
     assert info.value.status == 0 and info.value.reason == NOT_SENT
 
 
-async def test_a_timeout_after_sending_is_not_a_not_sent(monkeypatch) -> None:
+async def test_a_timeout_after_sending_is_not_a_not_sent() -> None:
     fake = SlowBindings()
     async with TestServer(fake.app) as ts:
         api = KubeApi(str(ts.make_url("")), None, lambda: None)
@@ -139,3 +139,43 @@ async def test_a_retry_after_an_unknown_outcome_on_a_changed_pod_keeps_the_cards
     assert "outcome is not known yet" in result["Error"]
     assert h.cache.pods["p"].status == "uncertain" and h.cache.state.full_free[0] == 0
     assert sum(call[0] == "bind" for call in h.api.calls) == writes  # no second binding written
+
+
+def test_the_connections_come_from_the_settings(tmp_path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:1"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+            }
+        )
+    )
+    assert KubeApi.from_settings(KubeSettings(kubeconfig=str(kubeconfig), api_connections=200)).call_slots == 200
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("apiConnections", 0),
+        ("apiConnections", 5000),
+        ("retryBackoffS", 0),  # a failing list or watch retried in a tight loop
+        ("writeTimeoutS", float("nan")),
+        ("writeTimeoutS", 0),
+        ("listTimeoutS", 0),
+        ("watchTimeoutS", -5),
+        ("assumedTtlS", -1),
+    ],
+)
+def test_kubernetes_settings_out_of_range_are_refused(key: str, value: float) -> None:
+    with pytest.raises(ConfigError, match=f"kubernetes.{key}: must be"):
+        merge(ExtenderSettings(), {"kubernetes": {key: value}})
+
+
+def test_kubernetes_settings_in_range_are_kept() -> None:
+    s = merge(ExtenderSettings(), {"kubernetes": {"apiConnections": 256, "retryBackoffS": 0.5, "writeTimeoutS": 4}})
+    assert (s.kubernetes.api_connections, s.kubernetes.retry_backoff_s, s.kubernetes.write_timeout_s) == (256, 0.5, 4)

@@ -18,7 +18,7 @@ Policies: ``fgd`` — the fallback the extender serves without a model; ``ppo`` 
 serves (``rlsched.policy.learned.SERVED_MODEL``) or ``--model PATH``; ``ppo-random`` — the real learned
 scorer (feature encoder + network of rlsched.policy) with random weights, i.e. the trained model's
 cost before one is trained; ``mlp`` — a bare numpy MLP 16→64→64→1 over per-node features (the
-floor prototype of docs/extender-protocol.md). The default is ``fgd,ppo`` when the bundled model is
+floor: what a learned scorer costs at the least). The default is ``fgd,ppo`` when the bundled model is
 there (or ``--model`` is given), else ``fgd,ppo-random``.
 Client-side time (send + read the answer) is reported; the machine's load average is printed with
 the results because the development machine is shared.

@@ -41,7 +41,7 @@ from rlsched.policy.dynamic.simulator import DynamicSettings, run_dynamic
 from rlsched.policy.evaluate import parse_seeds
 from rlsched.policy.export import read_model
 from rlsched.policy.scorers import NodeScores, Scorer, make_scorer
-from rlsched.policy.trace import load_nodes, load_pods
+from rlsched.policy.trace import OPENB_NODES, OPENB_PODS, load_nodes, load_pods, openb_default
 from rlsched.policy.typical import TypicalPods, typical_pods
 
 
@@ -165,8 +165,11 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--nodes", required=True, help="node list (openb CSV or the generic format)")
-    p.add_argument("--pods", required=True, help="pod list")
+    p.add_argument(
+        "--nodes",
+        help="node list, openb CSV or the generic format (default: the openb node list in $RLSCHED_OPENB_DIR)",
+    )
+    p.add_argument("--pods", help="pod list (default: the openb default trace in $RLSCHED_OPENB_DIR)")
     p.add_argument("--policy", default="fgd", help="the placement policy under the rule, e.g. fgd or ppo:MODEL.npz")
     p.add_argument("--load", type=float, default=1.0, help="offered GPU load of the living cluster")
     p.add_argument("--rules", default="none,2000/60", help="comma list: none, MIN_GPU_MILLI/HOLD_S, head:MODEL.npz ...")
@@ -174,6 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--json", type=Path, help="write the rows here")
     a = p.parse_args(argv)
+    try:
+        a.nodes = openb_default(a.nodes, "--nodes", OPENB_NODES)
+        a.pods = openb_default(a.pods, "--pods", OPENB_PODS)
+    except ValueError as exc:
+        p.error(str(exc))
     rules = a.rules.split(",")
     for rule in rules:
         parsed = parse_rule(rule)
@@ -181,9 +189,12 @@ def main(argv: list[str] | None = None) -> int:
             learned_head(parsed)  # refuse a file without a head before any run
     if "none" not in rules:
         rules.insert(0, "none")
-    pods = load_pods(a.pods)
+    try:
+        pods, nodes = load_pods(a.pods), load_nodes(a.nodes)
+    except (ValueError, OSError) as exc:  # a TraceError names the file and what is wrong with it
+        p.error(str(exc))
     setup = (
-        priced_nodes(load_nodes(a.nodes)),
+        priced_nodes(nodes),
         pods,
         typical_pods(pods),
         DynamicSettings(arrivals=ArrivalSettings(load=a.load)),

@@ -537,7 +537,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--pods", type=int, default=2000, help="pods created while the watches run (and listed)")
     p.add_argument("--binds", type=int, default=150, help="binds per client, per mode, per round")
     p.add_argument("--concurrency", type=int, default=16)

@@ -41,7 +41,7 @@ from rlsched.policy.dynamic.simulator import DynamicSettings, LivingCluster, run
 from rlsched.policy.evaluate import parse_seeds
 from rlsched.policy.feasibility import feasible_nodes
 from rlsched.policy.scorers import make_scorer
-from rlsched.policy.trace import load_nodes, load_pods
+from rlsched.policy.trace import OPENB_NODES, OPENB_PODS, load_nodes, load_pods, openb_default
 from rlsched.policy.typical import TypicalPods, typical_pods
 
 BASELINES = ("fgd", "load-variation-risk-balancing")
@@ -113,17 +113,24 @@ def _row(r: DynamicResult) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nodes", required=True)
-    ap.add_argument("--pods", required=True)
+    ap.add_argument("--nodes", help="node list (default: the openb node list in $RLSCHED_OPENB_DIR)")
+    ap.add_argument("--pods", help="pod list (default: the openb default trace in $RLSCHED_OPENB_DIR)")
     ap.add_argument("--seeds", default="42-51")
     ap.add_argument("--load", type=float, default=0.9, help="offered GPU load (docs/dynamic.md)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json", help="write every run's figures here")
     args = ap.parse_args(argv)
+    try:
+        args.nodes = openb_default(args.nodes, "--nodes", OPENB_NODES)
+        args.pods = openb_default(args.pods, "--pods", OPENB_PODS)
+    except ValueError as exc:
+        ap.error(str(exc))
     base = DynamicSettings()
     settings = dataclasses.replace(base, arrivals=dataclasses.replace(base.arrivals, load=args.load))
-    nodes = priced_nodes(load_nodes(args.nodes))
-    pods = load_pods(args.pods)
+    try:
+        nodes, pods = priced_nodes(load_nodes(args.nodes)), load_pods(args.pods)
+    except (ValueError, OSError) as exc:  # a TraceError names the file and what is wrong with it
+        ap.error(str(exc))
     typical = typical_pods(pods)
     seeds = parse_seeds(args.seeds)
     tasks = [(p, s) for p in (*BASELINES, *RULES) for s in seeds]

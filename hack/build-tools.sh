@@ -178,6 +178,13 @@ main() {
 
   if [[ ${#missing[@]} -gt 0 ]]; then
     command -v go >/dev/null || die "go is not on PATH (need Go >= 1.26 to build ${missing[*]})"
+    # The tools' go.mod files say go 1.26.0, and GOTOOLCHAIN=local (below) downloads no newer toolchain.
+    gover="$(go env GOVERSION 2>/dev/null)"; gover="${gover#go}"
+    go_major="${gover%%.*}"; go_minor="${gover#*.}"; go_minor="${go_minor%%[!0-9]*}"
+    if [[ ! "${go_major}" =~ ^[0-9]+$ || ! "${go_minor}" =~ ^[0-9]+$ ]] \
+      || (( go_major < 1 || (go_major == 1 && go_minor < 26) )); then
+      die "Go ${gover:-of unknown version} is too old to build ${missing[*]}: need Go >= 1.26 (https://go.dev/dl/)"
+    fi
     export GOTOOLCHAIN=local GOFLAGS="-mod=readonly -buildvcs=false"
     # One build at a time per cache root: a second caller waits, then finds the binaries present.
     exec 9>"${CACHE_ROOT}/.build.lock"

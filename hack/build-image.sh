@@ -86,7 +86,22 @@ start=$(date +%s)
 # image. Both stages carry the label below; the prune removes the untagged images that have it: earlier
 # images that lost ${TAG} and earlier build stages that lost ${BUILD_CACHE} (~670 MB each), never the
 # layers this build's cache uses.
-"${PODMAN[@]}" build --isolation chroot --network host "${build_args[@]}" --target build -t "${BUILD_CACHE}" .
-"${PODMAN[@]}" build --isolation chroot --network host "${build_args[@]}" -t "${TAG}" .
+# One retry when a RUN step fails with "sealing memfd copy: Device or resource busy": the runtime seals
+# an in-memory copy of itself before each step, which the kernel refuses (EBUSY) while another process
+# holds a writable shared mapping of it; the step itself never ran. Any other failure stops at once.
+build() {
+  local out status=0
+  out="$(mktemp)"
+  "${PODMAN[@]}" build --isolation chroot --network host "${build_args[@]}" "$@" 2>&1 | tee "${out}" || status=$?
+  if [[ ${status} -ne 0 ]] && grep -q 'sealing memfd copy: Device or resource busy' "${out}"; then
+    log "a build step failed to start (sealing memfd copy: EBUSY); retrying the build once"
+    status=0
+    "${PODMAN[@]}" build --isolation chroot --network host "${build_args[@]}" "$@" || status=$?
+  fi
+  rm -f "${out}"
+  return "${status}"
+}
+build --target build -t "${BUILD_CACHE}" .
+build -t "${TAG}" .
 "${PODMAN[@]}" image prune --force --filter label=org.opencontainers.image.title=kube-rl-scheduler >/dev/null || true
 log "built ${TAG} in $(( $(date +%s) - start )) s; size: $("${PODMAN[@]}" image inspect --format '{{.Size}}' "${TAG}") bytes"

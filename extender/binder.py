@@ -205,6 +205,10 @@ class Binder:
                             node,
                             result="error",
                         )
+                    if earlier_may_stand and existing.status == ASSUMED and existing.bind_done:
+                        # Our earlier binding to this node was written; the watch has not shown it yet.
+                        held = existing.spec.gpu_milli if existing.spec.num_gpu else 0
+                        return BindResult("", node, existing.cards, held, "duplicate")
                     if earlier_may_stand:
                         # Its cards stay held (uncertain) until the watch tells or the TTL passes; a new
                         # entry here would free them while that binding may stand.

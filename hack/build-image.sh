@@ -90,15 +90,17 @@ start=$(date +%s)
 # an in-memory copy of itself before each step, which the kernel refuses (EBUSY) while another process
 # holds a writable shared mapping of it; the step itself never ran. Any other failure stops at once.
 build() {
-  local out status=0
-  out="$(mktemp)"
-  "${PODMAN[@]}" build --isolation chroot --network host "${build_args[@]}" "$@" 2>&1 | tee "${out}" || status=$?
-  if [[ ${status} -ne 0 ]] && grep -q 'sealing memfd copy: Device or resource busy' "${out}"; then
+  local status=0 errors
+  errors="$(mktemp)"
+  # podman's stderr is kept to look for that message, then passed on (to stderr, after the build).
+  "${PODMAN[@]}" build --isolation chroot --network host "${build_args[@]}" "$@" 2>"${errors}" || status=$?
+  cat "${errors}" >&2
+  if [[ ${status} -ne 0 ]] && grep -q 'sealing memfd copy: Device or resource busy' "${errors}"; then
     log "a build step failed to start (sealing memfd copy: EBUSY); retrying the build once"
     status=0
     "${PODMAN[@]}" build --isolation chroot --network host "${build_args[@]}" "$@" || status=$?
   fi
-  rm -f "${out}"
+  rm -f "${errors}"
   return "${status}"
 }
 build --target build -t "${BUILD_CACHE}" .

@@ -179,10 +179,12 @@ main() {
   if [[ ${#missing[@]} -gt 0 ]]; then
     command -v go >/dev/null || die "go is not on PATH (need Go >= 1.26 to build ${missing[*]})"
     # The tools' go.mod files say go 1.26.0, and GOTOOLCHAIN=local (below) downloads no newer toolchain.
-    gover="$(go env GOVERSION 2>/dev/null)"; gover="${gover#go}"
+    # GOTOOLCHAIN=local: the Go on PATH itself, never a toolchain `go` would download. A development
+    # build ("devel go1.27-…") is taken at its version; a 1.26 pre-release is older than 1.26.0.
+    gover="$(GOTOOLCHAIN=local go env GOVERSION 2>/dev/null || true)"; gover="${gover#devel }"; gover="${gover#go}"
     go_major="${gover%%.*}"; go_minor="${gover#*.}"; go_minor="${go_minor%%[!0-9]*}"
     if [[ ! "${go_major}" =~ ^[0-9]+$ || ! "${go_minor}" =~ ^[0-9]+$ ]] \
-      || (( go_major < 1 || (go_major == 1 && go_minor < 26) )); then
+      || (( go_major < 1 || (go_major == 1 && go_minor < 26) )) || [[ "${gover}" =~ ^1\.26(rc|beta) ]]; then
       die "Go ${gover:-of unknown version} is too old to build ${missing[*]}: need Go >= 1.26 (https://go.dev/dl/)"
     fi
     export GOTOOLCHAIN=local GOFLAGS="-mod=readonly -buildvcs=false"

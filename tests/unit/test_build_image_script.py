@@ -53,18 +53,26 @@ def labels(stage: list[str]) -> dict[str, str]:
     return found
 
 
-def run_build_image(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+def run_build_image(
+    tmp_path: Path, *args: str, podman: str = FAKE_PODMAN, env_extra: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess, list[str]]:
     root = tmp_path / "repo"
     (root / "hack").mkdir(parents=True)
     shutil.copy2(REPO / "hack" / "build-image.sh", root / "hack" / "build-image.sh")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, text in (("podman", FAKE_PODMAN), ("runc", "#!/bin/sh\n")):
+    for name, text in (("podman", podman), ("runc", "#!/bin/sh\n")):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(stat.S_IRWXU)
     log = tmp_path / "podman.log"
     log.write_text("")
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_LOG": str(log), "PIP_CERT": ""}
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "FAKE_LOG": str(log),
+        "PIP_CERT": "",
+        **(env_extra or {}),
+    }
     env.pop("PIP_INDEX_URL", None)
     done = subprocess.run(
         [str(root / "hack" / "build-image.sh"), *args], capture_output=True, text=True, timeout=60, env=env
@@ -94,3 +102,40 @@ def test_the_build_stage_is_tagged_before_the_image_and_both_carry_the_pruned_la
     first_label = next(i for i, line in enumerate(build) if line.upper().startswith("LABEL ") and key in line)
     first_layer = next(i for i, line in enumerate(build) if line.split()[0].upper() in {"RUN", "COPY"})
     assert first_label < first_layer, build
+
+
+FLAKY_PODMAN = r"""#!/usr/bin/env bash
+printf '%s\n' "$*" >>"${FAKE_LOG}"
+while [[ "$1" == --cgroup-manager=* ]]; do shift; done
+case "$1 $2" in
+  "image exists") exit 0 ;;
+  "image inspect") echo 123 ;;
+esac
+if [[ "$1" == build ]]; then
+  builds=$(grep -c ' build \|^build ' "${FAKE_LOG}")
+  if [[ "${FAKE_FAIL}" == ebusy && ${builds} -eq 1 ]]; then
+    echo 'Close_Fd sealing memfd copy: Device or resource busy' >&2; exit 125
+  fi
+  if [[ "${FAKE_FAIL}" == other ]]; then echo 'Error: no space left on device' >&2; exit 125; fi
+fi
+"""
+
+
+def run_with(tmp_path: Path, fail: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    return run_build_image(
+        tmp_path, "--tag", "localhost/rl-scheduler:t1", podman=FLAKY_PODMAN, env_extra={"FAKE_FAIL": fail}
+    )
+
+
+def test_a_build_step_that_fails_to_start_with_ebusy_is_retried_once(tmp_path: Path) -> None:
+    done, calls = run_with(tmp_path, "ebusy")
+    assert done.returncode == 0, done.stderr
+    assert len([c for c in calls if c.split()[1:2] == ["build"]]) == 3, calls  # stage, its retry, the image
+    assert "sealing memfd copy" in done.stderr and "retrying the build once" in done.stderr
+
+
+def test_any_other_build_failure_stops_at_once(tmp_path: Path) -> None:
+    done, calls = run_with(tmp_path, "other")
+    assert done.returncode == 125
+    assert len([c for c in calls if c.split()[1:2] == ["build"]]) == 1, calls
+    assert "no space left on device" in done.stderr

@@ -179,3 +179,16 @@ def test_kubernetes_settings_out_of_range_are_refused(key: str, value: float) ->
 def test_kubernetes_settings_in_range_are_kept() -> None:
     s = merge(ExtenderSettings(), {"kubernetes": {"apiConnections": 256, "retryBackoffS": 0.5, "writeTimeoutS": 4}})
     assert (s.kubernetes.api_connections, s.kubernetes.retry_backoff_s, s.kubernetes.write_timeout_s) == (256, 0.5, 4)
+
+
+async def test_a_retry_after_a_bind_that_succeeded_is_a_success_though_the_pod_changed() -> None:
+    """The first bind was written (the watch has not shown it yet) and kube-scheduler retries to the same
+    node after the pod's request changed: the pod is bound there, so the answer is success, no new write."""
+    h, _ = _one_card_harness()
+    assert (await h.extender.bind(BindingArgs("p", "default", "p", "b"))) == {"Error": ""}
+    assert h.cache.pods["p"].status == "assumed" and h.cache.pods["p"].bind_done
+    h.cache.set_pod(make_pod("p", uid="p", gpus=1, cpu="2", rv="2001"))  # pending still, as the watch lags
+    writes = sum(call[0] == "bind" for call in h.api.calls)
+    assert (await h.extender.bind(BindingArgs("p", "default", "p", "b"))) == {"Error": ""}
+    assert sum(call[0] == "bind" for call in h.api.calls) == writes
+    assert h.cache.state.full_free[0] == 0

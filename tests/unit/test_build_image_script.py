@@ -104,13 +104,10 @@ def test_the_build_stage_is_tagged_before_the_image_and_both_carry_the_pruned_la
     assert first_label < first_layer, build
 
 
-FLAKY_PODMAN = r"""#!/usr/bin/env bash
-printf '%s\n' "$*" >>"${FAKE_LOG}"
-while [[ "$1" == --cgroup-manager=* ]]; do shift; done
-case "$1 $2" in
-  "image exists") exit 0 ;;
-  "image inspect") echo 123 ;;
-esac
+FLAKY_PODMAN = (
+    FAKE_PODMAN
+    + r"""
+# FAKE_FAIL=ebusy: the first build fails as a step that could not start; other: every build fails.
 if [[ "$1" == build ]]; then
   builds=$(grep -c ' build \|^build ' "${FAKE_LOG}")
   if [[ "${FAKE_FAIL}" == ebusy && ${builds} -eq 1 ]]; then
@@ -119,6 +116,7 @@ if [[ "$1" == build ]]; then
   if [[ "${FAKE_FAIL}" == other ]]; then echo 'Error: no space left on device' >&2; exit 125; fi
 fi
 """
+)
 
 
 def run_with(tmp_path: Path, fail: str) -> tuple[subprocess.CompletedProcess, list[str]]:

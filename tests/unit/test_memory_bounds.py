@@ -9,9 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_trace_hostile import error_of
 
 from rlsched.cli import main as rlsched_main
-from rlsched.policy import ClusterState, NodeSpec, PodSpec, TraceError, load_nodes, load_pods, make_scorer
+from rlsched.policy import ClusterState, NodeSpec, PodSpec, load_nodes, load_pods, make_scorer
 from rlsched.policy.cluster import MIB
 from rlsched.policy.resources import MEMORY_MIB_LIMIT, QUANTITY_LIMIT
 from rlsched.policy.trace import NODE_MEMORY_MIB_MOST, POD_MEMORY_MIB_MOST, dump_generic
@@ -29,19 +30,11 @@ def test_the_bounds_are_the_extenders() -> None:
     assert NODE_MEMORY_MIB_MOST == (MAX_QUANTITY - 1) >> 20 and POD_MEMORY_MIB_MOST == MAX_QUANTITY >> 20
 
 
-def _error(reader, path: Path) -> str:
-    with pytest.raises(TraceError) as info:
-        reader(path)
-    message = str(info.value)
-    assert "\n" not in message and len(message) < 400, message
-    return message
-
-
 @pytest.mark.parametrize("mib", [2**33, 2**43, 2**53 - 1])
 def test_a_csv_node_beyond_the_bound_is_refused_on_its_line(tmp_path: Path, mib: int) -> None:
     path = tmp_path / "nodes.csv"
     path.write_text(NODE_HEADER + f"n0,64000,{2**33 - 1},8,G2\nn1,96000,{mib},8,G2\n")
-    message = _error(load_nodes, path)
+    message = error_of(load_nodes, path)
     assert message.startswith(f"{path}:3: column 'memory_mib': {mib} MiB is unreasonably large"), message
     assert f"at most {2**33 - 1} MiB" in message
 
@@ -50,7 +43,7 @@ def test_a_csv_node_beyond_the_bound_is_refused_on_its_line(tmp_path: Path, mib:
 def test_a_csv_pod_beyond_the_bound_is_refused_on_its_line(tmp_path: Path, mib: int) -> None:
     path = tmp_path / "pods.csv"
     path.write_text(POD_HEADER + f"p0,1000,{2**33},1,500\np1,1000,{mib},1,500\n")
-    message = _error(load_pods, path)
+    message = error_of(load_pods, path)
     assert message.startswith(f"{path}:3: column 'memory_mib': {mib} MiB is unreasonably large"), message
 
 
@@ -58,7 +51,7 @@ def test_a_csv_pod_beyond_the_bound_is_refused_on_its_line(tmp_path: Path, mib: 
 def test_a_yaml_node_beyond_the_bound_is_refused_at_its_field(tmp_path: Path, memory: str) -> None:
     path = tmp_path / "nodes.yaml"
     path.write_text(f"nodes:\n  - name: g\n    cpu: 96\n    memory: {memory}\n    gpus: 8\n    gpuModel: T4\n")
-    message = _error(load_nodes, path)
+    message = error_of(load_nodes, path)
     quoted = memory if memory.isdigit() or memory.startswith("'") else f"'{memory}'"  # a YAML number: bare
     assert message.startswith(f"{path}:4: nodes[0].memory: {quoted} is unreasonably large"), message
     assert f"at most {2**33 - 1} MiB" in message
@@ -68,7 +61,7 @@ def test_a_yaml_node_beyond_the_bound_is_refused_at_its_field(tmp_path: Path, me
 def test_a_yaml_pod_beyond_the_bound_is_refused_at_its_field(tmp_path: Path, memory: str) -> None:
     path = tmp_path / "pods.yaml"
     path.write_text(f"pods:\n  - name: a\n    cpu: 1\n    memory: {memory}\n    gpus: 1\n")
-    message = _error(load_pods, path)
+    message = error_of(load_pods, path)
     quoted = memory if memory.isdigit() else f"'{memory}'"
     assert message.startswith(f"{path}:4: pods[0].memory: {quoted} is unreasonably large"), message
 

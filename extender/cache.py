@@ -27,6 +27,7 @@ digest: it is read every time, and logged and counted once per resourceVersion).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import time
 from collections import OrderedDict
@@ -72,6 +73,11 @@ RELIST_SLICE = 256
 """Objects a relist applies between two pauses (the ``*_in_slices`` methods): at ~10 µs (nodes,
 pods unchanged) to ~60 µs (pods changed) each, a few milliseconds of the event loop per slice,
 where applying a list of 20,000 pods in one step held it for up to a second."""
+RETRY_PER_RELEASE = 64
+"""Uncounted pods of a node tried again when it frees something: the first found uncounted (then
+running pods first, the oldest first); the rest wait for the next sweep (:meth:`ClusterCache.retry_unplaced`). Without
+the bound, each release tried every one: 5,000 pods pinned to one node past what it can count
+(``ClusterState.place``) took 27 s of the event loop to delete."""
 MAX_REJECTED_NODES = 8192
 """Names of nodes the watch delivered but could not read, remembered with the reason (the oldest
 forgotten beyond this)."""
@@ -185,11 +191,17 @@ class ClusterCache:
         """UID → digest of the pod version last applied (pending or holding resources)."""
         self._node_digests: dict[str, bytes] = {}
         """Node name → digest of the node version last applied."""
-        self._unplaced: dict[str, set[str]] = {}
+        self._unplaced: dict[str, dict[str, None]] = {}
         """Node name → UIDs of its entries that could not be placed (``placement`` None): tried again
         when the node frees something (:meth:`_retry_unplaced`), so a pod is not left uncounted for
         good. By node, so that a release costs the entries of its node only."""
         self._retry_paused = False
+        self._retry_later: set[str] = set()
+        """Nodes whose release left uncounted pods untried (more than :data:`RETRY_PER_RELEASE`)."""
+        self._maybe_reserved: set[str] = set()
+        """UIDs filter held cards for (:meth:`reserve`), some since bound or released: the holds are
+        found here, not by a scan of every pod (:meth:`_reserved`)."""
+        """Nodes whose release left uncounted pods untried (more than :data:`RETRY_PER_RELEASE`)."""
 
     # -- reading ----------------------------------------------------------------------------------
     @property
@@ -514,9 +526,10 @@ class ClusterCache:
 
     def _unreserve_on(self, node: str) -> bool:
         """Release filter's reservations on ``node`` (their binds will check afresh) without placing
-        anything else meanwhile (the caller does); True if any. Scans the pods: called only when a
-        running pod does not fit its node."""
-        held = [u for u, e in self.pods.items() if e.status == RESERVED and e.node == node]
+        anything else meanwhile (the caller does); True if any. Called when a running pod does not
+        fit its node: the holds come from :meth:`_reserved`, not a scan of every pod (a flood of pods
+        pinned to a node past its room cost one scan each)."""
+        held = [e.uid for e in self._reserved() if e.node == node]
         self._retry_paused = True
         try:
             for uid in held:
@@ -526,12 +539,12 @@ class ClusterCache:
         return bool(held)
 
     def _mark_unplaced(self, entry: Entry) -> None:
-        self._unplaced.setdefault(entry.node, set()).add(entry.uid)
+        self._unplaced.setdefault(entry.node, {})[entry.uid] = None
 
     def _mark_placed(self, entry: Entry) -> None:
         uids = self._unplaced.get(entry.node)
         if uids is not None:
-            uids.discard(entry.uid)
+            uids.pop(entry.uid, None)
             if not uids:
                 del self._unplaced[entry.node]
 
@@ -587,11 +600,24 @@ class ClusterCache:
             if entry.node in self._unplaced and not self._retry_paused:
                 self._retry_unplaced(entry.node)
 
-    def _retry_unplaced(self, node: str) -> None:
+    def retry_unplaced(self) -> None:
+        """Try every uncounted pod of the nodes whose releases tried only the first
+        :data:`RETRY_PER_RELEASE` (called every few seconds)."""
+        nodes, self._retry_later = self._retry_later, set()
+        for node in nodes:
+            if self._state is not None and node in self._state.index:
+                self._retry_unplaced(node, limit=None)
+
+    def _retry_unplaced(self, node: str, limit: int | None = RETRY_PER_RELEASE) -> None:
         """Place again the entries on ``node`` that did not fit (their node just freed something):
-        running pods first, each on its own cards when it has them, else by the default rule."""
-        waiting = [self.pods[u] for u in self._unplaced.get(node, ()) if u in self.pods]
-        for entry in sorted(waiting, key=lambda e: (e.status != BOUND, e.since)):
+        running pods first, each on its own cards when it has them, else by the default rule; only
+        the ``limit`` first found uncounted (the rest at the next :meth:`retry_unplaced`)."""
+        uids = self._unplaced.get(node, {})
+        if limit is not None and len(uids) > limit:
+            uids = dict.fromkeys(itertools.islice(uids, limit))
+            self._retry_later.add(node)
+        waiting = sorted((self.pods[u] for u in uids if u in self.pods), key=_retry_order)
+        for entry in waiting:
             if entry.status == RESERVED or entry.placement is not None:
                 continue
             if self._place_again(entry):
@@ -735,10 +761,16 @@ class ClusterCache:
         """Release filter's reservations that no bind followed within ``ttl_s`` (kube-scheduler chose
         otherwise, a later plugin or permit failed, or the pod went away unseen)."""
         now = self.clock()
-        expired = [u for u, e in self.pods.items() if e.status == RESERVED and now - e.since > ttl_s]
+        expired = [e.uid for e in self._reserved() if now - e.since > ttl_s]
         for uid in expired:
             self.unreserve(uid)
         return expired
+
+    def _reserved(self) -> list[Entry]:
+        """The entries holding filter's reservations (status RESERVED); forgets the UIDs that no longer are."""
+        live = [e for u in self._maybe_reserved if (e := self.pods.get(u)) is not None and e.status == RESERVED]
+        self._maybe_reserved = {e.uid for e in live}
+        return live
 
     def reserve(self, info: PodInfo, node: str, cards: tuple[int, ...], provisional: bool = False) -> bool:
         """Hold ``cards`` on ``node`` for the pending pod ``info`` (filter's decision); False when they
@@ -760,6 +792,7 @@ class ClusterCache:
                 if len(self.provisional_live) >= MAX_PROVISIONAL_HOLDS:
                     return False
         entry = self.add(info.uid, info.key, node, info.spec, cards, RESERVED, exact=True)
+        self._maybe_reserved.add(info.uid)
         if entry.placement is None:
             self.unreserve(info.uid)
             return False
@@ -920,6 +953,11 @@ def node_digest(node: Any) -> tuple[str, bytes] | None:
         )
     )
     return None if digest is None else (name, digest)
+
+
+def _retry_order(entry: Entry) -> tuple[bool, float]:
+    """Uncounted pods are tried again running pods first, then the oldest first."""
+    return (entry.status != BOUND, entry.since)
 
 
 def _carry_over(old: ClusterState | None, new: ClusterState) -> set[str]:

@@ -270,6 +270,7 @@ class Service:
             self.cache.expire_uncertain(self.settings.kubernetes.assumed_ttl_s)
             self.cache.expire_reserved(self.settings.decision_cache_ttl_s)
             self.cache.expire_provisional()
+            self.cache.retry_unplaced()
 
     def status_extra(self) -> dict[str, Any]:
         out: dict[str, Any] = {"watches": {i.resource: i.status() for i in self.informers}}

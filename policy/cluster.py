@@ -23,6 +23,13 @@ DEFAULT_MILLI_CPU_REQUEST = 100
 DEFAULT_MEMORY_REQUEST_BYTES = 200 * 1024 * 1024
 """...and one without a memory request as 200 MB."""
 MIB = 1 << 20
+COUNT_LIMIT = 2**62
+"""A node's running totals stay within ±this: free cpu (milli), free memory (in bytes, though held
+in MiB) and the requests Kubernetes' scorers see (cpu milli, memory bytes). A running pod is counted
+whatever it asked (:meth:`ClusterState.place`'s ``overcommit``) and a request reads as up to
+:data:`~rlsched.policy.resources.QUANTITY_LIMIT` (2**53), so 1,024 such pods on one node would wrap
+an int64 total round to a large free amount; a pod that would take a total past this is refused
+(512 of the largest requests fit, and the scorers' sums of a total and a request still fit in int64)."""
 
 
 def nonzero_cpu(cpu_milli: int) -> int:
@@ -335,6 +342,18 @@ class ClusterState:
             or (req.memory_mib > 0 and self.mem_free[node] < req.memory_mib)
         )
 
+    def _past_count_limit(self, req: PodRequest, node: int) -> bool:
+        """Whether placing the pod would take one of ``node``'s totals past :data:`COUNT_LIMIT` (in
+        Python integers: the check itself cannot wrap). Only ``overcommit`` needs it: a pod that fits
+        takes no more than the node has free, or adds the 100m or 200 MB counted for a request of
+        nothing, which would take 2**34 pods to matter."""
+        return bool(
+            int(self.cpu_free[node]) - req.cpu_milli < -COUNT_LIMIT
+            or (int(self.mem_free[node]) - req.memory_mib) * MIB < -COUNT_LIMIT
+            or int(self.nonzero_cpu_used[node]) + nonzero_cpu(req.cpu_milli) > COUNT_LIMIT
+            or int(self.nonzero_mem_used_bytes[node]) + nonzero_mem_bytes(req.memory_mib) > COUNT_LIMIT
+        )
+
     def place(
         self, req: PodRequest, node: int, cards: Iterable[int], overcommit: bool = False, any_model: bool = False
     ) -> Placement:
@@ -342,7 +361,8 @@ class ClusterState:
 
         ``overcommit``: place it even when cpu or memory run short (free goes below 0), as
         kube-scheduler's node info counts a pod that is already running there whatever it asked;
-        its cards are still checked. ``any_model`` (implied by ``overcommit``): its GPU-model
+        its cards are still checked, and it is refused if it would take one of the node's totals past
+        :data:`COUNT_LIMIT`. ``any_model`` (implied by ``overcommit``): its GPU-model
         constraint is not checked (a running pod: another scheduler may have put it there, or the
         node's model label changed since)."""
         cards = tuple(int(c) for c in cards)
@@ -351,6 +371,8 @@ class ClusterState:
             raise ValueError(f"pod asks for {req.num_gpu} card(s), got {len(cards)}")
         if not overcommit and self.short_of_cpu_or_memory(req, node):
             raise ValueError(f"node {self.names[node]}: not enough cpu or memory")
+        if overcommit and self._past_count_limit(req, node):
+            raise ValueError(f"node {self.names[node]}: its pods ask for more than can be counted (2**62)")
         if len(set(cards)) != len(cards):
             raise ValueError(f"node {self.names[node]}: card ids repeat: {cards}")
         for c in cards:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
 from rlsched.policy import ClusterState, NodeSpec, PodSpec, default_cards, pod_request_problem
-from rlsched.policy.cluster import DEFAULT_MEMORY_REQUEST_BYTES, MIB, MUTABLE_ARRAYS, packed_copies
+from rlsched.policy.cluster import COUNT_LIMIT, DEFAULT_MEMORY_REQUEST_BYTES, MIB, MUTABLE_ARRAYS, packed_copies
+from rlsched.policy.resources import MEMORY_MIB_LIMIT, QUANTITY_LIMIT
 
 NODES = [
     NodeSpec("v100", 32000, 65536, 4, "V100"),
@@ -304,3 +307,33 @@ def test_state_index_maps_every_name_after_packing():
     state = ClusterState([NodeSpec(f"n{i}", 4000, 8192, 1, "A100") for i in range(5)])
     assert [state.index[n] for n in ["n3", "n0", "n4"]] == [3, 0, 4]
     assert state.names == tuple(f"n{i}" for i in range(5))
+
+
+def test_overcommitted_totals_stop_short_of_int64_and_release_exactly() -> None:
+    """Running pods are counted whatever they ask, and a request reads as up to 2**53: 1,024 of the
+    largest on one node wrapped its totals round (numpy warned, then the node read as nearly empty).
+    Past COUNT_LIMIT a pod is refused instead; what was counted releases exactly."""
+    state = ClusterState(NODES)
+    before = snapshot(state)
+    largest = PodSpec("huge", QUANTITY_LIMIT, MEMORY_MIB_LIMIT)
+    placed, refused = [], 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an int64 overflow warns
+        for _ in range(1100):
+            req = state.request(largest)
+            try:
+                placed.append(state.place(req, 1, (), overcommit=True))
+            except ValueError as exc:
+                assert "more than can be counted" in str(exc)
+                refused += 1
+        assert len(placed) == COUNT_LIMIT // QUANTITY_LIMIT == 512 and refused == 1100 - 512
+        assert -COUNT_LIMIT <= int(state.cpu_free[1]) < 0 and -COUNT_LIMIT <= int(state.mem_free[1]) * MIB < 0
+        assert (
+            0 < int(state.nonzero_cpu_used[1]) <= COUNT_LIMIT
+            and 0 < int(state.nonzero_mem_used_bytes[1]) <= COUNT_LIMIT
+        )
+        assert state.short_of_cpu_or_memory(state.request(PodSpec("small", 100, 100)), 1)
+        small = state.place(state.request(PodSpec("nothing", 0, 0)), 1, ())  # fits anywhere; counted as 100m, 200 MB
+        for p in [*placed, small]:
+            state.release(p)
+    assert_same(state, before, skip=("node_version",))

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import copy
+import warnings
 
 import numpy as np
 
-from rlsched.extender.cache import ASSUMED, BOUND, UNCERTAIN, ClusterCache
+from rlsched.extender.cache import ASSUMED, BOUND, RETRY_PER_RELEASE, UNCERTAIN, ClusterCache
 from rlsched.extender.objects import assignment_annotations, pod_info
 from rlsched.extender.settings import GpuConventions
 from rlsched.extender.testing import make_node, make_pod
@@ -400,3 +401,46 @@ def test_a_relist_in_slices_pauses_between_slices_and_ends_as_one_list_would() -
 
     pauses = list(sliced.replace_nodes_in_slices([*nodes[:4], make_node("n9", gpus=2)], size=2))
     assert len(pauses) == 2 and sorted(sliced.nodes) == ["n0", "n1", "n2", "n3", "n9"]
+
+
+def test_pods_pinned_past_what_a_node_can_count_wait_and_are_counted_as_room_frees() -> None:
+    """Running pods are counted whatever they ask; 1,024 asking for the most memory a request reads
+    as (8 PiB) wrapped the node's int64 totals round (it read as nearly empty). Past 2**62 a pod waits
+    uncounted, and is counted when a counted one leaves; all gone, the node is as it was."""
+    c = cache_with([make_node("a"), make_node("b")])
+    before = c.state.mem_free.tolist(), c.state.nonzero_mem_used_bytes.tolist()
+    pods = [make_pod(f"h{i}", node="a", memory="9Ei", uid=f"h{i}") for i in range(600)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an int64 overflow warns
+        for pod in pods:
+            c.set_pod(pod)
+        s = c.state
+        assert c.stats.unplaceable == 600 - 512 and s.mem_free[1] == before[0][1]
+        assert -(2**62) <= int(s.mem_free[0]) * (1 << 20) < 0 < int(s.nonzero_mem_used_bytes[0]) <= 2**62
+        counted = [p["metadata"]["uid"] for p in pods if c.pods[p["metadata"]["uid"]].placement is not None]
+        for uid in counted[:100]:  # each one that leaves makes room for one that waited
+            c.delete_pod(uid)
+        assert sum(e.placement is not None for e in c.pods.values()) == 500
+        for uid in list(c.pods):
+            c.delete_pod(uid)
+    assert (c.state.mem_free.tolist(), c.state.nonzero_mem_used_bytes.tolist()) == before
+
+
+def test_a_release_tries_a_bounded_number_of_uncounted_pods_and_the_sweep_the_rest(monkeypatch) -> None:
+    """Each release tried every uncounted pod of its node: quadratic in a flood of pods pinned to one
+    node (5,000 took 27 s to delete). Now the first RETRY_PER_RELEASE; the periodic sweep tries the rest."""
+    two_cards = [make_pod(f"w{i}", node="g", gpus=2, uid=f"w{i}") for i in range(RETRY_PER_RELEASE + 6)]
+    one_card = make_pod("x", node="g", gpus=1, uid="x")
+    c = cache_with([make_node("g", gpus=2)], [bound("p", "g", (0,)), bound("q", "g", (1,)), *two_cards, one_card])
+    assert c.state is not None and c.pods["x"].placement is None
+    tries = []
+    place_again = ClusterCache._place_again
+    monkeypatch.setattr(ClusterCache, "_place_again", lambda self, e: tries.append(e.uid) or place_again(self, e))
+    c.delete_pod("uid-p")  # card 0 is free: x fits, the two-card pods do not
+    assert len(tries) <= RETRY_PER_RELEASE
+    c.retry_unplaced()
+    assert c.pods["x"].placement is not None and c.pods["x"].cards == (0,)
+    assert all(c.pods[p["metadata"]["uid"]].placement is None for p in two_cards)
+    tries.clear()
+    c.retry_unplaced()  # nothing left to sweep until a release leaves some untried again
+    assert tries == []

@@ -41,7 +41,7 @@ async def serve(registry: CollectorRegistry, endpoint: str) -> None:
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()
-        log.info("metrics on http://%s:%d/metrics", host, port)
+        log.info("metrics on http://%s:%d/metrics", f"[{host}]" if ":" in host else host, port)
         await asyncio.Event().wait()
     finally:
         await runner.cleanup()

@@ -67,7 +67,7 @@ def test_watch_namespaces_are_not_checked_without_the_operator(tmp_path: Path) -
     [
         ({"server": {"port": 9000}}, "extender.config.server.port: set extender.port instead"),
         ({"server": {"statusPort": 9001}}, "extender.config.server.statusPort: set extender.statusPort instead"),
-        ({"server": {"statusHost": "127.0.0.1"}}, "extender.config.server.statusHost: the chart listens on 0.0.0.0"),
+        ({"server": {"statusHost": "127.0.0.1"}}, "extender.config.server.statusHost: set listenAddress instead"),
         (
             {"server": {"tls": {"certFile": "/t/c.pem", "keyFile": "/t/k.pem", "clientCaFile": "/t/ca.pem"}}},
             "extender.config.server.tls: the chart's kube-scheduler calls the verbs over plain HTTP",

@@ -158,6 +158,26 @@ release namespace too. */}}
 {{- end -}}
 
 {{/*
+listenAddress, checked: the wildcard address of one family, IPv4 or IPv6 (the kubelet probes a pod's
+first IP, so the listeners it probes must hold that IP's family).
+*/}}
+{{- define "rl-scheduler.listenAddress" -}}
+{{- $a := toString .Values.listenAddress -}}
+{{- if not (has $a (list "0.0.0.0" "::")) -}}
+{{- fail (printf "listenAddress=%q: use \"0.0.0.0\" (IPv4) or \"::\" (IPv6, when a pod's first IP is IPv6)" $a) -}}
+{{- end -}}
+{{- $a -}}
+{{- end -}}
+
+{{/*
+listenAddress as the host of a URL or host:port (an IPv6 address in brackets).
+*/}}
+{{- define "rl-scheduler.listenHost" -}}
+{{- $a := include "rl-scheduler.listenAddress" . -}}
+{{- if contains ":" $a -}}[{{ $a }}]{{- else -}}{{ $a }}{{- end -}}
+{{- end -}}
+
+{{/*
 The extender's settings file (extender/settings.py keys). extender.config is deep-merged last.
 */}}
 {{- define "rl-scheduler.extenderConfig" -}}
@@ -168,7 +188,7 @@ The extender's settings file (extender/settings.py keys). extender.config is dee
 {{- $_ := set $policy "modelPath" $v.policy.modelPath -}}
 {{- end -}}
 {{- $cfg := dict
-  "server" (dict "host" "127.0.0.1" "port" $v.port "statusHost" "0.0.0.0" "statusPort" $v.statusPort)
+  "server" (dict "host" "127.0.0.1" "port" $v.port "statusHost" (include "rl-scheduler.listenAddress" .) "statusPort" $v.statusPort)
   "kubernetes" (dict "schedulerName" .Values.schedulerName)
   "policy" $policy
   "policyFile" (printf "%s/policy.yaml" (trimSuffix "/" $v.policyMountPath))
@@ -214,7 +234,7 @@ scheduler configuration calls the loopback verbs over plain HTTP. Fail, naming t
 {{- $checks := list
   (list (hasKey $server "port") "server.port" "set extender.port instead (the scheduler's urlPrefix follows it)")
   (list (hasKey $server "statusPort") "server.statusPort" "set extender.statusPort instead (the container port, the Service, the NetworkPolicy and the probes follow it)")
-  (list (hasKey $server "statusHost") "server.statusHost" "the chart listens on 0.0.0.0 so that the Service and the kubelet's probes reach the status port; it has no value for this")
+  (list (hasKey $server "statusHost") "server.statusHost" "set listenAddress instead (the chart listens there so that the Service and the kubelet's probes reach the status port)")
   (list (hasKey $server "tls") "server.tls" "the chart's kube-scheduler calls the verbs over plain HTTP on loopback (enableHTTPS false, an http:// urlPrefix), so a TLS listener would fail every pod of the profile; the verbs never leave the pod, where mutual TLS adds nothing: remove it")
   (list (hasKey $kube "schedulerName") "kubernetes.schedulerName" "set schedulerName instead (the scheduler profile and the operator follow it)")
   (list (hasKey $c "policyFile") "policyFile" "set extender.policyMountPath instead (the policy ConfigMap is mounted there and the operator writes to it)")
@@ -300,7 +320,7 @@ The operator's settings file (operator/settings.py keys). operator.config is dee
   "policy" (dict "namespace" .Release.Namespace "name" $o.policyName)
   "sink" (dict "kind" "configmap" "namespace" .Release.Namespace "configmap" (include "rl-scheduler.policyConfigMapName" .) "mountPath" .Values.extender.policyMountPath)
   "extender" (dict "statusUrl" (printf "http://%s.%s.svc:%d" (include "rl-scheduler.serviceName" .) .Release.Namespace (int .Values.extender.statusPort)) "rolloutTimeoutS" $o.rolloutTimeoutS)
-  "livenessEndpoint" (printf "http://0.0.0.0:%d/healthz" (int $o.healthPort))
+  "livenessEndpoint" (printf "http://%s:%d/healthz" (include "rl-scheduler.listenHost" .) (int $o.healthPort))
   "logLevel" $o.logLevel
   "rebalancer" (dict "enabled" $o.rebalancer.enabled "tickS" $o.rebalancer.tickS)
 -}}
@@ -329,7 +349,7 @@ the extender's settings, before operator.config, so that an override there still
 {{- $_ := set $cfg.rebalancer "prometheus" $prom -}}
 {{- end -}}
 {{- if $o.metricsPort -}}
-{{- $_ := set $cfg "metricsEndpoint" (printf "0.0.0.0:%d" (int $o.metricsPort)) -}}
+{{- $_ := set $cfg "metricsEndpoint" (printf "%s:%d" (include "rl-scheduler.listenHost" .) (int $o.metricsPort)) -}}
 {{- end -}}
 {{- if $o.decisionLog.enabled -}}
 {{- $dl := dict "path" "/data/decisions" "maxBytes" (int64 $o.decisionLog.maxBytes) -}}

@@ -198,10 +198,9 @@ class ClusterCache:
         self._retry_paused = False
         self._retry_later: set[str] = set()
         """Nodes whose release left uncounted pods untried (more than :data:`RETRY_PER_RELEASE`)."""
-        self._maybe_reserved: set[str] = set()
-        """UIDs filter held cards for (:meth:`reserve`), some since bound or released: the holds are
-        found here, not by a scan of every pod (:meth:`_reserved`)."""
-        """Nodes whose release left uncounted pods untried (more than :data:`RETRY_PER_RELEASE`)."""
+        self._maybe_reserved: dict[str, set[str]] = {}
+        """Node name → UIDs filter held cards for there (:meth:`reserve`), some since bound or
+        released: the holds are found here, not by a scan of every pod (:meth:`_reserved`)."""
 
     # -- reading ----------------------------------------------------------------------------------
     @property
@@ -527,9 +526,9 @@ class ClusterCache:
     def _unreserve_on(self, node: str) -> bool:
         """Release filter's reservations on ``node`` (their binds will check afresh) without placing
         anything else meanwhile (the caller does); True if any. Called when a running pod does not
-        fit its node: the holds come from :meth:`_reserved`, not a scan of every pod (a flood of pods
-        pinned to a node past its room cost one scan each)."""
-        held = [e.uid for e in self._reserved() if e.node == node]
+        fit its node: the holds come from :meth:`_reserved` of that node, not a scan of every pod or
+        every hold (a flood of pods pinned to a node past its room cost one scan each)."""
+        held = [e.uid for e in self._reserved(node)]
         self._retry_paused = True
         try:
             for uid in held:
@@ -766,10 +765,19 @@ class ClusterCache:
             self.unreserve(uid)
         return expired
 
-    def _reserved(self) -> list[Entry]:
-        """The entries holding filter's reservations (status RESERVED); forgets the UIDs that no longer are."""
-        live = [e for u in self._maybe_reserved if (e := self.pods.get(u)) is not None and e.status == RESERVED]
-        self._maybe_reserved = {e.uid for e in live}
+    def _reserved(self, node: str | None = None) -> list[Entry]:
+        """The entries holding filter's reservations (status RESERVED) on ``node``, or on every node;
+        forgets the UIDs that no longer do."""
+        live: list[Entry] = []
+        for name in [node] if node is not None else list(self._maybe_reserved):
+            here = [
+                e
+                for u in self._maybe_reserved.pop(name, ())
+                if (e := self.pods.get(u)) is not None and e.status == RESERVED and e.node == name
+            ]
+            if here:
+                self._maybe_reserved[name] = {e.uid for e in here}
+            live += here
         return live
 
     def reserve(self, info: PodInfo, node: str, cards: tuple[int, ...], provisional: bool = False) -> bool:
@@ -792,7 +800,7 @@ class ClusterCache:
                 if len(self.provisional_live) >= MAX_PROVISIONAL_HOLDS:
                     return False
         entry = self.add(info.uid, info.key, node, info.spec, cards, RESERVED, exact=True)
-        self._maybe_reserved.add(info.uid)
+        self._maybe_reserved.setdefault(node, set()).add(info.uid)
         if entry.placement is None:
             self.unreserve(info.uid)
             return False

@@ -56,7 +56,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from prometheus_client import Counter as PromCounter
 
-from rlsched.extender.cache import BOUND, ClusterCache
+from rlsched.extender.cache import BOUND, RELIST_SLICE, ClusterCache
 from rlsched.extender.objects import qos_class
 from rlsched.extender.policy import default_typical, load_typical
 from rlsched.extender.prometheus import LoadPoller
@@ -342,8 +342,12 @@ class Rebalancer:
             if spec.namespace_selector is not None
             else {}
         )
-        self.cache.replace_nodes(nodes)
-        self.cache.replace_pods(pods)
+        # In slices, yielding between them, as the extender applies a relist: 5,000 pods in one step
+        # held the operator's event loop for 0.36 s.
+        for _ in self.cache.replace_nodes_in_slices(nodes):
+            await asyncio.sleep(0)
+        for _ in self.cache.replace_pods_in_slices(pods):
+            await asyncio.sleep(0)
         state = self.cache.state
         if state is None:
             report.outcome, report.message = "no_candidates", "no readable nodes"
@@ -362,7 +366,9 @@ class Rebalancer:
                 by_uid[uid] = pod
         opted_in = namespace_filter(spec.namespace_selector, ns_labels)
         eligible: dict[str, tuple[Any, Mapping[str, Any], str]] = {}  # uid -> (entry, pod, owner)
-        for uid, entry in self.cache.pods.items():
+        for i, (uid, entry) in enumerate(self.cache.pods.items()):
+            if i % RELIST_SLICE == RELIST_SLICE - 1:  # ~30 µs a pod: let the operator's other work in
+                await asyncio.sleep(0)
             pod = by_uid.get(uid)
             if pod is None or entry.placement is None or entry.status != BOUND:
                 continue

@@ -444,3 +444,26 @@ def test_a_release_tries_a_bounded_number_of_uncounted_pods_and_the_sweep_the_re
     tries.clear()
     c.retry_unplaced()  # nothing left to sweep until a release leaves some untried again
     assert tries == []
+
+
+def test_a_running_pod_that_does_not_fit_releases_the_holds_of_its_node_only(monkeypatch) -> None:
+    """Filter's holds on the node make room for a running pod that did not fit (their binds check
+    afresh); holds elsewhere stay. They are found among that node's holds: each pod pinned to a full
+    node scanned every pod, then every hold of the cluster (5,000 holds and 5,000 pinned pods: 8 s)."""
+    c = cache_with([make_node("g", gpus=2), make_node("h", gpus=2)])
+    for i, node in enumerate(["g", "g", "h", "h"]):
+        pod = make_pod(f"held{i}", gpus=1, uid=f"held{i}", scheduler="rl-scheduler")
+        c.set_pod(pod)
+        assert c.reserve(pod_info(pod, GPU), node, (i % 2,))
+    looked_up: list[str] = []
+
+    class Pods(dict):  # the cache's pods, noting every UID looked up with .get
+        def get(self, uid, default=None):
+            looked_up.append(uid)
+            return super().get(uid, default)
+
+    monkeypatch.setattr(c, "pods", Pods(c.pods))
+    c.set_pod(make_pod("runs", node="g", gpus=2, uid="runs"))  # needs both of g's cards: g's holds go
+    assert c.pods["runs"].placement is not None and c.state.card_free[0].tolist() == [0, 0]
+    assert {u for u in ("held0", "held1", "held2", "held3") if u in c.pods} == {"held2", "held3"}
+    assert not {"held2", "held3"} & set(looked_up)  # h's holds were not looked at

@@ -708,16 +708,16 @@ class ClusterCache:
                     p.latency_sensitive,
                 )
             else:
-                replaced.append(entry)
+                replaced.append((entry, p is None and bool(entry.problem)))  # tried, and did not fit
         order = {BOUND: 0, ASSUMED: 1, UNCERTAIN: 1, RESERVED: 2}
-        for entry in sorted(replaced, key=lambda e: (order.get(e.status, 1), e.since)):
+        for entry, uncounted in sorted(replaced, key=lambda r: (order.get(r[0].status, 1), r[0].since)):
             if entry.status == RESERVED:
                 self._place(entry, exact=True)
                 if entry.placement is None:
                     del self.pods[entry.uid]
                     self._mark_placed(entry)
-            else:
-                self._place(entry, overcommit=True)  # a running pod counts whatever it asked
+            else:  # a running pod counts whatever it asked; one that did not fit before was logged and counted
+                self._place(entry, quiet=uncounted, overcommit=True)
         for name, row in self._load.items():
             i = state.index.get(name)
             if i is not None:

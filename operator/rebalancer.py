@@ -348,6 +348,7 @@ class Rebalancer:
             await asyncio.sleep(0)
         for _ in self.cache.replace_pods_in_slices(pods):
             await asyncio.sleep(0)
+        self.cache.retry_unplaced()  # the extender sweeps every few seconds; this cache, every cycle
         state = self.cache.state
         if state is None:
             report.outcome, report.message = "no_candidates", "no readable nodes"

@@ -354,13 +354,14 @@ def _capped_counts(ls_pods: np.ndarray, pods: np.ndarray) -> tuple[np.ndarray, n
 
 def cluster_fill(state: ClusterState) -> tuple[float, float, float]:
     """How full the cluster is: ``cluster_gpu_alloc``, ``cluster_full_free`` and ``cluster_cpu_free``
-    (fractions of GPU milli allocated, of cards fully free, of CPU free)."""
+    (fractions of GPU milli allocated, of cards fully free, of CPU free). CPU is summed in float64:
+    three nodes overcommitted to the limit (``COUNT_LIMIT``, −2**62 each) wrap an int64 sum round."""
     cards, cpu_cap, _ = _capacity(state)
     capacity = cards * MILLI_PER_CARD
     return (
         (capacity - int(state.card_free.sum())) / max(capacity, 1),
         float(state.full_free.sum()) / max(cards, 1),
-        float(state.cpu_free.sum()) / max(cpu_cap, 1.0),
+        float(state.cpu_free.sum(dtype=np.float64)) / max(cpu_cap, 1.0),
     )
 
 
@@ -370,7 +371,7 @@ def _capacity(state: ClusterState) -> tuple[int, float, float]:
     if cached is None:
         cached = state.caches["feature-capacity"] = (
             np.array([state.gpu_count.sum()], dtype=np.int64),
-            np.array([state.cpu_cap.sum(), state.price.mean()], dtype=np.float64),
+            np.array([state.cpu_cap.sum(dtype=np.float64), state.price.mean()], dtype=np.float64),
         )
     cards, floats = cached
     return int(cards[0]), float(floats[0]), float(floats[1])

@@ -337,3 +337,16 @@ def test_overcommitted_totals_stop_short_of_int64_and_release_exactly() -> None:
         for p in [*placed, small]:
             state.release(p)
     assert_same(state, before, skip=("node_version",))
+
+
+def test_the_cluster_cpu_feature_does_not_wrap_when_nodes_are_overcommitted_to_the_limit() -> None:
+    """Each node's free cpu stops at −2**62, but three such nodes wrapped the int64 sum round: the
+    model's ``cluster_cpu_free`` read a huge free cluster instead of a hopelessly overcommitted one."""
+    from rlsched.policy.features import cluster_fill
+
+    state = ClusterState([NodeSpec(f"n{i}", 32000, 65536, 4, "V100") for i in range(3)])
+    huge = PodSpec("huge", QUANTITY_LIMIT, 1000)
+    for node in range(3):
+        for _ in range(COUNT_LIMIT // QUANTITY_LIMIT):
+            state.place(state.request(huge), node, (), overcommit=True)
+    assert cluster_fill(state)[2] < -1e12

@@ -457,13 +457,36 @@ def test_a_running_pod_that_does_not_fit_releases_the_holds_of_its_node_only(mon
         assert c.reserve(pod_info(pod, GPU), node, (i % 2,))
     looked_up: list[str] = []
 
-    class Pods(dict):  # the cache's pods, noting every UID looked up with .get
+    class Pods(dict):  # the cache's pods, noting every UID looked up, and any scan of them all
         def get(self, uid, default=None):
             looked_up.append(uid)
             return super().get(uid, default)
+
+        def items(self):
+            looked_up.append("a scan of every pod")
+            return super().items()
+
+        values = __iter__ = items  # type: ignore[assignment]
 
     monkeypatch.setattr(c, "pods", Pods(c.pods))
     c.set_pod(make_pod("runs", node="g", gpus=2, uid="runs"))  # needs both of g's cards: g's holds go
     assert c.pods["runs"].placement is not None and c.state.card_free[0].tolist() == [0, 0]
     assert {u for u in ("held0", "held1", "held2", "held3") if u in c.pods} == {"held2", "held3"}
-    assert not {"held2", "held3"} & set(looked_up)  # h's holds were not looked at
+    assert not {"held2", "held3", "a scan of every pod"} & set(looked_up)  # h's holds were not looked at
+
+
+def test_a_rebuild_does_not_log_or_count_again_the_pods_that_did_not_fit() -> None:
+    """Each rebuild (any node added or changed) placed the uncounted pods again, logged each again and
+    counted it again as unplaceable: 88 flooded pods read as 176, 264, 352."""
+    c = cache_with([make_node("a"), make_node("b")])
+    for i in range(600):
+        c.set_pod(make_pod(f"h{i}", node="a", memory="9Ei", uid=f"h{i}"))
+    assert c.state is not None and c.stats.unplaceable == 88
+    for i in range(3):
+        c.set_node(make_node(f"new{i}"))
+        assert c.state is not None and c.stats.unplaceable == 88
+    assert sum(e.placement is None for e in c.pods.values()) == 88
+    pending = make_pod("late", node="a", uid="late")  # listed before a rebuild, never tried: still counted
+    c.set_node(make_node("new3"))
+    c.set_pod(pending)
+    assert c.state is not None and c.stats.unplaceable == 89

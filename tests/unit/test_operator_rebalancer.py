@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from rlsched.extender.cache import RETRY_PER_RELEASE
 from rlsched.operator.kube import KubeError
 from rlsched.operator.rebalance_budget import MAX_RECENT, Ledger, allowance, owners_over_budget
 from rlsched.operator.rebalance_spec import RebalanceSpec, parse_rebalance
@@ -638,6 +639,24 @@ async def test_a_running_pod_beyond_its_nodes_cpu_is_counted_and_the_planner_cop
     entry = next(e for e in rb.cache.pods.values() if e.key.endswith("/huge"))
     state = rb.cache.state
     assert entry.placement is not None and state is not None and int(state.cpu_free[state.index["n0"]]) < 0
+
+
+async def test_a_pod_left_uncounted_is_counted_by_a_later_cycle_once_its_node_has_room() -> None:
+    """A release tries only the first RETRY_PER_RELEASE uncounted pods of its node; the extender sweeps
+    the rest every few seconds, the rebalancer's own cache at every cycle. Without its sweep, the
+    one-card pod x stayed uncounted for good and its card read as free to the planner."""
+    pods = [pod("p", "g", gpus=1, cards=[0]), pod("q", "g", gpus=1, cards=[1])]
+    pods += [pod(f"w{i}", "g", gpus=2) for i in range(RETRY_PER_RELEASE + 6)]  # never fit: two cards each
+    kube = FakeKube([node("g"), node("h"), node("k")], [*pods, pod("x", "g", gpus=1)])
+    rb, _ = make(kube)
+    await rb.cycle(spec(), None)
+    assert rb.cache.pods["uid-x"].placement is None
+    kube.pods = [p for p in kube.pods if p["metadata"]["name"] != "p"]  # p leaves: card 0 is free
+    rb.clock.t += 3600
+    await rb.cycle(spec(), None)
+    state = rb.cache.state
+    assert state is not None and rb.cache.pods["uid-x"].placement is not None
+    assert state.card_free[state.index["g"]].tolist() == [0, 0]
 
 
 async def test_a_move_the_planner_should_not_have_made_is_refused() -> None:

@@ -282,10 +282,18 @@ async def _served_on_resume(
     it; False when it answers but does not (the caller publishes the same bundle again and verifies
     it). An extender that does not answer is retried (``TemporaryError``): the bundle stays published
     and its model source is left alone — fetching it again could publish other bytes under the same
-    key or URL, or fail on a source gone since (an expired URL) although the extender serves the model."""
+    key or URL, or fail on a source gone since (an expired URL) although the extender serves the model.
+
+    Unless earlier tries of this generation ended with the extender lost after the publication
+    (``lostAfterPublish``): then False too, so that this try counts as one more of them and the third
+    rolls back (:data:`~rlsched.operator.rollout.LOST_AFTER_PUBLISH_TRIES`). Retried as above, a
+    model that crash-loops the extender stayed published for good once the operator had restarted."""
     try:
         view = await rt.extender.status()
     except ExtenderUnavailable as exc:
+        if _lost_before(status, generation):
+            log.warning("resume: the extender does not answer (%s), as after the last tries: trying again", exc)
+            return False
         message = (
             f"the extender does not answer ({exc}); {bundle_label(published)} stays published and is "
             "verified when it answers"

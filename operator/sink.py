@@ -274,8 +274,12 @@ class DirectorySink:
                 previous = None
         meta = dict(bundle.meta, modelName=bundle.model_name if bundle.model is not None else None)
         files = Bundle(bundle.settings, bundle.model_name, bundle.model, meta).files()
-        # The model first, the policy file last: it is what the extender watches.
-        for name in sorted(files, key=lambda n: (n == POLICY_FILE, n == META_FILE)):
+        # The model first, then the policy file (what the extender watches), the metadata last: it is
+        # what the operator trusts (the generation published, a rollback's mark), so a write stopped
+        # half-way (killed, disk full) leaves the old metadata and the next run publishes again. With
+        # the metadata before the policy file, a rollback's mark could stand beside the failed
+        # bundle's policy file, and every later run believed the rollback done.
+        for name in sorted(files, key=lambda n: (n == META_FILE, n == POLICY_FILE)):
             _atomic_write(d / name, files[name])
         keep = {POLICY_FILE, META_FILE, previous, meta["modelName"]}
         for f in d.glob("model-*.npz"):

@@ -13,7 +13,7 @@ from rlsched.operator import handlers
 from rlsched.operator.decisionlog import Drainer, OutcomeTracker
 from rlsched.operator.extender_client import ExtenderView
 from rlsched.operator.requeue import Rejections, Requeuer
-from rlsched.operator.rollout import ModelFetcher, Rollout
+from rlsched.operator.rollout import LOST_AFTER_PUBLISH_TRIES, ModelFetcher, Rollout
 from rlsched.operator.runtime import Runtime
 from rlsched.operator.settings import OperatorSettings, load_settings
 from rlsched.operator.sink import CURRENT, DirectorySink, SinkError
@@ -841,6 +841,36 @@ async def test_a_model_that_crashes_the_extender_is_rolled_back_on_the_third_try
         d["reason"] == "ExtenderLostAfterPublish" and "stopped answering after its bundle was published" in d["message"]
     )
     assert [e[1] for e in events] == ["RolledBack"] and ext.engine.model_info.version == "v1"
+
+
+@pytest.mark.parametrize("tries_before_restart", [1, 2])
+async def test_a_crashing_model_is_still_rolled_back_after_the_operator_restarts(env, tries_before_restart) -> None:
+    """The operator restarted after one or two lost tries: kopf runs the handler again as resume, which
+    found the bundle published, the extender silent, and retried without counting the try — the
+    crashing model stayed published for good. The tries before the restart count: the third rolls back."""
+    memo, kube, ext, events = env
+    s2, status = await _v1_rolled_out_then_a_crashing_v2(memo, kube, ext)
+    for retry in range(tries_before_restart):
+        patch = kopf.Patch()
+        with pytest.raises(kopf.TemporaryError):
+            await call(handlers.reconcile, body(s2, 2, status), memo, "update", patch, retry=retry)
+        status = {**status, **patch.status}
+    outcomes = []
+    for retry in range(LOST_AFTER_PUBLISH_TRIES):  # the restarted operator: resume, retried as resume
+        patch = kopf.Patch()
+        try:
+            await call(handlers.reconcile, body(s2, 2, status), memo, "resume", patch, retry=retry)
+        except kopf.TemporaryError:
+            outcomes.append(cond(patch, "Ready")["reason"])
+            status = {**status, **patch.status}
+            continue
+        except kopf.PermanentError:
+            outcomes.append(cond(patch, "Degraded")["reason"])
+        break
+    assert outcomes == ["ExtenderUnreachable"] * (LOST_AFTER_PUBLISH_TRIES - 1 - tries_before_restart) + [
+        "ExtenderLostAfterPublish"
+    ]
+    assert ext.engine.model_info.version == "v1"
 
 
 def test_lost_tries_count_for_their_generation_until_the_extender_answers() -> None:

@@ -323,6 +323,37 @@ async def test_directory_sink_roundtrip_and_gc(tmp_path: Path) -> None:
     assert await sink.read(LAST_GOOD) is None
 
 
+async def test_a_directory_write_stopped_half_way_keeps_the_old_metadata(tmp_path: Path, monkeypatch) -> None:
+    """The metadata (what the operator trusts: the generation published, a rollback's mark) is written
+    last. Written before the policy file, a disk-full or a kill between the two left a rollback's mark
+    beside the failed bundle's policy file, and every later run took the rollback for done."""
+    from rlsched.operator import sink as sink_module
+
+    sink = DirectorySink(tmp_path / "d")
+    old, new = (
+        Bundle(
+            {"mode": "active", "modelPath": sink.model_path(f"model-{i:016x}.npz")},
+            f"model-{i:016x}.npz",
+            bytes([i]) * 10,
+            {"generation": i, **({"rollbackOf": 2} if i == 1 else {})},
+        )
+        for i in (0, 1)
+    )
+    await sink.write(CURRENT, old)
+    write = sink_module._atomic_write
+
+    def disk_full_at_the_policy_file(path: Path, data: bytes) -> None:
+        if path.name == "policy.yaml":
+            raise OSError(28, "No space left on device")
+        write(path, data)
+
+    monkeypatch.setattr(sink_module, "_atomic_write", disk_full_at_the_policy_file)
+    with pytest.raises(SinkError, match="No space left"):
+        await sink.write(CURRENT, new)
+    got = await sink.read(CURRENT)
+    assert got is not None and got.same_content(old) and got.meta == old.meta | {"modelName": old.model_name}
+
+
 async def test_corrupt_directory_slots_read_as_empty_and_are_reported_once(tmp_path: Path, caplog, monkeypatch) -> None:
     sink = DirectorySink(tmp_path / "d")
     good = Bundle({"mode": "active", "modelPath": sink.model_path("model-01.npz")}, "model-01.npz", b"m", {})

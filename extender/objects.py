@@ -13,7 +13,6 @@ in docs/gpu-sharing.md. Every malformed field raises :class:`ObjectError` naming
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -39,6 +38,10 @@ MAX_QUANTITY = QUANTITY_LIMIT
 above it reads as exactly this (more than any node holds): the arrays and kernels downstream are int64."""
 MAX_CARDS_PER_NODE = 256
 """More GPU cards than this on one node is refused (the state holds a card column per slot)."""
+MAX_PRICE = 1e9
+"""A node price annotation above this is refused. Prices are relative (default 1, per hour in any unit):
+no real node costs a billion times another, and a million nodes at this price still sum far below
+float64's largest value (the encoder's mean price would otherwise overflow to inf)."""
 MAX_KEY_CHARS = 64
 """Map keys longer than this are cut in error field paths (a client picks them; messages stay short)."""
 _PRICE = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?", re.ASCII)
@@ -192,12 +195,13 @@ def node_spec(node: Any, gpu: GpuConventions, where: str = "node") -> NodeSpec:
 
 
 def parse_price(text: str, where: str) -> float:
-    """A node price annotation: a finite non-negative decimal in ASCII (``"2.5"``, ``"1e-3"``)."""
+    """A node price annotation: a non-negative decimal in ASCII (``"2.5"``, ``"1e-3"``), at most
+    :data:`MAX_PRICE`."""
     if len(text) > 32 or not _PRICE.fullmatch(text):
         raise ObjectError(where, f"expected a non-negative decimal number such as '2.5', got {clip(text)}")
     price = float(text)
-    if not math.isfinite(price):
-        raise ObjectError(where, f"{clip(text)} is too large")
+    if not price <= MAX_PRICE:  # inf too
+        raise ObjectError(where, f"{clip(text)} is too large: prices are relative, at most {MAX_PRICE:g}")
     return price
 
 

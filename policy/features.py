@@ -21,6 +21,9 @@ a v1 network reads them with zero weights).
 
 from __future__ import annotations
 
+import itertools
+import math
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -341,7 +344,8 @@ def qos_columns(latency_sensitive: bool, ls_pods: np.ndarray, pods: np.ndarray) 
 
 def _with_counts(keys: np.ndarray, state: ClusterState, nodes: np.ndarray) -> np.ndarray:
     """``keys`` that also tell apart nodes whose capped QoS pod counts differ (what :func:`qos_columns`
-    reads, so a group's nodes share their QoS columns)."""
+    reads, so a group's nodes share their QoS columns). Exact: :func:`node_keys` are small, and
+    ``ls * (QOS_POD_CAP + 1) + other`` is below the multiplier."""
     ls, other = _capped_counts(state.ls_pods[nodes], state.pods[nodes])
     mixed: np.ndarray = keys * np.int64(1_000_003) + ls * np.int64(QOS_POD_CAP + 1) + other
     return mixed
@@ -371,10 +375,22 @@ def _capacity(state: ClusterState) -> tuple[int, float, float]:
     if cached is None:
         cached = state.caches["feature-capacity"] = (
             np.array([state.gpu_count.sum()], dtype=np.int64),
-            np.array([state.cpu_cap.sum(dtype=np.float64), state.price.mean()], dtype=np.float64),
+            np.array([state.cpu_cap.sum(dtype=np.float64), _mean_price(state.price)], dtype=np.float64),
         )
     cards, floats = cached
     return int(cards[0]), float(floats[0]), float(floats[1])
+
+
+def _mean_price(price: np.ndarray) -> float:
+    """The mean of ``price``, also where the plain sum overflows (two prices near float64's largest
+    value; the extender refuses prices above :data:`~rlsched.extender.objects.MAX_PRICE`, but a spec
+    built in code or read from a trace is not bounded so): inf would read every ``price_rel`` as 0."""
+    with np.errstate(over="ignore"):
+        mean = float(price.mean())
+    if math.isinf(mean) and np.isfinite(price).all():
+        top = float(price.max())
+        mean = top * float((price / top).mean())
+    return mean
 
 
 def _factorize(keys: np.ndarray, extra: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -435,6 +451,10 @@ def _node_columns(
     each row's node (arrays indexed by row); for a share pod also ``card_free[row]``, the free milli of
     the card it would get (``share_card[row]``).
 
+    The fractions divide by at least 1: a node with no allocatable cpu or memory (cpu "0", or memory
+    under 1 MiB, read as 0 MiB) reads as having no room rather than NaN, which would make the model's
+    scores NaN; on every other node the value is the plain quotient, bit for bit.
+
     One kernel instead of ~40 small numpy operations per pod, value for value what those gave
     (float64 arithmetic, stored as float32; tests/unit/test_features.py keeps the numpy version). Plain
     loops rather than np.sort and sum: they compile in under half the time, which every start of an
@@ -450,9 +470,9 @@ def _node_columns(
             total += cards[r, k]
         c = start
         x[r, c] = cpu / MAX_CPU
-        x[r, c + 1] = cpu / cpu_cap[r]
+        x[r, c + 1] = cpu / max(cpu_cap[r], 1)
         x[r, c + 2] = mem / MAX_MEM
-        x[r, c + 3] = mem / mem_cap[r]
+        x[r, c + 3] = mem / max(mem_cap[r], 1)
         x[r, c + 4] = gpu_count[r] / 8.0
         x[r, c + 5] = full / 8.0
         x[r, c + 6] = total / MAX_GPU
@@ -482,8 +502,8 @@ def _node_columns(
         gpu_left = total - pod_gpu_total
         c += 2
         x[r, c] = cpu_left / MAX_CPU
-        x[r, c + 1] = cpu_left / cpu_cap[r]
-        x[r, c + 2] = mem_left / mem_cap[r]
+        x[r, c + 1] = cpu_left / max(cpu_cap[r], 1)
+        x[r, c + 2] = mem_left / max(mem_cap[r], 1)
         x[r, c + 3] = gpu_left / MAX_GPU
         x[r, c + 4] = full_after / 8.0
         x[r, c + 5] = card_left
@@ -500,24 +520,41 @@ def _per_card(amount: float, free_cards: float, scale: float) -> float:
     return PER_CARD_CAP
 
 
+NODE_KEY_TABLE_SLACK = 1024
+""":func:`node_keys` starts its table of values over once it holds more than two entries per node plus
+this many: every change of a node may add one, and a long-lived state must not grow without bound."""
+
+
 def node_keys(state: ClusterState) -> np.ndarray:
-    """int64[N]: a key per node that is equal for interchangeable nodes (cached per ``node_version``).
+    """int64[N]: a key per node, equal exactly when the nodes are interchangeable (cached per ``node_version``).
 
     The key covers capacity, model, price, free cpu and memory and the multiset of free milli per
-    card; load is compared separately because it changes without a ``node_version`` bump.
+    card; load is compared separately because it changes without a ``node_version`` bump. A key is
+    the number a table of the exact values seen gave the node's values (a dict, which compares values
+    whose hashes are equal), not a hash of them: Python hashes an int modulo 2**61 − 1 and
+    ``hash(-1) == hash(-2)``, so nodes overcommitted by different amounts would share a hash and be
+    scored with each other's features. Numbers come from one counter, so two values never share one,
+    even with a second thread filling the table (a model call still running past its deadline); and
+    they stay small (about the table's bound, :data:`NODE_KEY_TABLE_SLACK`), as :func:`_with_counts`
+    needs.
     """
     cached = state.caches.get("feature-node-keys")
-    if cached is None:
+    if cached is None or len(cached[3].item()) > 2 * state.num_nodes + NODE_KEY_TABLE_SLACK:
+        # A new table renumbers every node; threads still holding the old one finish with it.
         kinds = np.column_stack(
             [state.cpu_cap, state.mem_cap, state.gpu_count, state.model_id, state.price.view(np.int64)]
         )
         _, kind = np.unique(kinds, axis=0, return_inverse=True)
+        table = np.empty((), dtype=object)  # the dict in a 0-d array: state.caches holds arrays
+        table[()] = defaultdict(itertools.count().__next__)
         cached = state.caches["feature-node-keys"] = (
             kind.reshape(-1).astype(np.int64),
             np.zeros(state.num_nodes, dtype=np.int64),
             np.full(state.num_nodes, -1, dtype=np.int64),
+            table,
         )
-    kind, keys, versions = cached
+    kind, keys, versions, table = cached
+    numbers: defaultdict[tuple[int, ...], int] = table.item()
     stale = np.flatnonzero(versions != state.node_version)
     if len(stale):
         seen = state.node_version[stale]  # read first (see Fragmentation.node_frag)
@@ -525,6 +562,6 @@ def node_keys(state: ClusterState) -> np.ndarray:
         mem = state.mem_free[stale].tolist()
         cards = np.sort(state.card_free[stale], axis=1).tolist()
         kinds = kind[stale].tolist()
-        keys[stale] = [hash((k, c, m, *row)) for k, c, m, row in zip(kinds, cpu, mem, cards, strict=True)]
+        keys[stale] = [numbers[(k, c, m, *row)] for k, c, m, row in zip(kinds, cpu, mem, cards, strict=True)]
         versions[stale] = seen
     return keys

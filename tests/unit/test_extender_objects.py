@@ -7,6 +7,7 @@ import copy
 import pytest
 
 from rlsched.extender.objects import (
+    MAX_PRICE,
     MAX_QUANTITY,
     ObjectError,
     assignment_annotations,
@@ -317,6 +318,22 @@ def test_node_price_rejects(raw) -> None:
     with pytest.raises(ObjectError) as info:
         parse_price(raw, "node.metadata.annotations.rlsched.io/node-price")
     assert info.value.field == "node.metadata.annotations.rlsched.io/node-price" and len(str(info.value)) < 200
+
+
+@pytest.mark.parametrize("raw", ["1e9", "1000000000.0"])
+def test_node_price_up_to_max_price_is_read(raw) -> None:
+    assert parse_price(raw, "p") == MAX_PRICE == 1e9
+
+
+@pytest.mark.parametrize("raw", ["1000000000.1", "1e10", "1e308"])
+def test_node_price_above_max_price_refuses_the_node(raw) -> None:
+    """Two nodes at 1e308 would sum to inf in the encoder's mean price: such a price is refused."""
+    node = make_node("g1", gpus=8)
+    node["metadata"]["annotations"][GPU.node_price_annotation] = raw
+    with pytest.raises(ObjectError) as info:
+        node_spec(node, GPU)
+    assert info.value.field == "node.metadata.annotations.rlsched.io/node-price"
+    assert raw in str(info.value) and "1e+09" in str(info.value)
 
 
 def test_long_map_keys_are_cut_in_field_paths() -> None:

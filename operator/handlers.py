@@ -457,6 +457,8 @@ def _served(view: ExtenderView, bundle: Any, patch: kopf.Patch, status: kopf.Sta
     """:func:`_confirm_served` with the extender's answer at hand."""
     if not serves(view, bundle):
         return False
+    if status and status.get(LOST) is not None:  # it answered: a later silence starts a new count
+        patch.status[LOST] = None
     patch.status["model"] = _model_status(view)
     patch.status["counts"] = _counts(view)
     _set_conditions(

@@ -522,6 +522,8 @@ class Rollout:
             data = current.model
             if not current.model_name or data is None or meta.get("digest") != sha256(data):
                 return None
+            if current.settings.get("modelPath") != self.sink.model_path(current.model_name):
+                return None  # the policy file of another bundle: a write stopped between the two
         model_path = current.settings.get("modelPath") if spec.model else None
         return current if spec.extender_settings(model_path) == current.settings else None
 

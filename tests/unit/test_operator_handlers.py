@@ -873,6 +873,68 @@ async def test_a_crashing_model_is_still_rolled_back_after_the_operator_restarts
     assert ext.engine.model_info.version == "v1"
 
 
+async def test_a_resume_that_finds_the_model_served_clears_the_lost_count(env) -> None:
+    """The extender pod restarted twice during a good rollout (two lost tries, not the model's fault),
+    then served it. A resume that finds it served must clear the count: left standing, a later restart
+    while the extender is down for maintenance counted a third try and rolled the good model back."""
+    from rlsched.operator.extender_client import ExtenderUnavailable
+
+    memo, kube, ext, events = env
+    add_model(kube, "good", fake_model("v1"))
+    add_model(kube, "v2", fake_model("v2-good"))
+    s1 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "good", "key": "m.npz"}}}
+    s2 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "v2", "key": "m.npz"}}}
+    status = status_after(await call(handlers.reconcile, body(s1), memo))
+    healthy, publish = ext.status, memo.runtime.rollout.publish
+    _crashes_on(memo, ext, "configmap v2/m.npz")
+    for retry in (0, 1):
+        patch = kopf.Patch()
+        with pytest.raises(kopf.TemporaryError):
+            await call(handlers.reconcile, body(s2, 2, status), memo, "update", patch, retry=retry)
+        status = {**status, **patch.status}
+    assert status["lostAfterPublish"] == {"generation": 2, "tries": 2}
+    ext.status, memo.runtime.rollout.publish = healthy, publish  # back, and serving v2
+    patch = await call(handlers.reconcile, body(s2, 2, status), memo, "resume")
+    assert cond(patch, "Ready")["reason"] == "RolledOut" and patch.status["lostAfterPublish"] is None
+    status = {**status, **patch.status}
+
+    async def down() -> None:
+        raise ExtenderUnavailable("GET http://extender/status: connection refused (node maintenance)")
+
+    ext.status = down
+    patch = kopf.Patch()
+    with pytest.raises(kopf.TemporaryError):
+        await call(handlers.reconcile, body(s2, 2, status), memo, "resume", patch)
+    assert cond(patch, "Ready")["reason"] == "ExtenderUnreachable"
+    assert ext.engine.model_info.version == "v2-good"
+
+
+async def test_a_rollback_written_half_way_is_not_taken_for_the_failed_bundle(env, monkeypatch) -> None:
+    """The rollback's policy file was written, its metadata not (disk full): the slot held the good
+    model's settings beside the failed generation's metadata and model. Resume took that mix for the
+    generation's bundle, published it again and the extender reported the good model's file missing."""
+    from rlsched.operator import sink as sink_module
+
+    memo, kube, ext, events = env
+    add_model(kube, "good", fake_model("v1"))
+    add_model(kube, "bad", b"truncated")
+    s1 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "good", "key": "m.npz"}}}
+    s2 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "bad", "key": "m.npz"}}}
+    status = status_after(await call(handlers.reconcile, body(s1), memo))
+    write = sink_module._atomic_write
+
+    def disk_full_at_the_rollbacks_metadata(path, data) -> None:  # noqa: ANN001
+        if path.name == "bundle.json" and b'"rollbackOf": 2' in data:
+            raise OSError(28, "No space left on device")
+        write(path, data)
+
+    monkeypatch.setattr(sink_module, "_atomic_write", disk_full_at_the_rollbacks_metadata)
+    with pytest.raises(kopf.TemporaryError):
+        await call(handlers.reconcile, body(s2, 2, status), memo, "update")
+    monkeypatch.setattr(sink_module, "_atomic_write", write)
+    assert await memo.runtime.rollout.published_for("sched", "default", 2, handlers.parse_spec(s2)) is None
+
+
 def test_lost_tries_count_for_their_generation_until_the_extender_answers() -> None:
     """The count read back from status.lostAfterPublish: the record of the generation's last lost try,
     whatever kopf's retry or cause (an operator restarted in between, a try that failed before the

@@ -770,14 +770,20 @@ async def test_a_policy_created_again_under_the_same_name_is_not_taken_for_its_r
 # -- an extender lost after the publish, try after try; rollback marks of older operators ----------
 
 
+async def _v1_rolled_out_and_the_spec_of(memo: kopf.Memo, kube: FakeKube, name: str, data: bytes) -> tuple[dict, dict]:
+    """Model v1 rolled out (generation 1), and the spec of the model ``data`` in ConfigMap ``name``;
+    returns that spec and the status after v1."""
+    add_model(kube, "good", fake_model("v1"))
+    add_model(kube, name, data)
+    s1 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "good", "key": "m.npz"}}}
+    s2 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": name, "key": "m.npz"}}}
+    return s2, status_after(await call(handlers.reconcile, body(s1), memo))
+
+
 async def _v1_rolled_out_then_a_crashing_v2(memo: kopf.Memo, kube: FakeKube, ext: EngineExtender) -> tuple[dict, dict]:
     """Model v1 rolled out (generation 1), and the spec of a v2 that crashes the extender once published
     (:func:`_crashes_on`); returns that spec and the status after v1."""
-    add_model(kube, "good", fake_model("v1"))
-    add_model(kube, "crash", fake_model("v2-crashes-the-extender"))
-    s1 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "good", "key": "m.npz"}}}
-    s2 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "crash", "key": "m.npz"}}}
-    status = status_after(await call(handlers.reconcile, body(s1), memo))
+    s2, status = await _v1_rolled_out_and_the_spec_of(memo, kube, "crash", fake_model("v2-crashes-the-extender"))
     _crashes_on(memo, ext, "configmap crash/m.npz")
     return s2, status
 
@@ -880,13 +886,8 @@ async def test_a_resume_that_finds_the_model_served_clears_the_lost_count(env) -
     from rlsched.operator.extender_client import ExtenderUnavailable
 
     memo, kube, ext, events = env
-    add_model(kube, "good", fake_model("v1"))
-    add_model(kube, "v2", fake_model("v2-good"))
-    s1 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "good", "key": "m.npz"}}}
-    s2 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "v2", "key": "m.npz"}}}
-    status = status_after(await call(handlers.reconcile, body(s1), memo))
     healthy, publish = ext.status, memo.runtime.rollout.publish
-    _crashes_on(memo, ext, "configmap v2/m.npz")
+    s2, status = await _v1_rolled_out_then_a_crashing_v2(memo, kube, ext)  # the pod restarts, not the model
     for retry in (0, 1):
         patch = kopf.Patch()
         with pytest.raises(kopf.TemporaryError):
@@ -906,7 +907,7 @@ async def test_a_resume_that_finds_the_model_served_clears_the_lost_count(env) -
     with pytest.raises(kopf.TemporaryError):
         await call(handlers.reconcile, body(s2, 2, status), memo, "resume", patch)
     assert cond(patch, "Ready")["reason"] == "ExtenderUnreachable"
-    assert ext.engine.model_info.version == "v2-good"
+    assert ext.engine.model_info.version == "v2-crashes-the-extender"  # served, and not rolled back
 
 
 async def test_a_rollback_written_half_way_is_not_taken_for_the_failed_bundle(env, monkeypatch) -> None:
@@ -916,11 +917,7 @@ async def test_a_rollback_written_half_way_is_not_taken_for_the_failed_bundle(en
     from rlsched.operator import sink as sink_module
 
     memo, kube, ext, events = env
-    add_model(kube, "good", fake_model("v1"))
-    add_model(kube, "bad", b"truncated")
-    s1 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "good", "key": "m.npz"}}}
-    s2 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "bad", "key": "m.npz"}}}
-    status = status_after(await call(handlers.reconcile, body(s1), memo))
+    s2, status = await _v1_rolled_out_and_the_spec_of(memo, kube, "bad", b"truncated")
     write = sink_module._atomic_write
 
     def disk_full_at_the_rollbacks_metadata(path, data) -> None:  # noqa: ANN001
@@ -1032,11 +1029,7 @@ async def test_resume_still_takes_an_older_operators_mark(env) -> None:
     """Guard: resume leaves a generation an older operator rolled back (a uid-less mark) alone, as it
     always did: the bad model is not published again on the upgrade's restart."""
     memo, kube, ext, events = env
-    add_model(kube, "good", fake_model("v1"))
-    add_model(kube, "bad", b"\x00 not a model")
-    s1 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "good", "key": "m.npz"}}}
-    s2 = {"fallback": "least-allocated", "model": {"configMapKeyRef": {"name": "bad", "key": "m.npz"}}}
-    status = status_after(await call(handlers.reconcile, body(s1), memo))
+    s2, status = await _v1_rolled_out_and_the_spec_of(memo, kube, "bad", b"\x00 not a model")
     failed = kopf.Patch()
     with pytest.raises(kopf.PermanentError):
         await call(handlers.reconcile, body(s2, 2, status), memo, reason="update", patch=failed)

@@ -4,7 +4,8 @@ Three parts (the format and its reader live in :mod:`rlsched.policy.decision_dat
 
 - :class:`DecisionLog` appends lines to the newest segment, fsyncs each batch, starts a new segment
   at ``segmentBytes`` and deletes the oldest segments beyond ``maxBytes``. On open it cuts a torn
-  last line left by a crash, so appends never glue onto half a line.
+  last line left by a crash, so appends never glue onto half a line. Segments are named by the time
+  they start, and every name sorts after the existing ones whatever the clock does (a step back).
 - :class:`Drainer` pulls the extender's ring (``GET /decisions?after=<cursor>``) every
   ``drainIntervalS``, logs each record, hands ``delay``/``reject`` verdicts to the listeners (the
   requeuer) and persists the cursor (``cursor.json``) *after* the fsync — at-least-once; the reader
@@ -24,6 +25,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -43,6 +45,8 @@ from .sink import fsync_dir
 log = logging.getLogger("rlsched.operator.decisions")
 
 CURSOR_FILE = "cursor.json"
+_SEGMENT_NAME = re.compile(r"segment-(\d{13})-\d+\.jsonl")
+"""What :meth:`DecisionLog._rotate` names a segment: ``segment-<unix ms, 13 digits>-<n>.jsonl``."""
 
 
 def _dumps(obj: Mapping[str, Any]) -> bytes:
@@ -131,7 +135,7 @@ class DecisionLog:
         if self._file is not None:
             self._file.close()
         self._counter += 1
-        name = f"segment-{int(self.clock() * 1000):013d}-{self._counter:06d}.jsonl"
+        name = f"segment-{self._next_ms():013d}-{self._counter:06d}.jsonl"
         self._path = self.directory / name
         self._file = open(self._path, "ab")
         header = {"type": "header", "format": FORMAT, "created": round(self.clock(), 3), **self.header()}
@@ -140,6 +144,20 @@ class DecisionLog:
         self._size = len(data)
         self._sync(directory=True)
         self._enforce_bound()
+
+    def _next_ms(self) -> int:
+        """The new segment's name time: the clock's milliseconds, or one after the newest segment's
+        when the clock is not past it. Segments are ordered by name — this writer deletes the first
+        ones past ``maxBytes``, appends to the last one after a restart, and the reader reads them in
+        that order —, so a name must sort after every existing one: with the wall clock alone, a clock
+        stepped back (NTP) named new segments before the old ones, and the bound deleted the newest
+        decisions first. The name is then a little later than the segment's start; its header keeps
+        the clock's own ``created``."""
+        newest = max(
+            (int(m.group(1)) for p in self.directory.glob(SEGMENT_GLOB) if (m := _SEGMENT_NAME.fullmatch(p.name))),
+            default=-1,
+        )
+        return max(int(self.clock() * 1000), newest + 1)
 
     def _enforce_bound(self) -> None:
         segs = sorted(self.directory.glob(SEGMENT_GLOB))

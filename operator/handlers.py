@@ -607,7 +607,7 @@ async def rebalance(spec: kopf.Spec, status: kopf.Status, patch: kopf.Patch, mem
     try:
         await rt.extender.status()
     except ExtenderUnavailable as exc:
-        rt.rebalancer.last_cycle = rt.rebalancer.clock()
+        rt.rebalancer.skipped()
         patch.status["rebalance"] = {"outcome": "skipped", "message": f"the extender does not answer: {exc}"[:500]}
         return
     report = await rt.rebalancer.cycle(rs, previous, ps.fallback)

@@ -35,6 +35,15 @@ the default budget the rebalancer would stop after a week and then move about 33
 144. Raising the cap is no way out: ``maxMovesPerHour`` may be 1,000, 720,000 records in 30 days, and
 the status (one object in etcd) holds about 1.5 MB.
 
+Two clocks: every age in the ledger (the hour, the owner window, :data:`KEEP_S`) is measured on the
+rebalancer's monotonic clock, so a wall clock that NTP steps neither renews the hour's budget at once
+(a step forward) nor holds it for an hour more (a step back). The wall clock dates a record only for
+the status: each record keeps the wall date of its eviction (:attr:`Record.wall`), written as it is
+and known by it when the status is merged back; a record read from the status (another process's) is
+placed on the monotonic clock by the wall clock's reading at the merge. So a restarted operator, whose
+monotonic clock starts anew, still counts the evictions before it — by their wall dates: a step of the
+wall clock between them moves those by the step, the one thing a persisted date cannot avoid.
+
 The merged list is read from an object anyone with write access to the status can edit, so
 :meth:`Ledger.merge` keeps only entries that are well-formed and younger than :data:`KEEP_S`: an entry dated
 more than :data:`MAX_CLOCK_SKEW_S` ahead would never be pruned and would count in every hour (the
@@ -76,8 +85,20 @@ node whose clock runs a little ahead; beyond a few minutes the date is not skew 
 
 @dataclass(frozen=True)
 class Record:
+    """One eviction (or one written ahead of it)."""
+
     at: float
+    """When, on the ledger's clock: the rebalancer's monotonic one (module docstring); every age is
+    measured from it."""
     owner: str
+    wall: float | None = None
+    """When, on the wall clock: the date the status shows, and the one a merge knows the record by
+    (:func:`_key`); None for a ledger on one clock (``at`` is then the wall date)."""
+
+    @property
+    def date(self) -> float:
+        """The wall date (:attr:`wall`, else :attr:`at`)."""
+        return self.at if self.wall is None else self.wall
 
 
 class Ledger:
@@ -87,8 +108,9 @@ class Ledger:
         self.records: list[Record] = []
         self.withdrawn: dict[tuple[float, str], float] = {}
         """Records taken back (:meth:`discard`: written ahead of an eviction that did not happen), by
-        key → date, in the order they were withdrawn: a status patch that did not land still lists them,
-        and :meth:`merge` must not count them again (they would spend the budget for a whole window).
+        key (its wall date) → date (the ledger's clock), in the order they were withdrawn: a status
+        patch that did not land still lists them, and :meth:`merge` must not count them again (they
+        would spend the budget for a whole window).
 
         How long they matter: a status lists a withdrawn record only until a status patch lands after
         its withdrawal (every patch writes the ledger whole, without it), and :meth:`merge` takes nothing
@@ -102,32 +124,37 @@ class Ledger:
         filled it in four days, and from then on every refused eviction whose status patch was lost
         counted again."""
 
-    def merge(self, recent: Any, now: float) -> int:
+    def merge(self, recent: Any, now: float, wall_now: float | None = None) -> int:
         """Add the records of ``status.rebalance.recent`` (``[{at, owner}]``) that the ledger lacks, the
-        same eviction being the same ``(at, owner)`` at the status' precision (milliseconds). Called
+        same eviction being the same ``(at, owner)`` at the status' precision (milliseconds), ``at`` its
+        wall date (:attr:`Record.wall`). ``now``: the ledger's clock; ``wall_now``: the wall clock at the
+        same moment (None: the ledger runs on the wall clock), which dates in the status are compared
+        with and which places a record read from it on the ledger's clock. Called
         every cycle: the status may hold evictions this process never made (its own before a restart,
         or another replica's while this one was paused). Bad entries are skipped, and so are those
-        older than :data:`KEEP_S` and those dated more than :data:`MAX_CLOCK_SKEW_S` after ``now``
+        older than :data:`KEEP_S` and those dated more than :data:`MAX_CLOCK_SKEW_S` after ``wall_now``
         (logged, with how many). The ledger never grows past :data:`MAX_RECENT` here: when the union is
         larger, the newest are kept, and a ledger whose records inside the current windows fill it
         spends the budget (:class:`Allowance`) until the oldest leave them. Returns how many records
         were added."""
+        wall = now if wall_now is None else wall_now
         future = 0
-        have = {_key(r.at, r.owner) for r in self.records}
+        have = {_key(r.date, r.owner) for r in self.records}
         new: list[Record] = []
         for item in recent[:MAX_RECENT] if isinstance(recent, list) else ():
             record = _parse(item)
             if record is None:
                 continue
-            if record.at > now + MAX_CLOCK_SKEW_S:  # +inf too
+            key = _key(record.at, record.owner)
+            if key in have or key in self.withdrawn:  # before the dates: a clock stepped back since
+                continue
+            if record.at > wall + MAX_CLOCK_SKEW_S:  # +inf too
                 future += 1
                 continue
-            if now - record.at >= KEEP_S:  # outside every window a spec may set (-inf too)
+            if wall - record.at >= KEEP_S:  # outside every window a spec may set (-inf too)
                 continue
-            key = _key(record.at, record.owner)
-            if key not in have and key not in self.withdrawn:
-                have.add(key)
-                new.append(record)
+            have.add(key)
+            new.append(Record(record.at - (wall - now), record.owner, record.at))
         if future:
             log.warning(
                 "rebalancer: %d eviction(s) in status.rebalance.recent are dated more than %.0f s in the future; "
@@ -158,11 +185,12 @@ class Ledger:
     def owner_moves(self, owner: str, now: float, owner_window_s: float) -> int:
         return sum(1 for r in self.records if r.owner == owner and now - r.at < owner_window_s)
 
-    def add(self, owner: str, now: float) -> Record:
-        """Record an eviction; past :data:`MAX_RECENT` the oldest record goes (one outside the current
-        windows: :class:`Allowance` allows no move while those inside them fill the ledger; a longer
-        window set later would have counted it: module docstring)."""
-        record = Record(now, owner)
+    def add(self, owner: str, now: float, wall: float | None = None) -> Record:
+        """Record an eviction at ``now`` (the ledger's clock) and ``wall`` (the wall clock: the date the
+        status shows; None: ``now`` is one); past :data:`MAX_RECENT` the oldest record goes (one outside
+        the current windows: :class:`Allowance` allows no move while those inside them fill the ledger;
+        a longer window set later would have counted it: module docstring)."""
+        record = Record(now, owner, wall)
         self.records.append(record)
         if len(self.records) > MAX_RECENT:
             self.records.sort(key=lambda r: r.at)
@@ -176,7 +204,7 @@ class Ledger:
         for i, r in enumerate(self.records):
             if r is record:
                 del self.records[i]
-                key = _key(r.at, r.owner)
+                key = _key(r.date, r.owner)
                 self.withdrawn.pop(key, None)  # withdrawn again: it goes to the end, the newest
                 self.withdrawn[key] = r.at
                 while len(self.withdrawn) > MAX_WITHDRAWN:
@@ -184,7 +212,7 @@ class Ledger:
                 return
 
     def dump(self) -> list[dict[str, Any]]:
-        return [{"at": round(r.at, 3), "owner": r.owner} for r in self.records]
+        return [{"at": round(r.date, 3), "owner": r.owner} for r in self.records]
 
 
 def _parse(item: Any) -> Record | None:

@@ -16,7 +16,8 @@ fixed word, counted in the cycle's report). The rules, in order:
 - ``opted-out``: label ``rlsched.io/rebalance: "false"`` — always wins;
 - ``not-opted-in``: neither label ``rlsched.io/rebalance: "true"`` nor a namespace matching the
   policy's ``namespaceSelector``;
-- ``too-young``: started (``status.startTime``, else created) less than ``minPodAgeSeconds`` ago.
+- ``too-young``: started less than ``minPodAgeSeconds`` ago — the later of ``status.startTime`` (the
+  node's clock) and ``metadata.creationTimestamp`` (the API server's): :func:`started_at`.
 
 The owner budget (``maxMovesPerOwner``) is applied by the caller with :func:`owner_key`.
 """
@@ -81,10 +82,23 @@ def owner_key(pod: Mapping[str, Any]) -> str:
 
 
 def started_at(pod: Mapping[str, Any]) -> float | None:
-    """``status.startTime``, else ``metadata.creationTimestamp`` (epoch seconds), else None."""
-    return parse_time(_map(pod.get("status")).get("startTime")) or parse_time(
-        _map(pod.get("metadata")).get("creationTimestamp")
-    )
+    """When the pod started (epoch seconds): the later of ``status.startTime`` and
+    ``metadata.creationTimestamp``, whichever it has; None with neither.
+
+    The kubelet stamps ``startTime`` with its node's clock, the API server ``creationTimestamp`` with
+    its own. A pod starts after it is created, so on a node whose clock runs behind, the creation is
+    the better date: taking ``startTime`` alone, a node 15 minutes behind made a pod created a minute
+    ago look 16 minutes old, past ``minPodAgeSeconds``. A node ahead makes a pod look younger: it
+    waits longer, the safe side."""
+    times = [
+        t
+        for t in (
+            parse_time(_map(pod.get("status")).get("startTime")),
+            parse_time(_map(pod.get("metadata")).get("creationTimestamp")),
+        )
+        if t is not None
+    ]
+    return max(times) if times else None
 
 
 def why_not(

@@ -24,8 +24,11 @@ One cycle (:meth:`Rebalancer.cycle`, driven by a kopf timer on the served Schedu
    500 every time: ``multiple_pdbs``, a refusal too); a refused pod is not a candidate for
    :data:`REFUSAL_COOLDOWN_S` (dry runs keep their own cooldown: a dry run's refusal does not hold back
    a real run), and when every move of a plan was refused the planner is asked again without those
-   pods (:data:`MAX_REPLANS`). Each eviction is dated by the clock as it is sent (its budget
-   record, its controller's check, its cooldown), not when the cycle began: a cycle may take minutes. A
+   pods (:data:`MAX_REPLANS`). Each eviction is dated by the clocks as it is sent (its budget
+   record, its controller's check, its cooldown), not when the cycle began: a cycle may take minutes.
+   Every duration (the interval, the cooldowns, the budget's windows) is measured on the monotonic
+   clock (:attr:`Rebalancer.monotonic`); the wall clock only dates what others read (the status, the
+   decision log) and measures the pods' ages (from the API server's timestamps). A
    move whose controller already used its budget in this cycle is skipped (the planner does not know
    controllers). An eviction whose answer is lost (no HTTP answer: a timeout, a dropped
    connection — :class:`.kube.KubeError` status 0 — or a 5xx) may have been carried out by the API
@@ -217,8 +220,15 @@ class Rebalancer:
         load_query: Callable[[str], Awaitable[Any]] | None = None,
         persist: Callable[[list[dict[str, Any]]], Awaitable[object]] | None = None,
         namespaces: Iterable[str] = (),
+        monotonic: Callable[[], float] = time.monotonic,
     ):
         self.settings, self.scheduler_name, self.kube = settings, scheduler_name, kube
+        self.monotonic = monotonic
+        """What every duration is measured on: the interval, the cooldowns, the budget's hour and owner
+        window (the ledger's clock, :mod:`.rebalance_budget`). ``clock`` (the wall clock) only dates
+        what others read: the status (``lastCycle``, the ledger's ``recent``), the decision log, and
+        the pods' ages (the API server's timestamps). On the wall clock, NTP stepping it an hour
+        forward renewed the hour's budget at once, and a step back stopped the cycles for an hour."""
         self.persist = persist
         """Writes the ledger (``status.rebalance.recent``) before each eviction; None: only the handler's
         patch after the cycle (tests, and callers without a SchedulingPolicy to write to)."""
@@ -238,12 +248,14 @@ class Rebalancer:
         self.dry_ledger = Ledger()
         """What dry runs would have moved: the same budgets apply to the preview (memory only)."""
         self.refused: dict[str, float] = {}
-        """UID → until when a pod whose eviction was refused is not a candidate (:meth:`_refuse`)."""
+        """UID → until when (:attr:`monotonic`) a pod whose eviction was refused is not a candidate
+        (:meth:`_refuse`)."""
         self.dry_refused: dict[str, float] = {}
         """The same for dry runs: a dry run's refusal must not keep a pod from the next real run (nor
         a real refusal from the preview: each shows what it would do on its own)."""
         self.totals: Counter[str] = Counter()
-        self.last_cycle: float | None = None
+        self._last_cycle: float | None = None
+        """When the last cycle ran (or was skipped: :meth:`skipped`), on :attr:`monotonic`."""
         self._typical: TypicalPods | None = None
         self._log_once = LogOnce(log)
         self._scorers: dict[str, Any] = {}
@@ -263,8 +275,12 @@ class Rebalancer:
             self._typical = load_typical(path) if path else default_typical()
         return self._typical
 
+    def skipped(self) -> None:
+        """A cycle that was due did not run (the extender did not answer): the next waits the interval."""
+        self._last_cycle = self.monotonic()
+
     def due(self, spec: RebalanceSpec) -> bool:
-        return self.last_cycle is None or self.clock() - self.last_cycle >= spec.interval_s
+        return self._last_cycle is None or self.monotonic() - self._last_cycle >= spec.interval_s
 
     def _once(self, key: str, message: str, *args: Any) -> None:
         """Log a recurring problem once (until it changes)."""
@@ -287,20 +303,20 @@ class Rebalancer:
         """One cycle (module docstring). Never raises for the cluster's contents; API failures end the
         cycle with outcome ``error`` and a message (the next cycle tries again). ``fallback``: the served
         policy's ``spec.fallback`` (:meth:`scorer`)."""
-        now = self.clock()
-        self.last_cycle = now
+        now, t = self.clock(), self.monotonic()
+        self._last_cycle = t
         # Every cycle, not only the first: another replica may have evicted while this one was paused.
         # A dry run reads the status in too (the handler writes the ledger back after every cycle: it
         # must not drop what the status holds) but forgets nothing: it does not touch the real budget.
-        self.ledger.merge((status or {}).get("recent"), now)
+        self.ledger.merge((status or {}).get("recent"), t, now)
         if not spec.dry_run:
-            self.ledger.prune(now)
-        self.dry_ledger.prune(now)
-        self.refused = {uid: until for uid, until in self.refused.items() if until > now}
-        self.dry_refused = {uid: until for uid, until in self.dry_refused.items() if until > now}
+            self.ledger.prune(t)
+        self.dry_ledger.prune(t)
+        self.refused = {uid: until for uid, until in self.refused.items() if until > t}
+        self.dry_refused = {uid: until for uid, until in self.dry_refused.items() if until > t}
         report = CycleReport(at=now, dry_run=spec.dry_run, outcome="planned")
         try:
-            await self._cycle(spec, now, report, fallback)
+            await self._cycle(spec, now, t, report, fallback)
         except KubeError as exc:
             report.outcome, report.message = "error", f"cannot read the cluster: {exc}"
             self._once(f"kube:{exc.status}", "rebalancer: %s", report.message)
@@ -312,24 +328,28 @@ class Rebalancer:
             self.metrics.skipped.labels(rule=rule).inc(n)
         return report
 
-    async def _cycle(self, spec: RebalanceSpec, now: float, report: CycleReport, fallback: str | None) -> None:
+    async def _cycle(
+        self, spec: RebalanceSpec, now: float, t: float, report: CycleReport, fallback: str | None
+    ) -> None:
+        """The cycle's work; ``now`` on the wall clock (the pods' ages), ``t`` on :attr:`monotonic`
+        (the budget, the cooldowns)."""
         planner = self.planner
         if planner is None:
             report.outcome, report.message = "error", "the planner rlsched.policy.rebalance is not installed"
             return
         ledger = self.dry_ledger if spec.dry_run else self.ledger
-        budget = allowance(ledger, now, spec.max_moves_per_cycle, spec.max_moves_per_hour, spec.owner_window_s)
+        budget = allowance(ledger, t, spec.max_moves_per_cycle, spec.max_moves_per_hour, spec.owner_window_s)
         if budget.left <= 0:
             report.outcome = "budget_exhausted"
             what = "dry-run moves" if spec.dry_run else "evictions"
             if budget.room <= 0:
                 report.message = (
-                    f"{ledger.counting(now, spec.owner_window_s)} {what} inside the hour or ownerWindowSeconds, "
+                    f"{ledger.counting(t, spec.owner_window_s)} {what} inside the hour or ownerWindowSeconds, "
                     f"as many as the operator keeps ({MAX_RECENT}): no more until the oldest leave them"
                 )
             else:
                 report.message = (
-                    f"{ledger.in_last_hour(now)} {what} in the last hour (maxMovesPerHour {spec.max_moves_per_hour})"
+                    f"{ledger.in_last_hour(t)} {what} in the last hour (maxMovesPerHour {spec.max_moves_per_hour})"
                 )
             return
         s = self.settings
@@ -379,7 +399,7 @@ class Rebalancer:
                 continue
             eligible[uid] = (entry, pod, owner_key(pod))
         full = owners_over_budget(
-            ledger, (o for _, _, o in eligible.values()), now, spec.max_moves_per_owner, spec.owner_window_s
+            ledger, (o for _, _, o in eligible.values()), t, spec.max_moves_per_owner, spec.owner_window_s
         )
         candidates = []
         by_key: dict[str, tuple[Any, Mapping[str, Any], str]] = {}
@@ -388,7 +408,7 @@ class Rebalancer:
             if owner in full:
                 report.skipped["owner-budget"] += 1
                 continue
-            if refused.get(uid, 0.0) > now:
+            if refused.get(uid, -math.inf) > t:
                 report.skipped["recently-refused"] += 1
                 continue
             candidates.append(
@@ -457,7 +477,7 @@ class Rebalancer:
         candidate, it does not know controllers). Each of those leaves the pod in ``excluded``, and so
         does every move tried, for the caller's next plan.
 
-        Each move reads the clock just before its write ahead and eviction: planning, replans and slow
+        Each move reads the clocks just before its write ahead and eviction: planning, replans and slow
         API calls may have taken minutes since the cycle began, and a record dated at the cycle's start
         would leave the sliding hour (and the owner window) that much early — the next cycle could
         evict again within a true hour."""
@@ -484,7 +504,7 @@ class Rebalancer:
                 await self._record(report, spec, None, move, "invalid_move", "", state)
                 continue
             entry, pod, owner = target
-            at = self.clock()
+            at, wall = self.monotonic(), self.clock()
             if ledger.owner_moves(owner, at, spec.owner_window_s) >= spec.max_moves_per_owner:
                 # Its controller was moved earlier in this cycle: the planner does not know controllers.
                 report.skipped["owner-budget"] += 1
@@ -495,7 +515,7 @@ class Rebalancer:
             excluded.add(move.key)
             ahead = None
             if not spec.dry_run:  # written ahead: a kill after the eviction must not forget it
-                ahead = ledger.add(owner, at)
+                ahead = ledger.add(owner, at, wall)
                 if not await self._persist(ledger):
                     ledger.discard(ahead)
                     detail = "not evicted: it could not be recorded in status.rebalance.recent first"
@@ -505,7 +525,7 @@ class Rebalancer:
             result, detail = await self._evict(pod, spec.dry_run)
             if result in CHARGED or result == "dry_run":  # a dry run spends its own ledger (dry_ledger)
                 if ahead is None:
-                    ledger.add(owner, at)
+                    ledger.add(owner, at, wall)
                 budget.spend()
                 moved += 1
             elif ahead is not None:
@@ -536,7 +556,7 @@ class Rebalancer:
     def _refuse(self, uid: str, now: float, dry_run: bool) -> None:
         """Keep a pod whose eviction was refused (or whose answer was lost) out of the candidates for a
         while (the planner is deterministic: it would pick the same pod again, and the same refusal
-        would block every cycle), in the cooldown of the run's kind."""
+        would block every cycle), in the cooldown of the run's kind. ``now``: on :attr:`monotonic`."""
         refused = self._cooldown(dry_run)
         refused.pop(uid, None)
         refused[uid] = now + REFUSAL_COOLDOWN_S

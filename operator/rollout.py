@@ -10,8 +10,10 @@ its :class:`RolloutResult` into status, conditions and events):
    model path, model loaded, the file's sha256 when the bundle has one — other bytes at the path are
    "not yet": the extender reads a ``path`` model on its own timer) — success: the bundle becomes
    ``last-good``;
-4. a model load error newer than the publication, a rejected policy file, or no confirmation within
-   ``rolloutTimeoutS`` → the ``last-good`` bundle is published again (or, with none — or one that
+4. a model load error newer than the publication (:func:`load_failed`; the extender dates it by its
+   own node's clock), a rejected policy file, or no confirmation within ``rolloutTimeoutS`` (on the
+   operator's monotonic clock: a wall clock that NTP steps neither ends nor stretches it) → the
+   ``last-good`` bundle is published again (or, with none — or one that
    cannot be read —, the same settings without a model: the fallback serves), marked ``rollbackOf``
    the failed generation (and ``rollbackReason``) when its model failed (not a digest refusal, a
    rejected policy file or a timeout, which a restart tries again), and the result says what failed
@@ -54,8 +56,24 @@ from .spec import PolicySpec, redact
 
 log = logging.getLogger("rlsched.operator.rollout")
 
-CLOCK_SKEW_S = 1.0
-"""Tolerance between the operator's and the extender's clocks when comparing ``errorAt``."""
+CLOCK_SKEW_S = 300.0
+"""How far the extender's clock (its node's) may run behind the operator's for a load error about the
+operator's own published model file to be seen as this publication's (:func:`load_failed`): an
+``errorAt`` up to this long before the publication counts. Five minutes, the bound the rebalancer
+trusts a status date ahead of its clock by (:data:`.rebalance_budget.MAX_CLOCK_SKEW_S`) and the
+customary Kerberos limit: nodes kept by NTP are milliseconds apart, and minutes come only from a node
+whose time service is broken — and the extender's pickup delay (a ConfigMap volume: up to the
+kubelet's sync period, a minute or more) no longer counts against the tolerance. An earlier error
+about that file is no stale one: the name is its bytes' digest (module docstring, step 1), and the
+sinks write the model before the policy file that names it, so an error about it, whenever made, is
+about these very bytes (the extender does not even load an unchanged file that failed again: it
+shows its error again)."""
+FRESH_ERROR_S = 1.0
+"""The same for an error that may be about other bytes than ours: a ``path`` model (the file at the
+path may have been replaced since it failed: the fix a user applies minutes after a failure must not
+be taken for the failure) and an error that names no file (an older extender's). Only the clocks'
+rounding is tolerated: an extender more than its pickup delay behind the operator turns such a
+failure into a ``RolloutTimeout`` (rolled back, without ``rollbackOf``: a restart tries it again)."""
 LOST_AFTER_PUBLISH_TRIES = 3
 """Tries of one generation that end with the extender lost after the bundle was published
 (it answered after the publication, then stopped answering) before the bundle is rolled back
@@ -425,28 +443,48 @@ def refused_for_digest(view: ExtenderView, bundle: Bundle) -> bool:
 
 
 def load_failed(view: ExtenderView, bundle: Bundle, since: float) -> bool:
-    """Did the extender fail to load *this bundle's* model after ``since``?
+    """Did the extender fail to load *this bundle's* model after ``since`` (the publication, on the
+    operator's wall clock)?
 
     ``/status`` shows the last load error next to the model that still serves, and the extender
     retries a failing file on every poll, so a fresh error may belong to another file (the bundle
     being rolled back from). It counts as ours when the extender names our file (``errorPath``),
     when its message names our content-addressed file (or another one), or — with neither — when
     the extender already runs our bundle's settings.
+
+    ``errorAt`` is the extender's node's clock, ``since`` the operator's: the date keeps an error of
+    an earlier load from being taken for this one. How much earlier it may be depends on what the
+    error is about: about the operator's own published file, :data:`CLOCK_SKEW_S` (its name is its
+    bytes: such an error is about these bytes, so the wide tolerance takes no stale verdict on other
+    bytes, and a node clock minutes behind no longer hides the failure); about a ``path`` model's
+    file, or naming no file, :data:`FRESH_ERROR_S` (other bytes may have failed there before — the
+    trade-off: there an extender clock behind by more than its pickup delay still ends in a
+    ``RolloutTimeout``).
     """
     path: str | None = bundle.settings.get("modelPath")
-    if not path or not view.error or view.error_at is None or view.error_at < since - CLOCK_SKEW_S:
+    if not path or not view.error or view.error_at is None:
         return False
+    about = _error_about(view, bundle, path)
+    if about is False:
+        return False
+    ours = about is True and bundle.model_name is not None and os.path.basename(path) == bundle.model_name
+    return view.error_at >= since - (CLOCK_SKEW_S if ours else FRESH_ERROR_S)
+
+
+def _error_about(view: ExtenderView, bundle: Bundle, path: str) -> bool | None:
+    """Is the extender's load error about our file (True), another one (False), or — naming no file —
+    ours only by the extender running our bundle's settings already (None when it does, else False)?"""
     if view.model_path == path:
         # Loaded from our path, but other bytes (a ``path`` model replaced and its digest changed):
         # failed only once the extender says it refused our file — before, it may not have read it yet.
         return not view.model_loaded or (not _digest_matches(view, bundle) and view.error_path == path)
     if view.error_path:
         return view.error_path == path
-    named = _MODEL_FILE.findall(view.error)
+    named = _MODEL_FILE.findall(view.error or "")
     if named:
         return os.path.basename(path) in named
     s = bundle.settings
-    return view.mode == s.get("mode") and view.fallback == s.get("fallback")
+    return None if view.mode == s.get("mode") and view.fallback == s.get("fallback") else False
 
 
 class Rollout:
@@ -461,9 +499,13 @@ class Rollout:
         poll_s: float = 1.0,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
     ):
         self.sink, self.extender, self.fetcher = sink, extender, fetcher
         self.timeout_s, self.poll_s, self.clock, self.sleep = timeout_s, poll_s, clock, sleep
+        self.monotonic = monotonic
+        """Measures the verification's ``rolloutTimeoutS``. ``clock`` (the wall clock) only dates the
+        publication, which :func:`load_failed` compares with the extender's ``errorAt``."""
 
     async def build(
         self, namespace: str, name: str, generation: int | None, spec: PolicySpec, *, uid: str | None = None
@@ -528,14 +570,16 @@ class Rollout:
         return current if spec.extender_settings(model_path) == current.settings else None
 
     async def publish(self, bundle: Bundle) -> float:
-        """Write ``bundle`` to the current slot; returns the time it was published."""
+        """Write ``bundle`` to the current slot; returns the time it was published (the wall clock:
+        it is compared with the extender's ``errorAt``)."""
         published = self.clock()
         await self.sink.write(CURRENT, bundle)
         return published
 
     async def verify(self, bundle: Bundle, since: float, timeout_s: float | None = None) -> Verification:
-        """Poll ``/status`` until the extender serves ``bundle``, fails it, or the time is up."""
-        deadline = self.clock() + (self.timeout_s if timeout_s is None else timeout_s)
+        """Poll ``/status`` until the extender serves ``bundle``, fails it, or the time is up (on
+        :attr:`monotonic`). ``since``: the publication, on the wall clock (:meth:`publish`)."""
+        deadline = self.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
         view: ExtenderView | None = None
         last_error = ""
         while True:
@@ -552,7 +596,7 @@ class Rollout:
                 if load_failed(view, bundle, since):
                     cause = Cause.DIGEST_REFUSED if refused_for_digest(view, bundle) else Cause.LOAD_ERROR
                     return Verification(cause, view, f"the extender could not load the model: {view.error}")
-            if self.clock() >= deadline:
+            if self.monotonic() >= deadline:
                 break
             await self.sleep(self.poll_s)
         if view is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import math
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -135,8 +136,16 @@ class Clock:
         return self.t
 
 
-def make(kube: FakeKube, plan: Any = None, clock: Clock | None = None) -> tuple[Rebalancer, list[dict]]:
+def make(
+    kube: FakeKube,
+    plan: Any = None,
+    clock: Callable[[], float] | None = None,
+    monotonic: Callable[[], float] | None = None,
+) -> tuple[Rebalancer, list[dict]]:
+    """A rebalancer on ``clock`` (wall) and ``monotonic`` (default: the same clock, so that moving the
+    fake time moves both)."""
     lines: list[dict] = []
+    clock = clock or Clock()
 
     async def write(batch: list[dict]) -> int:
         lines.extend(batch)
@@ -149,7 +158,8 @@ def make(kube: FakeKube, plan: Any = None, clock: Clock | None = None) -> tuple[
         write_log=write,
         planner=plan,
         policy_ref="sched/default",
-        clock=clock or Clock(),
+        clock=clock,
+        monotonic=monotonic or clock,
     )
     return rb, lines
 
@@ -761,7 +771,7 @@ def test_due_follows_the_interval() -> None:
     rb, _ = make(FakeKube([], []), clock=clock)
     s = spec(intervalSeconds=60)
     assert rb.due(s)
-    rb.last_cycle = clock.t
+    rb.skipped()
     clock.t += 59
     assert not rb.due(s)
     clock.t += 1

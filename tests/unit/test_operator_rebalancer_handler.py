@@ -30,7 +30,9 @@ class Extender:
 def runtime(up: bool = True) -> tuple[Any, FakeKube, Clock]:
     kube = FakeKube([node("n0"), node("n1"), node("n2")], [pod("a", "n0", gpus=1)])
     clock = Clock()
-    rb = Rebalancer(RebalancerSettings(), "rl-scheduler", kube, planner=fake_planner("team/a"), clock=clock)
+    rb = Rebalancer(
+        RebalancerSettings(), "rl-scheduler", kube, planner=fake_planner("team/a"), clock=clock, monotonic=clock
+    )
     locks: dict[str, asyncio.Lock] = {}
     rt = SimpleNamespace(
         rebalancer=rb, extender=Extender(up), locks=locks, lock=lambda k: locks.setdefault(k, asyncio.Lock())

@@ -41,6 +41,7 @@ def setup(tmp_path: Path):
         poll_s=1.0,
         clock=lambda: time.time() + clock["t"] - 1000.0,
         sleep=sleep,
+        monotonic=lambda: clock["t"],
     )
     yield sink, kube, ext, rollout
     ext.engine.close()
@@ -173,7 +174,16 @@ async def test_timeout_when_the_extender_reads_other_files(setup, tmp_path: Path
     async def sleep(s: float) -> None:
         t["now"] += s
 
-    r = Rollout(other, ext, ModelFetcher(kube), timeout_s=3.0, poll_s=1.0, clock=lambda: t["now"], sleep=sleep)
+    r = Rollout(
+        other,
+        ext,
+        ModelFetcher(kube),
+        timeout_s=3.0,
+        poll_s=1.0,
+        clock=lambda: t["now"],
+        sleep=sleep,
+        monotonic=lambda: t["now"],
+    )
     b = await r.build(NS, "default", 1, parse_spec(spec(mode="shadow")))
     result = await r.apply(b)
     assert result.reason == "RolloutTimeout" and "did not report the new bundle" in result.message

@@ -37,6 +37,7 @@ def _rollout(tmp_path: Path, ext: EngineExtender, kube: FakeKube) -> Rollout:
         poll_s=1.0,
         clock=lambda: time.time() + clock["t"],
         sleep=sleep,
+        monotonic=lambda: clock["t"],
     )
 
 

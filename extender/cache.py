@@ -637,30 +637,15 @@ class ClusterCache:
         assert state is not None
         entry.placement = None
         self._mark_unplaced(entry)
-        idx = state.index.get(entry.node)
-        if idx is None:
+        if entry.node not in state.index:
             entry.problem = f"node {entry.node} is not in the cache"
             return False
-        req = state.request(entry.spec)
-        tried = []
-        if entry.cards or not req.is_gpu:
-            tried.append(entry.cards)
-        if not exact:
-            try:
-                tried.append(default_cards(state, req, idx))
-            except ValueError as exc:
-                entry.problem = str(exc)
-        for cards in tried:
-            try:
-                runs = running(entry)
-                entry.placement = state.place(req, idx, cards, overcommit=overcommit and runs, any_model=runs)
-                entry.cards = tuple(cards)
-                entry.problem = ""
-                self._mark_placed(entry)
-                self.generation += 1
-                return True
-            except ValueError as exc:
-                entry.problem = str(exc)
+        placement, cards, entry.problem = _fit(state, entry, exact, overcommit)
+        if placement is not None:
+            entry.placement, entry.cards = placement, cards
+            self._mark_placed(entry)
+            self.generation += 1
+            return True
         if exact or quiet:
             return False
         self.stats.unplaceable += 1
@@ -672,6 +657,25 @@ class ClusterCache:
             extra={"event": "pod_unplaceable", "pod": entry.key, "node": entry.node},
         )
         return False
+
+    def nominated(self, nodes: Iterable[str]) -> dict[str, list[PodInfo]]:
+        """Pending pods nominated to one of ``nodes`` (``status.nominatedNodeName``: kube-scheduler's
+        preemption made room for them there) that hold nothing yet, by node, as the watch read them.
+        A scan of the pending pods: preempt, its only caller, is rare."""
+        wanted = set(nodes)
+        out: dict[str, list[PodInfo]] = {}
+        for info in self.pending.values():
+            if info.nominated_node in wanted and info.uid not in self.pods:
+                out.setdefault(info.nominated_node, []).append(info)
+        return out
+
+    def uncounted(self, node: str) -> list[Entry]:
+        """The entries on ``node`` the state does not count, in the order a release there counts
+        them again (:meth:`_retry_unplaced`: running pods first, then the oldest; holds never)."""
+        found = (self.pods.get(u) for u in self._unplaced.get(node, {}))
+        return sorted(
+            (e for e in found if e is not None and e.status != RESERVED and e.placement is None), key=_retry_order
+        )
 
     def _rebuild(self) -> None:
         start = time.perf_counter()
@@ -908,6 +912,7 @@ def _digest(parts: tuple[Any, ...]) -> bytes | None:
 def pod_digest(pod: Any) -> tuple[str, str, Any, bytes] | None:
     """(UID, resourceVersion, phase, digest of what :func:`~.objects.pod_info` and
     :func:`~.node_rules.pod_rules` read: namespace, name, labels, annotations, spec, the QoS class,
+    the nominated node (a status write of kube-scheduler's preemption that preempt's trial reads),
     whether the phase is terminal — kwok's Pending → Running is not a change); None when the object
     is not plain enough to tell (it then takes the full path, errors included)."""
     if type(pod) is not dict:
@@ -923,6 +928,7 @@ def pod_digest(pod: Any) -> tuple[str, str, Any, bytes] | None:
         return None
     terminal = phase in ("Succeeded", "Failed")
     qos = status.get("qosClass") if status is not None else None
+    nominated = status.get("nominatedNodeName") if status is not None else None
     digest = _digest(
         (
             meta.get("namespace"),
@@ -931,6 +937,7 @@ def pod_digest(pod: Any) -> tuple[str, str, Any, bytes] | None:
             meta.get("annotations"),
             pod.get("spec"),
             qos,
+            nominated,
             terminal,
         )
     )
@@ -961,6 +968,42 @@ def node_digest(node: Any) -> tuple[str, bytes] | None:
         )
     )
     return None if digest is None else (name, digest)
+
+
+def _fit(
+    state: ClusterState, entry: Entry, exact: bool, overcommit: bool
+) -> tuple[Placement | None, tuple[int, ...], str]:
+    """Place ``entry`` in ``state`` as :meth:`ClusterCache._place` does, leaving ``entry`` as it is:
+    (the placement or None, the cards it took, why it did not fit)."""
+    idx = state.index.get(entry.node)
+    if idx is None:
+        return None, entry.cards, f"node {entry.node} is not in the cache"
+    req = state.request(entry.spec)
+    problem = entry.problem  # kept when nothing is tried (exact, without cards)
+    tried = []
+    if entry.cards or not req.is_gpu:
+        tried.append(entry.cards)
+    if not exact:
+        try:
+            tried.append(default_cards(state, req, idx))
+        except ValueError as exc:
+            problem = str(exc)
+    runs = running(entry)
+    for cards in tried:
+        try:
+            placement = state.place(req, idx, cards, overcommit=overcommit and runs, any_model=runs)
+            return placement, tuple(cards), ""
+        except ValueError as exc:
+            problem = str(exc)
+    return None, entry.cards, problem
+
+
+def fit_again(state: ClusterState, entry: Entry) -> bool:
+    """Count an uncounted ``entry`` in ``state`` (a trial copy: the entry and the cache stay as they
+    are) as a release of its node would (:meth:`ClusterCache._place_again`); whether it fits."""
+    if entry.cards and _fit(state, entry, exact=True, overcommit=True)[0] is not None:
+        return True
+    return _fit(state, entry, exact=False, overcommit=True)[0] is not None
 
 
 def _retry_order(entry: Entry) -> tuple[bool, float]:

@@ -149,6 +149,12 @@ class PodInfo:
     whole card for each card or share it asks for (None when even that cannot be read). A pod that
     another scheduler bound is running whatever its GPU request says: the cache counts this, so
     that its node's capacity is not offered twice."""
+    priority: int = 0
+    """``spec.priority`` (0 when absent, as kube-scheduler reads it; also when it is not a 32-bit
+    integer, which the API server never stores): preempt compares it with the preemptor's."""
+    nominated_node: str = ""
+    """``status.nominatedNodeName`` of a pending pod ("" when absent or not a string): where
+    kube-scheduler's preemption made room for it; preempt's trial counts it there."""
 
     @property
     def key(self) -> str:
@@ -426,7 +432,21 @@ def pod_info(pod: Any, gpu: GpuConventions, where: str = "Pod") -> PodInfo:
         cards=cards,
         scheduler_name=scheduler,
         held=held,
+        priority=_priority(spec.get("priority")),
+        nominated_node=_nominated_node(status.get("nominatedNodeName")) if not node_name else "",
     )
+
+
+def _priority(value: Any) -> int:
+    """``spec.priority`` leniently: these two fields only refine preempt's trial, and a pod must not
+    become unreadable for them (kube-apiserver stores an int32 or nothing)."""
+    return value if type(value) is int and -(2**31) <= value < 2**31 else 0
+
+
+def _nominated_node(value: Any) -> str:
+    """``status.nominatedNodeName`` leniently (see :func:`_priority`); a name longer than any node's
+    reads as none."""
+    return value if type(value) is str and len(value) <= DNS1123_SUBDOMAIN_MAX else ""
 
 
 KOORDINATOR_LATENCY_SENSITIVE = frozenset({"LSE", "LSR", "LS"})

@@ -25,13 +25,14 @@ from typing import Any
 
 import numpy as np
 
+from rlsched.policy.cards import default_cards
 from rlsched.policy.cluster import LOAD_METRICS, ClusterState, PodRequest
 from rlsched.policy.delay_head import MAX_HOLDS_PER_POD
 from rlsched.policy.feasibility import feasible_mask, fits_on_cards, infeasibility_reason, unresolvable_mask
 from rlsched.policy.resources import MILLI_PER_CARD
 
 from .binder import Binder, BindResult
-from .cache import ASSUMED, RESERVED, UNCERTAIN, ClusterCache, Entry
+from .cache import ASSUMED, RESERVED, UNCERTAIN, ClusterCache, Entry, fit_again
 from .decision_ring import DecisionRing
 from .names import InvalidName, check_node_name, check_pod_ref, check_uid
 from .objects import ObjectError, PodInfo, pod_info
@@ -649,8 +650,11 @@ class Extender:
             raise BadRequest(exc.field, exc.message) from None
         if self.binder is None:
             return {"Error": "this extender was started without a binder (no API server access)"}
-        known = self.cache.pending.get(args.pod_uid)
-        remembered = self.memory.get(args.pod_uid, known.resource_version if known is not None else None)
+        # By UID and name, whatever the version (as preempt): the watch's reading may be a version
+        # behind the request filter remembered, and a lookup by its version missed a delay.
+        remembered = self.memory.get(args.pod_uid)
+        if remembered is not None and remembered.info.key != f"{args.pod_namespace}/{args.pod_name}":
+            remembered = None
         verdict = remembered.outcome.verdict if remembered is not None else None
         result: BindResult
         if verdict is not None:
@@ -701,7 +705,8 @@ class Extender:
         the ones to evict without checking them again, so a node whose victims we cannot all see
         (the watch behind, or an unreadable pod) is dropped rather than answered with a partial list
         that evicts pods and still leaves the preemptor without room. The preemptor's own hold from
-        an earlier filter is released in the trial. Victims go back by UID, as sent (each once)."""
+        an earlier filter is released in the trial; what would take the victims' room before the
+        preemptor is counted in it (:meth:`_fill_trial`). Victims go back by UID, as sent (each once)."""
         self._check_count(len(args.victims), "NodeNameToMetaVictims")
         sent = self._pod(args.pod)
         try:
@@ -712,8 +717,12 @@ class Extender:
         state = self.cache.state
         held_back = False
         if info is not None:
-            remembered = self.memory.get(info.uid, info.resource_version)
-            held_back = remembered is not None and remembered.outcome.verdict is not None
+            # By UID, whatever the version: filter remembered the request's resourceVersion, and the
+            # watch's reading read here may be a version behind kube-scheduler's informer (or ahead).
+            remembered = self.memory.get(info.uid)
+            held_back = (
+                remembered is not None and remembered.info.key == info.key and remembered.outcome.verdict is not None
+            )
         if state is None or info is None or info.spec is None or held_back:
             self._count_preempt(dropped=len(args.victims))
             return {"NodeNameToMetaVictims": {}}
@@ -736,6 +745,7 @@ class Extender:
                     known[node] = []
                     break
                 mine.append(uid)
+        self._fill_trial(trial, info, [node for node, uids in known.items() if uids])
         req = trial.request(info.spec)
         ok = feasible_mask(trial, req)
         out: dict[str, Any] = {}
@@ -749,6 +759,37 @@ class Extender:
             out[node] = {"Pods": [{"UID": u} for u in known[node]], "NumPDBViolations": pdb}
         self._count_preempt(kept, dropped)
         return {"NodeNameToMetaVictims": out}
+
+    def _fill_trial(self, trial: ClusterState, preemptor: PodInfo, nodes: list[str]) -> None:
+        """Count in ``trial`` (the victims released) what takes their room on ``nodes`` before the
+        preemptor can, so that a node is kept only where it still fits after that:
+
+        - the node's pods the cache could not count (``ClusterCache.uncounted``: a running pod that
+          another scheduler started where no whole card was free, say): when a victim leaves, the
+          cache counts them first (``_retry_unplaced``), on their own cards or by the default rule. They
+          are placed here the same way rather than the node dropped outright: a node with room for
+          them and the preemptor stays a candidate. All of them, after all the victims (the cache
+          counts the first 64 per release and the rest at its next sweep, and kube-scheduler
+          deletes the victims in no set order);
+        - pods nominated to the node with at least the preemptor's priority, which kube-scheduler's
+          own fit check adds to the node (RunFilterPluginsWithNominatedPods) and schedules first:
+          placed by the default card rule, as the watch read them (of any scheduler: kube-scheduler
+          knows only its own, so this may drop a node it would keep, never the reverse). One that
+          does not fit by the cards cannot take them, and is not counted.
+        """
+        for node in nodes:
+            for entry in self.cache.uncounted(node):
+                fit_again(trial, entry)
+        for node, pods in self.cache.nominated(nodes).items():
+            i = trial.index.get(node)
+            for pod in pods:
+                if i is None or pod.uid == preemptor.uid or pod.spec is None or pod.priority < preemptor.priority:
+                    continue
+                req = trial.request(pod.spec)
+                try:
+                    trial.place(req, i, default_cards(trial, req, i))
+                except ValueError:
+                    continue  # no room for it by the cards: it cannot take them either
 
     async def _preemptor(self, sent: PodInfo) -> PodInfo | None:
         """The preemptor as it is now (cache, else a GET), if it is ours and pending; else None."""

@@ -518,15 +518,40 @@ async def test_delay_and_reject_verdicts(tmp_path) -> None:
     assert h.extender.counts == {"delayed": 1, "rejected": 1}
 
 
-@pytest.mark.parametrize("verdict", ["delay", "reject"])
-async def test_bind_refuses_a_pod_the_policy_held_back(tmp_path, verdict: str) -> None:
-    """Preempt refused a delayed or rejected pod, but bind bound it for a caller that skipped filter or
-    ignored its answer."""
-    h = harness(model_path=model_file(tmp_path, verdict=verdict))
-    pod = h.add_pod(make_pod("p", gpus=1))
+@pytest.mark.parametrize("watch_rv, sent_rv", [("2000", "2001"), ("2001", "2000")])
+async def test_preempt_refuses_a_held_back_pod_whatever_version_the_watch_has(tmp_path, watch_rv, sent_rv) -> None:
+    """kube-scheduler's informer was a version ahead of the extender's watch: filter remembered the
+    policy's delay under the request's resourceVersion, preempt looked it up under the watch's, found
+    nothing and answered victims for a pod the policy held back (evicted for a pod that then waits)."""
+    a = make_pod("a", gpus=4, node="v100-0", uid="a")
+    h = harness([a], model_path=model_file(tmp_path, verdict="delay"))
+    pod = make_pod("p", gpus=4, uid="p", rv=watch_rv)
+    h.add_pod(copy.deepcopy(pod))
     h.cache.set_pod(copy.deepcopy(pod))
+    sent = copy.deepcopy(pod)
+    sent["metadata"]["resourceVersion"] = sent_rv
+    victims = {"v100-0": {"Pods": [{"UID": "a"}], "NumPDBViolations": 0}}
     async with TestClient(TestServer(h.app())) as c:
-        _, body = await call(c, "filter", {"Pod": pod, "NodeNames": NAMES})
+        _, body = await call(c, "filter", {"Pod": sent, "NodeNames": NAMES})
+        assert body["NodeNames"] == [] and body["FailedNodes"]["v100-0"].startswith("delayed by policy")
+        _, pre = await call(c, "preempt", {"Pod": sent, "NodeNameToMetaVictims": victims})
+    assert pre == {"NodeNameToMetaVictims": {}}
+
+
+@pytest.mark.parametrize("verdict", ["delay", "reject"])
+@pytest.mark.parametrize("sent_rv", [None, "2001"], ids=["same-version", "watch-a-version-behind"])
+async def test_bind_refuses_a_pod_the_policy_held_back(tmp_path, verdict: str, sent_rv: str | None) -> None:
+    """Preempt refused a delayed or rejected pod, but bind bound it for a caller that skipped filter or
+    ignored its answer; and, with the watch a version behind the pod filter saw, bind looked the
+    verdict up under the watch's version, found none and bound the pod."""
+    h = harness(model_path=model_file(tmp_path, verdict=verdict))
+    pod = h.add_pod(make_pod("p", gpus=1, rv="2000"))
+    h.cache.set_pod(copy.deepcopy(pod))
+    sent = copy.deepcopy(pod)
+    if sent_rv is not None:
+        sent["metadata"]["resourceVersion"] = sent_rv
+    async with TestClient(TestServer(h.app())) as c:
+        _, body = await call(c, "filter", {"Pod": sent, "NodeNames": NAMES})
         assert body["NodeNames"] == []
         _, bound = await call(
             c, "bind", {"PodName": "p", "PodNamespace": "default", "PodUID": pod["metadata"]["uid"], "Node": "v100-0"}

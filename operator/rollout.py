@@ -58,16 +58,16 @@ log = logging.getLogger("rlsched.operator.rollout")
 
 CLOCK_SKEW_S = 300.0
 """How far the extender's clock (its node's) may run behind the operator's for a load error about the
-operator's own published model file to be seen as this publication's (:func:`load_failed`): an
-``errorAt`` up to this long before the publication counts. Five minutes, the bound the rebalancer
-trusts a status date ahead of its clock by (:data:`.rebalance_budget.MAX_CLOCK_SKEW_S`) and the
-customary Kerberos limit: nodes kept by NTP are milliseconds apart, and minutes come only from a node
-whose time service is broken — and the extender's pickup delay (a ConfigMap volume: up to the
-kubelet's sync period, a minute or more) no longer counts against the tolerance. An earlier error
-about that file is no stale one: the name is its bytes' digest (module docstring, step 1), and the
-sinks write the model before the policy file that names it, so an error about it, whenever made, is
-about these very bytes (the extender does not even load an unchanged file that failed again: it
-shows its error again)."""
+operator's own published model file, first shown after the publication, to count as this
+publication's (:func:`load_failed`): an ``errorAt`` up to this long before the publication counts.
+Five minutes, the bound the rebalancer trusts a status date ahead of its clock by
+(:data:`.rebalance_budget.MAX_CLOCK_SKEW_S`) and the customary Kerberos limit: nodes kept by NTP are
+milliseconds apart, and minutes come only from a node whose time service is broken — and the
+extender's pickup delay (a ConfigMap volume: up to the kubelet's sync period, a minute or more) no
+longer counts against the tolerance. The error the extender showed just before the publication is
+never taken (:data:`ErrorSeen`): the same bytes may have failed for a passing reason minutes ago, and
+the extender loads a file published again afresh (a new inode), so only a new error says this
+publication failed."""
 FRESH_ERROR_S = 1.0
 """The same for an error that may be about other bytes than ours: a ``path`` model (the file at the
 path may have been replaced since it failed: the fix a user applies minutes after a failure must not
@@ -442,7 +442,12 @@ def refused_for_digest(view: ExtenderView, bundle: Bundle) -> bool:
     return re.fullmatch(refusal, view.error) is not None
 
 
-def load_failed(view: ExtenderView, bundle: Bundle, since: float) -> bool:
+ErrorSeen: TypeAlias = tuple[str | None, str | None, float | None]
+"""The extender's last load error as ``/status`` showed it just before a publication: (error,
+``errorPath``, ``errorAt``) — an earlier load's, never this publication's verdict."""
+
+
+def load_failed(view: ExtenderView, bundle: Bundle, since: float, before: ErrorSeen | None = None) -> bool:
     """Did the extender fail to load *this bundle's* model after ``since`` (the publication, on the
     operator's wall clock)?
 
@@ -453,22 +458,24 @@ def load_failed(view: ExtenderView, bundle: Bundle, since: float) -> bool:
     the extender already runs our bundle's settings.
 
     ``errorAt`` is the extender's node's clock, ``since`` the operator's: the date keeps an error of
-    an earlier load from being taken for this one. How much earlier it may be depends on what the
-    error is about: about the operator's own published file, :data:`CLOCK_SKEW_S` (its name is its
-    bytes: such an error is about these bytes, so the wide tolerance takes no stale verdict on other
-    bytes, and a node clock minutes behind no longer hides the failure); about a ``path`` model's
-    file, or naming no file, :data:`FRESH_ERROR_S` (other bytes may have failed there before — the
-    trade-off: there an extender clock behind by more than its pickup delay still ends in a
-    ``RolloutTimeout``).
+    an earlier load from being taken for this one. ``before``: the error the extender showed just
+    before the publication (None: unknown), never taken. How much earlier than ``since`` an error may
+    be dated depends on what it is about: about the operator's own published file and not the one
+    shown before, :data:`CLOCK_SKEW_S` (a node clock minutes behind does not hide the failure); about
+    a ``path`` model's file, naming no file, or with nothing known of before, :data:`FRESH_ERROR_S`
+    (other bytes may have failed there before — the trade-off: there an extender clock behind by more
+    than its pickup delay still ends in a ``RolloutTimeout``).
     """
     path: str | None = bundle.settings.get("modelPath")
     if not path or not view.error or view.error_at is None:
         return False
+    if before is not None and (view.error, view.error_path, view.error_at) == before:
+        return False  # shown before the publication: an earlier load's
     about = _error_about(view, bundle, path)
     if about is False:
         return False
     ours = about is True and bundle.model_name is not None and os.path.basename(path) == bundle.model_name
-    return view.error_at >= since - (CLOCK_SKEW_S if ours else FRESH_ERROR_S)
+    return view.error_at >= since - (CLOCK_SKEW_S if ours and before is not None else FRESH_ERROR_S)
 
 
 def _error_about(view: ExtenderView, bundle: Bundle, path: str) -> bool | None:
@@ -576,9 +583,21 @@ class Rollout:
         await self.sink.write(CURRENT, bundle)
         return published
 
-    async def verify(self, bundle: Bundle, since: float, timeout_s: float | None = None) -> Verification:
+    async def error_now(self) -> ErrorSeen | None:
+        """The extender's last load error as ``/status`` shows it now (taken before a publication: what
+        :func:`load_failed` must not take for the publication's verdict); None when it does not answer."""
+        try:
+            view = await self.extender.status()
+        except ExtenderUnavailable:
+            return None
+        return (view.error, view.error_path, view.error_at)
+
+    async def verify(
+        self, bundle: Bundle, since: float, timeout_s: float | None = None, before: ErrorSeen | None = None
+    ) -> Verification:
         """Poll ``/status`` until the extender serves ``bundle``, fails it, or the time is up (on
-        :attr:`monotonic`). ``since``: the publication, on the wall clock (:meth:`publish`)."""
+        :attr:`monotonic`). ``since``: the publication, on the wall clock (:meth:`publish`); ``before``:
+        the load error shown just before it (:meth:`error_now`)."""
         deadline = self.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
         view: ExtenderView | None = None
         last_error = ""
@@ -593,7 +612,7 @@ class Rollout:
                 # sha256 change together, and the extender reads the file on its own timer.
                 if serves(view, bundle):
                     return Verification(None, view)
-                if load_failed(view, bundle, since):
+                if load_failed(view, bundle, since, before):
                     cause = Cause.DIGEST_REFUSED if refused_for_digest(view, bundle) else Cause.LOAD_ERROR
                     return Verification(cause, view, f"the extender could not load the model: {view.error}")
             if self.monotonic() >= deadline:
@@ -632,8 +651,9 @@ class Rollout:
         one; 0 on a first try). An extender that does not answer in this try continues such a run (it
         has not answered since it stopped); with none before, it was down before the publication and
         the bundle is not suspect."""
+        before = await self.error_now()
         since = await self.publish(bundle)
-        checked = await self.verify(bundle, since)
+        checked = await self.verify(bundle, since, before=before)
         view, message = checked.view, checked.message
         if checked.cause is None:
             if view is not None and view.model_loaded:
@@ -693,8 +713,9 @@ class Rollout:
             target = Bundle(dict(bundle.settings, modelPath=None, modelSha256=None), None, None, dict(meta, **mark))
         else:
             target = dataclasses.replace(last_good, meta=dict(last_good.meta, **mark))
+        before = await self.error_now()
         since = await self.publish(target)
-        back = await self.verify(target, since)
+        back = await self.verify(target, since, before=before)
         if back.ok and last_good is not None:
             await self.sink.write(LAST_GOOD, last_good)  # it only ever holds a bundle that rolled out
         text = f"{message}; rolled back to {bundle_label(target)}"

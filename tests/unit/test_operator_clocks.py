@@ -156,11 +156,13 @@ async def test_a_load_failure_is_seen_with_the_extenders_clock_behind(tmp_path: 
         ext.engine.close()
 
 
-def test_only_an_error_about_our_own_published_bytes_is_taken_from_before_the_publication() -> None:
+def test_only_a_new_error_about_our_own_published_bytes_is_taken_from_before_the_publication() -> None:
     """How far before the publication an error may be dated and still be ours: :data:`CLOCK_SKEW_S`
-    for the operator's own content-addressed file (its name is its bytes: an error about it, whenever
-    made, is about these bytes), about a second for a ``path`` model (other bytes may have failed at
-    the path before) and for an error that names no file."""
+    for the operator's own content-addressed file when the error is not the one the extender showed
+    just before the publication (the same bytes may have failed for a passing reason minutes ago: a
+    review found a generation failed at once on that old error), about a second for a ``path`` model
+    (other bytes may have failed at the path before), for an error that names no file, and when what
+    the extender showed before is unknown."""
     name = "model-1111111111111111.npz"
     published = Bundle(
         {"mode": "active", "fallback": "fgd", "modelPath": f"/p/{name}"}, name, b"x", {"digest": "1" * 64}
@@ -175,16 +177,61 @@ def test_only_an_error_about_our_own_published_bytes_is_taken_from_before_the_pu
 
     since = 10_000.0
     ours = {"error_path": f"/p/{name}"}
-    assert load_failed(error_at(since - CLOCK_SKEW_S + 1, **ours), published, since)
-    assert not load_failed(error_at(since - CLOCK_SKEW_S - 1, **ours), published, since)
-    assert not load_failed(error_at(since - 5, **ours), path_model, since)  # old bytes at the path
-    assert load_failed(error_at(since - 0.5, **ours), path_model, since)
+    nothing: tuple[None, None, None] = (None, None, None)  # no load error before the publication
+    assert load_failed(error_at(since - CLOCK_SKEW_S + 1, **ours), published, since, nothing)
+    assert not load_failed(error_at(since - CLOCK_SKEW_S - 1, **ours), published, since, nothing)
+    old = error_at(since - 60, **ours)
+    assert not load_failed(old, published, since, ("ValueError: corrupt", f"/p/{name}", since - 60))  # shown before
+    assert not load_failed(old, published, since)  # before unknown: only the clocks' rounding
+    assert not load_failed(error_at(since - 5, **ours), path_model, since, nothing)  # old bytes at the path
+    assert load_failed(error_at(since - 0.5, **ours), path_model, since, nothing)
     other = {"error_path": "/p/model-3333333333333333.npz"}
-    assert not load_failed(error_at(since + 5, **other), published, since)  # the file we roll back from
+    assert not load_failed(error_at(since + 5, **other), published, since, nothing)  # the file we roll back from
     named = ExtenderView(**{**serving, "error": f"ValueError: /p/{name}: corrupt", "error_at": since - 60})
-    assert load_failed(named, published, since)
+    assert load_failed(named, published, since, nothing)
     anonymous = ExtenderView(**{**serving, "mode": "active", "error": "bad magic", "error_at": since - 60})
-    assert not load_failed(anonymous, published, since)
+    assert not load_failed(anonymous, published, since, nothing)
+
+
+async def test_an_old_failure_of_the_same_bytes_does_not_fail_their_new_publication(tmp_path: Path) -> None:
+    """Generation 1's model failed for a passing reason (a MemoryError) and was rolled back; a minute
+    later generation 2 published the very same bytes. The extender still showed the old error until it
+    read the files again, and with five minutes of tolerance for errors about the operator's own file
+    the first poll took it for generation 2's: rolled back, marked, never tried again."""
+    from rlsched.operator.testing import fake_model_loader
+
+    _extender(tmp_path)
+    clocks = Clocks()
+    loads = []
+
+    def fails_once(path: str, typical: Any) -> Any:
+        loads.append(path)
+        if len(loads) == 1:
+            raise MemoryError("passing")
+        return fake_model_loader(path, typical)
+
+    class EveryFifthAnswer(EngineExtender):  # reads the files on every fifth answer only
+        answers = 0
+
+        async def status(self) -> ExtenderView:
+            self.answers += 1
+            if self.answers % 5:
+                return ExtenderView.from_status({"policy": self.engine.status()})
+            return await super().status()
+
+    ext = EveryFifthAnswer(str(tmp_path / "policy" / "policy.yaml"))
+    ext.engine.model_loader = fails_once
+    ext.engine.clock = clocks.wall
+    rollout = _rollout(tmp_path, clocks, ext, {"m1": fake_model("v1")})
+    try:
+        first = await rollout.apply(await rollout.build("sched", "p", 1, _spec("m1")))
+        assert first.reason == "ModelLoadFailed"
+        clocks.advance(60)
+        second = await rollout.apply(await rollout.build("sched", "p", 2, _spec("m1")))
+        assert second.reason == "RolledOut" and len(loads) == 2
+        assert (await rollout.sink.read(CURRENT)).meta.get("rollbackOf") is None
+    finally:
+        ext.engine.close()
 
 
 # -- the decision log's segment names ----------------------------------------------------------------

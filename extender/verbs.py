@@ -403,7 +403,12 @@ class Extender:
             raise BadRequest("", "the node set kept changing during the decision; retry", 503)
         self._unknown([names[i] for i in np.flatnonzero(~known).tolist()], failed, unresolvable)
         verdict = outcome.verdict
-        if verdict is not None and verdict.action == "delay" and outcome.decision is not None:
+        if verdict is not None and verdict.action == "delay" and outcome.decision is None:
+            # Nothing fits: a hold would wait for nothing the pod does not wait for anyway, hide the
+            # real reasons (and keep the pod from preempting), and, never counted, move its end at
+            # every retry. The bundled model delays only pods that fit; a scorer of yours may not.
+            outcome = replace(outcome, verdict=None)
+        elif verdict is not None and verdict.action == "delay":
             left = self.holds.admit(info.uid, self.cache.clock(), verdict.retry_after_s)
             if left is None:
                 outcome = replace(outcome, verdict=None)  # held often enough: placed now

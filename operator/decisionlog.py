@@ -45,6 +45,8 @@ from .sink import fsync_dir
 log = logging.getLogger("rlsched.operator.decisions")
 
 CURSOR_FILE = "cursor.json"
+DISPATCH_EPOCHS = 8
+"""Rings (extender processes: restarts, replicas) whose dispatched position is remembered."""
 _SEGMENT_NAME = re.compile(r"segment-(\d{13})-\d+\.jsonl")
 """What :meth:`DecisionLog._rotate` names a segment: ``segment-<unix ms, 13 digits>-<n>.jsonl``."""
 
@@ -317,13 +319,15 @@ class Drainer:
         self._once = LogOnce(log, 100).log
         self._write_errors = LogOnce(log, 100)
         """Write failures, logged once per kind of error until a write succeeds again."""
-        self._dispatched_epoch: str | None = None
-        self._dispatched_seq = -1
-        """The ring position up to which the listeners were called (in this process)."""
+        self._dispatched: OrderedDict[str, int] = OrderedDict()
+        """Per ring (epoch), the position up to which the listeners were called (in this process): the
+        last :data:`DISPATCH_EPOCHS` rings. One position for the last ring only was not enough: with two
+        scheduler replicas the Service answers from either extender, and each switch back to the other
+        ring called the listeners for all its records again (a requeue and an event per switch)."""
 
     def _dispatch(self, epoch: str, records: list[dict[str, Any]], next_: int) -> None:
         """Delay and reject records to the listeners, each once (by epoch and ``seq``)."""
-        done = self._dispatched_seq if epoch == self._dispatched_epoch else -1
+        done = self._dispatched.get(epoch, -1)
         for rec in records:
             seq = rec.get("seq")
             if isinstance(seq, int) and not isinstance(seq, bool) and seq <= done:
@@ -334,7 +338,10 @@ class Drainer:
                         listener(rec)
                     except Exception:  # noqa: BLE001 - a listener bug must not stop the log
                         log.exception("decision listener failed")
-        self._dispatched_epoch, self._dispatched_seq = epoch, max(next_, done)
+        self._dispatched[epoch] = max(next_, done)
+        self._dispatched.move_to_end(epoch)
+        while len(self._dispatched) > DISPATCH_EPOCHS:
+            self._dispatched.popitem(last=False)
 
     async def drain_once(self) -> int:
         """One pull (following up while the ring has more); returns the records handled."""

@@ -51,6 +51,7 @@ kube-scheduler's own retries go on.
 from __future__ import annotations
 
 import asyncio
+import calendar
 import heapq
 import logging
 import math
@@ -68,6 +69,8 @@ log = logging.getLogger("rlsched.operator.requeue")
 
 DELAYED = re.compile(r"delayed by policy[^(]*(?:\(retry in (\d+(?:\.\d+)?)s\))?")
 """The extender's filter reason for a delayed pod (rlsched.extender.verbs, ``_verdict``)."""
+DELAYED_UNTIL = re.compile(r"delayed by policy \S+ until (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
+"""The end of the hold the same reason announces (UTC, the extender's clock)."""
 REJECTED = re.compile(r"rejected by policy(?: [a-z0-9](?:[-a-z0-9.]*[a-z0-9])?)?:?\s*")
 """Where the policy's reason for a rejected pod starts, after the scheduler's name (a DNS-1123
 subdomain: dots allowed, never last); it runs to kube-scheduler's "preemption:" or the end. Only
@@ -113,6 +116,8 @@ class PendingPod:
     """The policy's reason when the condition says "rejected by policy"."""
     rejection_noted: bool = False
     """The pod carries :data:`REJECTED_ANNOTATION`: its rejection was told (before a restart, maybe)."""
+    delayed_until: float | None = None
+    """When the hold the condition announces ends (epoch seconds; None when it says no time)."""
 
 
 def pending_pod(body: Mapping[str, Any], annotation: str) -> PendingPod | None:
@@ -127,7 +132,7 @@ def pending_pod(body: Mapping[str, Any], annotation: str) -> PendingPod | None:
         attempt = int(annotations.get(annotation, "0"))
     except (TypeError, ValueError):
         attempt = 0
-    delayed, retry, rejected = False, None, None
+    delayed, retry, rejected, until = False, None, None, None
     for c in status.get("conditions") or []:
         if c.get("type") == "PodScheduled" and c.get("status") == "False":
             msg = str(c.get("message") or "")[:MAX_CONDITION_MESSAGE]
@@ -135,6 +140,8 @@ def pending_pod(body: Mapping[str, Any], annotation: str) -> PendingPod | None:
             if m:
                 delayed = True
                 retry = retry_after(float(m.group(1))) if m.group(1) else None  # 400 digits: inf
+                u = DELAYED_UNTIL.search(msg)
+                until = _utc(u.group(1)) if u else None
             r = REJECTED.search(msg)
             if r:
                 reason, cut, _ = msg[r.end() :].partition("preemption:")
@@ -150,7 +157,16 @@ def pending_pod(body: Mapping[str, Any], annotation: str) -> PendingPod | None:
         retry_after_s=retry,
         rejected=rejected,
         rejection_noted=isinstance(annotations, Mapping) and REJECTED_ANNOTATION in annotations,
+        delayed_until=until,
     )
+
+
+def _utc(text: str) -> float | None:
+    """``2026-11-26T14:03:05Z`` as epoch seconds; None when it is no such time."""
+    try:
+        return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return None
 
 
 Patch = Callable[[str, str, str, Mapping[str, str]], Awaitable[Any]]
@@ -268,7 +284,24 @@ class Requeuer:
                     pod.get("name", ""),
                     asked,
                 )
-            self.delayed(pod["uid"], pod.get("namespace", ""), pod.get("name", ""), retry)
+            self.delayed(pod["uid"], pod.get("namespace", ""), pod.get("name", ""), self._left(record, retry))
+
+    def _left(self, record: Mapping[str, Any], retry: float | None) -> float | None:
+        """What is left of the hold ``retry`` when the record is read: the record dates the verdict
+        (``time``, the extender's wall clock), and one read late — the operator was down, or slow to
+        drain — counted the whole hold again from the reading (a 60 s hold read 10 minutes late was
+        requeued 11 minutes after the verdict). Never more than the hold itself, whatever the clocks
+        say; with no usable date, the hold as it is."""
+        at = record.get("time")
+        if retry is None or isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at):
+            return retry
+        return min(retry, max(0.0, at + retry - self.wall()))
+
+    def _left_of(self, pod: PendingPod) -> float | None:
+        """:meth:`_left` for a pod the sweep found delayed: its condition says until when."""
+        if pod.retry_after_s is None or pod.delayed_until is None:
+            return pod.retry_after_s
+        return min(pod.retry_after_s, max(0.0, pod.delayed_until - self.wall()))
 
     def _stopped(self, uid: str, namespace: str) -> bool:
         """Whether the requeues of ``uid`` ended (given up on after ``maxAttempts``, or failed for
@@ -376,7 +409,7 @@ class Requeuer:
                 last = self._last.get(pod.uid)
                 if last is not None and now - last < self.backoff(pod.attempt, pod.retry_after_s):
                     continue  # requeued recently: the scheduler has not re-evaluated it yet
-                self.delayed(pod.uid, pod.namespace, pod.name, pod.retry_after_s)
+                self.delayed(pod.uid, pod.namespace, pod.name, self._left_of(pod))
             except Exception:  # noqa: BLE001 - one bad pod must not keep the others from being scheduled
                 self._failed(pod.uid, "scheduling the requeue of %s/%s failed", pod.namespace, pod.name)
                 continue

@@ -518,6 +518,22 @@ async def test_delay_and_reject_verdicts(tmp_path) -> None:
     assert h.extender.counts == {"delayed": 1, "rejected": 1}
 
 
+async def test_a_delay_for_a_pod_that_fits_nowhere_is_the_real_reasons(tmp_path) -> None:
+    """A scorer that delays whatever fits: a pod that fits nowhere was answered "delayed by policy"
+    with a new hold at every retry (never counted, its end moving on), the real reasons hidden, and
+    preempt refused it as held back."""
+    h = harness(model_path=model_file(tmp_path, verdict="delay"))
+    pod = h.add_pod(make_pod("big", gpus=16))
+    h.cache.set_pod(copy.deepcopy(pod))
+    async with TestClient(TestServer(h.app())) as c:
+        for _ in range(2):
+            _, body = await call(c, "filter", {"Pod": pod, "NodeNames": NAMES})
+            assert body["NodeNames"] == []
+            reasons = {**body["FailedNodes"], **body["FailedAndUnresolvableNodes"]}
+            assert reasons and not any("delayed by policy" in r for r in reasons.values()), reasons
+    assert h.extender.holds.get(pod["metadata"]["uid"]) == 0
+
+
 @pytest.mark.parametrize("watch_rv, sent_rv", [("2000", "2001"), ("2001", "2000")])
 async def test_preempt_refuses_a_held_back_pod_whatever_version_the_watch_has(tmp_path, watch_rv, sent_rv) -> None:
     """kube-scheduler's informer was a version ahead of the extender's watch: filter remembered the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import os
@@ -122,6 +123,28 @@ async def test_drainer_logs_dispatches_and_survives_restarts(tmp_path: Path) -> 
     with pytest.raises(ExtenderUnavailable):
         await d2.drain_once()
     log.close()
+
+
+async def test_two_extenders_behind_one_service_dispatch_a_verdict_once() -> None:
+    """With two scheduler replicas the Service answers /decisions from either extender. Only the last
+    ring's dispatched position was kept, so every switch back to the ring holding a delay verdict
+    called the listeners for it again: a requeue and an event per switch, for one verdict."""
+    leader, follower = RingClient(), RingClient()
+    follower.ring = DecisionRing(100, clock=lambda: 54321.0)  # another epoch
+    leader.ring.append(filter_record("b", node=None, verdict="delay"))
+    seen: list[dict] = []
+
+    class EitherReplica:  # the leader, then the follower twice (its ring read from the start), in turn
+        def __init__(self) -> None:
+            self.turns = itertools.cycle([leader, follower, follower])
+
+        async def decisions(self, after: int, limit: int = 1000) -> dict:
+            return await next(self.turns).decisions(after, limit)
+
+    d = Drainer(EitherReplica(), None, [seen.append])
+    for _ in range(10):
+        await d.drain_once()
+    assert [r["pod"]["uid"] for r in seen] == ["b"]
 
 
 class AnswerClient:

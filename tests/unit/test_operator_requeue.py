@@ -39,7 +39,7 @@ def test_pending_pod_reads_the_extenders_reasons() -> None:
         "cluster is busy. preemption: ..."
     )
     p = pending_pod(pod_body(attempt="2", message=msg), ANN)
-    assert p == PendingPod("u1", "ns", "pod-u1", 2, True, 30.0, None)
+    assert p == PendingPod("u1", "ns", "pod-u1", 2, True, 30.0, None, delayed_until=1_795_701_785.0)
     old = "0/4 nodes are available: 4 delayed by policy rl-scheduler (retry in 30s): cluster is busy."
     assert pending_pod(pod_body(message=old), ANN).retry_after_s == 30.0  # an extender before "until"
     r = pending_pod(pod_body(message="0/4 nodes are available: 4 rejected by policy rl-scheduler: too big."), ANN)
@@ -149,6 +149,42 @@ async def test_requeue_after_backoff_bumps_the_annotation() -> None:
     h.now = 10.0
     assert await h.r.process_due() == 1
     assert h.patched() == [{ANN: "2"}] and h.r.requeued == 1
+
+
+@pytest.mark.parametrize(
+    ("verdict_at", "due"),
+    [(-600.0, 5.0), (-20.0, 40.0), (0.0, 60.0), (+600.0, 60.0)],
+    ids=["read-10-min-late", "read-20-s-late", "read-at-once", "extender-clock-ahead"],
+)
+async def test_a_delay_read_late_requeues_when_its_hold_ends(verdict_at: float, due: float) -> None:
+    """The record dates the verdict; one read late (the operator was down, or slow to drain) counted
+    the whole hold again from the reading: a 60 s hold read 10 minutes late was requeued 11 minutes
+    after the verdict. What is left of it, never more than the hold, and at least the backoff (5 s)."""
+    h = Harness(max_s=60.0)
+    h.add("u1")
+    h.now = 1000.0
+    record = {**h.record("u1", retry=60.0), "time": 1_795_000_000.0 + h.now + verdict_at}
+    h.r.on_verdict(record)
+    h.now += due - 0.1
+    assert await h.r.process_due() == 0
+    h.now += 0.1
+    assert await h.r.process_due() == 1
+
+
+async def test_the_sweep_requeues_a_pod_whose_announced_hold_has_ended() -> None:
+    """The sweep (pods delayed while no operator ran) took the condition's "retry in 60s" from the
+    moment it read it, though the condition also says until when: a hold that ended ten minutes ago
+    was waited out once more."""
+    h = Harness(max_s=60.0)
+    h.add("u1")
+    h.now = 1000.0
+    until = 1_795_000_000.0 + h.now - 600
+    h.index["u1"] = PendingPod("u1", "ns", "pod-u1", 0, True, 60.0, None, delayed_until=until)
+    msg = "0/4 nodes are available: 4 delayed by policy rl-scheduler until 2026-11-18T11:13:20Z (retry in 60s): busy."
+    assert pending_pod(pod_body(message=msg), ANN).delayed_until == 1_795_000_000.0 + 400
+    assert h.r.sweep() == 1
+    h.now += 5.0  # the backoff's floor, not the whole hold again
+    assert await h.r.process_due() == 1
 
 
 async def test_gone_or_bound_pods_are_dropped() -> None:

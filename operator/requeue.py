@@ -117,7 +117,8 @@ class PendingPod:
     rejection_noted: bool = False
     """The pod carries :data:`REJECTED_ANNOTATION`: its rejection was told (before a restart, maybe)."""
     delayed_until: float | None = None
-    """When the hold the condition announces ends (epoch seconds; None when it says no time)."""
+    """When the hold the condition announces has ended for sure (epoch seconds: its "until", written
+    cut to the second, plus one; None when it says no time)."""
 
 
 def pending_pod(body: Mapping[str, Any], annotation: str) -> PendingPod | None:
@@ -142,6 +143,8 @@ def pending_pod(body: Mapping[str, Any], annotation: str) -> PendingPod | None:
                 retry = retry_after(float(m.group(1))) if m.group(1) else None  # 400 digits: inf
                 u = DELAYED_UNTIL.search(msg)
                 until = _utc(u.group(1)) if u else None
+                if until is not None:
+                    until += 1.0  # written cut to the second: the hold ends within the second after
             r = REJECTED.search(msg)
             if r:
                 reason, cut, _ = msg[r.end() :].partition("preemption:")
@@ -292,8 +295,8 @@ class Requeuer:
         drain — counted the whole hold again from the reading (a 60 s hold read 10 minutes late was
         requeued 11 minutes after the verdict). Never more than the hold itself, whatever the clocks
         say; with no usable date, the hold as it is."""
-        at = record.get("time")
-        if retry is None or isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at):
+        at = retry_after(record.get("time"))  # a finite number or None (a huge integer too)
+        if retry is None or at is None:
             return retry
         return min(retry, max(0.0, at + retry - self.wall()))
 

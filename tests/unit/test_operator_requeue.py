@@ -39,7 +39,7 @@ def test_pending_pod_reads_the_extenders_reasons() -> None:
         "cluster is busy. preemption: ..."
     )
     p = pending_pod(pod_body(attempt="2", message=msg), ANN)
-    assert p == PendingPod("u1", "ns", "pod-u1", 2, True, 30.0, None, delayed_until=1_795_701_785.0)
+    assert p == PendingPod("u1", "ns", "pod-u1", 2, True, 30.0, None, delayed_until=1_795_701_786.0)
     old = "0/4 nodes are available: 4 delayed by policy rl-scheduler (retry in 30s): cluster is busy."
     assert pending_pod(pod_body(message=old), ANN).retry_after_s == 30.0  # an extender before "until"
     r = pending_pod(pod_body(message="0/4 nodes are available: 4 rejected by policy rl-scheduler: too big."), ANN)
@@ -164,6 +164,7 @@ async def test_a_delay_read_late_requeues_when_its_hold_ends(verdict_at: float, 
     h.add("u1")
     h.now = 1000.0
     record = {**h.record("u1", retry=60.0), "time": 1_795_000_000.0 + h.now + verdict_at}
+    h.r.on_verdict({**record, "pod": {"uid": "other"}, "time": 10**400})  # a date no float holds: ignored
     h.r.on_verdict(record)
     h.now += due - 0.1
     assert await h.r.process_due() == 0
@@ -181,7 +182,7 @@ async def test_the_sweep_requeues_a_pod_whose_announced_hold_has_ended() -> None
     until = 1_795_000_000.0 + h.now - 600
     h.index["u1"] = PendingPod("u1", "ns", "pod-u1", 0, True, 60.0, None, delayed_until=until)
     msg = "0/4 nodes are available: 4 delayed by policy rl-scheduler until 2026-11-18T11:13:20Z (retry in 60s): busy."
-    assert pending_pod(pod_body(message=msg), ANN).delayed_until == 1_795_000_000.0 + 400
+    assert pending_pod(pod_body(message=msg), ANN).delayed_until == 1_795_000_000.0 + 401  # cut to the second
     assert h.r.sweep() == 1
     h.now += 5.0  # the backoff's floor, not the whole hold again
     assert await h.r.process_due() == 1

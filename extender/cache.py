@@ -581,9 +581,9 @@ class ClusterCache:
 
     def _place_again(self, entry: Entry) -> bool:
         """Place an unplaced entry, counted as the running pod it may be: on its own cards when it
-        has them and they are free, else by the default rule; whether it is placed (quietly)."""
-        placed = bool(entry.cards) and self._place(entry, exact=True, overcommit=True)
-        return placed or self._place(entry, quiet=True, overcommit=True)
+        has them and they are free, else by the default rule (:func:`_fit` tries them in that order);
+        whether it is placed (quietly)."""
+        return self._place(entry, quiet=True, overcommit=True)
 
     def _release(self, entry: Entry) -> None:
         """Give the entry's placement back to the state. Released even while a rebuild is pending:
@@ -1001,8 +1001,6 @@ def _fit(
 def fit_again(state: ClusterState, entry: Entry) -> bool:
     """Count an uncounted ``entry`` in ``state`` (a trial copy: the entry and the cache stay as they
     are) as a release of its node would (:meth:`ClusterCache._place_again`); whether it fits."""
-    if entry.cards and _fit(state, entry, exact=True, overcommit=True)[0] is not None:
-        return True
     return _fit(state, entry, exact=False, overcommit=True)[0] is not None
 
 

@@ -296,15 +296,18 @@ class Requeuer:
         requeued 11 minutes after the verdict). Never more than the hold itself, whatever the clocks
         say; with no usable date, the hold as it is."""
         at = retry_after(record.get("time"))  # a finite number or None (a huge integer too)
-        if retry is None or at is None:
-            return retry
-        return min(retry, max(0.0, at + retry - self.wall()))
+        return self._left_until(retry, None if at is None or retry is None else at + retry)
 
     def _left_of(self, pod: PendingPod) -> float | None:
         """:meth:`_left` for a pod the sweep found delayed: its condition says until when."""
-        if pod.retry_after_s is None or pod.delayed_until is None:
-            return pod.retry_after_s
-        return min(pod.retry_after_s, max(0.0, pod.delayed_until - self.wall()))
+        return self._left_until(pod.retry_after_s, pod.delayed_until)
+
+    def _left_until(self, retry: float | None, until: float | None) -> float | None:
+        """The seconds from now to ``until`` (the wall clock), within ``[0, retry]``; ``retry`` as it is
+        when either is unknown."""
+        if retry is None or until is None:
+            return retry
+        return min(retry, max(0.0, until - self.wall()))
 
     def _stopped(self, uid: str, namespace: str) -> bool:
         """Whether the requeues of ``uid`` ended (given up on after ``maxAttempts``, or failed for

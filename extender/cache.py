@@ -51,6 +51,7 @@ from rlsched.policy.scorers import TieBreak
 
 from .node_rules import NodeFacts, PodRules, node_facts, pod_rules
 from .objects import PodInfo, PodRequestError, node_addresses, node_spec, pod_info
+from .pending import PendingPods
 from .rejections import Rejections, identity, short_reason
 from .settings import GpuConventions
 
@@ -150,8 +151,9 @@ class ClusterCache:
         """Labels and taints by node name (None: the node's taints could not be read — bind refuses it)."""
         self.pods: dict[str, Entry] = {}
         """Pods holding resources, by UID."""
-        self.pending: dict[str, PodInfo] = {}
-        """Pods without a node, by UID (bind looks pods up here before it falls back to a GET)."""
+        self.pending = PendingPods()
+        """Pods without a node, by UID (bind looks pods up here before it falls back to a GET), and
+        those of them nominated to a node (``pending.nominated``)."""
         self.pod_rules: dict[str, PodRules] = {}
         """Placement rules of pending pods (of ``scheduler_name``), by UID; a subset of ``pending``."""
         self.rules_problems: dict[str, str] = {}
@@ -658,15 +660,25 @@ class ClusterCache:
         )
         return False
 
-    def nominated(self, nodes: Iterable[str]) -> dict[str, list[PodInfo]]:
-        """Pending pods nominated to one of ``nodes`` (``status.nominatedNodeName``: kube-scheduler's
-        preemption made room for them there) that hold nothing yet, by node, as the watch read them.
-        A scan of the pending pods: preempt, its only caller, is rare."""
-        wanted = set(nodes)
+    def nominated_ahead_of(self, pod: PodInfo, nodes: Iterable[str] | None = None) -> dict[str, list[PodInfo]]:
+        """The pending pods nominated to a node (of ``nodes``; any when None) that kube-scheduler's
+        filters count there before ``pod`` (``RunFilterPluginsWithNominatedPods``): of at least its
+        priority and not ``pod`` itself; by node, the highest priority first. Only those holding
+        nothing yet (a hold or a bind is counted already) and readable. From the index of nominated
+        pods (``PendingPods``), not a scan of the pending pods: filter asks at every pod."""
+        index = self.pending.nominated
+        if not index:
+            return {}
         out: dict[str, list[PodInfo]] = {}
-        for info in self.pending.values():
-            if info.nominated_node in wanted and info.uid not in self.pods:
-                out.setdefault(info.nominated_node, []).append(info)
+        for node in index if nodes is None else (n for n in set(nodes) if n in index):
+            ahead = [
+                p
+                for p in index[node].values()
+                if p.uid != pod.uid and p.priority >= pod.priority and p.spec is not None and p.uid not in self.pods
+            ]
+            if ahead:
+                ahead.sort(key=lambda p: -p.priority)
+                out[node] = ahead
         return out
 
     def uncounted(self, node: str) -> list[Entry]:
@@ -1002,6 +1014,27 @@ def fit_again(state: ClusterState, entry: Entry) -> bool:
     """Count an uncounted ``entry`` in ``state`` (a trial copy: the entry and the cache stay as they
     are) as a release of its node would (:meth:`ClusterCache._place_again`); whether it fits."""
     return _fit(state, entry, exact=False, overcommit=True)[0] is not None
+
+
+def place_nominated(state: ClusterState, nominated: dict[str, list[PodInfo]]) -> list[int]:
+    """Count ``nominated`` (:meth:`ClusterCache.nominated_ahead_of`) on their nodes in ``state`` (a
+    trial copy), each by the default card rule, in the order given; the indices of the nodes that
+    took one. A pod that does not fit by the cards (its victims are still leaving, say) cannot take
+    them either, and is not counted. The cards its own decision takes later may differ."""
+    touched = []
+    for node, pods in nominated.items():
+        i = state.index.get(node)
+        if i is None:
+            continue
+        for pod in pods:
+            assert pod.spec is not None  # nominated_ahead_of keeps readable pods only
+            req = state.request(pod.spec)
+            try:
+                state.place(req, i, default_cards(state, req, i))
+            except ValueError:
+                continue
+            touched.append(i)
+    return touched
 
 
 def _retry_order(entry: Entry) -> tuple[bool, float]:

@@ -25,14 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from rlsched.policy.cards import default_cards
 from rlsched.policy.cluster import LOAD_METRICS, ClusterState, PodRequest
 from rlsched.policy.delay_head import MAX_HOLDS_PER_POD
 from rlsched.policy.feasibility import feasible_mask, fits_on_cards, infeasibility_reason, unresolvable_mask
 from rlsched.policy.resources import MILLI_PER_CARD
 
 from .binder import Binder, BindResult
-from .cache import ASSUMED, RESERVED, UNCERTAIN, ClusterCache, Entry, fit_again
+from .cache import ASSUMED, RESERVED, UNCERTAIN, ClusterCache, Entry, fit_again, place_nominated
 from .decision_ring import DecisionRing
 from .names import InvalidName, check_node_name, check_pod_ref, check_uid
 from .objects import ObjectError, PodInfo, pod_info
@@ -62,6 +61,10 @@ UNKNOWN_NODE = "not in the extender's cache yet (its watch lags); considered onc
 REJECTED_NODE = "node rejected by the extender: "
 """The start of the reason for a node the watch delivered but the extender could not read (its short
 reason follows): unresolvable, as no retry helps until the node changes."""
+
+HELD_FOR_NOMINATED = "its room is kept for a pod that preemption nominated to it"
+"""Added to the reason of a node that fits the pod but for the pods nominated to it (filter counts
+them there, as kube-scheduler's own filters do)."""
 
 MAX_REASON_CHARS = 256
 """A reason copied to every node of the answer (an unreadable pod) is cut to this length."""
@@ -388,7 +391,8 @@ class Extender:
                 self._count("invalid")
                 return self._filter_result(args, [], failed, {n: why for n in names})
             req = state.request(info.spec)
-            outcome = await self.engine.decide(state, self.cache.tiebreak, req, cand)
+            seen, held_for = self._with_nominated(state, info, cand)
+            outcome = await self.engine.decide(seen, self.cache.tiebreak, req, cand)
             # Reading the state rebuilds it if the nodes changed during the decision (a model run in a
             # thread yields); pods placed meanwhile may have taken the chosen node's room.
             if (
@@ -428,16 +432,17 @@ class Extender:
             # Reasons only for an unschedulable pod: kube-scheduler reads FailedNodes only when no node
             # is left (the FailedScheduling event, preemption's candidates); with a node kept they were
             # ~165 entries, ~22 KB that it decoded and threw away for every pod (docs/benchmarks.md).
-            self._reasons(state, epoch, req, cand, failed, unresolvable)
+            self._reasons(state, epoch, req, cand, failed, unresolvable, seen, held_for)
         self._count("unschedulable" if decision is None else outcome.served_by)
         explained = (
-            self.engine.without_load(state, self.cache.tiebreak, req, cand, outcome)
+            self.engine.without_load(seen, self.cache.tiebreak, req, cand, outcome)
             if self.settings.explain_load
             else None
         )
-        build = self._record_filter(info, state, req, outcome, len(cand), kept, explained)  # copies what it saw
+        build = self._record_filter(info, seen, req, outcome, len(cand), kept, explained)  # copies what it saw
         shadow = decision is not None and self.engine.settings.mode == "shadow" and self.engine.model is not None
-        seen = state.copy() if shadow else state  # the shadow policy looks at the state without the hold
+        if shadow and seen is state:
+            seen = state.copy()  # the shadow policy looks at the state without the hold (a trial has none)
         # kube-scheduler binds a single kept node: hold it until the bind comes, now (the next pod's
         # filter must see it), for a pending pod of ours — provisionally when the watch has not seen
         # it yet (_holdable)
@@ -450,6 +455,29 @@ class Extender:
             self.ring.append_lazy(build)
         return self._filter_result(args, kept, failed, unresolvable)
 
+    def _with_nominated(self, state: ClusterState, info: PodInfo, cand: np.ndarray) -> tuple[ClusterState, list[int]]:
+        """The state filter decides on for ``info`` among ``cand``, and the candidate nodes where it
+        differs from ``state``: a trial copy with the pods nominated to a candidate node ahead of
+        ``info`` counted there (:meth:`ClusterCache.nominated_ahead_of`), as kube-scheduler's own
+        filters count them for cpu, memory and whole cards. Without it a share pod of lower priority
+        took the card share that preemption had freed for the nominated pod (kube-scheduler ignores
+        ``rlsched.io/gpu-milli``), and the preemptor waited for the next one, or preempted again.
+        ``state`` itself and no nodes in the usual case, when nothing is nominated to a candidate."""
+        ahead = self.cache.nominated_ahead_of(info)
+        if not ahead:
+            return state, []
+        offered: dict[str, list[PodInfo]] = {}
+        for node, pods in ahead.items():
+            i = state.index.get(node)
+            if i is not None:
+                pos = int(np.searchsorted(cand, i))
+                if pos < len(cand) and cand[pos] == i:
+                    offered[node] = pods
+        if not offered:
+            return state, []
+        trial = state.copy()
+        return trial, place_nominated(trial, offered)
+
     def _reasons(
         self,
         state: ClusterState,
@@ -458,12 +486,25 @@ class Extender:
         cand: np.ndarray,
         failed: dict[str, str],
         unresolvable: dict[str, str],
+        seen: ClusterState | None = None,
+        held_for: Sequence[int] = (),
     ) -> None:
-        """Why each candidate that does not fit fails: resolvable (preemption may help) or not."""
-        ok = feasible_mask(state, req)
+        """Why each candidate that does not fit fails: resolvable (preemption may help) or not.
+
+        ``seen``: the trial filter decided on (:meth:`_with_nominated`), which differs from
+        ``state`` on the nodes ``held_for`` only: their reasons are not memoized (the memo follows
+        ``state``), and a node that fits but for the nominated pods says so."""
+        seen = state if seen is None else seen
+        ok = feasible_mask(seen, req)
         bad = cand[~ok[cand]]
         if len(bad):
             texts = self.reason_memo.reasons(state, epoch, req, bad)
+            if held_for:
+                fits_alone = feasible_mask(state, req)
+                for pos in np.flatnonzero(np.isin(bad, np.asarray(held_for, dtype=np.int64))).tolist():
+                    n = int(bad[pos])
+                    why = infeasibility_reason(seen, req, n, detail=False)
+                    texts[pos] = f"{why}; {HELD_FOR_NOMINATED}" if fits_alone[n] else why
             unres = unresolvable_mask(state, req)[bad]
             bad_names = self._names(state)[bad]
             unresolvable.update(zip(bad_names[unres].tolist(), texts[unres].tolist(), strict=True))
@@ -785,16 +826,7 @@ class Extender:
         for node in nodes:
             for entry in self.cache.uncounted(node):
                 fit_again(trial, entry)
-        for node, pods in self.cache.nominated(nodes).items():
-            i = trial.index.get(node)
-            for pod in pods:
-                if i is None or pod.uid == preemptor.uid or pod.spec is None or pod.priority < preemptor.priority:
-                    continue
-                req = trial.request(pod.spec)
-                try:
-                    trial.place(req, i, default_cards(trial, req, i))
-                except ValueError:
-                    continue  # no room for it by the cards: it cannot take them either
+        place_nominated(trial, self.cache.nominated_ahead_of(preemptor, nodes))
 
     async def _preemptor(self, sent: PodInfo) -> PodInfo | None:
         """The preemptor as it is now (cache, else a GET), if it is ours and pending; else None."""

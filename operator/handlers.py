@@ -143,6 +143,8 @@ async def reconcile(
     rt: Runtime = memo.runtime
     generation = meta.get("generation")
     cause = str(reason)  # kopf.Reason: create | update | resume
+    for key in [k for k in rt.runs if k[0] == uid and k[1] != generation]:
+        del rt.runs[key]  # earlier generations' counts: one policy edited for months must not grow it
     rt.runs[(uid, generation, cause)] += 1
     log.info(
         "policy %s/%s generation %s: %s handler runs",

@@ -31,7 +31,7 @@ import numpy as np
 
 from .cards import default_cards
 from .cluster import LOAD_METRICS, ClusterState, PodRequest
-from .fragmentation import Fragmentation, numpy_kernel
+from .fragmentation import Fragmentation, for_models, numpy_kernel
 from .resources import MILLI_PER_CARD
 from .scorers.fgd_cpu import DEFAULT_CPU_WEIGHT, CpuFragmentation
 from .typical import TypicalPods
@@ -189,13 +189,14 @@ class FeatureEncoder:
 
     def measures(self, state: ClusterState) -> tuple[Fragmentation, CpuFragmentation]:
         """FGD's fragmentation and FGD-CPU's for this cluster's GPU models."""
-        pair = self._frag.get(state.model_names)
-        if pair is None:
-            pair = self._frag[state.model_names] = (
+        return for_models(
+            self._frag,
+            state.model_names,
+            lambda: (
                 Fragmentation(self.typical, state.model_names),
                 CpuFragmentation(self.typical, state.model_names, self.cpu_weight),
-            )
-        return pair
+            ),
+        )
 
     def group(self, state: ClusterState, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
         """(rep positions, group per node, count per group, any cpu or memory load known) for ``nodes``."""

@@ -25,6 +25,25 @@ from .resources import MILLI_PER_CARD
 from .typical import TypicalPods
 
 _Kernel = TypeVar("_Kernel", bound=Callable[..., Any])
+_Measure = TypeVar("_Measure")
+
+MEASURES_KEPT = 4
+"""How many GPU-model vocabularies a scorer keeps a measure for (:func:`for_models`)."""
+
+
+def for_models(
+    measures: dict[tuple[str, ...], _Measure], model_names: tuple[str, ...], make: Callable[[], _Measure]
+) -> _Measure:
+    """The measure for a cluster's GPU models from ``measures``, made when missing. Only the
+    :data:`MEASURES_KEPT` latest vocabularies are kept: a serving scorer lives for weeks, and every
+    node pool that scales to zero and back can bring a new set of models (one entry each, up to
+    2^models of them, before)."""
+    measure = measures.get(model_names)
+    if measure is None:
+        measure = measures[model_names] = make()
+        while len(measures) > MEASURES_KEPT:
+            del measures[next(iter(measures))]
+    return measure
 
 
 def kernel(fn: _Kernel) -> _Kernel:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..cluster import ClusterState, PodRequest
-from ..fragmentation import Fragmentation
+from ..fragmentation import Fragmentation, for_models
 from ..typical import TypicalPods
 from .base import NodeScores, Scorer
 
@@ -24,10 +24,7 @@ class FgdScorer(Scorer):
 
     def fragmentation(self, state: ClusterState) -> Fragmentation:
         """The fragmentation measure for this cluster's GPU models (one per model vocabulary)."""
-        frag = self._frag.get(state.model_names)
-        if frag is None:
-            frag = self._frag[state.model_names] = Fragmentation(self.typical, state.model_names)
-        return frag
+        return for_models(self._frag, state.model_names, lambda: Fragmentation(self.typical, state.model_names))
 
     def score(self, state: ClusterState, req: PodRequest, nodes: np.ndarray) -> NodeScores:
         result = self.fragmentation(state).placement(state, req, nodes)

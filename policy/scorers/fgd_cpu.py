@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from ..cluster import ClusterState, PodRequest, nonzero_cpu, nonzero_cpu_array
-from ..fragmentation import kernel
+from ..fragmentation import for_models, kernel
 from ..typical import TypicalPods
 from .base import NodeScores, Scorer
 
@@ -299,10 +299,9 @@ class FgdCpuScorer(Scorer):
         self._frag: dict[tuple[str, ...], CpuFragmentation] = {}
 
     def fragmentation(self, state: ClusterState) -> CpuFragmentation:
-        frag = self._frag.get(state.model_names)
-        if frag is None:
-            frag = self._frag[state.model_names] = CpuFragmentation(self.typical, state.model_names, self.cpu_weight)
-        return frag
+        return for_models(
+            self._frag, state.model_names, lambda: CpuFragmentation(self.typical, state.model_names, self.cpu_weight)
+        )
 
     def score(self, state: ClusterState, req: PodRequest, nodes: np.ndarray) -> NodeScores:
         score, card, _ = self.fragmentation(state).placement(state, req, nodes, self.step)

@@ -279,3 +279,19 @@ def test_a_pod_without_a_cpu_request_takes_100m_as_in_the_fgd_simulator() -> Non
     req = state.request(PodSpec("p", 0, 0))
     scores = Fragmentation(typical, state.model_names).placement(state, req, np.array([0, 1])).score
     assert scores.tolist() == [ref_score(-1000.0), ref_score(0.0)] == [26, 50]
+
+
+def test_a_scorer_keeps_measures_for_the_latest_few_model_vocabularies_only() -> None:
+    """A serving scorer lives for weeks; each new set of GPU models in the cluster (a node pool scaled
+    to zero and back) made a measure that was never dropped."""
+    from rlsched.policy.fragmentation import MEASURES_KEPT
+    from rlsched.policy.scorers.fgd import FgdScorer
+
+    typical = TypicalPods(np.array([0]), np.array([500]), np.array([1]), ((),), np.array([1.0]))
+    scorer = FgdScorer(typical)
+    for i in range(MEASURES_KEPT + 6):
+        state = ClusterState([NodeSpec("n", 64000, 1024, 4, f"model-{i}")])
+        measure = scorer.fragmentation(state)
+        assert scorer.fragmentation(state) is measure  # kept while in use
+    assert len(scorer._frag) == MEASURES_KEPT
+    assert ("model-0",) not in scorer._frag and (f"model-{MEASURES_KEPT + 5}",) in scorer._frag

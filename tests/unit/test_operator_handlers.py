@@ -112,6 +112,9 @@ async def test_create_rolls_out_and_reports(env) -> None:
     assert patch.status["counts"]["decisions"] == 0 and patch.status["extender"]["mode"] == "shadow"
     assert [e[1] for e in events] == ["RollingOut", "RolledOut"]
     assert memo.runtime.runs[("uid-1", 1, "create")] == 1
+    spec["mode"] = "active"
+    await call(handlers.reconcile, body(spec, generation=2), memo, reason="update")
+    assert dict(memo.runtime.runs) == {("uid-1", 2, "update"): 1}  # earlier generations are let go
 
 
 async def test_invalid_spec_is_permanent_and_says_what_to_fix(env) -> None:

@@ -1018,9 +1018,11 @@ def fit_again(state: ClusterState, entry: Entry) -> bool:
 
 def place_nominated(state: ClusterState, nominated: dict[str, list[PodInfo]]) -> list[int]:
     """Count ``nominated`` (:meth:`ClusterCache.nominated_ahead_of`) on their nodes in ``state`` (a
-    trial copy), each by the default card rule, in the order given; the indices of the nodes that
-    took one. A pod that does not fit by the cards (its victims are still leaving, say) cannot take
-    them either, and is not counted. The cards its own decision takes later may differ."""
+    trial copy), in the order given; the indices of the nodes that took one. Each is placed by the
+    default card rule where it fits; where it does not yet (its victims are still leaving: they
+    hold their cards until they are gone), it holds the room it could use of what is free
+    (:meth:`ClusterState.hold`), as kube-scheduler adds a nominated pod to its node whether it fits
+    or not. The cards its own decision takes later may differ."""
     touched = []
     for node, pods in nominated.items():
         i = state.index.get(node)
@@ -1032,7 +1034,10 @@ def place_nominated(state: ClusterState, nominated: dict[str, list[PodInfo]]) ->
             try:
                 state.place(req, i, default_cards(state, req, i))
             except ValueError:
-                continue
+                try:
+                    state.hold(req, i)
+                except ValueError:  # past what a node's totals can count: the node reads as full anyway
+                    continue
             touched.append(i)
     return touched
 

@@ -839,7 +839,7 @@ class Extender:
           own fit check adds to the node (RunFilterPluginsWithNominatedPods) and schedules first:
           placed by the default card rule, as the watch read them (of any scheduler: kube-scheduler
           knows only its own, so this may drop a node it would keep, never the reverse). One that
-          does not fit by the cards cannot take them, and is not counted.
+          does not fit yet holds the room it could use of what is free (``place_nominated``).
         """
         for node in nodes:
             for entry in self.cache.uncounted(node):

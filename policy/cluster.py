@@ -394,6 +394,33 @@ class ClusterState:
         self._node_changed(node)
         return Placement(node, cards, milli, req.cpu_milli, req.memory_mib, req.kind, req.latency_sensitive)
 
+    def hold(self, req: PodRequest, node: int) -> None:
+        """Count on ``node`` a pod that does not fit there yet, in a trial copy (it cannot be
+        released): its cpu and memory whatever is free (free may go below 0), and the card room it
+        could use of what is free now — for whole cards, up to its count of the fully free cards;
+        for a share, up to its share of every card. This is how kube-scheduler counts a pod that its
+        preemption nominated to a node while the victims are still leaving (the pod is added to the
+        node even where it overfills it), for the cards it cannot see: the room is not lent to pods
+        of lower priority meanwhile. ValueError when that would take one of the node's totals past
+        :data:`COUNT_LIMIT`."""
+        if self._past_count_limit(req, node):
+            raise ValueError(f"node {self.names[node]}: its pods ask for more than can be counted (2**62)")
+        self.cpu_free[node] -= req.cpu_milli
+        self.mem_free[node] -= req.memory_mib
+        self.nonzero_cpu_used[node] += nonzero_cpu(req.cpu_milli)
+        self.nonzero_mem_used_bytes[node] += nonzero_mem_bytes(req.memory_mib)
+        if req.is_gpu:
+            row = self.card_free[node, : self.gpu_count[node]]
+            if req.is_share:
+                row -= np.minimum(row, req.gpu_milli)
+            else:
+                row[np.flatnonzero(row == MILLI_PER_CARD)[: req.num_gpu]] = 0
+            self.kind_count[node, req.kind] += 1
+            self.gpu_pods[node] += 1
+        self.pods[node] += 1
+        self.ls_pods[node] += int(req.latency_sensitive)
+        self._node_changed(node)
+
     def release(self, placement: Placement) -> None:
         """Undo :meth:`place` (a pod left the node)."""
         node = placement.node

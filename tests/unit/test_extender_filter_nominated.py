@@ -2,8 +2,9 @@
 nominatedNodeName``) ahead of a pod of no higher priority, as kube-scheduler's own filters do
 (RunFilterPluginsWithNominatedPods): a card share is an ignored resource to kube-scheduler, so
 without this a lower-priority share pod took the share that preemption had freed for the preemptor.
-Also the index of nominated pods those lookups use (``PendingPods``). The first test and the one of
-equal priority fail without the count; the others guard what it must not hold back."""
+Also the index of nominated pods those lookups use (``PendingPods``). The first test, the one of equal
+priority and the one of victims still leaving fail without the count; the others guard what it must
+not hold back."""
 
 from __future__ import annotations
 
@@ -81,12 +82,27 @@ async def test_a_pod_of_equal_priority_is_held_back() -> None:
     assert (await filter_on(h, watch(h, share("p", 300, priority=500)), ["g0"]))["NodeNames"] == []
 
 
-async def test_a_nominated_pod_that_does_not_fit_yet_holds_nothing() -> None:
-    """While its victims are still leaving, N (500 milli) does not fit g0 (400 free): it cannot take the
-    share, and P (300) is placed, as before."""
+async def test_a_nominated_pod_whose_victims_are_still_leaving_holds_the_room_it_could_use() -> None:
+    """kube-scheduler adds a nominated pod to its node whether it fits or not. Victims hold their cards
+    until they are gone: P (two whole cards) is nominated to g0, where victim A still holds card 0
+    and card 1 is free. S (500 milli, lower priority) took card 1, and once A left P did not fit, and
+    kube-scheduler, counting whole cards only, found it room and nothing to evict: P stuck."""
+    h = Harness([make_node("g0", gpus=2)], [make_pod("a", cpu="1", memory="1Gi", gpus=1, uid="a", node="g0")])
+    nominated = watch(h, make_pod("p", cpu="1", memory="1Gi", gpus=2, uid="p"))
+    nominated["spec"]["priority"] = 1000
+    nominated["status"]["nominatedNodeName"] = "g0"
+    watch(h, nominated)
+    s = watch(h, share("s", 500))
+    ans = await filter_on(h, s, ["g0"])
+    assert ans["NodeNames"] == [] and ans["FailedNodes"]["g0"].endswith(HELD_FOR_NOMINATED)
+    h.cache.delete_pod("a")
+    assert (await filter_on(h, nominated, ["g0"]))["NodeNames"] == ["g0"]
+
+    # A share pod that does not fit yet holds up to its share of every card: N (700 milli) is nominated
+    # to g0, whose card has 400 free while N's victims leave; P (300 milli) does not take the 400.
     h = cluster("g0")
-    watch(h, share("n", 500, priority=1000, nominate="g0"))
-    assert (await filter_on(h, watch(h, share("p", 300)), ["g0"]))["NodeNames"] == ["g0"]
+    watch(h, share("n", 700, priority=1000, nominate="g0"))
+    assert (await filter_on(h, watch(h, share("p", 300)), ["g0"]))["NodeNames"] == []
 
 
 async def test_the_room_is_free_again_once_the_nominated_pod_is_held_or_gone() -> None:

@@ -11,7 +11,6 @@ kept beside it, in step with every write.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any, NoReturn
 
 from .objects import PodInfo
@@ -45,11 +44,6 @@ class PendingPods(dict[str, PodInfo]):
         info = dict.pop(self, uid)
         self._unindex(uid, info)
         return info
-
-    def on(self, nodes: Iterable[str]) -> dict[str, list[PodInfo]]:
-        """The pods nominated to each of ``nodes`` that has any (in the order they were nominated)."""
-        index = self.nominated
-        return {node: list(index[node].values()) for node in nodes if node in index}
 
     def _unindex(self, uid: str, info: PodInfo) -> None:
         node = info.nominated_node

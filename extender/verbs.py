@@ -470,9 +470,10 @@ class Extender:
         """The state filter decides on for ``info`` among ``cand``, and the candidate nodes where it
         differs from ``state``: a trial copy with the pods nominated to a candidate node ahead of
         ``info`` counted there (:meth:`ClusterCache.nominated_ahead_of`), as kube-scheduler's own
-        filters count them for cpu, memory and whole cards. Without it a share pod of lower priority
-        took the card share that preemption had freed for the nominated pod (kube-scheduler ignores
-        ``rlsched.io/gpu-milli``), and the preemptor waited for the next one, or preempted again.
+        filters count them for cpu, memory and whole cards. Without it share pods of lower priority
+        took the card that preemption had freed for the nominated pod (kube-scheduler ignores
+        ``rlsched.io/gpu-milli``), and the preemptor was stuck: kube-scheduler found it room on the
+        node by whole cards, and no victim to evict (docs/extender.md).
         ``state`` itself and no nodes in the usual case, when nothing is nominated to a candidate."""
         ahead = self.cache.nominated_ahead_of(info)
         if not ahead:

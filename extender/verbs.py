@@ -694,7 +694,8 @@ class Extender:
         if remembered is None or remembered.epoch != self.cache.epoch:
             req = state.request(info.spec)
             epoch = self.cache.epoch
-            outcome = await self.engine.decide(state, self.cache.tiebreak, req, cand)
+            seen, _ = self._with_nominated(state, info, cand)
+            outcome = await self.engine.decide(seen, self.cache.tiebreak, req, cand)
             if self.cache.state is not state or self.cache.epoch != epoch:  # reading it rebuilds it
                 return [{"Host": n, "Score": 0} for n in names]
             # Verdicts are filter's to serve: this pod passed filter, and a delay decided here must

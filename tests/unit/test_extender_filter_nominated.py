@@ -166,3 +166,13 @@ def test_pending_pods_refuse_writes_that_would_bypass_the_index() -> None:
         pending.pop("absent")
     with pytest.raises(KeyError):
         del pending["absent"]
+
+
+async def test_prioritize_without_filters_memory_counts_them_too() -> None:
+    """When prioritize decides afresh (filter's decision expired, or another replica filtered), the
+    node kept for the nominated pod is not the one it scores highest."""
+    h = cluster("g0", "g1")
+    watch(h, share("n", 400, priority=1000, nominate="g0"))
+    pod = watch(h, share("p", 300))
+    scores = await h.extender.prioritize(ExtenderArgs(copy.deepcopy(pod), ["g0", "g1"], None))
+    assert {s["Host"]: s["Score"] for s in scores} == {"g0": 0, "g1": 10}

@@ -17,7 +17,9 @@ share pods of low priority waiting for room. A whole-card pod of high priority a
   pod on node"), and never bound it;
 - exactly one victim is evicted.
 
-kwok nodes of this module carry ``rlsched.io/e2e=<suite>`` and a pool label; every pod selects its pool.
+A second node (pool ``shares``) shows the documented limit: a pod kept out only by card shares cannot
+preempt. kwok nodes of this module carry ``rlsched.io/e2e=<suite>`` and a pool label; every pod selects
+its pool.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ WAITING = [f"waiting-share-{i}" for i in range(6)]
 after the extender's watch has seen the victim leave, and before the preemptor is bound."""
 
 
-def pod(name: str, priority_class: str, gpus: int = 1, milli: int = 1000) -> dict[str, Any]:
+def pod(name: str, priority_class: str, gpus: int = 1, milli: int = 1000, pool: str = "main") -> dict[str, Any]:
     return rlstack.pod_manifest(
         name,
         500,
@@ -58,7 +60,7 @@ def pod(name: str, priority_class: str, gpus: int = 1, milli: int = 1000) -> dic
         gpus,
         milli,
         labels={"suite": SUITE},
-        node_selector={POOL_LABEL: "main", SUITE_LABEL: SUITE},
+        node_selector={POOL_LABEL: pool, SUITE_LABEL: SUITE},
         priority_class=priority_class,
     )
 
@@ -93,8 +95,15 @@ def env(cluster: Any) -> Any:
         pytest.skip("needs the local stack (extender and kube-scheduler as local processes)")
     e = Env(cluster)
     rlstack.ensure_namespace(e.local, NS)
-    node = rlstack.kwok_node(NODE, 32000, 131072, 2, "V100M16", labels={SUITE_LABEL: SUITE, POOL_LABEL: "main"})
-    rlstack.create_nodes(e.local, [node])
+    rlstack.create_nodes(
+        e.local,
+        [
+            rlstack.kwok_node(
+                f"{SUITE}-{pool}-0", 32000, 131072, 2, "V100M16", labels={SUITE_LABEL: SUITE, POOL_LABEL: pool}
+            )
+            for pool in ("main", "shares")
+        ],
+    )
     for name, value in ((LOW, 100), (HIGH, 1000)):
         e.scheduling.create_priority_class({"metadata": {"name": name}, "value": value})
     try:
@@ -161,3 +170,28 @@ def test_a_preemptor_evicts_one_victim_and_its_card_is_kept_for_it(env: Env) -> 
     assert other is not None and set(other[1]).isdisjoint(cards), (other, cards)
     took = [n for n in WAITING if pods[n]["spec"].get("nodeName")]
     assert not took, f"share pods took shares of the card freed for the preemptor: {took}"
+
+
+def test_a_pod_kept_out_only_by_card_shares_cannot_preempt(env: Env) -> None:
+    """The documented limit (docs/extender.md, "A pod kept out only by card shares cannot preempt"):
+    kube-scheduler's dry run cannot see shares, finds no victim and never calls the extender's
+    preempt. Should a kube-scheduler release ever count them, this fails and the docs must change."""
+    for name in ("low-share-a", "low-share-b"):
+        env.create(pod(name, LOW, milli=800, pool="shares"))
+    rlstack.wait_for(
+        lambda: all(env.pods().get(n, {}).get("spec", {}).get("nodeName") for n in ("low-share-a", "low-share-b")),
+        60,
+        "two low-priority 800-milli share pods bound, one on each card",
+    )
+    env.create(pod("high-share", HIGH, milli=500, pool="shares"))
+    why = rlstack.wait_for(
+        lambda: next((m for m in env.messages("high-share", "FailedScheduling") if "preemption:" in m), None),
+        60,
+        "the high-priority share pod's FailedScheduling event with preemption's outcome",
+    )
+    print("high-share:", why)
+    assert "expected at least one victim pod" in why, why
+    time.sleep(2.0)
+    pods = env.pods()
+    assert {"low-share-a", "low-share-b", "high-share"} <= set(pods), sorted(pods)  # nobody evicted
+    assert not pods["high-share"]["spec"].get("nodeName")

@@ -199,6 +199,9 @@ class ClusterCache:
         good. By node, so that a release costs the entries of its node only."""
         self._retry_paused = False
         self._retry_later: set[str] = set()
+        self.on_release: Callable[[ClusterState, str], None] | None = None
+        """Called with the state and the node name after a pod's or a hold's room on that node is
+        given back (the extender's :class:`~rlsched.extender.refused.RefusedPods` check)."""
         """Nodes whose release left uncounted pods untried (more than :data:`RETRY_PER_RELEASE`)."""
         self._maybe_reserved: dict[str, set[str]] = {}
         """Node name → UIDs filter held cards for there (:meth:`reserve`), some since bound or
@@ -600,6 +603,8 @@ class ClusterCache:
             entry.placement = None
             if entry.node in self._unplaced and not self._retry_paused:
                 self._retry_unplaced(entry.node)
+            if self.on_release is not None:
+                self.on_release(self._state, entry.node)
 
     def retry_unplaced(self) -> None:
         """Try every uncounted pod of the nodes whose releases tried only the first

@@ -36,6 +36,7 @@ from .decision_ring import DecisionRing
 from .names import InvalidName, check_node_name, check_pod_ref, check_uid
 from .objects import ObjectError, PodInfo, pod_info
 from .policy import Outcome, PolicyEngine, Verdict
+from .refused import RefusedPods
 from .rejections import describe
 from .settings import ExtenderSettings
 from .wire import BadRequest, BindingArgs, ExtenderArgs, PreemptionArgs
@@ -217,6 +218,8 @@ class Extender:
             binder.remembered = self.memory.get
         self.counts: dict[str, int] = {}
         self._shadow_tasks: set[Any] = set()
+        self.refused = RefusedPods(cache.clock)
+        cache.on_release = self._room_freed
 
     # -- helpers ------------------------------------------------------------------------------------
     def _pod(self, pod: dict[str, Any]) -> PodInfo:
@@ -374,6 +377,7 @@ class Extender:
         names = args.node_names
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
+        self.refused.drop(info.uid)  # decided afresh now
         held = self.cache.pods.get(info.uid)
         if held is not None and held.key == info.key:
             if held.status in (ASSUMED, UNCERTAIN) and held.node in names and self._may_retry_on(info, held):
@@ -444,6 +448,8 @@ class Extender:
             # is left (the FailedScheduling event, preemption's candidates); with a node kept they were
             # ~165 entries, ~22 KB that it decoded and threw away for every pod (docs/benchmarks.md).
             self._reasons(state, epoch, req, cand, failed, unresolvable, seen, held_for)
+            if info.scheduler_name == self.settings.kubernetes.scheduler_name and not info.node_name:
+                self.refused.add(info)
         self._count("unschedulable" if decision is None else outcome.served_by)
         explained = (
             self.engine.without_load(seen, self.cache.tiebreak, req, cand, outcome)
@@ -465,6 +471,25 @@ class Extender:
         else:
             self.ring.append_lazy(build)
         return self._filter_result(args, kept, failed, unresolvable)
+
+    def _room_freed(self, state: ClusterState, node: str) -> None:
+        """The cache gave back room on ``node``: the pods filter refused moments before that fit there
+        now (:mod:`rlsched.extender.refused`) get a ``room`` record, which the operator answers with a
+        requeue — kube-scheduler saw this release first and will not retry them for it."""
+        if not len(self.refused):
+            return
+        i = state.index.get(node)
+        if i is None:
+            return
+        for info in self.refused.fitting(state, i, self.cache.pod_rules, self.cache.node_facts.get(node)):
+            self.ring.append(
+                {
+                    "kind": "room",
+                    "pod": _pod_ref(info),
+                    "node": node,
+                    "reason": f"room freed on {node} moments after filter refused the pod",
+                }
+            )
 
     def _with_nominated(self, state: ClusterState, info: PodInfo, cand: np.ndarray) -> tuple[ClusterState, list[int]]:
         """The state filter decides on for ``info`` among ``cand``, and the candidate nodes where it

@@ -1,0 +1,107 @@
+"""Pods filter refused moments before its watch saw room free get a ``room`` record, which the operator
+answers with a requeue (rlsched.extender.refused): kube-scheduler saw that release first, and the
+event that would have retried them was gone. Refusals older than the window, pods that still do not
+fit, pods of another scheduler and pods whose rules keep them off the node get none."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from rlsched.extender.objects import assignment_annotations
+from rlsched.extender.refused import RACE_WINDOW_S
+from rlsched.extender.settings import GpuConventions
+from rlsched.extender.testing import Harness, make_node, make_pod
+from rlsched.extender.wire import ExtenderArgs
+
+GPU = GpuConventions()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def full(*nodes: str, labels: dict[str, str] | None = None) -> tuple[Harness, Clock]:
+    """Nodes of one card each, held by a running whole-card pod ``run-<node>``."""
+    running = [
+        make_pod(f"run-{n}", gpus=1, node=n, uid=f"run-{n}", annotations=assignment_annotations(GPU, n, (0,), 1000))
+        for n in nodes
+    ]
+    h = Harness([make_node(n, gpus=1, labels=labels) for n in nodes], running)
+    clock = Clock()
+    h.extender.refused.clock = clock
+    return h, clock
+
+
+def pending(h: Harness, name: str, **kw: Any) -> dict[str, Any]:
+    pod = make_pod(name, uid=name, **kw)
+    h.add_pod(copy.deepcopy(pod))
+    h.cache.set_pod(copy.deepcopy(pod))
+    return pod
+
+
+async def refuse(h: Harness, pod: dict[str, Any], nodes: list[str]) -> None:
+    answer = await h.extender.filter(ExtenderArgs(copy.deepcopy(pod), nodes, None))
+    assert answer["NodeNames"] == []
+
+
+def rooms(h: Harness) -> list[dict[str, Any]]:
+    return [r for r in h.ring.read(0)["records"] if r["kind"] == "room"]
+
+
+async def test_a_pod_refused_just_before_room_freed_where_it_fits_gets_one_room_record() -> None:
+    h, clock = full("g0", "g1")
+    pod = pending(h, "p", gpus=1)
+    await refuse(h, pod, ["g0", "g1"])
+    clock.t += 0.2  # the watch delivers the deletion kube-scheduler acted on already
+    h.cache.delete_pod("run-g1")
+    assert [(r["pod"]["name"], r["node"]) for r in rooms(h)] == [("p", "g1")]
+    h.cache.delete_pod("run-g0")  # once is enough: the operator requeues it
+    assert len(rooms(h)) == 1
+
+
+async def test_no_room_record_for_an_old_refusal_a_pod_that_still_does_not_fit_or_another_schedulers() -> None:
+    h, clock = full("g0", "g1")
+    await refuse(h, pending(h, "old", gpus=1), ["g0"])
+    clock.t += RACE_WINDOW_S + 0.1  # kube-scheduler saw the release after this refusal: it retries it
+    h.cache.delete_pod("run-g0")
+    assert rooms(h) == []
+
+    h, clock = full("g0", "g1")
+    await refuse(h, pending(h, "big", gpus=2), ["g0", "g1"])  # two cards: no node has them
+    h.cache.delete_pod("run-g0")
+    assert rooms(h) == []
+
+    h, clock = full("g0")
+    theirs = pending(h, "theirs", gpus=1, scheduler="default-scheduler")
+    await h.extender.filter(ExtenderArgs(copy.deepcopy(theirs), ["g0"], None))
+    h.cache.delete_pod("run-g0")
+    assert rooms(h) == []
+
+
+async def test_no_room_record_where_the_pods_own_rules_keep_it_off_the_node() -> None:
+    h, _ = full("g0", labels={"pool": "a"})
+    pod = make_pod("p", uid="p", gpus=1)
+    pod["spec"]["nodeSelector"] = {"pool": "b"}
+    h.add_pod(copy.deepcopy(pod))
+    h.cache.set_pod(copy.deepcopy(pod))
+    await refuse(h, pod, ["g0"])
+    h.cache.delete_pod("run-g0")
+    assert rooms(h) == []
+
+
+async def test_a_pod_filtered_again_is_decided_afresh_not_remembered() -> None:
+    """p is refused, then the node grows a card (no release: a rebuild) and p's next filter holds it:
+    a release elsewhere within the window is no reason to requeue p."""
+    h, clock = full("g0", "g1")
+    pod = pending(h, "p", gpus=1)
+    await refuse(h, pod, ["g0"])
+    h.cache.set_node(make_node("g0", gpus=2, rv="2"))
+    answer = await h.extender.filter(ExtenderArgs(copy.deepcopy(pod), ["g0"], None))
+    assert answer["NodeNames"] == ["g0"]
+    h.cache.delete_pod("run-g1")
+    assert rooms(h) == []

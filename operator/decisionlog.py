@@ -326,13 +326,13 @@ class Drainer:
         ring called the listeners for all its records again (a requeue and an event per switch)."""
 
     def _dispatch(self, epoch: str, records: list[dict[str, Any]], next_: int) -> None:
-        """Delay and reject records to the listeners, each once (by epoch and ``seq``)."""
+        """Delay, reject and room records to the listeners, each once (by epoch and ``seq``)."""
         done = self._dispatched.get(epoch, -1)
         for rec in records:
             seq = rec.get("seq")
             if isinstance(seq, int) and not isinstance(seq, bool) and seq <= done:
                 continue
-            if rec.get("verdict") in ("delay", "reject"):
+            if rec.get("verdict") in ("delay", "reject") or rec.get("kind") == "room":
                 for listener in self.listeners:
                     try:
                         listener(rec)

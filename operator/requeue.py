@@ -380,16 +380,8 @@ class Requeuer:
         if done >= self.settings.max_attempts:
             self._give_up(uid, namespace, name, done)
             return
-        # Everything that can raise before the heap changes: a half-scheduled pod would block the rest.
-        # Failures not remembered (module docstring) count as requeues done: backoff, not every sweep.
-        wait = self.backoff(done + self._unkept.get(uid, 0), retry_after_s)
-        due = self.clock() + wait
+        wait = self._enqueue(uid, namespace, name, done, retry_after_s)
         until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.wall() + wait))
-        if not math.isfinite(due):
-            raise ValueError(f"requeue time {due!r} of {namespace}/{name} is not finite")
-        self._due[uid] = (due, namespace, name)
-        heapq.heappush(self._heap, (due, uid))
-        self._wake.set()
         log.debug("pod %s/%s delayed: requeue %d in %.1fs", namespace, name, done + 1, wait)
         self._post(
             uid,
@@ -400,6 +392,47 @@ class Requeuer:
             f"the scheduling policy delayed this pod; rlsched operator requeues it at {until} "
             f"(in {wait:.0f}s; requeue {done + 1} of {self.settings.max_attempts})",
         )
+
+    def on_room(self, record: Mapping[str, Any]) -> None:
+        """A ``room`` record (:mod:`rlsched.extender.refused`): filter refused the pod moments before its
+        watch saw room free where the pod fits, and kube-scheduler, which saw that release first, will
+        not retry the pod for it. Requeued as a delayed pod is, after the backoff (its floor,
+        ``initialS``, the first time), within the same ``maxAttempts``; no event (nothing the policy
+        did), and no ``RequeueGaveUp`` when the attempts are spent (kube-scheduler retries it at the
+        next event all the same)."""
+        if record.get("kind") != "room" or not self.settings.enabled:
+            return
+        pod = record.get("pod")
+        uid = pod.get("uid") if isinstance(pod, Mapping) else None
+        if not isinstance(uid, str) or not uid or uid in self._due:
+            return
+        known = self.lookup(uid)
+        if known is None or self._stopped(uid, known.namespace) or known.attempt >= self.settings.max_attempts:
+            return
+        wait = self._enqueue(uid, known.namespace, known.name, known.attempt, None)
+        log.info(
+            "pod %s/%s: %s; requeue %d in %.1fs",
+            known.namespace,
+            known.name,
+            str(record.get("reason") or "room freed after filter refused it")[:300],
+            known.attempt + 1,
+            wait,
+            extra={"event": "room_requeue", "pod": f"{known.namespace}/{known.name}"},
+        )
+
+    def _enqueue(self, uid: str, namespace: str, name: str, done: int, retry_after_s: float | None) -> float:
+        """Schedule requeue number ``done + 1`` of ``uid`` after the backoff; the seconds to wait.
+        Everything that can raise comes before the heap changes: a half-scheduled pod would block the
+        rest. Failures not remembered (module docstring) count as requeues done: backoff, not every
+        sweep."""
+        wait = self.backoff(done + self._unkept.get(uid, 0), retry_after_s)
+        due = self.clock() + wait
+        if not math.isfinite(due):
+            raise ValueError(f"requeue time {due!r} of {namespace}/{name} is not finite")
+        self._due[uid] = (due, namespace, name)
+        heapq.heappush(self._heap, (due, uid))
+        self._wake.set()
+        return wait
 
     def sweep(self) -> int:
         """Schedule pending pods whose condition says "delayed" but that nothing scheduled."""

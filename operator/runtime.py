@@ -132,7 +132,11 @@ def start_runtime(
         probe = LoadProbe(dl.prometheus_url, dl.load_queries, dl.node_label) if dl.prometheus_url else None
         tracker = OutcomeTracker(decision_log.awrite, probe, dl.load_delay_s)
     drainer = Drainer(
-        client, decision_log, [requeuer.on_verdict, rejections.on_verdict], dl.drain_interval_s, dl.drain_limit
+        client,
+        decision_log,
+        [requeuer.on_verdict, requeuer.on_room, rejections.on_verdict],
+        dl.drain_interval_s,
+        dl.drain_limit,
     )
     rt = Runtime(
         settings=settings,

@@ -127,10 +127,12 @@ class ExtenderAccess:
 
 @dataclass
 class RequeueSettings:
-    """Requeue of pods the policy answered with ``delay``."""
+    """Requeue of pods the policy answered with ``delay``, and of pods filter refused moments before
+    room freed where they fit (``room`` records, :mod:`rlsched.extender.refused`)."""
 
     enabled: bool = True
-    """Requeue delayed pods at all (off: they wait for kube-scheduler's own 5-minute flush)."""
+    """Requeue such pods at all (off: they wait for kube-scheduler's own 5-minute flush, or its next
+    event)."""
     initial_s: float = 5.0
     """Delay before the first requeue, seconds (at least the policy's own ``retryAfterSeconds``)."""
     max_s: float = 120.0

@@ -199,10 +199,11 @@ class ClusterCache:
         good. By node, so that a release costs the entries of its node only."""
         self._retry_paused = False
         self._retry_later: set[str] = set()
-        self.on_release: Callable[[ClusterState, str], None] | None = None
-        """Called with the state and the node name after a pod's or a hold's room on that node is
-        given back (the extender's :class:`~rlsched.extender.refused.RefusedPods` check)."""
         """Nodes whose release left uncounted pods untried (more than :data:`RETRY_PER_RELEASE`)."""
+        self.on_departure: Callable[[str], None] | None = None
+        """Called with the node name when a pod that held room there is let go (deleted, finished,
+        gone from a relist), inside the cache's step: the extender only notes the node then
+        (:mod:`rlsched.extender.refused`)."""
         self._maybe_reserved: dict[str, set[str]] = {}
         """Node name → UIDs filter held cards for there (:meth:`reserve`), some since bound or
         released: the holds are found here, not by a scan of every pod (:meth:`_reserved`)."""
@@ -559,8 +560,11 @@ class ClusterCache:
         self._drop_rules(uid)
         entry = self.pods.pop(uid, None)
         if entry is not None:
+            held = entry.placement is not None
             self._mark_placed(entry)
             self._release(entry)
+            if held and self.on_departure is not None:
+                self.on_departure(entry.node)
         return entry
 
     def release(self, uid: str) -> Entry | None:
@@ -603,8 +607,6 @@ class ClusterCache:
             entry.placement = None
             if entry.node in self._unplaced and not self._retry_paused:
                 self._retry_unplaced(entry.node)
-            if self.on_release is not None:
-                self.on_release(self._state, entry.node)
 
     def retry_unplaced(self) -> None:
         """Try every uncounted pod of the nodes whose releases tried only the first

@@ -219,7 +219,8 @@ class Extender:
         self.counts: dict[str, int] = {}
         self._shadow_tasks: set[Any] = set()
         self.refused = RefusedPods(cache.clock)
-        cache.on_release = self._room_freed
+        self._departed: set[str] = set()
+        cache.on_departure = self._departure
 
     # -- helpers ------------------------------------------------------------------------------------
     def _pod(self, pod: dict[str, Any]) -> PodInfo:
@@ -449,7 +450,7 @@ class Extender:
             # ~165 entries, ~22 KB that it decoded and threw away for every pod (docs/benchmarks.md).
             self._reasons(state, epoch, req, cand, failed, unresolvable, seen, held_for)
             if info.scheduler_name == self.settings.kubernetes.scheduler_name and not info.node_name:
-                self.refused.add(info)
+                self.refused.add(info, epoch, cand)
         self._count("unschedulable" if decision is None else outcome.served_by)
         explained = (
             self.engine.without_load(seen, self.cache.tiebreak, req, cand, outcome)
@@ -472,22 +473,41 @@ class Extender:
             self.ring.append_lazy(build)
         return self._filter_result(args, kept, failed, unresolvable)
 
-    def _room_freed(self, state: ClusterState, node: str) -> None:
-        """The cache gave back room on ``node``: the pods filter refused moments before that fit there
-        now (:mod:`rlsched.extender.refused`) get a ``room`` record, which the operator answers with a
-        requeue — kube-scheduler saw this release first and will not retry them for it."""
+    def _departure(self, node: str) -> None:
+        """The cache let go a pod that held room on ``node`` (called inside its step): noted, and the
+        pods filter refused moments before are checked once the step is done (:meth:`_check_room`),
+        on the state as it is then — a pod moved, or a hold retaken, in the same step frees nothing."""
         if not len(self.refused):
             return
-        i = state.index.get(node)
-        if i is None:
+        if not self._departed:
+            try:
+                asyncio.get_running_loop().call_soon(self._check_room)
+            except RuntimeError:  # no event loop (a script driving the cache): nothing to wait for
+                self._departed.add(node)
+                self._check_room()
+                return
+        self._departed.add(node)
+
+    def _check_room(self) -> None:
+        """The pods filter refused within :data:`~rlsched.extender.refused.RACE_WINDOW_S` that fit a
+        node a pod just left get a ``room`` record, which the operator answers with a requeue:
+        kube-scheduler saw that departure first, and will not retry them for it."""
+        names, self._departed = self._departed, set()
+        state = self.cache.state
+        if state is None or not len(self.refused):
             return
-        for info in self.refused.fitting(state, i, self.cache.pod_rules, self.cache.node_facts.get(node)):
+        nodes = [i for i in map(state.index.get, names) if i is not None]
+        facts = self.cache.node_facts
+        for info, node in self.refused.fitting(
+            state, self.cache.epoch, nodes, self.cache.pod_rules, lambda i: facts.get(state.names[i])
+        ):
+            name = state.names[node]
             self.ring.append(
                 {
                     "kind": "room",
                     "pod": _pod_ref(info),
-                    "node": node,
-                    "reason": f"room freed on {node} moments after filter refused the pod",
+                    "node": name,
+                    "reason": f"room freed on {name} moments after filter refused the pod",
                 }
             )
 

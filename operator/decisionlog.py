@@ -7,8 +7,8 @@ Three parts (the format and its reader live in :mod:`rlsched.policy.decision_dat
   last line left by a crash, so appends never glue onto half a line. Segments are named by the time
   they start, and every name sorts after the existing ones whatever the clock does (a step back).
 - :class:`Drainer` pulls the extender's ring (``GET /decisions?after=<cursor>``) every
-  ``drainIntervalS``, logs each record, hands ``delay``/``reject`` verdicts to the listeners (the
-  requeuer) and persists the cursor (``cursor.json``) *after* the fsync — at-least-once; the reader
+  ``drainIntervalS``, logs each record, hands ``delay``/``reject`` verdicts and ``room`` records to
+  the listeners (the requeuer) and persists the cursor (``cursor.json``) *after* the fsync — at-least-once; the reader
   drops duplicates by (epoch, seq). A changed extender ``epoch`` (restart) starts from 0. The records
   are encoded, appended, fsync'd and the cursor saved in worker threads, and the cursor only when it
   moved: a slow volume must not stall kopf's event loop every ``drainIntervalS``.

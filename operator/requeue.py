@@ -67,6 +67,14 @@ from .settings import RequeueSettings
 
 log = logging.getLogger("rlsched.operator.requeue")
 
+ROOM_ANNOTATION = "rlsched.io/room-requeue"
+"""The annotation a room requeue bumps (:meth:`Requeuer.on_room`): its own, so that these requeues
+never count against the delays' ``maxAttempts`` (the chart's admission policy lets the operator
+change any ``rlsched.io/`` annotation)."""
+
+ROOM_REQUEUES = 3
+"""Room requeues per pod at most."""
+
 DELAYED = re.compile(r"delayed by policy[^(]*(?:\(retry in (\d+(?:\.\d+)?)s\))?")
 """The extender's filter reason for a delayed pod (rlsched.extender.verbs, ``_verdict``)."""
 DELAYED_UNTIL = re.compile(r"delayed by policy \S+ until (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
@@ -257,6 +265,11 @@ class Requeuer:
         the others go on)."""
         self._retries: OrderedDict[str, int] = OrderedDict()
         """UID → transient failures of its pending requeue in a row (backoff, then it is dropped)."""
+        self._room: OrderedDict[str, int] = OrderedDict()
+        """UID → room requeues done (:meth:`on_room`; at most :data:`ROOM_REQUEUES`, bounded by
+        :data:`MEMORY` pods)."""
+        self._room_due: set[str] = set()
+        """UIDs whose scheduled requeue (in ``_due``) is a room requeue."""
 
     @property
     def max_retry_after_s(self) -> float:
@@ -362,11 +375,12 @@ class Requeuer:
     def forget(self, uid: str) -> None:
         """The pod was deleted: its UID never comes back, so nothing about it needs remembering."""
         self._undrop(uid)
-        for memory in (self._gave_up, self._last, self._retries, self._unkept):
+        for memory in (self._gave_up, self._last, self._retries, self._unkept, self._room):
             memory.pop(uid, None)
+        self._room_due.discard(uid)
 
     def delayed(self, uid: str, namespace: str, name: str, retry_after_s: float | None) -> None:
-        if not self.settings.enabled or uid in self._due:
+        if not self.settings.enabled or (uid in self._due and uid not in self._room_due):
             return
         known = self.lookup(uid)
         if known is None:
@@ -380,7 +394,9 @@ class Requeuer:
         if done >= self.settings.max_attempts:
             self._give_up(uid, namespace, name, done)
             return
-        wait = self._enqueue(uid, namespace, name, done, retry_after_s)
+        # Failures not remembered (module docstring) count as requeues done: backoff, not every sweep.
+        self._room_due.discard(uid)  # a pending room requeue gives way to the delay's own
+        wait = self._enqueue(uid, namespace, name, self.backoff(done + self._unkept.get(uid, 0), retry_after_s))
         until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.wall() + wait))
         log.debug("pod %s/%s delayed: requeue %d in %.1fs", namespace, name, done + 1, wait)
         self._post(
@@ -395,37 +411,35 @@ class Requeuer:
 
     def on_room(self, record: Mapping[str, Any]) -> None:
         """A ``room`` record (:mod:`rlsched.extender.refused`): filter refused the pod moments before its
-        watch saw room free where the pod fits, and kube-scheduler, which saw that release first, will
-        not retry the pod for it. Requeued as a delayed pod is, after the backoff (its floor,
-        ``initialS``, the first time), within the same ``maxAttempts``; no event (nothing the policy
-        did), and no ``RequeueGaveUp`` when the attempts are spent (kube-scheduler retries it at the
-        next event all the same)."""
+        watch saw room free where the pod fits, and kube-scheduler, which saw that departure first,
+        will not retry the pod for it. Requeued after ``initialS`` by a bump of
+        :data:`ROOM_ANNOTATION`, at most :data:`ROOM_REQUEUES` times per pod (counted here; the
+        extender cannot tell such a race from a refusal kube-scheduler retries anyway, so some of these
+        are spare attempts). Apart from the delays' count: it spends none of ``maxAttempts`` and posts
+        no event (nothing the policy did); a delay for the pod replaces it (:meth:`delayed`)."""
         if record.get("kind") != "room" or not self.settings.enabled:
             return
         pod = record.get("pod")
         uid = pod.get("uid") if isinstance(pod, Mapping) else None
-        if not isinstance(uid, str) or not uid or uid in self._due:
+        if not isinstance(uid, str) or not uid or uid in self._due or self._room.get(uid, 0) >= ROOM_REQUEUES:
             return
         known = self.lookup(uid)
-        if known is None or self._stopped(uid, known.namespace) or known.attempt >= self.settings.max_attempts:
+        if known is None or self._stopped(uid, known.namespace):
             return
-        wait = self._enqueue(uid, known.namespace, known.name, known.attempt, None)
+        wait = self._enqueue(uid, known.namespace, known.name, self.settings.initial_s)
+        self._room_due.add(uid)
         log.info(
-            "pod %s/%s: %s; requeue %d in %.1fs",
+            "pod %s/%s: %s; requeued in %.1fs",
             known.namespace,
             known.name,
             str(record.get("reason") or "room freed after filter refused it")[:300],
-            known.attempt + 1,
             wait,
             extra={"event": "room_requeue", "pod": f"{known.namespace}/{known.name}"},
         )
 
-    def _enqueue(self, uid: str, namespace: str, name: str, done: int, retry_after_s: float | None) -> float:
-        """Schedule requeue number ``done + 1`` of ``uid`` after the backoff; the seconds to wait.
-        Everything that can raise comes before the heap changes: a half-scheduled pod would block the
-        rest. Failures not remembered (module docstring) count as requeues done: backoff, not every
-        sweep."""
-        wait = self.backoff(done + self._unkept.get(uid, 0), retry_after_s)
+    def _enqueue(self, uid: str, namespace: str, name: str, wait: float) -> float:
+        """Schedule a requeue of ``uid`` in ``wait`` seconds; ``wait``. Everything that can raise comes
+        before the heap changes: a half-scheduled pod would block the rest."""
         due = self.clock() + wait
         if not math.isfinite(due):
             raise ValueError(f"requeue time {due!r} of {namespace}/{name} is not finite")
@@ -499,6 +513,10 @@ class Requeuer:
     async def _requeue(self, uid: str, namespace: str, name: str) -> None:
         from .kube import KubeError
 
+        if uid in self._room_due:
+            self._room_due.discard(uid)
+            await self._requeue_room(uid, namespace, name)
+            return
         pod = self.lookup(uid)
         if pod is None:
             log.debug("pod %s/%s is no longer pending: no requeue", namespace, name)
@@ -527,6 +545,23 @@ class Requeuer:
             self.settings.max_attempts,
             extra={"event": "requeued", "pod": f"{namespace}/{name}", "attempt": attempt},
         )
+
+    async def _requeue_room(self, uid: str, namespace: str, name: str) -> None:
+        """A room requeue (:meth:`on_room`): one bump of :data:`ROOM_ANNOTATION`, not retried when it
+        fails (kube-scheduler retries the pod at its next event all the same)."""
+        from .kube import KubeError
+
+        pod = self.lookup(uid)
+        if pod is None:
+            return
+        n = self._room.get(uid, 0) + 1
+        _remember(self._room, uid, n)
+        try:
+            await self.patch(pod.namespace, pod.name, uid, {ROOM_ANNOTATION: str(n)})
+        except KubeError as exc:
+            self._once(f"room:{uid}", logging.WARNING, "room requeue of %s/%s failed: %s", namespace, name, exc)
+            return
+        self.requeued += 1
 
     def _retry_later(self, uid: str, namespace: str, name: str, exc: Exception) -> None:
         """A transient failure: the same requeue again after a backoff, until it failed too often. Not for

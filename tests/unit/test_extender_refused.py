@@ -5,6 +5,7 @@ fit, pods of another scheduler and pods whose rules keep them off the node get n
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
@@ -49,6 +50,12 @@ async def refuse(h: Harness, pod: dict[str, Any], nodes: list[str]) -> None:
     assert answer["NodeNames"] == []
 
 
+async def depart(h: Harness, uid: str) -> None:
+    """The watch delivers a pod's deletion; the check runs once that event is applied."""
+    h.cache.delete_pod(uid)
+    await asyncio.sleep(0)
+
+
 def rooms(h: Harness) -> list[dict[str, Any]]:
     return [r for r in h.ring.read(0)["records"] if r["kind"] == "room"]
 
@@ -58,9 +65,9 @@ async def test_a_pod_refused_just_before_room_freed_where_it_fits_gets_one_room_
     pod = pending(h, "p", gpus=1)
     await refuse(h, pod, ["g0", "g1"])
     clock.t += 0.2  # the watch delivers the deletion kube-scheduler acted on already
-    h.cache.delete_pod("run-g1")
+    await depart(h, "run-g1")
     assert [(r["pod"]["name"], r["node"]) for r in rooms(h)] == [("p", "g1")]
-    h.cache.delete_pod("run-g0")  # once is enough: the operator requeues it
+    await depart(h, "run-g0")  # once is enough: the operator requeues it
     assert len(rooms(h)) == 1
 
 
@@ -68,18 +75,18 @@ async def test_no_room_record_for_an_old_refusal_a_pod_that_still_does_not_fit_o
     h, clock = full("g0", "g1")
     await refuse(h, pending(h, "old", gpus=1), ["g0"])
     clock.t += RACE_WINDOW_S + 0.1  # kube-scheduler saw the release after this refusal: it retries it
-    h.cache.delete_pod("run-g0")
+    await depart(h, "run-g0")
     assert rooms(h) == []
 
     h, clock = full("g0", "g1")
     await refuse(h, pending(h, "big", gpus=2), ["g0", "g1"])  # two cards: no node has them
-    h.cache.delete_pod("run-g0")
+    await depart(h, "run-g0")
     assert rooms(h) == []
 
     h, clock = full("g0")
     theirs = pending(h, "theirs", gpus=1, scheduler="default-scheduler")
     await h.extender.filter(ExtenderArgs(copy.deepcopy(theirs), ["g0"], None))
-    h.cache.delete_pod("run-g0")
+    await depart(h, "run-g0")
     assert rooms(h) == []
 
 
@@ -90,7 +97,7 @@ async def test_no_room_record_where_the_pods_own_rules_keep_it_off_the_node() ->
     h.add_pod(copy.deepcopy(pod))
     h.cache.set_pod(copy.deepcopy(pod))
     await refuse(h, pod, ["g0"])
-    h.cache.delete_pod("run-g0")
+    await depart(h, "run-g0")
     assert rooms(h) == []
 
 
@@ -103,5 +110,19 @@ async def test_a_pod_filtered_again_is_decided_afresh_not_remembered() -> None:
     h.cache.set_node(make_node("g0", gpus=2, rv="2"))
     answer = await h.extender.filter(ExtenderArgs(copy.deepcopy(pod), ["g0"], None))
     assert answer["NodeNames"] == ["g0"]
-    h.cache.delete_pod("run-g1")
+    await depart(h, "run-g1")
+    assert rooms(h) == []
+
+
+async def test_no_room_record_where_the_pod_was_not_offered_or_the_room_is_retaken_in_the_same_step() -> None:
+    h, _ = full("g0", "g1")
+    await refuse(h, pending(h, "p", gpus=1), ["g0"])  # kube-scheduler's own filters ruled g1 out
+    await depart(h, "run-g1")
+    assert rooms(h) == []
+
+    h, _ = full("g0")
+    await refuse(h, pending(h, "p", gpus=1), ["g0"])
+    h.cache.delete_pod("run-g0")
+    h.cache.set_pod(make_pod("other", gpus=1, node="g0", uid="other", scheduler="default-scheduler"))
+    await asyncio.sleep(0)  # both events applied before the check: no room on g0
     assert rooms(h) == []

@@ -200,6 +200,8 @@ class ClusterCache:
         self._retry_paused = False
         self._retry_later: set[str] = set()
         """Nodes whose release left uncounted pods untried (more than :data:`RETRY_PER_RELEASE`)."""
+        self.relisting = False
+        """True while :meth:`replace_pods_in_slices` runs (between its slices too)."""
         self.on_departure: Callable[[str], None] | None = None
         """Called with the node name when a pod that held room there is let go (deleted, finished,
         gone from a relist), inside the cache's step: the extender only notes the node then
@@ -464,35 +466,39 @@ class ClusterCache:
         """``replace_pods``, pausing (yielding) after every ``size`` pods (see
         ``replace_nodes_in_slices``); what the list no longer has is settled at the end, in one step."""
         seen = set()
-        for i, pod in enumerate(pods):
-            if i and i % size == 0:
-                yield
-            self.set_pod(pod)
-            uid = identity(pod)[2]
-            if uid:
-                seen.add(uid)
-        now = self.clock()
-        gone = [
-            u
-            for u, e in self.pods.items()
-            if u not in seen and (e.status == BOUND or (e.bind_done and now - e.since > 5.0))
-        ]
-        gone += [u for u, e in self.pods.items() if u not in seen and e.status == RESERVED]  # a hold for a gone pod
-        for uid in gone:
-            self.forget(uid)
-        # Bound by us moments ago and not in the list: the list may predate the binding, or the pod
-        # was deleted before it (no event will say so now). The watch confirms it within the
-        # uncertain TTL, or its cards are released then (expire_uncertain).
-        for e in self.pods.values():
-            if e.uid not in seen and e.status == ASSUMED and e.bind_done:
-                e.status, e.since = UNCERTAIN, now
-        for uid in [u for u in self.pending if u not in seen]:
-            del self.pending[uid]
-            self._drop_rules(uid)
-            self._pod_digests.pop(uid, None)
-        for uid in [u for u in self._rejected_pods if u not in seen]:
-            del self._rejected_pods[uid]
-        self.synced["pods"] = True
+        self.relisting = True  # the extender's room check waits for the end (rlsched.extender.refused)
+        try:
+            for i, pod in enumerate(pods):
+                if i and i % size == 0:
+                    yield
+                self.set_pod(pod)
+                uid = identity(pod)[2]
+                if uid:
+                    seen.add(uid)
+            now = self.clock()
+            gone = [
+                u
+                for u, e in self.pods.items()
+                if u not in seen and (e.status == BOUND or (e.bind_done and now - e.since > 5.0))
+            ]
+            gone += [u for u, e in self.pods.items() if u not in seen and e.status == RESERVED]  # a hold for a gone pod
+            for uid in gone:
+                self.forget(uid)
+            # Bound by us moments ago and not in the list: the list may predate the binding, or the pod
+            # was deleted before it (no event will say so now). The watch confirms it within the
+            # uncertain TTL, or its cards are released then (expire_uncertain).
+            for e in self.pods.values():
+                if e.uid not in seen and e.status == ASSUMED and e.bind_done:
+                    e.status, e.since = UNCERTAIN, now
+            for uid in [u for u in self.pending if u not in seen]:
+                del self.pending[uid]
+                self._drop_rules(uid)
+                self._pod_digests.pop(uid, None)
+            for uid in [u for u in self._rejected_pods if u not in seen]:
+                del self._rejected_pods[uid]
+            self.synced["pods"] = True
+        finally:
+            self.relisting = False
 
     # -- placing ----------------------------------------------------------------------------------
     def add(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -76,7 +76,8 @@ class RefusedPods:
         """The remembered pods that fit one of ``nodes`` now, each with the first such node it was
         offered — by the cards, cpu and memory (one vectorized check per distinct request), and by
         its placement rules when the cache has them (``rules`` by UID, ``facts`` a node's labels and
-        taints by index) — taken out of the memory; the expired ones are dropped first."""
+        taints by index) — taken out of the memory; the expired ones, and those refused in another
+        ``epoch`` (their offered indices name other nodes now), are dropped."""
         now = self.clock()
         while self._pods and now - next(iter(self._pods.values())).at > RACE_WINDOW_S:
             self._pods.popitem(last=False)
@@ -87,14 +88,17 @@ class RefusedPods:
         found = []
         for uid, refused in list(self._pods.items()):
             spec = refused.info.spec
-            if spec is None:
+            if spec is None or refused.epoch != epoch:  # the nodes it was offered are other indices now
+                del self._pods[uid]
                 continue
-            mask = masks.get(spec)
+            shape = replace(spec, name="")  # one mask per request, whoever asks it
+            mask = masks.get(shape)
             if mask is None:
-                mask = masks[spec] = feasible_mask(state, state.request(spec))
+                mask = masks[shape] = feasible_mask(state, state.request(spec))
             where = freed[mask[freed]]
-            if refused.epoch == epoch:
-                where = where[np.isin(where, refused.offered, assume_unique=True)]
+            offered = refused.offered
+            pos = np.minimum(np.searchsorted(offered, where), max(len(offered) - 1, 0))
+            where = where[offered[pos] == where] if len(offered) else where[:0]
             own = rules.get(uid)
             for node in where.tolist():
                 node_facts = facts(node) if own is not None else None

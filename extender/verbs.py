@@ -15,6 +15,7 @@ by filter (every node unresolvable, with the reason), never a 5xx.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import time
@@ -66,6 +67,9 @@ reason follows): unresolvable, as no retry helps until the node changes."""
 HELD_FOR_NOMINATED = "its room is kept for a pod that preemption nominated to it"
 """Added to the reason of a node that fits the pod but for the pods nominated to it (filter counts
 them there, as kube-scheduler's own filters do)."""
+
+RELIST_RECHECK_S = 0.05
+"""How soon the room check looks again while a relist is half applied (rlsched.extender.refused)."""
 
 MAX_REASON_CHARS = 256
 """A reason copied to every node of the answer (an unreadable pod) is cut to this length."""
@@ -492,6 +496,10 @@ class Extender:
         """The pods filter refused within :data:`~rlsched.extender.refused.RACE_WINDOW_S` that fit a
         node a pod just left get a ``room`` record, which the operator answers with a requeue:
         kube-scheduler saw that departure first, and will not retry them for it."""
+        if self.cache.relisting and self._departed:  # a relist half applied: the check waits for its end
+            with contextlib.suppress(RuntimeError):  # no event loop: checked at the next departure
+                asyncio.get_running_loop().call_later(RELIST_RECHECK_S, self._check_room)
+            return
         names, self._departed = self._departed, set()
         state = self.cache.state
         if state is None or not len(self.refused):

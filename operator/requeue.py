@@ -63,14 +63,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .log_once import LogOnce
-from .settings import RequeueSettings
+from .settings import REJECTED_ANNOTATION, ROOM_ANNOTATION, RequeueSettings
 
 log = logging.getLogger("rlsched.operator.requeue")
-
-ROOM_ANNOTATION = "rlsched.io/room-requeue"
-"""The annotation a room requeue bumps (:meth:`Requeuer.on_room`): its own, so that these requeues
-never count against the delays' ``maxAttempts`` (the chart's admission policy lets the operator
-change any ``rlsched.io/`` annotation)."""
 
 ROOM_REQUEUES = 3
 """Room requeues per pod at most."""
@@ -87,8 +82,6 @@ end with a lazy group took quadratic time on long whitespace runs."""
 MAX_CONDITION_MESSAGE = 4096
 """Characters of a PodScheduled message that are parsed: the extender's reasons sit at its start,
 and pending_pod runs on every pod watch event, so a huge message must not cost more than this."""
-REJECTED_ANNOTATION = "rlsched.io/policy-rejected"
-"""Set on a pod the policy rejected, with the reason (:class:`Rejections`)."""
 RETRY_AFTER_FACTOR = 10.0
 """A policy's ``retryAfterSeconds`` is cut to this many times ``requeue.maxS``: kube-scheduler retries
 the pod itself every 5 minutes anyway, and the policy may delay it again when it is asked."""
@@ -424,7 +417,8 @@ class Requeuer:
         if not isinstance(uid, str) or not uid or uid in self._due or self._room.get(uid, 0) >= ROOM_REQUEUES:
             return
         known = self.lookup(uid)
-        if known is None or self._stopped(uid, known.namespace):
+        # Not _stopped: a pod the delays gave up on may still be requeued for room (apart from them).
+        if known is None or uid in self._dropped or self._dropped_in[known.namespace] >= NAMESPACE_MEMORY:
             return
         wait = self._enqueue(uid, known.namespace, known.name, self.settings.initial_s)
         self._room_due.add(uid)
@@ -566,6 +560,7 @@ class Requeuer:
     def _retry_later(self, uid: str, namespace: str, name: str, exc: Exception) -> None:
         """A transient failure: the same requeue again after a backoff, until it failed too often. Not for
         a pod deleted meanwhile (:meth:`forget` ran while the patch was on its way)."""
+        self._room_due.discard(uid)  # a room requeue scheduled meanwhile gives way to this retry
         if self.lookup(uid) is None:
             self._retries.pop(uid, None)
             return

@@ -98,6 +98,17 @@ class SinkSettings:
 
 
 IN_CLUSTER_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+ROOM_ANNOTATION = "rlsched.io/room-requeue"
+"""The annotation a room requeue bumps (``Requeuer.on_room``): its own, so that these requeues never
+count against the delays' ``maxAttempts`` (the chart's admission policy lets the operator change any
+``rlsched.io/`` annotation)."""
+
+REJECTED_ANNOTATION = "rlsched.io/policy-rejected"
+"""The annotation that records a rejection was told (``requeue.Rejections``)."""
+
+RESERVED_ANNOTATIONS = frozenset({ROOM_ANNOTATION, REJECTED_ANNOTATION})
+"""The operator's own pod annotations, which ``requeue.annotation`` must not name."""
 """Where the kubelet mounts a pod's ServiceAccount token (a projected, rotated volume)."""
 
 
@@ -305,6 +316,11 @@ def validate(s: OperatorSettings) -> OperatorSettings:
         raise SettingsError(
             f"requeue.annotation: {r.annotation!r} must start with rlsched.io/ "
             "(the only pod annotations the operator may change)"
+        )
+    if r.annotation in RESERVED_ANNOTATIONS:
+        raise SettingsError(
+            f"requeue.annotation: {r.annotation!r} is the operator's own "
+            f"(reserved: {', '.join(sorted(RESERVED_ANNOTATIONS))}); choose another rlsched.io/ key"
         )
     if not qualified_name(r.annotation):
         raise SettingsError(

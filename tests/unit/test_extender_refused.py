@@ -126,3 +126,44 @@ async def test_no_room_record_where_the_pod_was_not_offered_or_the_room_is_retak
     h.cache.set_pod(make_pod("other", gpus=1, node="g0", uid="other", scheduler="default-scheduler"))
     await asyncio.sleep(0)  # both events applied before the check: no room on g0
     assert rooms(h) == []
+
+
+async def test_no_room_record_on_a_node_not_offered_after_a_rebuild() -> None:
+    """The offered node indices belong to the state of the refusal: after a rebuild they name other
+    nodes, so such a refusal is dropped rather than matched against any node."""
+    h, _ = full("g0", "g1")
+    await refuse(h, pending(h, "p", gpus=1), ["g0"])
+    h.cache.set_node(make_node("g9", gpus=0))  # an unrelated node joins: the state is rebuilt
+    await depart(h, "run-g1")
+    assert rooms(h) == []
+
+
+async def test_one_feasibility_mask_per_distinct_request(monkeypatch) -> None:
+    from rlsched.extender import refused
+
+    h, _ = full("g0", "g1")
+    for name in ("a", "b", "c"):
+        await refuse(h, pending(h, name, gpus=1), ["g0", "g1"])
+    calls = []
+    real = refused.feasible_mask
+    monkeypatch.setattr(refused, "feasible_mask", lambda s, r: calls.append(r) or real(s, r))
+    h.cache.set_pod(make_pod("cpu-only", node="g0", uid="cpu-only"))
+    await depart(h, "cpu-only")
+    assert len(calls) == 1
+
+
+async def test_no_room_record_on_a_relist_half_applied() -> None:
+    """run-g0 finished (listed in the first slice), another scheduler's pod took g0 (the second): the
+    check waits for the end of the relist, and by then g0 is full."""
+    h, _ = full("g0")
+    await refuse(h, pending(h, "p", gpus=1), ["g0"])
+    done = make_pod(
+        "run-g0", gpus=1, node="g0", uid="run-g0", annotations=assignment_annotations(GPU, "g0", (0,), 1000)
+    )
+    done["status"]["phase"] = "Succeeded"
+    other = make_pod("other", gpus=1, node="g0", uid="other", scheduler="default-scheduler")
+    filler = [make_pod(f"f{i}", node="g0", uid=f"f{i}", cpu="1m", memory="1Mi") for i in range(300)]
+    for _ in h.cache.replace_pods_in_slices([done, *filler, other, make_pod("p", uid="p", gpus=1)], size=256):
+        await asyncio.sleep(0)  # as the watch's relist does between slices
+    await asyncio.sleep(0.1)
+    assert rooms(h) == []

@@ -74,3 +74,44 @@ async def test_the_drainer_hands_room_records_to_the_listeners_once() -> None:
     client.ring.append(room("u1"))
     assert await d.drain_once() == 1 and await d.drain_once() == 0
     assert [r["kind"] for r in seen] == ["room"]
+
+
+async def test_a_pod_the_delays_gave_up_on_may_still_be_requeued_for_room() -> None:
+    h = Harness()
+    h.add("u1", attempt=3)
+    h.r.on_verdict(h.record("u1"))  # delayed again at maxAttempts (3): RequeueGaveUp
+    h.r.on_room(room("u1"))
+    assert h.r.scheduled == 1
+
+
+async def test_a_delays_retry_is_not_turned_into_a_room_requeue() -> None:
+    """The delay's patch fails (503) while a room record arrives: the retry is the delay's own."""
+    from rlsched.operator.kube import KubeError
+
+    h = Harness()
+    h.add("u1")
+    sent: list[dict] = []
+
+    async def patch(namespace: str, name: str, uid: str, annotations: dict) -> dict:
+        sent.append(dict(annotations))
+        if len(sent) == 1:
+            h.r.on_room(room("u1"))
+            raise KubeError(503, "Service Unavailable", "later")
+        return {}
+
+    h.r.patch = patch
+    h.r.on_verdict(h.record("u1", retry=None))
+    for t in (5.0, 10.0, 40.0):
+        h.now = t
+        await h.r.process_due()
+    assert sent == [{ANN: "1"}, {ANN: "1"}]
+
+
+def test_the_requeue_annotation_cannot_be_one_of_the_operators_own() -> None:
+    import pytest
+
+    from rlsched.operator.settings import REJECTED_ANNOTATION, SettingsError, from_mapping, validate
+
+    for key in (ROOM_ANNOTATION, REJECTED_ANNOTATION):
+        with pytest.raises(SettingsError, match="reserved"):
+            validate(from_mapping({"requeue": {"annotation": key}}))

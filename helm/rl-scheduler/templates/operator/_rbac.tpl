@@ -6,9 +6,9 @@ watchNamespaces the operator can patch no pod outside those namespaces (docs/sec
 */}}
 {{- define "rl-scheduler.operator.watchRules" -}}
 # pods: list/watch for kopf's pod watch (the pending-pod index and decision outcomes; the watch is
-# filtered by spec.schedulerName); patch for its two pod annotations, rlsched.io/requeue-attempt (the
-# update moves a delayed pod out of kube-scheduler's unschedulable pool) and rlsched.io/policy-rejected
-# (the policy's reason). The admission policy (admission-policy.yaml) denies any other change.
+# filtered by spec.schedulerName); patch for its three pod annotations, rlsched.io/requeue-attempt and
+# rlsched.io/room-requeue (the update moves a waiting pod out of kube-scheduler's unschedulable pool) and
+# rlsched.io/policy-rejected (the policy's reason). The admission policy (admission-policy.yaml) denies any other change.
 # No get (list already returns every pod the operator looks at) and no pods/status: the rejection is
 # an event plus that annotation, and kube-scheduler's own PodScheduled condition names the reason.
 - apiGroups: [""]

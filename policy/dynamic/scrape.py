@@ -79,10 +79,14 @@ class LoadScraper:
         self.misses = 0
 
     def scrape(self, now: float, cpu: np.ndarray, memory: np.ndarray, rng: np.random.Generator) -> None:
-        """One scrape of the true per-node utilization (fractions of capacity)."""
+        """One scrape of the true per-node utilization (fractions of capacity; the pods' summed demand,
+        which may pass 1): with noise, clamped to 0..1 as a real node's series is."""
         n = len(cpu)
         noise = rng.normal(0.0, self.settings.noise_std, size=(n, 2)) if self.settings.noise_std else 0.0
-        measured = np.clip(np.column_stack([cpu, memory]) + noise, 0.0, None)
+        # A node's series stops at its capacity (node-exporter's busy CPU time and used memory cannot
+        # pass 100 %) and the extender clamps what it reads to 0..1, so what the pods would use beyond
+        # the capacity is not seen: the SLA count reads the unclamped demand, not this.
+        measured = np.clip(np.column_stack([cpu, memory]) + noise, 0.0, 1.0)
         ok = rng.random(n) >= self.settings.miss_probability if self.settings.miss_probability else np.ones(n, bool)
         self.value[ok] = measured[ok]
         self.taken_at[ok] = now

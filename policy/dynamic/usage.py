@@ -86,8 +86,9 @@ class UsageSettings:
     cap_quantile: float = 0.99
     """Upper bound of a pod's CPU and memory ratio, as this quantile of the fitted lognormal (about 12x
     the request for CPU, 1.9x for memory with the defaults). Assumption: the trace shows usage above
-    request but publishes no limit. Node load is not capped at the node's capacity either: the simulator
-publishes the pods' summed demand (docs/usage-model.md)."""
+    request but publishes no limit. A node's summed demand is not capped at its capacity (the SLA count
+    reads it); what the simulated Prometheus publishes is, as a real node's series is
+    (docs/usage-model.md)."""
     request_bounded_qos: tuple[str, ...] = ("Guaranteed",)
     """QoS classes whose CPU and memory usage never exceed the request. Kubernetes semantics: a
     Guaranteed pod has limits equal to requests (kubernetes.io/docs/concepts/workloads/pods/pod-qos/)."""

@@ -86,6 +86,21 @@ def test_scraper_values_age_into_nan_like_the_extender_s() -> None:
     assert np.isnan(state.load).all()
 
 
+def test_the_scraped_load_stops_at_the_capacity_as_a_real_node_s_series_does() -> None:
+    # The pods' summed demand may pass the node's capacity; node-exporter's series cannot, and the
+    # extender clamps what it reads to 0..1: the features must not see values serving never shows.
+    state = ClusterState([NodeSpec(n, 8000, 8192, 1, "T4") for n in "abc"])
+    scraper = LoadScraper(3, ScrapeSettings(noise_std=0.0))
+    scraper.scrape(0.0, np.array([2.5, 1.0, 0.4]), np.array([1.3, 0.0, 0.2]), np.random.default_rng(0))
+    scraper.publish(state, 0.0)
+    assert state.load[:, CPU].tolist() == [1.0, 1.0, 0.4] and state.load[:, MEMORY].tolist() == [1.0, 0.0, 0.2]
+    noisy = LoadScraper(3, ScrapeSettings(noise_std=0.5))  # noise cannot push it past 1 either
+    for t in range(20):
+        noisy.scrape(float(t), np.array([0.99, 3.0, 0.0]), np.array([0.99, 3.0, 0.0]), np.random.default_rng(t))
+        assert 0.0 <= noisy.value.min() and noisy.value.max() <= 1.0
+    assert np.nanmax(noisy.window_stats()[0]) <= 1.0  # load-watcher's view reads the same series
+
+
 def test_a_missed_scrape_keeps_the_old_value_until_it_is_stale() -> None:
     state = ClusterState([NodeSpec("a", 8000, 8192, 1, "T4")])
     scraper = LoadScraper(1, ScrapeSettings(noise_std=0.0, miss_probability=1.0, stale_after_s=60.0))

@@ -63,6 +63,21 @@ def test_sla_threshold_one_means_no_hot_node_unless_usage_exceeds_capacity() -> 
     assert strict.sla_hot_node_pct > lax.sla_hot_node_pct
 
 
+def test_the_features_see_load_clamped_while_the_sla_count_sees_the_demand() -> None:
+    typical = typical_pods(SHORT_LIVED)
+    settings = DynamicSettings(arrivals=ArrivalSettings(load=0.9, window_s=3600.0))
+    cluster = LivingCluster(NODES, SHORT_LIVED, 1, typical, settings, "fgd")
+    seen: list[tuple[float, float]] = []
+    cluster.tick_hooks.append(
+        lambda c: seen.append((float(np.nanmax(c.state.load, initial=0.0)), float(c.true_cpu.max())))
+    )
+    result = play(cluster, make_scorer("fgd", typical), lambda _: None)
+    published, demand = np.array(seen).T
+    assert demand.max() > 1.0  # the pods' bursts add up past a node's capacity ...
+    assert published.max() <= 1.0  # ... which the simulated Prometheus, like a real node, does not show
+    assert result.sla_hot_node_pct > 0
+
+
 def test_missed_scrapes_are_counted_and_go_stale() -> None:
     r = run("target-load-packing", scrape=ScrapeSettings(miss_probability=0.5, stale_after_s=40.0))
     assert r.scrape_misses > 0 and r.stale_node_scrapes > 0

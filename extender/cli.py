@@ -30,6 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--tls-key-file", help="private key of --tls-cert-file")
     g.add_argument("--tls-client-ca-file", help="CA that must have signed the callers' client certificates")
+    g.add_argument(
+        "--status-tls-cert-file",
+        help="serve the status listener over HTTPS with this certificate (with --status-tls-key-file; "
+        "re-read when the file changes)",
+    )
+    g.add_argument("--status-tls-key-file", help="private key of --status-tls-cert-file")
     g = parser.add_argument_group("authentication (status listener)")
     g.add_argument(
         "--auth",
@@ -88,6 +94,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
         "server.tls.certFile": args.tls_cert_file,
         "server.tls.keyFile": args.tls_key_file,
         "server.tls.clientCaFile": args.tls_client_ca_file,
+        "server.statusTls.certFile": args.status_tls_cert_file,
+        "server.statusTls.keyFile": args.status_tls_key_file,
         "auth.mode": args.auth,
         "auth.protectMetrics": args.protect_metrics,
         "kubernetes.kubeconfig": args.kubeconfig,

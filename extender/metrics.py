@@ -150,6 +150,15 @@ class Metrics:
             ["column", "outcome"],
             registry=r,
         )
+        self.status_tls_reloads = Counter(
+            "rlsched_extender_status_tls_reloads_total",
+            "Reloads of the status listener's certificate after its files changed (server.statusTls), by "
+            "result: ok, error (the files do not load; the previous certificate keeps serving)",
+            ["result"],
+            registry=r,
+        )
+        for result in ("ok", "error"):
+            self.status_tls_reloads.labels(result)
         self._model_labels: tuple[str, str, str] | None = None
         self._collectors: list[Callable[[], list[Metric]]] = []
         r.register(_Callback(self._collectors))

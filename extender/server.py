@@ -5,7 +5,8 @@ Start-up order, each step failing with a message that says what to fix:
 1. the policy (policy file, model; a bad one stops start-up when ``strictModel``);
 2. API credentials (kubeconfig / in-cluster);
 3. the status listener (/healthz answers from here on; /readyz says "starting"), with the bearer-token
-   checks of :mod:`rlsched.extender.auth` unless ``auth.mode`` is ``none``;
+   checks of :mod:`rlsched.extender.auth` unless ``auth.mode`` is ``none``; HTTPS with
+   ``server.statusTls`` (:mod:`rlsched.extender.status_tls`: its certificate is re-read when it changes);
 4. the initial list of nodes and pods — the cache, with the card assignments recorded on bound pods,
    is complete before anything is decided (an unreachable API server stops start-up);
 5. ``gc.freeze()``: the start-up objects leave the collector's view;
@@ -50,6 +51,7 @@ from .policy import PolicyEngine, load_model
 from .prometheus import LoadPoller
 from .rejections import Rejections, describe, identity
 from .settings import ConfigError, ExtenderSettings, ServerSettings, TlsSettings, check_complete
+from .status_tls import StatusTls
 from .verbs import Extender
 
 log = logging.getLogger("rlsched.extender")
@@ -129,6 +131,8 @@ class Service:
             self.metrics.add_collector(self.load.collect)
         self.metrics.add_collector(self._collect)
         self.tasks: dict[str, asyncio.Task[Any]] = {}
+        self.status_tls: StatusTls | None = None
+        """The status listener's TLS (``server.statusTls``); serve() sets it."""
         self.addresses: dict[str, Any] = {}
         """Where the listeners ended up (``verbs``, ``status``: (host, port)); port 0 picks a free one."""
         self.health.checks["cache"] = lambda: None if self.cache.ready else "nodes and pods not listed yet"
@@ -274,6 +278,7 @@ class Service:
 
     def status_extra(self) -> dict[str, Any]:
         out: dict[str, Any] = {"watches": {i.resource: i.status() for i in self.informers}}
+        out["statusTls"] = self.status_tls.status() if self.status_tls is not None else {"enabled": False}
         if self.load is not None:
             out["load"] = self.load.status()
         return out
@@ -347,6 +352,9 @@ async def serve(
     try:
         check_complete(settings)
         verb_ssl = verb_ssl_context(settings.server.tls)
+        status_tls = None
+        if settings.server.status_tls.cert_file:
+            status_tls = StatusTls(settings.server.status_tls, lambda r: metrics.status_tls_reloads.labels(r).inc())
         engine.start(strict_model=settings.strict_model)
     except ConfigError as exc:
         raise StartupError(str(exc), 2) from None
@@ -357,6 +365,7 @@ async def serve(
             raise StartupError(str(exc), 2) from None
         log.info("API server %s (%s)", api.host, getattr(api, "source", ""), extra={"event": "api"})
     service = Service(settings, api, engine, metrics)
+    service.status_tls = status_tls
     srv = settings.server
     connection_metrics = ConnectionMetrics(metrics.registry)
     status_guard = ConnectionGuard("status", srv.header_timeout_s, srv.status_max_connections, connection_metrics)
@@ -380,12 +389,20 @@ async def serve(
         protect_metrics=settings.auth.protect_metrics,
         connections=status_guard,
     )
+    if status_tls is not None:
+        status_app.cleanup_ctx.append(status_tls.cleanup_ctx)
     status_runner = _runner(status_app, srv, "status", metrics)
     await status_runner.setup()
     verb_runner: web.AppRunner | None = None
     try:
         try:
-            await GuardedSite(status_runner, srv.status_host, srv.status_port, status_guard).start()
+            await GuardedSite(
+                status_runner,
+                srv.status_host,
+                srv.status_port,
+                status_guard,
+                ssl_context=status_tls.context if status_tls is not None else None,
+            ).start()
         except OSError as exc:
             raise StartupError(
                 f"cannot listen on {settings.server.status_host}:{settings.server.status_port} "
@@ -410,12 +427,13 @@ async def serve(
         service.addresses["verbs"] = verb_runner.addresses[0][:2]
         service.health.started = True
         log.info(
-            "extender serving: verbs on %s://%s:%d%s, status on %s:%d (auth %s%s); %d nodes, %d pods; mode %s, "
+            "extender serving: verbs on %s://%s:%d%s, status on %s://%s:%d (auth %s%s); %d nodes, %d pods; mode %s, "
             "model %s, fallback %s",
             "https" if verb_ssl else "http",
             srv.host,
             srv.port,
             srv.path_prefix or "",
+            "https" if status_tls is not None else "http",
             srv.status_host,
             srv.status_port,
             settings.auth.mode,

@@ -56,6 +56,18 @@ class TlsSettings:
 
 
 @dataclass
+class StatusTlsSettings:
+    """HTTPS on the status listener (both files, or neither): server-side TLS only. Callers still
+    authenticate with their bearer tokens (``auth``); TLS keeps those tokens, and what the listener
+    answers, off the wire. The files are read again when they change (:mod:`rlsched.extender.status_tls`)."""
+
+    cert_file: str | None = None
+    """PEM certificate (chain) the status listener serves; unset: plain HTTP."""
+    key_file: str | None = None
+    """PEM private key of ``certFile``."""
+
+
+@dataclass
 class ServerSettings:
     """The two HTTP listeners."""
 
@@ -99,6 +111,8 @@ class ServerSettings:
     """Open connections the status listener accepts at once (probes, Prometheus, the operator)."""
     tls: TlsSettings = field(default_factory=TlsSettings)
     """Optional mutual TLS on the verb listener (``server.tls.certFile`` …)."""
+    status_tls: StatusTlsSettings = field(default_factory=StatusTlsSettings)
+    """Optional HTTPS on the status listener (``server.statusTls.certFile``, ``keyFile``)."""
 
 
 AUTH_MODES = ("kubernetes", "none")
@@ -607,8 +621,8 @@ def is_loopback(host: str) -> bool:
 
 def check_complete(settings: ExtenderSettings) -> ExtenderSettings:
     """Checks across keys that may come from different sources (file, environment, flags), so they run
-    once everything is merged: the TLS files come as a set, the verbs leave loopback only with them, and
-    the status listener accepts some token audience."""
+    once everything is merged: the TLS files come as a set (each listener's), the verbs leave loopback
+    only with them, and the status listener accepts some token audience."""
     tls = settings.server.tls
     given = {camel(n): getattr(tls, n) for n in ("cert_file", "key_file", "client_ca_file")}
     if any(given.values()) and not all(given.values()):
@@ -616,6 +630,13 @@ def check_complete(settings: ExtenderSettings) -> ExtenderSettings:
         raise ConfigError(
             f"{missing}: mutual TLS needs certFile, keyFile and clientCaFile together "
             "(a server certificate without client verification would authenticate no caller)"
+        )
+    status_tls = settings.server.status_tls
+    if bool(status_tls.cert_file) != bool(status_tls.key_file):
+        missing = "keyFile" if status_tls.cert_file else "certFile"
+        raise ConfigError(
+            f"server.statusTls.{missing}: HTTPS on the status listener needs certFile and keyFile together "
+            "(set both, or neither for plain HTTP)"
         )
     if not tls.cert_file and not is_loopback(settings.server.host):
         # bind changes the cluster, and without mutual TLS the verbs authenticate no caller: anyone who
@@ -632,6 +653,7 @@ def check_complete(settings: ExtenderSettings) -> ExtenderSettings:
         )
     if settings.auth.mode == "none" and not is_loopback(settings.server.status_host):
         # /status and /decisions show pod names and decision features: off loopback they need a token.
+        # server.statusTls changes nothing here: TLS hides the answers from the wire, not from the caller.
         raise ConfigError(
             f"server.statusHost: {settings.server.status_host!r} is not a loopback address, and with auth.mode "
             "none /status and /decisions answer anyone who reaches it; set auth.mode kubernetes or keep the "

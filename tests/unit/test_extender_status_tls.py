@@ -1,0 +1,266 @@
+"""HTTPS on the status listener (``server.statusTls``), on real sockets through ``serve()``:
+
+- the settings come as a pair (file, environment, flags), and a file that cannot be used stops
+  start-up with code 2, naming it;
+- a client that trusts the CA gets /healthz over TLS; /status still wants a token and reports the
+  certificate; plain HTTP on the TLS port is closed without a 5xx and without a traceback;
+- rotation: a Secret volume's symlink swap to a new pair is picked up and new connections get it; a
+  pair that does not load (a key of another certificate, a half-written file) leaves the old one
+  serving, and is counted and logged once.
+
+The certificates come from the ``openssl`` command (skipped without it), as in test_http_hygiene.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import ssl
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+from test_extender_auth import FakeReviewApi
+from test_http_hygiene import Running
+
+from rlsched.extender import status_tls as status_tls_module
+from rlsched.extender.server import StartupError, serve
+from rlsched.extender.settings import (
+    AuthSettings,
+    ConfigError,
+    ExtenderSettings,
+    ServerSettings,
+    StatusTlsSettings,
+    load_settings,
+)
+from rlsched.extender.status_tls import StatusTls
+from rlsched.extender.testing import FakeKubeApi
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
+try:
+    from stacklib.pki import tls_pki
+finally:
+    sys.path.pop(0)
+
+needs_openssl = pytest.mark.skipif(
+    shutil.which("openssl") is None, reason="openssl missing (makes the test certificates)"
+)
+
+
+def settings(tls: StatusTlsSettings, auth: str = "kubernetes") -> ExtenderSettings:
+    server = ServerSettings(port=0, status_port=0, status_host="127.0.0.1", status_tls=tls)
+    return ExtenderSettings(server=server, auth=AuthSettings(mode=auth))
+
+
+def kubelet_volume(folder: Path, pki: dict[str, Path], version: str) -> StatusTlsSettings:
+    """A Secret volume as the kubelet lays it out: ``tls.crt -> ..data/tls.crt``, ``..data -> ..<version>``;
+    called again with another version, it swaps ``..data`` atomically, as the kubelet does."""
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"..{version}"
+    target.mkdir()
+    shutil.copy(pki["server_cert"], target / "tls.crt")
+    shutil.copy(pki["server_key"], target / "tls.key")
+    tmp = folder / "..data_tmp"
+    tmp.symlink_to(target.name)
+    os.replace(tmp, folder / "..data")
+    for name in ("tls.crt", "tls.key"):
+        if not (folder / name).is_symlink():
+            (folder / name).symlink_to(f"..data/{name}")
+    return StatusTlsSettings(cert_file=str(folder / "tls.crt"), key_file=str(folder / "tls.key"))
+
+
+async def served_certificate(port: int) -> bytes:
+    """The DER certificate a new connection to the status port gets (not verified)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
+    try:
+        return writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+    finally:
+        writer.close()
+
+
+def der(cert: Path) -> bytes:
+    return ssl.PEM_cert_to_DER_cert(cert.read_text())
+
+
+def reviewed(s: ExtenderSettings) -> Running:
+    """serve() with a fake API that also answers TokenReviews and SubjectAccessReviews."""
+    run = Running(s)
+    run.api.request = FakeReviewApi().request  # type: ignore[attr-defined]
+    return run
+
+
+# -- settings -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("given, missing", [("certFile", "keyFile"), ("keyFile", "certFile")])
+def test_one_file_without_the_other_is_refused_naming_the_missing_one(tmp_path, given, missing) -> None:
+    path = tmp_path / "extender.yaml"
+    path.write_text(f"server:\n  statusTls:\n    {given}: /etc/tls/x\n")
+    with pytest.raises(ConfigError, match=rf"server\.statusTls\.{missing}: .*certFile and keyFile together"):
+        load_settings(path)
+    # the pair may come from two sources: the file and the environment
+    other = "RLSCHED_SERVER_STATUS_TLS_" + ("KEY_FILE" if missing == "keyFile" else "CERT_FILE")
+    s = load_settings(path, env={other: "/etc/tls/y"})
+    assert {s.server.status_tls.cert_file, s.server.status_tls.key_file} == {"/etc/tls/x", "/etc/tls/y"}
+
+
+def test_the_cli_flags_set_the_pair() -> None:
+    import argparse
+
+    from rlsched.extender.cli import _overrides, add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--status-tls-cert-file", "/c/tls.crt", "--status-tls-key-file", "/c/tls.key"])
+    s = load_settings(None, {}, _overrides(args)).server.status_tls
+    assert (s.cert_file, s.key_file) == ("/c/tls.crt", "/c/tls.key")
+    with pytest.raises(ConfigError, match="statusTls.keyFile"):
+        load_settings(None, {}, _overrides(parser.parse_args(["--status-tls-cert-file", "/c/tls.crt"])))
+
+
+def test_tls_is_no_authentication_auth_none_stays_on_loopback() -> None:
+    tls = {"server.statusTls.certFile": "/c/tls.crt", "server.statusTls.keyFile": "/c/tls.key"}
+    with pytest.raises(ConfigError, match="server.statusHost"):
+        load_settings(None, {}, {**tls, "server.statusHost": "0.0.0.0", "auth.mode": "none"})
+
+
+@needs_openssl
+async def test_files_that_cannot_be_used_stop_startup_naming_them(tmp_path) -> None:
+    pki, other = tls_pki(tmp_path / "pki"), tls_pki(tmp_path / "other", "other")
+    garbage = tmp_path / "garbage.crt"
+    garbage.write_text("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n")
+    cases = [
+        (StatusTlsSettings(str(tmp_path / "none.crt"), str(pki["server_key"])), "certFile", "none.crt"),
+        (StatusTlsSettings(str(pki["server_cert"]), str(tmp_path / "none.key")), "keyFile", "none.key"),
+        (StatusTlsSettings(str(tmp_path), str(pki["server_key"])), "certFile", str(tmp_path)),  # a folder
+        (StatusTlsSettings(str(garbage), str(pki["server_key"])), "certFile", "garbage.crt"),
+        (StatusTlsSettings(str(pki["server_cert"]), str(other["server_key"])), "keyFile", "server.key"),
+    ]
+    for tls, key, named in cases:
+        with pytest.raises(StartupError) as info:
+            await serve(settings(tls, auth="none"), api=FakeKubeApi([]), stop=asyncio.Event())
+        assert info.value.code == 2, info.value
+        assert f"server.statusTls.{key} " in str(info.value) and named in str(info.value), str(info.value)
+
+
+# -- the listener -----------------------------------------------------------------------------------------
+
+
+@needs_openssl
+async def test_https_status_listener_verified_with_the_ca_and_tokens_still_needed(tmp_path, caplog) -> None:
+    pki = tls_pki(tmp_path / "pki")
+    tls = StatusTlsSettings(str(pki["server_cert"]), str(pki["server_key"]))
+    async with reviewed(settings(tls)) as run:
+        port = run.status[1]
+        trusting = ssl.create_default_context(cafile=str(pki["ca"]))
+        ctx = run.service.status_tls.context
+        assert ctx.minimum_version == ssl.TLSVersion.TLSv1_2 and ctx.verify_mode == ssl.CERT_NONE
+        async with aiohttp.ClientSession() as http:
+            for host in ("127.0.0.1", "localhost"):  # the names the certificate carries
+                r = await http.get(f"https://{host}:{port}/healthz", ssl=trusting)
+                assert r.status == 200 and (await r.json())["ok"]
+            r = await http.get(f"https://127.0.0.1:{port}/status", ssl=trusting)
+            assert r.status == 401  # TLS authenticates the server, not the caller
+            r = await http.get(
+                f"https://127.0.0.1:{port}/status", ssl=trusting, headers={"Authorization": "Bearer op-token"}
+            )
+            assert r.status == 200
+            shown = (await r.json())["statusTls"]
+            assert shown["enabled"] is True and shown["certFile"] == str(pki["server_cert"])
+            assert shown["loadedAt"] > 0 and shown["reloadError"] is None
+            assert shown["notAfter"] is None or shown["notAfter"] > shown["loadedAt"]  # 2 days (stacklib.pki)
+            with pytest.raises(aiohttp.ClientConnectorCertificateError):  # the system store does not know the CA
+                await http.get(f"https://127.0.0.1:{port}/healthz")
+        # plain HTTP to the TLS port: closed, never a 5xx, nothing alarming in the log
+        with caplog.at_level(logging.DEBUG):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = await asyncio.wait_for(reader.read(), 5)
+            writer.close()
+            assert not answer.startswith(b"HTTP/1.1 5"), answer[:100]
+            async with aiohttp.ClientSession() as http:  # the listener serves on
+                assert (await http.get(f"https://127.0.0.1:{port}/healthz", ssl=trusting)).status == 200
+    loud = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+    assert not loud, [r.getMessage() for r in loud]
+
+
+@needs_openssl
+async def test_plain_http_status_listener_without_the_settings(tmp_path) -> None:
+    async with reviewed(settings(StatusTlsSettings())) as run:
+        async with aiohttp.ClientSession() as http:
+            r = await http.get(f"http://127.0.0.1:{run.status[1]}/status", headers={"Authorization": "Bearer op-token"})
+            assert (await r.json())["statusTls"] == {"enabled": False}
+
+
+# -- rotation -----------------------------------------------------------------------------------------------
+
+
+@needs_openssl
+async def test_a_rotated_pair_serves_new_connections(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(status_tls_module, "RELOAD_CHECK_S", 0.05)
+    first, second = tls_pki(tmp_path / "first"), tls_pki(tmp_path / "second", "second")
+    tls = kubelet_volume(tmp_path / "volume", first, "v1")
+    async with reviewed(settings(tls)) as run:
+        port = run.status[1]
+        assert await served_certificate(port) == der(first["server_cert"])
+        loaded = run.service.status_tls.loaded_at
+        kubelet_volume(tmp_path / "volume", second, "v2")  # the kubelet's symlink swap
+        for _ in range(100):  # the background check (every 0.05 s here)
+            if await served_certificate(port) == der(second["server_cert"]):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail("the new certificate was not served within 5 s")
+        assert run.service.status_tls.loaded_at >= loaded
+        trusting = ssl.create_default_context(cafile=str(second["ca"]))
+        async with aiohttp.ClientSession() as http:
+            assert (await http.get(f"https://localhost:{port}/healthz", ssl=trusting)).status == 200
+        assert 'rlsched_extender_status_tls_reloads_total{result="ok"} 1.0' in run.service.metrics.render().decode()
+
+
+@needs_openssl
+async def test_a_pair_that_does_not_load_keeps_the_old_one_counted_and_logged_once(tmp_path, caplog) -> None:
+    first, second = tls_pki(tmp_path / "first"), tls_pki(tmp_path / "second", "second")
+    tls = kubelet_volume(tmp_path / "volume", first, "v1")
+    async with reviewed(settings(tls)) as run:
+        port, live = run.status[1], run.service.status_tls
+        text = lambda: run.service.metrics.render().decode()  # noqa: E731
+        with caplog.at_level(logging.WARNING, logger="rlsched.extender.tls"):
+            # the new certificate, the old key (a rotation half done), twice: one line in the log
+            for version in ("v2", "v3"):
+                mixed = {"server_cert": second["server_cert"], "server_key": first["server_key"]}
+                kubelet_volume(tmp_path / "volume", mixed, version)
+                assert live.check() is False and live.check() is False  # tried once per change
+                assert await served_certificate(port) == der(first["server_cert"])
+            assert 'rlsched_extender_status_tls_reloads_total{result="error"} 2.0' in text()
+            assert [r.__dict__.get("event") for r in caplog.records] == ["tls_reload_failed"]
+            assert "server.statusTls.keyFile" in caplog.records[0].getMessage()
+            # a half-written certificate file
+            Path(tls.cert_file).write_text(second["server_cert"].read_text()[:200])
+            assert live.check() is False
+            assert await served_certificate(port) == der(first["server_cert"])
+            assert "server.statusTls.certFile" in live.status()["reloadError"]
+        # the rotation completes: the new pair serves
+        kubelet_volume(tmp_path / "volume", second, "v4")
+        assert live.check() is True and live.status()["reloadError"] is None
+        assert await served_certificate(port) == der(second["server_cert"])
+        assert 'rlsched_extender_status_tls_reloads_total{result="ok"} 1.0' in text()
+
+
+@needs_openssl
+def test_the_check_survives_a_missing_file(tmp_path) -> None:
+    pki = tls_pki(tmp_path / "pki")
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    shutil.copy(pki["server_cert"], cert)
+    shutil.copy(pki["server_key"], key)
+    results: list[str] = []
+    live = StatusTls(StatusTlsSettings(str(cert), str(key)), results.append)
+    cert.unlink()
+    assert live.check() is False and live.check() is False and results == ["error"]
+    shutil.copy(pki["server_cert"], cert)
+    assert live.check() is True and results == ["error", "ok"]

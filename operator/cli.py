@@ -41,6 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--mount-path", help="where the extender sees the published files (default /etc/rlsched/policy)")
     g.add_argument("--extender-url", help="the extender's status port (default http://127.0.0.1:8889)")
     g.add_argument(
+        "--extender-ca-file",
+        help="CA bundle that verifies the extender's status certificate with an https:// --extender-url "
+        "(default: the system's trust store)",
+    )
+    g.add_argument(
         "--extender-token-file",
         help="bearer token for the extender's /status and /decisions, re-read "
         "when it changes (default: the in-cluster ServiceAccount token)",
@@ -88,6 +93,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
         "sink.directory": args.directory,
         "sink.mountPath": args.mount_path,
         "extender.statusUrl": args.extender_url,
+        "extender.caFile": args.extender_ca_file,
         "extender.tokenFile": args.extender_token_file,
         "extender.rolloutTimeoutS": args.rollout_timeout,
         "extender.statusIntervalS": args.status_interval,

@@ -8,6 +8,12 @@ Both need ``Authorization: Bearer <token>`` when the extender runs with ``auth.m
 default): the operator sends its ServiceAccount token (:class:`TokenFile`), read again whenever the
 file changes — the kubelet rotates projected tokens — and never logged.
 
+With an ``https://`` status URL (the extender's ``server.statusTls``) the extender's certificate is
+verified against ``extender.caFile`` (:class:`CaBundle`, read again when it changes), or the system's
+trust store, and must name the URL's host; a certificate that does not verify is
+:class:`ExtenderUnavailable` like an extender that does not answer, with a message that says which
+file to look at: callers retry it.
+
 Answers are untrusted input (a wrong URL, another service, an extender of another version): each is
 read up to a byte cap (:data:`STATUS_MAX_BYTES`, :data:`DECISION_RECORD_BYTES`), and
 :meth:`ExtenderView.from_status` keeps only fields of the expected type, so the rollout compares
@@ -20,6 +26,7 @@ import json
 import logging
 import math
 import os
+import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +100,39 @@ class TokenFile:
 
 class ExtenderUnavailable(Exception):
     """The status port did not answer (or answered garbage); the message says how."""
+
+
+class CaBundle:
+    """The SSLContext that verifies the extender's status certificate: ``extender.caFile``, or the
+    system's trust store when unset. Built again when the file changes (a ``stat`` per request), so a
+    CA rotated in the mounted Secret is trusted without a restart; a file that cannot be read or
+    parsed is :class:`ExtenderUnavailable` (retried), naming it."""
+
+    def __init__(self, path: str | None):
+        self.path = path or None
+        self._stamp: tuple[int, int, int] | None = None
+        self._context: ssl.SSLContext | None = None
+
+    def context(self) -> ssl.SSLContext:
+        if self.path is None:
+            if self._context is None:
+                self._context = ssl.create_default_context()
+            return self._context
+        try:
+            st = os.stat(self.path)
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if stamp != self._stamp or self._context is None:
+                self._context = ssl.create_default_context(cafile=self.path)
+                self._stamp = stamp
+        except (OSError, ssl.SSLError) as exc:
+            self._stamp = None
+            raise ExtenderUnavailable(
+                f"extender.caFile {self.path}: not a readable PEM CA bundle: {getattr(exc, 'strerror', None) or exc}"
+            ) from None
+        return self._context
+
+    def describe(self) -> str:
+        return f"extender.caFile {self.path}" if self.path else "the system's trust store (extender.caFile unset)"
 
 
 class AnswerTooLarge(ExtenderUnavailable):
@@ -183,13 +223,17 @@ class ExtenderView:
 class ExtenderClient:
     """One aiohttp session to the status port."""
 
-    def __init__(self, base_url: str, timeout_s: float = 5.0, token_file: str | None = None):
+    def __init__(
+        self, base_url: str, timeout_s: float = 5.0, token_file: str | None = None, ca_file: str | None = None
+    ):
         from .settings import IN_CLUSTER_TOKEN
 
         self.base_url = base_url.rstrip("/")
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self.token = TokenFile(token_file, quiet_if_missing=token_file == IN_CLUSTER_TOKEN)
+        self.https = self.base_url.lower().startswith("https://")
+        self.ca = CaBundle(ca_file)
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -201,8 +245,9 @@ class ExtenderClient:
         url = f"{self.base_url}{path}"
         token = self.token.token()
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        tls: ssl.SSLContext | bool = self.ca.context() if self.https else True
         try:
-            async with self._get_session().get(url, params=params, headers=headers) as resp:
+            async with self._get_session().get(url, params=params, headers=headers, ssl=tls) as resp:
                 if resp.status != 200:
                     head, _ = await read_at_most(resp, ERROR_TEXT_BYTES)
                     text = head.decode("utf-8", errors="replace")[:300]
@@ -224,7 +269,20 @@ class ExtenderClient:
                 return json.loads(raw)
         # ValueError: not JSON (or not UTF-8); RecursionError: JSON nested thousands deep
         except (TimeoutError, aiohttp.ClientError, ValueError, RecursionError) as exc:
-            raise ExtenderUnavailable(f"GET {url}: {type(exc).__name__}: {exc}") from None
+            raise ExtenderUnavailable(f"GET {url}: {type(exc).__name__}: {exc}{self._tls_hint(exc)}") from None
+
+    def _tls_hint(self, exc: BaseException) -> str:
+        """What to check after a TLS failure (empty for other errors)."""
+        if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+            return (
+                f" (the extender's status certificate is not signed by a CA in {self.ca.describe()}, or does not "
+                "name the host of extender.statusUrl)"
+            )
+        if isinstance(exc, aiohttp.ClientSSLError):
+            return " (is the extender's status listener serving HTTPS? its server.statusTls settings)"
+        if not self.https and isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientResponseError)):
+            return " (if the extender serves HTTPS, server.statusTls, extender.statusUrl must be https://)"
+        return ""
 
     async def status(self) -> ExtenderView:
         return ExtenderView.from_status(await self._get("/status", None, STATUS_MAX_BYTES))

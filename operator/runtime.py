@@ -109,7 +109,7 @@ def start_runtime(
 ) -> Runtime:
     """Build the runtime (``lookup``/``pending`` read kopf's pod index) and start its tasks."""
     ext = settings.extender
-    client = ExtenderClient(ext.status_url, ext.timeout_s, token_file=ext.token_file)
+    client = ExtenderClient(ext.status_url, ext.timeout_s, token_file=ext.token_file, ca_file=ext.ca_file)
     sink = make_sink(settings, kube)
     rollout = Rollout(sink, client, ModelFetcher(kube), ext.rollout_timeout_s, ext.poll_interval_s)
     requeuer = Requeuer(settings.requeue, lookup, pending, kube.patch_pod_annotations, kube.post_event)

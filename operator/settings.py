@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from rlsched.extender.decision_ring import MAX_READ
 from rlsched.extender.settings import ConfigError, GpuConventions, PrometheusSettings, camel, merge, read_yaml
@@ -117,14 +118,20 @@ class ExtenderAccess:
     """The extender's read-only listener (``GET /status``, ``GET /decisions``)."""
 
     status_url: str = "http://127.0.0.1:8889"
-    """Base URL of the extender's status port."""
+    """Base URL of the extender's status port: ``https://`` when the extender serves it over TLS
+    (``server.statusTls``; the chart's default)."""
+    ca_file: str | None = None
+    """PEM CA bundle that verifies the extender's status certificate with an ``https://`` statusUrl;
+    unset: the system's trust store. Read again when the file changes (a rotated Secret). The
+    certificate must name statusUrl's host. Set only with an https statusUrl."""
     token_file: str | None = IN_CLUSTER_TOKEN
     """Bearer token sent to ``/status`` and ``/decisions`` (the extender checks it with a TokenReview
     and a SubjectAccessReview: the identity needs ``get`` on those non-resource URLs). Re-read whenever
     the file changes, so the kubelet's token rotation works. Default: the pod's ServiceAccount token;
     a file that does not exist means no token is sent (an extender with ``auth.mode: none``). The
     chart mounts a token made for the extender's audience (``extender.auth.audience``) and points
-    here: the API server refuses it, so one read off the plain-HTTP status port cannot be replayed."""
+    here: the API server refuses it, so one that leaks (a plain-HTTP status port, a log) cannot be
+    replayed there."""
     timeout_s: float = 5.0
     """Timeout of one request to the status port, seconds."""
     rollout_timeout_s: float = 120.0
@@ -371,6 +378,14 @@ def validate(s: OperatorSettings) -> OperatorSettings:
     e = s.extender
     if not (e.timeout_s > 0 and e.rollout_timeout_s > 0 and e.poll_interval_s > 0 and e.status_interval_s > 0):
         raise SettingsError("extender: timeoutS, rolloutTimeoutS, pollIntervalS and statusIntervalS must be positive")
+    scheme = urlsplit(e.status_url).scheme
+    if scheme not in ("http", "https"):
+        raise SettingsError(f"extender.statusUrl: {e.status_url[:200]!r} is not an http:// or https:// URL")
+    if e.ca_file and scheme != "https":
+        raise SettingsError(
+            f"extender.caFile: set, but extender.statusUrl {e.status_url[:200]!r} is plain HTTP: use https:// "
+            "(the extender's server.statusTls) or leave caFile unset"
+        )
     return s
 
 

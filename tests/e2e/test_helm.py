@@ -12,9 +12,11 @@ One release goes through its whole life, in file order:
    a pod of the release's scheduler gets GPU cards and is bound, kube-scheduler takes the chart's
    Lease, a SchedulingPolicy with the served model in a ConfigMap is rolled out (a thread plays the
    kubelet: it copies the policy ConfigMap into the folder the extender reads), the extender reports
-   that model's version and sha256, and the policy is deleted again — and no log says "forbidden";
+   that model's version and sha256 over its HTTPS status port (the chart's Secret; the operator
+   verifies it with the Secret's CA), and the policy is deleted again — and no log says "forbidden";
 4. ``helm upgrade`` changing a scheduler-config value rolls the scheduler pod (new ReplicaSet), not
-   the operator's, and keeps what the operator wrote into the policy ConfigMaps;
+   the operator's, and keeps what the operator wrote into the policy ConfigMaps, and the status
+   port's certificate (lookup);
 5. ``helm uninstall`` leaves nothing of the release in the namespace, in kube-system, or cluster-wide
    — except the CRDs, which Helm 3 never deletes (crds/ semantics; docs/install.md);
 6. every switch on (ServiceMonitor, PrometheusRule, dashboard, peering, no native sidecar, Lease
@@ -353,9 +355,18 @@ def stop(proc: subprocess.Popen | None) -> None:
             proc.wait(timeout=10)
 
 
-def http_ok(url: str) -> bool:
-    with urllib.request.urlopen(url, timeout=3) as resp:
+def http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
+    with urllib.request.urlopen(url, timeout=3, context=context) as resp:
         return resp.status == 200
+
+
+def status_tls_files(r: Release, folder: Path) -> Path:
+    """The status port's Secret (extender.statusTls) as the kubelet would mount it: tls.crt, tls.key, ca.crt."""
+    secret = r.get("secret", f"{FULLNAME}-status-tls", "-n", NS)
+    folder.mkdir()
+    for key, value in secret["data"].items():
+        (folder / key).write_bytes(base64.b64decode(value))
+    return folder
 
 
 def test_the_charts_rbac_runs_the_real_components(release: Release) -> None:
@@ -379,7 +390,11 @@ def test_the_charts_rbac_runs_the_real_components(release: Release) -> None:
     policy_dir = work / "policy"
     kubelet = Kubelet(r.cluster.kubeconfig, f"{FULLNAME}-policy", policy_dir)
     kubelet.start()
-    status = f"http://127.0.0.1:{r.ports['status']}"
+    # The status port serves HTTPS with the Secret the chart made (its certificate names 127.0.0.1);
+    # the settings file names the pod's mount, so the files are given here by flag.
+    tls = status_tls_files(r, work / "status-tls")
+    trusting = ssl.create_default_context(cafile=str(tls / "ca.crt"))
+    status = f"https://127.0.0.1:{r.ports['status']}"
     logs = {name: work / f"{name}.log" for name in ("extender", "kube-scheduler", "standby", "operator")}
     procs: dict[str, subprocess.Popen] = {}
     try:
@@ -397,12 +412,16 @@ def test_the_charts_rbac_runs_the_real_components(release: Release) -> None:
                 str(policy_dir / "policy.yaml"),
                 "--status-host",
                 "127.0.0.1",
+                "--status-tls-cert-file",
+                str(tls / "tls.crt"),
+                "--status-tls-key-file",
+                str(tls / "tls.key"),
                 "--log-format",
                 "text",
             ],
             logs["extender"],
         )
-        wait_for(lambda: http_ok(f"{status}/readyz"), 120, "the extender's /readyz")
+        wait_for(lambda: http_ok(f"{status}/readyz", trusting), 120, "the extender's /readyz")
         procs["kube-scheduler"] = start(
             [
                 str(TOOLS_BIN / "kube-scheduler"),
@@ -433,6 +452,8 @@ def test_the_charts_rbac_runs_the_real_components(release: Release) -> None:
                 str(op_kc),
                 "--extender-url",
                 status,
+                "--extender-ca-file",
+                str(tls / "ca.crt"),
                 "--mount-path",
                 str(policy_dir),
                 "--extender-token-file",
@@ -540,7 +561,7 @@ def test_the_charts_rbac_runs_the_real_components(release: Release) -> None:
                 f"{status}{path}", headers={"Authorization": f"Bearer {token}"} if token else {}
             )
             try:
-                with urllib.request.urlopen(request, timeout=5) as resp:
+                with urllib.request.urlopen(request, timeout=5, context=trusting) as resp:
                     return resp.status
             except urllib.error.HTTPError as exc:
                 return exc.code
@@ -556,9 +577,13 @@ def test_the_charts_rbac_runs_the_real_components(release: Release) -> None:
         assert get("/decisions", sched_token) == 403 and get("/decisions", op_token) == 200
         served = json.loads(
             urllib.request.urlopen(
-                urllib.request.Request(f"{status}/status", headers={"Authorization": f"Bearer {op_token}"}), timeout=3
+                urllib.request.Request(f"{status}/status", headers={"Authorization": f"Bearer {op_token}"}),
+                timeout=3,
+                context=trusting,
             ).read()
-        )["policy"]
+        )
+        assert served["statusTls"]["enabled"] and served["statusTls"]["reloadError"] is None, served["statusTls"]
+        served = served["policy"]
         assert (served["mode"], served["fallback"]) == ("shadow", "bestfit"), served
         version = json.loads(SERVED_MODEL.with_suffix(".json").read_text())["version"]
         assert served["model"]["loaded"] and served["model"]["version"] == version, served
@@ -656,6 +681,8 @@ def test_upgrade_changing_the_scheduler_config_rolls_the_scheduler_pod(release: 
             ),
         )
     before = {c: (template_hash(r, c), live_hashes(r, c)) for c in ("scheduler", "operator")}
+    # The status port's certificate is made once: the upgrade finds it (lookup) and keeps it.
+    tls_before = r.get("secret", f"{FULLNAME}-status-tls", "-n", NS)["data"]
     values = r.values()
     r.helm(
         "upgrade",
@@ -682,6 +709,7 @@ def test_upgrade_changing_the_scheduler_config_rolls_the_scheduler_pod(release: 
     assert (template_hash(r, "operator"), live_hashes(r, "operator")) == before["operator"]  # untouched
     conf = yaml.safe_load(r.get("configmap", f"{FULLNAME}-config", "-n", NS)["data"]["scheduler-config.yaml"])
     assert conf["extenders"][0]["weight"] == 500
+    assert r.get("secret", f"{FULLNAME}-status-tls", "-n", NS)["data"] == tls_before
     for name in (f"{FULLNAME}-policy", f"{FULLNAME}-policy-last-good"):
         cm = r.get("configmap", name, "-n", NS)
         assert cm["data"] == published["data"] and cm["binaryData"] == published["binaryData"], name
@@ -804,6 +832,28 @@ def test_plain_manifests_install_and_go_away(release: Release) -> None:
     namespace = "rlsched-system"
     if r.kubectl("get", "namespace", namespace, check=False).returncode == 0:
         pytest.skip(f"namespace {namespace} exists already in this cluster")
+    # As docs/install.md says: the namespace, then the status port's Secret the manifests mount (its
+    # certificate here from hack/stacklib's openssl helper; the docs' own commands run in
+    # tests/unit/test_chart_status_tls.py), then everything.
+    sys.path.insert(0, str(REPO_ROOT / "hack"))
+    try:
+        from stacklib.pki import tls_pki
+    finally:
+        sys.path.pop(0)
+    pki = tls_pki(r.tmp / "manifests-pki")
+    r.kubectl("apply", "--server-side", "-f", str(files[0]))
+    r.kubectl(
+        "-n",
+        namespace,
+        "create",
+        "secret",
+        "generic",
+        "rl-scheduler-status-tls",
+        "--type=kubernetes.io/tls",
+        f"--from-file=tls.crt={pki['server_cert']}",
+        f"--from-file=tls.key={pki['server_key']}",
+        f"--from-file=ca.crt={pki['ca']}",
+    )
     done = r.kubectl(
         "apply", "--server-side", "--force-conflicts", *[a for f in files for a in ("-f", str(f))], check=False
     )

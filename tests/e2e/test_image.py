@@ -12,10 +12,12 @@ Skipped, saying why, when podman or runc is missing (hack/install-system-deps.sh
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import time
 import urllib.request
@@ -147,8 +149,9 @@ def free_port() -> int:
 
 
 def test_extender_container_turns_ready_against_the_control_plane(image, cluster: Cluster, tmp_path: Path) -> None:
-    """Read-only root filesystem, tmpfs /tmp (NUMBA_CACHE_DIR), the chart's settings file and policy
-    ConfigMap layout, host networking to reach the local API server."""
+    """Read-only root filesystem, tmpfs /tmp (NUMBA_CACHE_DIR), the chart's settings file, policy
+    ConfigMap layout and status port certificate (HTTPS, verified with the chart's CA), host
+    networking to reach the local API server."""
     helm = TOOLS_BIN / "helm"
     if not helm.exists():
         pytest.skip(f"helm missing in {TOOLS_BIN} (the chart renders the extender's settings): hack/build-tools.sh")
@@ -165,20 +168,28 @@ def test_extender_container_turns_ready_against_the_control_plane(image, cluster
             f"extender.statusPort={status_port}",
             "--show-only",
             "templates/scheduler/configmap.yaml",
+            "--show-only",
+            "templates/scheduler/status-tls-secret.yaml",
         ],
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     ).stdout
-    config_dir, policy_dir = tmp_path / "config", tmp_path / "policy"
+    config_dir, policy_dir, tls_dir = tmp_path / "config", tmp_path / "policy", tmp_path / "status-tls"
     config_dir.mkdir()
     policy_dir.mkdir()
-    (config_dir / "extender.yaml").write_text(yaml.safe_load(rendered)["data"]["extender.yaml"])
+    tls_dir.mkdir()
+    docs = {d["kind"]: d for d in yaml.safe_load_all(rendered) if d}
+    (config_dir / "extender.yaml").write_text(docs["ConfigMap"]["data"]["extender.yaml"])
+    for key, value in docs["Secret"]["data"].items():  # the status port's certificate, as the pod mounts it
+        (tls_dir / key).write_bytes(base64.b64decode(value))
+        (tls_dir / key).chmod(0o644)
+    trusting = ssl.create_default_context(cafile=str(tls_dir / "ca.crt"))
     (policy_dir / "policy.yaml").write_text("{}")
     kubeconfig = tmp_path / "kubeconfig"  # self-contained (the state folder's key files are root-only)
     kubeconfig.write_text(cluster.kubectl("config", "view", "--raw", "--flatten").stdout)
-    for path in (config_dir, policy_dir, tmp_path):
+    for path in (config_dir, policy_dir, tls_dir, tmp_path):
         path.chmod(0o755)
     for path in (config_dir / "extender.yaml", policy_dir / "policy.yaml", kubeconfig):
         path.chmod(0o644)
@@ -202,6 +213,8 @@ def test_extender_container_turns_ready_against_the_control_plane(image, cluster
         "-v",
         f"{policy_dir}:/etc/rlsched/policy:ro",
         "-v",
+        f"{tls_dir}:/etc/rlsched/status-tls:ro",
+        "-v",
         f"{kubeconfig}:/etc/rlsched/kubeconfig:ro",
         IMAGE,
         "extender",
@@ -214,7 +227,9 @@ def test_extender_container_turns_ready_against_the_control_plane(image, cluster
         deadline, ready = time.monotonic() + 180, False
         while time.monotonic() < deadline and not ready:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{status_port}/readyz", timeout=3) as resp:
+                with urllib.request.urlopen(
+                    f"https://127.0.0.1:{status_port}/readyz", timeout=3, context=trusting
+                ) as resp:
                     ready = resp.status == 200
             except OSError:
                 state = podman("inspect", "--format", "{{.State.Running}}", name, env=image, check=False).stdout.strip()
@@ -239,9 +254,9 @@ def test_extender_container_turns_ready_against_the_control_plane(image, cluster
             cluster.kubectl(*args, check=False)  # already there from an earlier run: fine
         token = cluster.kubectl("create", "token", "rlsched-image-e2e", "-n", "default").stdout.strip()
         request = urllib.request.Request(
-            f"http://127.0.0.1:{status_port}/status", headers={"Authorization": f"Bearer {token}"}
+            f"https://127.0.0.1:{status_port}/status", headers={"Authorization": f"Bearer {token}"}
         )
-        with urllib.request.urlopen(request, timeout=3) as resp:
+        with urllib.request.urlopen(request, timeout=3, context=trusting) as resp:
             status = json.loads(resp.read())
         assert status["policy"]["mode"] == "active" and status["cache"]["nodes"] >= 1
         model = status["policy"]["model"]  # the image's own model, loaded from its read-only root

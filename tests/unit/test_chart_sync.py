@@ -246,7 +246,13 @@ def test_operator_settings_load_and_point_at_the_extender_and_the_policy_configm
     s = load_settings(path, {})
     service = find(objs, "Service")
     port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "http-status")
-    assert s.extender.status_url == f"http://{service['metadata']['name']}.sched.svc:{port}"
+    assert s.extender.status_url == f"https://{service['metadata']['name']}.sched.svc:{port}"
+    op = pod_spec(objs, "operator")
+    ca_dir = {m["name"]: m["mountPath"] for m in op["containers"][0]["volumeMounts"]}["extender-ca"]
+    assert s.extender.ca_file == f"{ca_dir}/ca.crt"
+    (ca_volume,) = [v for v in op["volumes"] if v["name"] == "extender-ca"]
+    assert ca_volume["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]  # not the private key
+    assert ca_volume["secret"]["secretName"] == find(objs, "Secret", "-status-tls")["metadata"]["name"]
     sched = pod_spec(objs, "scheduler")
     policy_volume = next(v for v in sched["volumes"] if v["name"] == "policy")
     assert (s.sink.kind, s.sink.namespace, s.sink.configmap) == (
@@ -260,7 +266,6 @@ def test_operator_settings_load_and_point_at_the_extender_and_the_policy_configm
     cms = {o["metadata"]["name"] for o in objs if o["kind"] == "ConfigMap"}
     assert {s.sink.configmap, f"{s.sink.configmap}-last-good"} <= cms  # uninstall removes both slots
     assert find(objs, "ConfigMap", "-policy")["data"] == {"policy.yaml": "{}"}
-    op = pod_spec(objs, "operator")
     mounts = {m["name"]: m["mountPath"] for m in op["containers"][0]["volumeMounts"]}
     assert s.decision_log.path == mounts["decisions"]
     health = op["containers"][0]["ports"][0]["containerPort"]

@@ -1,6 +1,7 @@
 """The operator reads the extender's status port with a token the API server refuses.
 
-The status port speaks plain HTTP: a token read off the pod network could be replayed. The chart
+Whoever receives a token can replay it: a compromised extender, or anyone on the pod network when the
+status port speaks plain HTTP (``extender.statusTls.enabled: false``). The chart
 mounts into the operator pod a projected ServiceAccount token made for ``extender.auth.audience``
 (rotated by the kubelet), points the operator's ``extender.tokenFile`` at it and lists the audience in
 the extender's ``auth.audiences``; the extender still accepts the API server's own audience

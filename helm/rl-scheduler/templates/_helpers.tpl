@@ -133,6 +133,41 @@ decimals YAML dropped (1.10 read as 1.1) are lost before the chart sees them, he
 {{- include "rl-scheduler.fullname" . -}}
 {{- end -}}
 
+{{/*
+The status port's TLS (extender.statusTls): the Secret (yours, or the one the chart makes:
+scheduler/status-tls-secret.yaml), where the extender mounts it, where the operator mounts its
+ca.crt, and the scheme of URLs to the port.
+*/}}
+{{- define "rl-scheduler.statusTlsSecretName" -}}
+{{- default (include "rl-scheduler.componentName" (list . "status-tls")) .Values.extender.statusTls.secretName -}}
+{{- end -}}
+
+{{- define "rl-scheduler.statusTlsDir" -}}
+/etc/rlsched/status-tls
+{{- end -}}
+
+{{- define "rl-scheduler.operator.extenderCaDir" -}}
+/etc/rlsched/extender-ca
+{{- end -}}
+
+{{- define "rl-scheduler.statusScheme" -}}
+{{- if .Values.extender.statusTls.enabled -}}https{{- else -}}http{{- end -}}
+{{- end -}}
+
+{{/*
+A probe of the status port: with statusTls on, its httpGet gets `scheme: HTTPS` unless it names one
+(the kubelet does not verify the certificate). Call with (list . probe).
+*/}}
+{{- define "rl-scheduler.statusProbe" -}}
+{{- $probe := deepCopy (index . 1) -}}
+{{- if and (index . 0).Values.extender.statusTls.enabled $probe.httpGet -}}
+{{- if not (hasKey $probe.httpGet "scheme") -}}
+{{- $_ := set $probe.httpGet "scheme" "HTTPS" -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $probe -}}
+{{- end -}}
+
 {{/* Leader-election Lease of our kube-scheduler: unique name and namespace, named by the RBAC Role. */}}
 {{- define "rl-scheduler.leaseName" -}}
 {{- default .Values.schedulerName .Values.scheduler.config.leaseName -}}
@@ -202,6 +237,10 @@ The extender's settings file (extender/settings.py keys). extender.config is dee
 {{- if $v.prometheusUrl -}}
 {{- $_ := set $cfg "prometheus" (dict "url" $v.prometheusUrl) -}}
 {{- end -}}
+{{- if $v.statusTls.enabled -}}
+{{- $dir := include "rl-scheduler.statusTlsDir" . -}}
+{{- $_ := set $cfg.server "statusTls" (dict "certFile" (printf "%s/tls.crt" $dir) "keyFile" (printf "%s/tls.key" $dir)) -}}
+{{- end -}}
 {{- $cfg = mustMergeOverwrite $cfg (deepCopy $v.config) -}}
 {{- if not (has $cfg.server.host (list "127.0.0.1" "localhost" "::1")) -}}
 {{- fail (printf "extender.config.server.host=%v: the extender's verbs have no caller authentication and must stay on loopback (kube-scheduler calls them from the same pod)" $cfg.server.host) -}}
@@ -224,8 +263,9 @@ The extender's settings file (extender/settings.py keys). extender.config is dee
 {{/*
 Keys of extender.config the rest of the chart depends on: the scheduler's urlPrefix, the container
 port, the Service, the NetworkPolicy and the probes follow the first-class values, so setting these
-in extender.config would silently disagree with them. server.tls has no first-class value: the
-scheduler configuration calls the loopback verbs over plain HTTP. Fail, naming the value to use.
+in extender.config would silently disagree with them (server.statusTls: the mounted Secret, the probes'
+scheme, the operator's URL and CA). server.tls has no first-class value: the scheduler configuration
+calls the loopback verbs over plain HTTP. Fail, naming the value to use.
 */}}
 {{- define "rl-scheduler.checkExtenderConfig" -}}
 {{- $c := .Values.extender.config | default dict -}}
@@ -236,6 +276,7 @@ scheduler configuration calls the loopback verbs over plain HTTP. Fail, naming t
   (list (hasKey $server "statusPort") "server.statusPort" "set extender.statusPort instead (the container port, the Service, the NetworkPolicy and the probes follow it)")
   (list (hasKey $server "statusHost") "server.statusHost" "set listenAddress instead (the chart listens there so that the Service and the kubelet's probes reach the status port)")
   (list (hasKey $server "tls") "server.tls" "the chart's kube-scheduler calls the verbs over plain HTTP on loopback (enableHTTPS false, an http:// urlPrefix), so a TLS listener would fail every pod of the profile; the verbs never leave the pod, where mutual TLS adds nothing: remove it")
+  (list (hasKey $server "statusTls") "server.statusTls" "set extender.statusTls instead (the chart mounts its Secret, and the probes, the operator and the ServiceMonitor follow it)")
   (list (hasKey $kube "schedulerName") "kubernetes.schedulerName" "set schedulerName instead (the scheduler profile and the operator follow it)")
   (list (hasKey $c "policyFile") "policyFile" "set extender.policyMountPath instead (the policy ConfigMap is mounted there and the operator writes to it)")
 -}}
@@ -319,13 +360,16 @@ The operator's settings file (operator/settings.py keys). operator.config is dee
   "scope" (dict "namespaces" $o.watchNamespaces "schedulerName" .Values.schedulerName)
   "policy" (dict "namespace" .Release.Namespace "name" $o.policyName)
   "sink" (dict "kind" "configmap" "namespace" .Release.Namespace "configmap" (include "rl-scheduler.policyConfigMapName" .) "mountPath" .Values.extender.policyMountPath)
-  "extender" (dict "statusUrl" (printf "http://%s.%s.svc:%d" (include "rl-scheduler.serviceName" .) .Release.Namespace (int .Values.extender.statusPort)) "rolloutTimeoutS" $o.rolloutTimeoutS)
+  "extender" (dict "statusUrl" (printf "%s://%s.%s.svc:%d" (include "rl-scheduler.statusScheme" .) (include "rl-scheduler.serviceName" .) .Release.Namespace (int .Values.extender.statusPort)) "rolloutTimeoutS" $o.rolloutTimeoutS)
   "livenessEndpoint" (printf "http://%s:%d/healthz" (include "rl-scheduler.listenHost" .) (int $o.healthPort))
   "logLevel" $o.logLevel
   "rebalancer" (dict "enabled" $o.rebalancer.enabled "tickS" $o.rebalancer.tickS)
 -}}
 {{- if $o.peering.enabled -}}
 {{- $_ := set $cfg.scope "peering" (include "rl-scheduler.peeringName" .) -}}
+{{- end -}}
+{{- if .Values.extender.statusTls.enabled -}}
+{{- $_ := set $cfg.extender "caFile" (printf "%s/ca.crt" (include "rl-scheduler.operator.extenderCaDir" .)) -}}
 {{- end -}}
 {{- if .Values.extender.auth.audience -}}
 {{- $_ := set $cfg.extender "tokenFile" (printf "%s/%s" (include "rl-scheduler.operator.extenderTokenDir" .) (include "rl-scheduler.operator.extenderTokenName" .)) -}}

@@ -31,15 +31,15 @@ ports:
     protocol: TCP
 {{- with .Values.extender.startupProbe }}
 startupProbe:
-  {{- toYaml . | nindent 2 }}
+  {{- include "rl-scheduler.statusProbe" (list $ .) | nindent 2 }}
 {{- end }}
 {{- with .Values.extender.livenessProbe }}
 livenessProbe:
-  {{- toYaml . | nindent 2 }}
+  {{- include "rl-scheduler.statusProbe" (list $ .) | nindent 2 }}
 {{- end }}
 {{- with .Values.extender.readinessProbe }}
 readinessProbe:
-  {{- toYaml . | nindent 2 }}
+  {{- include "rl-scheduler.statusProbe" (list $ .) | nindent 2 }}
 {{- end }}
 {{- with .Values.extender.resources }}
 resources:
@@ -58,4 +58,10 @@ volumeMounts:
     readOnly: true
   - name: scratch
     mountPath: /tmp
+  {{- if .Values.extender.statusTls.enabled }}
+  # The status port's certificate and key (server.statusTls); re-read when the kubelet updates them.
+  - name: status-tls
+    mountPath: {{ include "rl-scheduler.statusTlsDir" . }}
+    readOnly: true
+  {{- end }}
 {{- end -}}

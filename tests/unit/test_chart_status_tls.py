@@ -1,0 +1,254 @@
+"""HTTPS on the extender's status port in the chart (``extender.statusTls``) and in manifests/.
+
+- Defaults: the chart makes a Secret (tls.crt, tls.key, ca.crt) whose certificate verifies with its
+  CA for every name a caller uses — the Service's four DNS names, localhost and 127.0.0.1 — under
+  OpenSSL's strict X.509 checks, and loads into the extender; the extender mounts it and its settings
+  point there; the probes use HTTPS; the ServiceMonitor verifies with the CA for the Service's name.
+  (The operator's https URL and CA mount: test_chart_sync.py.) ``helm template`` cannot look up, so
+  the reuse of an existing Secret on upgrade is left to tests/e2e/test_helm.py.
+- ``secretName``: no Secret of the chart's, the user's one mounted everywhere instead.
+- ``enabled: false``: plain HTTP everywhere, no Secret, no mounts.
+- ``extender.config.server.statusTls`` is refused, naming the value to use.
+- NOTES.txt's curl trusts the Secret's CA and asks https://localhost.
+- manifests/ name the Secret hack/sync-chart.py sets and carry no key; docs/install.md's openssl and
+  kubectl commands make that Secret (run here, kubectl offline) with a certificate that verifies.
+"""
+
+from __future__ import annotations
+
+import base64
+import shlex
+import ssl
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from test_chart_images_and_notes import KUBECTL, rendered_notes, status_section
+from test_chart_install_docs import INSTALL, shell_blocks
+from test_chart_sync import ALL_ON, REPO, containers, find, needs_helm, pod_spec, render, sync, watching
+
+from rlsched.extender.settings import StatusTlsSettings
+from rlsched.extender.settings import load_settings as load_extender
+from rlsched.extender.status_tls import load_pair, new_context, not_after
+
+SERVICE_NAMES = (
+    "rl-scheduler",
+    "rl-scheduler.rlsched-system",
+    "rl-scheduler.rlsched-system.svc",
+    "rl-scheduler.rlsched-system.svc.cluster.local",
+    "localhost",
+    "127.0.0.1",
+)
+"""Every name the status port is reached by (release rl-scheduler in rlsched-system)."""
+
+
+def handshake(server: ssl.SSLContext, ca: Path, name: str) -> None:
+    """A TLS handshake in memory, the client trusting ``ca`` for ``name`` under the strict X.509
+    checks newer Pythons turn on by default; raises ssl.SSLError when it does not verify."""
+    client = ssl.create_default_context(cafile=str(ca))
+    client.verify_flags |= getattr(ssl, "VERIFY_X509_STRICT", 0)
+    s_in, s_out, c_in, c_out = (ssl.MemoryBIO() for _ in range(4))
+    srv = server.wrap_bio(s_in, s_out, server_side=True)
+    cli = client.wrap_bio(c_in, c_out, server_hostname=name)
+    for _ in range(10):
+        done = 0
+        for end in (cli, srv):
+            try:
+                end.do_handshake()
+                done += 1
+            except ssl.SSLWantReadError:
+                pass
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+        if done == 2:
+            return
+    raise AssertionError("the handshake did not finish")
+
+
+def served_by(folder: Path, ca: Path) -> None:
+    """The pair in ``folder`` loads as the extender loads it, and verifies with ``ca`` for every name;
+    a CA of another install does not verify it."""
+    server = new_context()
+    load_pair(server, StatusTlsSettings(str(folder / "tls.crt"), str(folder / "tls.key")))
+    for name in SERVICE_NAMES:
+        handshake(server, ca, name)
+    with pytest.raises(ssl.SSLCertVerificationError):
+        handshake(server, ca, "rl-scheduler.other-namespace.svc")
+
+
+def write_secret(secret: dict, folder: Path) -> Path:
+    folder.mkdir()
+    for key, value in secret["data"].items():
+        (folder / key).write_bytes(base64.b64decode(value))
+    return folder
+
+
+def extender_settings(objs: list[dict], tmp_path: Path):
+    path = tmp_path / "extender.yaml"
+    path.write_text(find(objs, "ConfigMap", "-config")["data"]["extender.yaml"])
+    return load_extender(path)
+
+
+def mounted(objs: list[dict]) -> tuple[dict, str | None]:
+    """(the extender container, the Secret its status-tls volume names, or None)."""
+    spec = pod_spec(objs, "scheduler")
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    secret = volumes.get("status-tls", {}).get("secret", {}).get("secretName")
+    return containers(spec)["extender"], secret
+
+
+@needs_helm
+@pytest.mark.parametrize("values", [None, ALL_ON], ids=["defaults", "all-on"])
+def test_the_chart_makes_a_certificate_the_extender_serves_and_callers_verify(tmp_path, values) -> None:
+    objs = render(tmp_path, watching(values, "rlsched-system"))
+    secret = find(objs, "Secret", "-status-tls")
+    assert secret["type"] == "kubernetes.io/tls" and set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"}
+    files = write_secret(secret, tmp_path / "secret")
+    served_by(files, files / "ca.crt")
+    assert b"PRIVATE KEY" not in (files / "ca.crt").read_bytes()  # the CA's key is not kept
+    expires = not_after(str(files / "tls.crt"))
+    assert expires is None or expires - time.time() > 3649 * 86400  # 3650 days (values.yaml)
+    # the extender mounts it and its settings point into the mount
+    ext, name = mounted(objs)
+    assert name == secret["metadata"]["name"]
+    (mount,) = [m for m in ext["volumeMounts"] if m["name"] == "status-tls"]
+    assert mount["readOnly"] and "subPath" not in mount  # the kubelet's updates must reach the extender
+    tls = extender_settings(objs, tmp_path).server.status_tls
+    assert (tls.cert_file, tls.key_file) == (f"{mount['mountPath']}/tls.crt", f"{mount['mountPath']}/tls.key")
+    # the kubelet's probes speak HTTPS (they do not verify)
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert ext[probe]["httpGet"]["scheme"] == "HTTPS", probe
+    if values is ALL_ON:  # the ServiceMonitor verifies with the CA, for the Service's name
+        endpoint = find(objs, "ServiceMonitor")["spec"]["endpoints"][0]
+        assert endpoint["scheme"] == "https"
+        assert endpoint["tlsConfig"] == {
+            "ca": {"secret": {"name": secret["metadata"]["name"], "key": "ca.crt"}},
+            "serverName": f"{find(objs, 'Service')['metadata']['name']}.rlsched-system.svc",
+        }
+
+
+@needs_helm
+def test_a_secret_of_ones_own_is_mounted_instead(tmp_path) -> None:
+    values = {
+        "extender": {"statusTls": {"secretName": "from-cert-manager"}},
+        "metrics": {"serviceMonitor": {"enabled": True}},
+        "networkPolicy": {"metricsFrom": [{"namespaceSelector": {}}]},
+    }
+    objs = render(tmp_path, values)
+    assert not [o for o in objs if o["kind"] == "Secret"]
+    _, name = mounted(objs)
+    op_volumes = {v["name"]: v for v in pod_spec(objs, "operator")["volumes"]}
+    assert name == op_volumes["extender-ca"]["secret"]["secretName"] == "from-cert-manager"
+    tls_config = find(objs, "ServiceMonitor")["spec"]["endpoints"][0]["tlsConfig"]
+    assert tls_config["ca"]["secret"]["name"] == "from-cert-manager"
+
+
+@needs_helm
+def test_disabled_is_plain_http_everywhere(tmp_path) -> None:
+    from rlsched.operator.settings import load_settings as load_operator
+
+    values = {
+        "extender": {"statusTls": {"enabled": False}},
+        "metrics": {"serviceMonitor": {"enabled": True}},
+        "networkPolicy": {"metricsFrom": [{"namespaceSelector": {}}]},
+    }
+    objs = render(tmp_path, values)
+    assert not [o for o in objs if o["kind"] == "Secret"]
+    ext, name = mounted(objs)
+    assert name is None and "status-tls" not in str(ext["volumeMounts"])
+    assert all("scheme" not in ext[p]["httpGet"] for p in ("startupProbe", "livenessProbe", "readinessProbe"))
+    assert extender_settings(objs, tmp_path).server.status_tls == StatusTlsSettings()
+    op_path = tmp_path / "operator.yaml"
+    op_path.write_text(find(objs, "ConfigMap", "-operator")["data"]["operator.yaml"])
+    op = load_operator(op_path, {}).extender
+    assert op.status_url.startswith("http://") and op.ca_file is None
+    assert "extender-ca" not in str(pod_spec(objs, "operator")["volumes"])
+    endpoint = find(objs, "ServiceMonitor")["spec"]["endpoints"][0]
+    assert endpoint["scheme"] == "http" and "tlsConfig" not in endpoint
+
+
+@needs_helm
+def test_a_probe_that_names_its_scheme_keeps_it(tmp_path) -> None:
+    probe = {"httpGet": {"path": "/healthz", "port": "http-status", "scheme": "HTTP"}, "periodSeconds": 10}
+    ext, _ = mounted(render(tmp_path, {"extender": {"livenessProbe": probe}}))
+    assert ext["livenessProbe"]["httpGet"]["scheme"] == "HTTP" and ext["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+
+
+@needs_helm
+def test_status_tls_in_extender_config_is_refused(tmp_path) -> None:
+    f = tmp_path / "values.yaml"
+    f.write_text(yaml.safe_dump({"extender": {"config": {"server": {"statusTls": {"certFile": "/x"}}}}}))
+    done = subprocess.run(
+        [sync.helm_binary(), "template", "x", str(sync.CHART), "--values", str(f)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and "extender.config.server.statusTls: set extender.statusTls instead" in done.stderr
+
+
+@needs_helm
+def test_notes_curl_trusts_the_secrets_ca(tmp_path) -> None:
+    (tmp_path / "on").mkdir()
+    (tmp_path / "off").mkdir()
+    lines = [ln.strip() for ln in status_section(rendered_notes(tmp_path / "on")).splitlines()]
+    (save,) = [ln for ln in lines if " get secret " in ln]
+    assert save == (
+        "kubectl -n rlsched-system get secret rl-scheduler-status-tls -o jsonpath='{.data.ca\\.crt}' "
+        "| base64 -d > status-ca.crt"
+    )
+    (curl,) = [shlex.split(ln) for ln in lines if ln.startswith("curl ")]
+    assert curl[:4] == ["curl", "-s", "--cacert", "status-ca.crt"] and curl[-1] == "https://localhost:8889/status"
+    off = status_section(rendered_notes(tmp_path / "off", "extender: {statusTls: {enabled: false}}\n"))
+    assert "get secret" not in off and "http://localhost:8889/status" in off and "--cacert" not in off
+
+
+# -- manifests/ and the Secret they need ------------------------------------------------------------------
+
+
+def test_manifests_name_the_secret_and_carry_no_key() -> None:
+    texts = {p.name: p.read_text() for p in (REPO / "manifests").glob("*.yaml")}
+    assert not [n for n, t in texts.items() if "PRIVATE KEY" in t or "\nkind: Secret\n" in t]
+    docs = [d for t in texts.values() for d in yaml.safe_load_all(t) if d]
+    scheduler = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-scheduler"))
+    volumes = {v["name"]: v for v in scheduler["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["status-tls"]["secret"]["secretName"] == sync.STATUS_TLS_SECRET
+
+
+def secret_commands() -> list[str]:
+    """docs/install.md's block that makes the status port's Secret for manifests/."""
+    (block,) = [b for b in shell_blocks(INSTALL) if f"create secret generic {sync.STATUS_TLS_SECRET}" in b]
+    return [ln.split("   #")[0].strip() for ln in block.splitlines() if ln.strip()]
+
+
+@pytest.mark.skipif(not KUBECTL.exists(), reason="kubectl missing: run hack/build-tools.sh (.tools/bin/kubectl)")
+def test_the_install_docs_make_the_secret_manifests_need(tmp_path) -> None:
+    import shutil
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl missing")
+    lines = secret_commands()
+    shell = [ln for ln in lines if not ln.startswith("kubectl ")]
+    done = subprocess.run(["bash", "-euc", "\n".join(shell)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    (create,) = [shlex.split(ln) for ln in lines if ln.startswith("kubectl ") and " create secret " in ln]
+    done = subprocess.run(  # as printed, offline
+        [str(KUBECTL), *create[1:], "--dry-run=client", "-o", "yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "KUBECONFIG": "/dev/null", "HOME": str(tmp_path)},
+    )
+    assert done.returncode == 0, done.stderr
+    secret = yaml.safe_load(done.stdout)
+    assert (secret["metadata"]["namespace"], secret["metadata"]["name"]) == ("rlsched-system", sync.STATUS_TLS_SECRET)
+    assert secret["type"] == "kubernetes.io/tls" and set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"}
+    files = write_secret(secret, tmp_path / "secret")
+    served_by(files, files / "ca.crt")
+    applies = [ln for ln in lines if ln.startswith("kubectl apply")]
+    assert applies[0].endswith("manifests/00-namespace.yaml") and lines.index(applies[0]) < lines.index(
+        next(ln for ln in lines if " create secret " in ln)
+    )  # the namespace first: the Secret lives in it

@@ -51,7 +51,7 @@ from .policy import PolicyEngine, load_model
 from .prometheus import LoadPoller
 from .rejections import Rejections, describe, identity
 from .settings import ConfigError, ExtenderSettings, ServerSettings, TlsSettings, check_complete
-from .status_tls import StatusTls
+from .status_tls import StatusTls, no_passphrase
 from .verbs import Extender
 
 log = logging.getLogger("rlsched.extender")
@@ -316,7 +316,9 @@ def verb_ssl_context(tls: TlsSettings) -> ssl.SSLContext | None:
             f"server.tls.clientCaFile {tls.client_ca_file}: {getattr(exc, 'strerror', None) or exc}"
         ) from None
     try:
-        ctx.load_cert_chain(tls.cert_file, tls.key_file)
+        ctx.load_cert_chain(
+            tls.cert_file, tls.key_file, password=no_passphrase("server.tls.keyFile", tls.key_file or "")
+        )
     except (OSError, ssl.SSLError) as exc:
         raise ConfigError(
             f"server.tls.certFile {tls.cert_file} / keyFile {tls.key_file}: {getattr(exc, 'strerror', None) or exc}"

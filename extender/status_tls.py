@@ -7,14 +7,18 @@ as before.
 
 Certificates are rotated under a running process: the kubelet swaps a Secret volume's symlink,
 cert-manager renews before expiry. :class:`StatusTls` compares ``os.stat`` of the two files (their
-resolved paths) every :data:`RELOAD_CHECK_S` seconds and, when either changed, loads the pair into the
-same :class:`ssl.SSLContext`: new handshakes get the new certificate, open connections keep theirs.
+resolved paths) every :data:`RELOAD_CHECK_S` seconds and, when either changed, loads the pair into a
+new :class:`ssl.SSLContext`. The context the listener was started with is never loaded into again:
+its ``sni_callback`` (which OpenSSL calls in every handshake, with or without a server name) hands
+each new connection the newest context that loaded, so new handshakes get the new certificate and
+open connections keep theirs. Loading into the live context instead would go wrong twice over:
+``load_cert_chain`` keeps one certificate per key type, so a rotation from RSA to ECDSA (or back)
+would leave the old certificate served to clients that prefer its type; and it installs the
+certificate before it reads the key, so a pair that fails halfway leaves a context without a key,
+failing every handshake.
 
-A pair that does not load (a rotation half written, a key that does not match) leaves the previous
-one serving. That needs care: ``load_cert_chain`` on a live context installs the certificate before
-it reads the key, and OpenSSL drops the old key when the new certificate does not match it, so a
-failed load leaves a context that fails every handshake. Each pair is therefore first loaded into a
-throwaway context, and only a pair that loads there is loaded into the live one. Failures are counted
+A pair that does not load (a rotation half written, a key that does not match, an encrypted key)
+leaves the previous one serving. Failures are counted
 (``rlsched_extender_status_tls_reloads_total{result="error"}``), logged once per distinct failure,
 and tried again when the files change again.
 """
@@ -71,10 +75,24 @@ def new_context() -> ssl.SSLContext:
     return ctx
 
 
-def load_pair(ctx: ssl.SSLContext, tls: StatusTlsSettings) -> None:
-    """Load ``certFile``/``keyFile`` into ``ctx``; ConfigError names the file at fault.
+def no_passphrase(setting: str, key_file: str) -> Callable[[], str]:
+    """``load_cert_chain``'s ``password=`` for ``setting`` (e.g. ``server.statusTls.keyFile``): called by
+    OpenSSL only for an encrypted key, it refuses it. Without it OpenSSL would ask for the passphrase
+    on the terminal (blocking the process; without one, the load fails with a bare "Invalid
+    argument")."""
 
-    Call it on a throwaway context before a live one (module docstring: a failed load breaks it)."""
+    def refuse() -> str:
+        raise ConfigError(
+            f"{setting} {key_file}: encrypted private keys are not supported: store the key unencrypted "
+            "(as a kubernetes.io/tls Secret and cert-manager hold it; the Secret protects it)"
+        )
+
+    return refuse
+
+
+def load_context(tls: StatusTlsSettings) -> ssl.SSLContext:
+    """A new server context (:func:`new_context`) serving ``certFile``/``keyFile``; ConfigError names
+    the file at fault."""
     cert, key = tls.cert_file or "", tls.key_file or ""
     _readable("certFile", cert)
     _readable("keyFile", key)
@@ -84,13 +102,15 @@ def load_pair(ctx: ssl.SSLContext, tls: StatusTlsSettings) -> None:
         raise ConfigError(
             f"server.statusTls.certFile {cert}: not a PEM certificate: {getattr(exc, 'strerror', None) or exc}"
         ) from None
+    ctx = new_context()
     try:
-        ctx.load_cert_chain(cert, key)
+        ctx.load_cert_chain(cert, key, password=no_passphrase("server.statusTls.keyFile", key))
     except (OSError, ssl.SSLError) as exc:
         raise ConfigError(
             f"server.statusTls.keyFile {key}: not a PEM private key of certFile {cert}: "
             f"{getattr(exc, 'strerror', None) or exc}"
         ) from None
+    return ctx
 
 
 def not_after(cert_file: str) -> float | None:
@@ -110,8 +130,10 @@ def not_after(cert_file: str) -> float | None:
 class StatusTls:
     """The status listener's SSLContext and the reloads of its certificate.
 
-    ``count(result)`` counts each reload attempt (``ok`` or ``error``); ``clock`` gives wall-clock
-    seconds for ``/status``. The constructor loads the pair (ConfigError names the file at fault)."""
+    ``context`` is the listener's (never loaded into after start-up), ``current`` the context of the
+    pair that serves new connections. ``count(result)`` counts each reload attempt (``ok`` or
+    ``error``); ``clock`` gives wall-clock seconds for ``/status``. The constructor loads the pair
+    (ConfigError names the file at fault)."""
 
     def __init__(
         self,
@@ -120,15 +142,20 @@ class StatusTls:
         clock: Callable[[], float] = time.time,
     ):
         self.settings, self.count, self.clock = settings, count, clock
-        self.context = new_context()
         # stamped before the load: a change while it reads is seen at the next check
         self._seen: tuple[_Stamp, _Stamp] | None = self._stamps()
-        load_pair(self.context, settings)
+        self.current = load_context(settings)
+        self.context = self.current
+        self.context.sni_callback = self._select
         self.loaded_at = clock()
         self.not_after = not_after(settings.cert_file or "")
         self.error: str | None = None
         """The last reload's failure (cleared by a reload that works)."""
         self.error_at: float | None = None
+
+    def _select(self, ssl_object: ssl.SSLObject, server_name: str | None, listener: ssl.SSLContext) -> None:
+        """The listener context's ``sni_callback``: this handshake uses the newest pair that loaded."""
+        ssl_object.context = self.current
 
     def _stamps(self) -> tuple[_Stamp, _Stamp]:
         return _stamp(self.settings.cert_file or ""), _stamp(self.settings.key_file or "")
@@ -141,14 +168,8 @@ class StatusTls:
             return False
         self._seen = stamps
         try:
-            load_pair(new_context(), self.settings)  # a pair that fails must not touch the live context
+            self.current = load_context(self.settings)  # a new context: the one serving is never touched
         except ConfigError as exc:
-            self._failed(str(exc))
-            return False
-        try:
-            load_pair(self.context, self.settings)
-        except ConfigError as exc:  # the files changed between the two loads: the live context may have
-            self._seen = None  # lost its key, so load again at the next check, changed files or not
             self._failed(str(exc))
             return False
         self.loaded_at, self.not_after = self.clock(), not_after(self.settings.cert_file or "")

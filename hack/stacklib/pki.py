@@ -6,12 +6,16 @@ import subprocess
 from pathlib import Path
 
 
-def tls_pki(folder: Path, name: str = "rlsched-test") -> dict[str, Path]:
+def tls_pki(folder: Path, name: str = "rlsched-test", key_type: str = "ec") -> dict[str, Path]:
     """A throwaway CA in ``folder`` (openssl) and, signed by it, a server certificate for 127.0.0.1 /
     localhost and a client certificate: the files of the verbs' mutual TLS (``server.tls``, kube-scheduler's
-    ``tlsConfig``). Keys: ``ca``, ``server_cert``, ``server_key``, ``client_cert``, ``client_key``."""
+    ``tlsConfig``). Keys: ``ca``, ``server_cert``, ``server_key``, ``client_cert``, ``client_key``.
+    ``key_type``: ``ec`` (P-256) or ``rsa`` (2048 bits), for every key."""
     folder.mkdir(parents=True, exist_ok=True)
-    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    key = {
+        "ec": ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"],
+        "rsa": ["-newkey", "rsa:2048", "-nodes"],
+    }[key_type]
     out = {"ca": folder / "ca.crt", "ca_key": folder / "ca.key"}
 
     def openssl(*args: str) -> None:

@@ -31,7 +31,7 @@ from test_chart_sync import ALL_ON, REPO, containers, find, needs_helm, pod_spec
 
 from rlsched.extender.settings import StatusTlsSettings
 from rlsched.extender.settings import load_settings as load_extender
-from rlsched.extender.status_tls import load_pair, new_context, not_after
+from rlsched.extender.status_tls import load_context, not_after
 
 SERVICE_NAMES = (
     "rl-scheduler",
@@ -70,8 +70,7 @@ def handshake(server: ssl.SSLContext, ca: Path, name: str) -> None:
 def served_by(folder: Path, ca: Path) -> None:
     """The pair in ``folder`` loads as the extender loads it, and verifies with ``ca`` for every name;
     a CA of another install does not verify it."""
-    server = new_context()
-    load_pair(server, StatusTlsSettings(str(folder / "tls.crt"), str(folder / "tls.key")))
+    server = load_context(StatusTlsSettings(str(folder / "tls.crt"), str(folder / "tls.key")))
     for name in SERVICE_NAMES:
         handshake(server, ca, name)
     with pytest.raises(ssl.SSLCertVerificationError):

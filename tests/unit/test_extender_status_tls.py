@@ -4,9 +4,10 @@
   start-up with code 2, naming it;
 - a client that trusts the CA gets /healthz over TLS; /status still wants a token and reports the
   certificate; plain HTTP on the TLS port is closed without a 5xx and without a traceback;
-- rotation: a Secret volume's symlink swap to a new pair is picked up and new connections get it; a
-  pair that does not load (a key of another certificate, a half-written file) leaves the old one
-  serving, and is counted and logged once.
+- rotation: a Secret volume's symlink swap to a new pair is picked up and new connections get it, even
+  when the key type changes (RSA ↔ ECDSA); a pair that does not load (a key of another certificate, a
+  half-written file, files that change while they are read) leaves the old one serving, and is
+  counted and logged once; an encrypted key is refused, saying so.
 
 The certificates come from the ``openssl`` command (skipped without it), as in test_http_hygiene.py.
 """
@@ -18,6 +19,7 @@ import logging
 import os
 import shutil
 import ssl
+import subprocess
 import sys
 from pathlib import Path
 
@@ -83,8 +85,37 @@ async def served_certificate(port: int) -> bytes:
         writer.close()
 
 
+async def served_to_key_type(port: int, kind: str) -> bytes | None:
+    """The DER certificate a TLS 1.2 client that accepts only ``kind`` (``ec``, ``rsa``) signatures gets
+    (not verified), or None when the handshake fails: the server has no certificate of that type."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_ciphers({"ec": "ECDHE-ECDSA-AES128-GCM-SHA256", "rsa": "ECDHE-RSA-AES128-GCM-SHA256"}[kind])
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
+    except (ssl.SSLError, ConnectionError):
+        return None
+    try:
+        return writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+    finally:
+        writer.close()
+
+
 def der(cert: Path) -> bytes:
     return ssl.PEM_cert_to_DER_cert(cert.read_text())
+
+
+def encrypted_copy(key: Path, folder: Path) -> Path:
+    """``key`` encrypted with a passphrase (AES-256), as ``openssl pkey -aes256`` writes it."""
+    out = folder / "encrypted.key"
+    subprocess.run(
+        ["openssl", "pkey", "-in", str(key), "-aes256", "-passout", "pass:secret", "-out", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return out
 
 
 def reviewed(s: ExtenderSettings) -> Running:
@@ -146,6 +177,29 @@ async def test_files_that_cannot_be_used_stop_startup_naming_them(tmp_path) -> N
             await serve(settings(tls, auth="none"), api=FakeKubeApi([]), stop=asyncio.Event())
         assert info.value.code == 2, info.value
         assert f"server.statusTls.{key} " in str(info.value) and named in str(info.value), str(info.value)
+
+
+@needs_openssl
+async def test_an_encrypted_key_is_refused_saying_so_and_never_asks_for_a_passphrase(tmp_path, capfd) -> None:
+    pki = tls_pki(tmp_path / "pki")
+    encrypted = encrypted_copy(pki["server_key"], tmp_path)
+    with pytest.raises(StartupError) as info:
+        await serve(
+            settings(StatusTlsSettings(str(pki["server_cert"]), str(encrypted)), auth="none"),
+            api=FakeKubeApi([]),
+            stop=asyncio.Event(),
+        )
+    assert info.value.code == 2
+    assert f"server.statusTls.keyFile {encrypted}: encrypted private keys are not supported" in str(info.value)
+    # a rotation to an encrypted key: the old pair serves on, and the reload error says why
+    key = tmp_path / "tls.key"
+    shutil.copy(pki["server_key"], key)
+    live = StatusTls(StatusTlsSettings(str(pki["server_cert"]), str(key)))
+    await asyncio.sleep(0.01)  # a later mtime
+    shutil.copy(encrypted, key)
+    assert live.check() is False
+    assert "encrypted private keys are not supported" in live.status()["reloadError"]
+    assert "pass phrase" not in capfd.readouterr().err  # OpenSSL's prompt (on a terminal it would wait)
 
 
 # -- the listener -----------------------------------------------------------------------------------------
@@ -264,3 +318,50 @@ def test_the_check_survives_a_missing_file(tmp_path) -> None:
     assert live.check() is False and live.check() is False and results == ["error"]
     shutil.copy(pki["server_cert"], cert)
     assert live.check() is True and results == ["error", "ok"]
+
+
+@needs_openssl
+@pytest.mark.parametrize("first, second", [("ec", "rsa"), ("rsa", "ec")])
+async def test_a_rotation_to_another_key_type_serves_the_new_certificate(tmp_path, first, second) -> None:
+    pairs = {kind: tls_pki(tmp_path / kind, kind, key_type=kind) for kind in (first, second)}
+    tls = kubelet_volume(tmp_path / "volume", pairs[first], "v1")
+    async with reviewed(settings(tls)) as run:
+        port, live = run.status[1], run.service.status_tls
+        assert await served_certificate(port) == der(pairs[first]["server_cert"])
+        kubelet_volume(tmp_path / "volume", pairs[second], "v2")
+        assert live.check() is True
+        assert await served_certificate(port) == der(pairs[second]["server_cert"]), f"{first} still served"
+        assert await served_to_key_type(port, first) is None  # the old pair is gone from every handshake
+        trusting = ssl.create_default_context(cafile=str(pairs[second]["ca"]))
+        async with aiohttp.ClientSession() as http:
+            assert (await http.get(f"https://localhost:{port}/healthz", ssl=trusting)).status == 200
+
+
+@needs_openssl
+async def test_files_that_change_during_a_reload_never_leave_the_listener_without_a_key(tmp_path, monkeypatch) -> None:
+    first, second, third = (tls_pki(tmp_path / n, n) for n in ("first", "second", "third"))
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    shutil.copy(first["server_cert"], cert)
+    shutil.copy(first["server_key"], key)
+    live = StatusTls(StatusTlsSettings(str(cert), str(key)))
+    server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0, ssl=live.context)
+    port = server.sockets[0].getsockname()[1]
+    load, loads = ssl.SSLContext.load_cert_chain, []
+
+    def racing(ctx: ssl.SSLContext, *args: object, **kwargs: object) -> None:
+        load(ctx, *args, **kwargs)
+        loads.append(ctx)
+        if len(loads) == 1:  # the next rotation lands right after the pair was read: a half-written one
+            shutil.copy(third["server_cert"], cert)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_cert_chain", racing)
+    try:
+        await asyncio.sleep(0.01)  # a later mtime
+        shutil.copy(second["server_cert"], cert)
+        shutil.copy(second["server_key"], key)
+        for _ in range(3):
+            live.check()
+        assert live.status()["reloadError"] and "server.statusTls.keyFile" in live.status()["reloadError"]
+        assert await served_certificate(port) == der(second["server_cert"])  # the last pair that loaded
+    finally:
+        server.close()

@@ -282,6 +282,19 @@ async def test_unusable_tls_files_stop_startup_with_code_2(tmp_path) -> None:
         await serve(settings(tls=TlsSettings(cert_file="x")), api=FakeKubeApi([]), stop=asyncio.Event())
 
 
+@needs_openssl
+async def test_an_encrypted_verbs_key_is_refused_saying_so(tmp_path) -> None:
+    from test_extender_status_tls import encrypted_copy
+
+    pki = _rlstack().tls_pki(tmp_path / "pki")
+    encrypted = encrypted_copy(pki["server_key"], tmp_path)
+    tls = TlsSettings(cert_file=str(pki["server_cert"]), key_file=str(encrypted), client_ca_file=str(pki["ca"]))
+    with pytest.raises(StartupError) as info:
+        await serve(settings(tls=tls), api=FakeKubeApi([]), stop=asyncio.Event())
+    assert info.value.code == 2
+    assert f"server.tls.keyFile {encrypted}: encrypted private keys are not supported" in str(info.value)
+
+
 def test_scheduler_config_carries_tls_only_when_asked() -> None:
     from rlsched.extender.scheduler_config import DEFAULT_URL, ClientTls, render, scheduler_config
 

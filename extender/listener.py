@@ -13,10 +13,18 @@ seconds holds its connection forever — slowloris) and accepts connections with
 - a **connection cap**: at ``max_connections`` open connections the one idle longest (kept alive,
   no request in progress) is closed to make room; when none is idle a new one is answered ``503``
   and closed at once;
-- TLS handshakes get the same deadline as headers (``ssl_handshake_timeout``).
+- **TLS under the guard**: a TLS listener accepts plain TCP, and the guard sees each connection
+  first — the cap counts it from the moment it is accepted — and only then starts the TLS handshake
+  on it (``loop.start_tls``), with the header deadline as the handshake's. Given to ``create_server``
+  as ``ssl=``, asyncio would run the handshake before any protocol of ours saw the connection, so
+  clients that connect and send nothing would hold sockets past any cap (hundreds of them ran the
+  process out of file descriptors). A handshake that times out or fails (not TLS, no common version
+  or cipher, a client certificate refused) closes the connection and frees its place. aiohttp's
+  protocol is made once the handshake is done, and is handed the TLS transport.
 
 Dropped connections are counted (``rlsched_extender_connections_dropped_total{listener,reason}``) and
-logged at most once per few seconds per listener and reason.
+logged at most once per few seconds per listener and reason (failed handshakes at INFO: they are the
+client's business, as a request that is not HTTP is).
 """
 
 from __future__ import annotations
@@ -44,7 +52,9 @@ class ConnectionMetrics:
             "rlsched_extender_connections_dropped_total",
             "Connections the extender closed on a client: header-timeout (request line and headers "
             "not complete in time), over-limit (too many open connections, none idle), idle-at-limit "
-            "(an idle kept-alive connection closed to make room for a new one)",
+            "(an idle kept-alive connection closed to make room for a new one), tls-handshake-timeout "
+            "(no TLS handshake within the header deadline), tls-handshake-failed (not TLS, no common "
+            "version or cipher, a client certificate refused)",
             ["listener", "reason"],
             registry=registry,
         )
@@ -77,28 +87,55 @@ class ConnectionGuard:
         self.connections: dict[int, _GuardedProtocol] = {}
         """id(aiohttp's RequestHandler) → its guard, for the open connections; in the order they last
         finished a request (or opened), so the first idle one has been idle longest."""
+        self.handshaking: set[_GuardedProtocol] = set()
+        """Connections in their TLS handshake: they count under the cap, aiohttp has none of them yet."""
         self._quiet = EveryFewSeconds(log_every_s)
-        metrics.open.labels(name).set_function(lambda: len(self.connections))
+        metrics.open.labels(name).set_function(self.open_count)
         for reason in ("header-timeout", "over-limit", "idle-at-limit"):
             metrics.dropped.labels(name, reason)
 
-    def protocol_factory(self, server: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
-        """What ``loop.create_server`` takes: aiohttp's per-connection protocol, guarded."""
-        return lambda: _GuardedProtocol(self, server)
+    def open_count(self) -> int:
+        """Open connections: aiohttp's, and those still in their TLS handshake."""
+        return len(self.connections) + len(self.handshaking)
 
-    def dropped(self, reason: str, peer: Any) -> None:
+    def protocol_factory(
+        self, server: Callable[[], asyncio.Protocol], ssl_context: ssl.SSLContext | None = None
+    ) -> Callable[[], asyncio.Protocol]:
+        """What ``loop.create_server`` takes: aiohttp's per-connection protocol, guarded; with
+        ``ssl_context``, behind a TLS handshake the guard starts (module docstring)."""
+        if ssl_context is not None:
+            for reason in ("tls-handshake-timeout", "tls-handshake-failed"):
+                self.metrics.dropped.labels(self.name, reason)
+        return lambda: _GuardedProtocol(self, server, ssl_context)
+
+    def dropped(self, reason: str, peer: Any, detail: str = "", level: int = logging.WARNING) -> None:
         self.metrics.dropped.labels(self.name, reason).inc()
         skipped = self._quiet(reason)
         if skipped is None:
             return
-        log.warning(
-            "%s listener: dropped a connection from %s (%s)%s",
+        log.log(
+            level,
+            "%s listener: dropped a connection from %s (%s%s)%s",
             self.name,
             peer,
             reason,
+            f": {detail}" if detail else "",
             skipped_note(skipped),
             extra={"event": "connection_dropped", "listener": self.name, "reason": reason},
         )
+
+    async def end_handshakes(self) -> None:
+        """Close the connections still in their TLS handshake (the listener stops; aiohttp knows
+        nothing of them) and wait for their handshakes to end."""
+        pending = list(self.handshaking)
+        tasks = [c.upgrade for c in pending if c.upgrade is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for c in pending:  # a handshake cancelled before it began closes nothing itself
+            if c.transport is not None:
+                c.transport.close()
+        self.handshaking.clear()
 
     def idle_to_close(self) -> _GuardedProtocol | None:
         """The connection open longest with no request in progress (a kept-alive one waiting for the
@@ -129,10 +166,10 @@ class ConnectionGuard:
 class _GuardedProtocol(asyncio.Protocol):
     """One connection: aiohttp's protocol inside, with the header deadline and the cap around it."""
 
-    IDLE, HEAD, BUSY = "idle", "head", "busy"
+    IDLE, HEAD, BUSY, HANDSHAKE = "idle", "head", "busy", "handshake"
 
-    def __init__(self, guard: ConnectionGuard, server: Callable[[], Any]):
-        self.guard, self.server = guard, server
+    def __init__(self, guard: ConnectionGuard, server: Callable[[], Any], ssl_context: ssl.SSLContext | None = None):
+        self.guard, self.server, self.ssl_context = guard, server, ssl_context
         self.inner: Any = None
         self.transport: asyncio.Transport | None = None
         self.state = self.IDLE
@@ -140,31 +177,84 @@ class _GuardedProtocol(asyncio.Protocol):
         self.request: web.BaseRequest | None = None
         self.next_request_started = False
         """Bytes arrived after the current request's body was complete: the next request has begun."""
+        self.upgrade: asyncio.Task[None] | None = None
+        """The TLS handshake (``ssl_context`` given), until it ends."""
+        self.early: list[bytes] = []
+        self.early_eof = False
+        """Decrypted bytes (and an end) that arrive between the handshake's end and aiohttp's protocol:
+        asyncio's TLS protocol may pass them on before ``start_tls`` has returned."""
+        self.lost = False
 
     # -- asyncio.Protocol ---------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream server's protocol: the transport is a full Transport (asyncio types the callback with the base)
         self.transport = cast(asyncio.Transport, transport)
         g = self.guard
-        if len(g.connections) >= g.max_connections and (idle := g.idle_to_close()) is not None:
+        if g.open_count() >= g.max_connections and (idle := g.idle_to_close()) is not None:
             g.dropped("idle-at-limit", idle.peer())
             idle.close()
-        if len(g.connections) >= g.max_connections:
+        if g.open_count() >= g.max_connections:
             g.dropped("over-limit", transport.get_extra_info("peername"))
-            self.transport.write(
-                _raw_response(
-                    503,
-                    "Service Unavailable",
-                    f"the {g.name} listener has {g.max_connections} connections open "
-                    f"(server.{'maxConnections' if g.name == 'verbs' else 'statusMaxConnections'}); try again",
+            if self.ssl_context is None:  # a TLS client would read the answer as a broken record
+                self.transport.write(
+                    _raw_response(
+                        503,
+                        "Service Unavailable",
+                        f"the {g.name} listener has {g.max_connections} connections open "
+                        f"(server.{'maxConnections' if g.name == 'verbs' else 'statusMaxConnections'}); try again",
+                    )
                 )
-            )
             transport.close()
             return
+        if self.ssl_context is not None:
+            self.transport.pause_reading()  # nothing is read before the TLS protocol takes the transport
+            self.state = self.HANDSHAKE
+            g.handshaking.add(self)
+            self.upgrade = asyncio.get_running_loop().create_task(self._start_tls(self.transport, self.ssl_context))
+            return
+        self._serve(self.transport)
+
+    def _serve(self, transport: asyncio.Transport) -> None:
+        """aiohttp's protocol takes the connection (plain, or TLS once the handshake is done)."""
         self.inner = self.server()
-        g.connections[id(self.inner)] = self
+        self.guard.connections[id(self.inner)] = self
         self.inner.connection_made(transport)
         self._arm()
+
+    async def _start_tls(self, raw: asyncio.Transport, ctx: ssl.SSLContext) -> None:
+        """The TLS handshake on an admitted connection; aiohttp's protocol gets the connection once it
+        is done. This protocol stays the TLS transport's: its calls pass on to aiohttp's as before."""
+        g = self.guard
+        peer = raw.get_extra_info("peername")
+        tls: asyncio.Transport | None = None
+        try:
+            if self.lost or raw.is_closing():
+                return
+            tls = await asyncio.get_running_loop().start_tls(
+                raw, self, ctx, server_side=True, ssl_handshake_timeout=g.header_timeout_s
+            )
+        except ConnectionAbortedError:  # the handshake's deadline (asyncio's and uvloop's TLS protocol alike)
+            g.dropped("tls-handshake-timeout", peer, f"not done within {g.header_timeout_s:g} s", logging.INFO)
+            return
+        except (ConnectionResetError, BrokenPipeError):
+            return  # the client went away in the handshake: nothing of ours to count
+        except OSError as exc:  # ssl.SSLError among them; start_tls has closed the connection
+            g.dropped("tls-handshake-failed", peer, f"{type(exc).__name__}: {exc}"[:200], logging.INFO)
+            return
+        finally:
+            g.handshaking.discard(self)
+            self.upgrade = None
+        if tls is None or self.lost or tls.is_closing():  # closed as the handshake ended
+            if tls is not None:
+                tls.close()
+            return
+        self.transport = tls
+        self._serve(tls)
+        early, self.early = self.early, []
+        for data in early:
+            self.data_received(data)
+        if self.early_eof:  # the TLS transport is closing itself (a close_notify ends the session)
+            self.inner.eof_received()
 
     def peer(self) -> Any:
         return self.transport.get_extra_info("peername") if self.transport is not None else None
@@ -178,6 +268,7 @@ class _GuardedProtocol(asyncio.Protocol):
             self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
         self._disarm()
         if self.inner is not None:
             self.guard.connections.pop(id(self.inner), None)
@@ -186,6 +277,8 @@ class _GuardedProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self.inner is None:
+            if self.state == self.HANDSHAKE:
+                self.early.append(data)
             return
         if self.state == self.IDLE:
             self._arm()
@@ -194,6 +287,8 @@ class _GuardedProtocol(asyncio.Protocol):
         self.inner.data_received(data)
 
     def eof_received(self) -> bool | None:
+        if self.inner is None and self.state == self.HANDSHAKE:
+            self.early_eof = True
         return self.inner.eof_received() if self.inner is not None else None
 
     def pause_writing(self) -> None:
@@ -265,11 +360,15 @@ class GuardedSite(web.TCPSite):
         loop = asyncio.get_running_loop()
         server = self._runner.server
         assert server is not None
-        kwargs: dict[str, Any] = {"ssl": self._ssl_context, "backlog": self._backlog}
-        if self._ssl_context is not None:
-            kwargs["ssl_handshake_timeout"] = self.guard.header_timeout_s
-        self._server = await loop.create_server(self.guard.protocol_factory(server), self._host, self._port, **kwargs)
+        # plain TCP either way: with a context the guard starts TLS on each connection it admits
+        self._server = await loop.create_server(
+            self.guard.protocol_factory(server, self._ssl_context), self._host, self._port, backlog=self._backlog
+        )
         if self._server.sockets:
             self._bound_port = self._server.sockets[0].getsockname()[1]
         else:  # pragma: no cover
             self._bound_port = self._port
+
+    async def stop(self) -> None:
+        await super().stop()
+        await self.guard.end_handshakes()

@@ -4,6 +4,10 @@
   start-up with code 2, naming it;
 - a client that trusts the CA gets /healthz over TLS; /status still wants a token and reports the
   certificate; plain HTTP on the TLS port is closed without a 5xx and without a traceback;
+- the TLS handshake happens under the listener's guard: ``statusMaxConnections`` counts connections
+  still in their handshake (a flood of silent ones cannot take the process's file descriptors), and
+  a handshake that times out or fails closes the connection, frees its place and is counted, without
+  a traceback; the same under uvloop, the loop the CLI runs;
 - rotation: a Secret volume's symlink swap to a new pair is picked up and new connections get it, even
   when the key type changes (RSA ↔ ECDSA); a pair that does not load (a key of another certificate, a
   half-written file, files that change while they are read) leaves the old one serving, and is
@@ -116,6 +120,16 @@ def encrypted_copy(key: Path, folder: Path) -> Path:
         timeout=60,
     )
     return out
+
+
+def dropped(run: Running, reason: str, listener: str = "status") -> float | None:
+    return run.service.metrics.registry.get_sample_value(
+        "rlsched_extender_connections_dropped_total", {"listener": listener, "reason": reason}
+    )
+
+
+def open_connections(run: Running, listener: str = "status") -> float | None:
+    return run.service.metrics.registry.get_sample_value("rlsched_extender_connections", {"listener": listener})
 
 
 def reviewed(s: ExtenderSettings) -> Running:
@@ -249,6 +263,81 @@ async def test_plain_http_status_listener_without_the_settings(tmp_path) -> None
         async with aiohttp.ClientSession() as http:
             r = await http.get(f"http://127.0.0.1:{run.status[1]}/status", headers={"Authorization": "Bearer op-token"})
             assert (await r.json())["statusTls"] == {"enabled": False}
+
+
+@needs_openssl
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts this process's file descriptors in /proc")
+async def test_status_max_connections_counts_connections_still_in_their_tls_handshake(tmp_path) -> None:
+    pki = tls_pki(tmp_path / "pki")
+    s = settings(StatusTlsSettings(str(pki["server_cert"]), str(pki["server_key"])))
+    s.server.status_max_connections = 4
+    async with reviewed(s) as run:
+        before = len(os.listdir("/proc/self/fd"))
+        held = [(await asyncio.open_connection(*run.status))[1] for _ in range(60)]  # never a ClientHello
+        await asyncio.sleep(0.5)
+        kept_by_the_server = len(os.listdir("/proc/self/fd")) - before - len(held)
+        assert open_connections(run) == 4 and dropped(run, "over-limit") == 56
+        for writer in held:
+            writer.close()
+    assert kept_by_the_server <= 4 + 2, f"{kept_by_the_server} server-side sockets open (statusMaxConnections 4)"
+
+
+@needs_openssl
+async def test_a_tls_handshake_that_times_out_or_fails_is_dropped_counted_and_logged_quietly(tmp_path, caplog) -> None:
+    pki = tls_pki(tmp_path / "pki")
+    s = settings(StatusTlsSettings(str(pki["server_cert"]), str(pki["server_key"])))
+    s.server.header_timeout_s, s.server.status_max_connections = 0.3, 2
+    trusting = ssl.create_default_context(cafile=str(pki["ca"]))
+    async with reviewed(s) as run:
+        with caplog.at_level(logging.DEBUG):
+            silent = [await asyncio.open_connection(*run.status) for _ in range(3)]  # the cap (2) and one more
+            for reader, writer in silent:
+                assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the server
+                writer.close()
+            reader, writer = await asyncio.open_connection(*run.status)
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")  # plain HTTP: no TLS handshake
+            await asyncio.wait_for(reader.read(), 5)
+            writer.close()
+            await asyncio.sleep(0.05)
+            # every place is free again, and a client that speaks TLS is served
+            assert open_connections(run) == 0
+            async with aiohttp.ClientSession() as http:
+                assert (await http.get(f"https://127.0.0.1:{run.status[1]}/healthz", ssl=trusting)).status == 200
+        assert (dropped(run, "tls-handshake-timeout"), dropped(run, "over-limit")) == (2, 1)
+        assert dropped(run, "tls-handshake-failed") == 1
+    drops = [r for r in caplog.records if r.__dict__.get("event") == "connection_dropped"]
+    assert {r.__dict__["reason"] for r in drops} == {"tls-handshake-timeout", "tls-handshake-failed", "over-limit"}
+    assert sum(r.__dict__["reason"] == "tls-handshake-timeout" for r in drops) == 1  # throttled: 2 drops, 1 line
+    handshakes = [r for r in drops if r.__dict__["reason"].startswith("tls-")]
+    assert all(r.levelno == logging.INFO for r in handshakes)  # a client's mistake, as plain HTTP on the port
+    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records if r.exc_info]
+
+
+@needs_openssl
+def test_the_tls_listener_under_uvloop_caps_and_drops_handshakes_and_serves(tmp_path) -> None:
+    uvloop = pytest.importorskip("uvloop")  # what the CLI runs the extender on
+    pki = tls_pki(tmp_path / "pki")
+    s = settings(StatusTlsSettings(str(pki["server_cert"]), str(pki["server_key"])))
+    s.server.header_timeout_s, s.server.status_max_connections = 0.3, 2
+    trusting = ssl.create_default_context(cafile=str(pki["ca"]))
+
+    async def main() -> None:
+        async with reviewed(s) as run:
+            silent = [await asyncio.open_connection(*run.status) for _ in range(5)]
+            await asyncio.sleep(0.1)
+            assert open_connections(run) == 2 and dropped(run, "over-limit") == 3
+            for reader, writer in silent:
+                assert await asyncio.wait_for(reader.read(), 5) == b""
+                writer.close()
+            async with aiohttp.ClientSession() as http:
+                for _ in range(5):  # a new connection each time
+                    r = await http.get(f"https://localhost:{run.status[1]}/healthz", ssl=trusting)
+                    assert r.status == 200 and (await r.json())["ok"]
+                    await http.close()
+                    http = aiohttp.ClientSession()
+            assert dropped(run, "tls-handshake-timeout") == 2
+
+    uvloop.run(main())
 
 
 # -- rotation -----------------------------------------------------------------------------------------------

@@ -408,7 +408,10 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected a number, got {clip(value)}") from None
     if hint is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
+            text = str(value)
+            if "\0" in text:  # open() and os.stat() would raise ValueError on it, far from here
+                raise ConfigError(f"{where}: contains a NUL character (\\0): no file path, name or URL holds one")
+            return text
         raise ConfigError(f"{where}: expected a string, got {type(value).__name__}")
     if origin is tuple:
         if isinstance(value, str):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,35 @@ def test_bad_config_names_the_key(tmp_path, text, words) -> None:
     with pytest.raises(ConfigError) as info:
         load_settings(cfg)
     assert words in str(info.value) and str(cfg) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "server.statusTls.certFile",
+        "server.statusTls.keyFile",
+        "server.tls.certFile",
+        "server.tls.keyFile",
+        "server.tls.clientCaFile",
+        "kubernetes.kubeconfig",
+        "policy.modelPath",
+        "policy.typicalPodsPath",
+        "policyFile",
+    ],
+)
+def test_a_nul_character_in_a_file_path_is_refused_naming_the_setting(tmp_path, key) -> None:
+    """open() and os.stat() raise ValueError on a NUL, which no "cannot read" handler catches: refused
+    while the settings load, never a traceback at start-up (or later, at a reload)."""
+    data: dict = {}
+    *parents, leaf = key.split(".")
+    node = data
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = "/etc/tls/a\0b.crt"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(data))  # a YAML "\0" escape
+    with pytest.raises(ConfigError, match=rf"{re.escape(key)}: contains a NUL character"):
+        load_settings(cfg)
 
 
 def test_env_names_cover_every_setting() -> None:

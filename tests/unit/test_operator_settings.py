@@ -51,6 +51,18 @@ def test_yaml_then_flags(tmp_path: Path) -> None:
         ("policy:\n  name: ''\n", "policy: name and namespace must not be empty"),
         ("sink:\n  maxModelBytes: -1\n", "sink.maxModelBytes: must be positive"),
         ("logLevel: VERBOSE\n", "logLevel: 'VERBOSE' is not one of"),
+        # a NUL in a file path: open() and os.stat() would raise ValueError on it, no handler's OSError
+        *(
+            (f'{section}:\n  {key}: "/etc/rlsched/a\\0b"\n', f"{section}.{key}: contains a NUL character")
+            for section, key in (
+                ("extender", "caFile"),
+                ("extender", "tokenFile"),
+                ("decisionLog", "path"),
+                ("sink", "directory"),
+                ("rebalancer", "typicalPodsPath"),
+                ("kubernetes", "kubeconfig"),
+            )
+        ),
     ],
 )
 def test_errors_name_the_key(tmp_path: Path, data: str, fragment: str) -> None:

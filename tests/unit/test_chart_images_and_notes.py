@@ -75,9 +75,9 @@ def test_image_tags_set_on_the_command_line_render_as_given(tmp_path: Path) -> N
     assert got["extender"] == "localhost/rl-scheduler:12" and got["kube-scheduler"].endswith(":v1.36.0"), got
 
 
-def rendered_notes(tmp_path: Path, values_yaml: str = "") -> str:
+def rendered_notes(tmp_path: Path, values_yaml: str = "", chart: Path = CHART) -> str:
     copy = tmp_path / "chart"
-    shutil.copytree(CHART, copy)
+    shutil.copytree(chart, copy)
     (copy / "templates" / "NOTES.txt").rename(copy / "NOTES.in")
     (copy / "templates" / "zz-notes.yaml").write_text(
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: rendered-notes}\n"

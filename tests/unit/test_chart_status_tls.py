@@ -10,6 +10,8 @@
 - ``enabled: false``: plain HTTP everywhere, no Secret, no mounts.
 - ``extender.config.server.statusTls`` is refused, naming the value to use.
 - NOTES.txt's curl trusts the Secret's CA and asks https://localhost.
+- Values of a release from before ``statusTls`` existed (``helm upgrade --reuse-values``) render as
+  the defaults do.
 - manifests/ name the Secret hack/sync-chart.py sets and carry no key; docs/install.md's openssl and
   kubectl commands make that Secret (run here, kubectl offline) with a certificate that verifies.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import shlex
+import shutil
 import ssl
 import subprocess
 import time
@@ -204,6 +207,58 @@ def test_notes_curl_trusts_the_secrets_ca(tmp_path) -> None:
     assert "get secret" not in off and "http://localhost:8889/status" in off and "--cacert" not in off
 
 
+def values_before_status_tls(tmp_path: Path) -> Path:
+    """The chart with the values.yaml of a release from before extender.statusTls: what `helm upgrade
+    --reuse-values` renders with (the release's values, not the chart's new defaults)."""
+    chart = tmp_path / "old-values-chart"
+    shutil.copytree(sync.CHART, chart)
+    values = yaml.safe_load((chart / "values.yaml").read_text())
+    del values["extender"]["statusTls"]
+    values["metrics"]["serviceMonitor"]["enabled"] = True  # every template that reads statusTls
+    values["networkPolicy"]["metricsFrom"] = [{"namespaceSelector": {}}]
+    (chart / "values.yaml").write_text(yaml.safe_dump(values))
+    return chart
+
+
+def comparable(objs: list[dict]) -> list[dict]:
+    """The objects without what differs from one rendering to the next: the generated certificate
+    and the config checksums."""
+    out = yaml.safe_load(yaml.safe_dump(objs))
+    for o in out:
+        if o["kind"] == "Secret":
+            o["data"] = sorted(o["data"])
+        annotations = o.get("spec", {}).get("template", {}).get("metadata", {}).get("annotations", {})
+        for key in [k for k in annotations if k.startswith("checksum/")]:
+            del annotations[key]
+    return out
+
+
+@needs_helm
+def test_values_from_before_status_tls_render_as_the_defaults_do(tmp_path) -> None:
+    chart = values_before_status_tls(tmp_path)
+    args = ["template", "rl-scheduler", "--namespace", "rlsched-system"]
+    old = subprocess.run([sync.helm_binary(), *args, str(chart)], capture_output=True, text=True, timeout=120)
+    assert old.returncode == 0, old.stderr  # was: nil pointer evaluating interface {}.enabled
+    same = yaml.safe_dump(
+        {
+            "metrics": {"serviceMonitor": {"enabled": True}},
+            "networkPolicy": {"metricsFrom": [{"namespaceSelector": {}}]},
+        }
+    )
+    (tmp_path / "same.yaml").write_text(same)
+    new = subprocess.run(
+        [sync.helm_binary(), *args, str(sync.CHART), "--values", str(tmp_path / "same.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert new.returncode == 0, new.stderr
+    docs = lambda text: [d for d in yaml.safe_load_all(text) if d]  # noqa: E731
+    assert comparable(docs(old.stdout)) == comparable(docs(new.stdout))
+    (tmp_path / "notes").mkdir()
+    assert "curl -s --cacert status-ca.crt" in status_section(rendered_notes(tmp_path / "notes", chart=chart))
+
+
 # -- manifests/ and the Secret they need ------------------------------------------------------------------
 
 
@@ -224,8 +279,6 @@ def secret_commands() -> list[str]:
 
 @pytest.mark.skipif(not KUBECTL.exists(), reason="kubectl missing: run hack/build-tools.sh (.tools/bin/kubectl)")
 def test_the_install_docs_make_the_secret_manifests_need(tmp_path) -> None:
-    import shutil
-
     if shutil.which("openssl") is None:
         pytest.skip("openssl missing")
     lines = secret_commands()

@@ -134,12 +134,23 @@ decimals YAML dropped (1.10 read as 1.1) are lost before the chart sees them, he
 {{- end -}}
 
 {{/*
-The status port's TLS (extender.statusTls): the Secret (yours, or the one the chart makes:
-scheduler/status-tls-secret.yaml), where the extender mounts it, where the operator mounts its
-ca.crt, and the scheme of URLs to the port.
+The status port's TLS (extender.statusTls): on or not ("true" or empty), the Secret (yours, or the one
+the chart makes: scheduler/status-tls-secret.yaml), where the extender mounts it, where the operator
+mounts its ca.crt, and the scheme of URLs to the port. Every template reads the two values through
+these helpers, with dig: `helm upgrade --reuse-values` from a release made before extender.statusTls
+existed renders with that release's values, which have no statusTls at all, and must get the defaults
+(enabled, the generated Secret) everywhere alike.
 */}}
+{{- define "rl-scheduler.statusTlsEnabled" -}}
+{{- if dig "statusTls" "enabled" true .Values.extender -}}true{{- end -}}
+{{- end -}}
+
+{{- define "rl-scheduler.statusTlsOwnSecret" -}}
+{{- dig "statusTls" "secretName" "" .Values.extender -}}
+{{- end -}}
+
 {{- define "rl-scheduler.statusTlsSecretName" -}}
-{{- default (include "rl-scheduler.componentName" (list . "status-tls")) .Values.extender.statusTls.secretName -}}
+{{- default (include "rl-scheduler.componentName" (list . "status-tls")) (include "rl-scheduler.statusTlsOwnSecret" .) -}}
 {{- end -}}
 
 {{- define "rl-scheduler.statusTlsDir" -}}
@@ -151,7 +162,7 @@ ca.crt, and the scheme of URLs to the port.
 {{- end -}}
 
 {{- define "rl-scheduler.statusScheme" -}}
-{{- if .Values.extender.statusTls.enabled -}}https{{- else -}}http{{- end -}}
+{{- if include "rl-scheduler.statusTlsEnabled" . -}}https{{- else -}}http{{- end -}}
 {{- end -}}
 
 {{/*
@@ -160,7 +171,7 @@ A probe of the status port: with statusTls on, its httpGet gets `scheme: HTTPS` 
 */}}
 {{- define "rl-scheduler.statusProbe" -}}
 {{- $probe := deepCopy (index . 1) -}}
-{{- if and (index . 0).Values.extender.statusTls.enabled $probe.httpGet -}}
+{{- if and (include "rl-scheduler.statusTlsEnabled" (index . 0)) $probe.httpGet -}}
 {{- if not (hasKey $probe.httpGet "scheme") -}}
 {{- $_ := set $probe.httpGet "scheme" "HTTPS" -}}
 {{- end -}}
@@ -237,7 +248,7 @@ The extender's settings file (extender/settings.py keys). extender.config is dee
 {{- if $v.prometheusUrl -}}
 {{- $_ := set $cfg "prometheus" (dict "url" $v.prometheusUrl) -}}
 {{- end -}}
-{{- if $v.statusTls.enabled -}}
+{{- if include "rl-scheduler.statusTlsEnabled" . -}}
 {{- $dir := include "rl-scheduler.statusTlsDir" . -}}
 {{- $_ := set $cfg.server "statusTls" (dict "certFile" (printf "%s/tls.crt" $dir) "keyFile" (printf "%s/tls.key" $dir)) -}}
 {{- end -}}
@@ -368,7 +379,7 @@ The operator's settings file (operator/settings.py keys). operator.config is dee
 {{- if $o.peering.enabled -}}
 {{- $_ := set $cfg.scope "peering" (include "rl-scheduler.peeringName" .) -}}
 {{- end -}}
-{{- if .Values.extender.statusTls.enabled -}}
+{{- if include "rl-scheduler.statusTlsEnabled" . -}}
 {{- $_ := set $cfg.extender "caFile" (printf "%s/ca.crt" (include "rl-scheduler.operator.extenderCaDir" .)) -}}
 {{- end -}}
 {{- if .Values.extender.auth.audience -}}

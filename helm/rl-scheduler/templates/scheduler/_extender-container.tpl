@@ -58,7 +58,7 @@ volumeMounts:
     readOnly: true
   - name: scratch
     mountPath: /tmp
-  {{- if .Values.extender.statusTls.enabled }}
+  {{- if include "rl-scheduler.statusTlsEnabled" . }}
   # The status port's certificate and key (server.statusTls); re-read when the kubelet updates them.
   - name: status-tls
     mountPath: {{ include "rl-scheduler.statusTlsDir" . }}

@@ -9,7 +9,9 @@
 - ``secretName``: no Secret of the chart's, the user's one mounted everywhere instead.
 - ``enabled: false``: plain HTTP everywhere, no Secret, no mounts.
 - ``extender.config.server.statusTls`` is refused, naming the value to use.
-- NOTES.txt's curl trusts the Secret's CA and asks https://localhost.
+- NOTES.txt's curl trusts the Secret's CA and asks for the Service's name, resolved to the
+  port-forward (``--resolve``): a certificate of one's own (cert-manager's) need not name localhost;
+  the Service's status port says ``appProtocol: https``.
 - Values of a release from before ``statusTls`` existed (``helm upgrade --reuse-values``) render as
   the defaults do.
 - manifests/ name the Secret hack/sync-chart.py sets and carry no key; docs/install.md's openssl and
@@ -18,6 +20,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import shlex
 import shutil
@@ -191,20 +194,92 @@ def test_status_tls_in_extender_config_is_refused(tmp_path) -> None:
     assert done.returncode != 0 and "extender.config.server.statusTls: set extender.statusTls instead" in done.stderr
 
 
+NOTES_CURL_URL = "https://rl-scheduler.rlsched-system.svc:8889/status"
+
+
+def notes_curl(notes: str) -> list[str]:
+    """NOTES.txt's curl of /status, as argv."""
+    lines = [ln.strip() for ln in status_section(notes).splitlines()]
+    (curl,) = [shlex.split(ln) for ln in lines if ln.startswith("curl ")]
+    return curl
+
+
 @needs_helm
-def test_notes_curl_trusts_the_secrets_ca(tmp_path) -> None:
-    (tmp_path / "on").mkdir()
-    (tmp_path / "off").mkdir()
-    lines = [ln.strip() for ln in status_section(rendered_notes(tmp_path / "on")).splitlines()]
+@pytest.mark.parametrize("secret", ["", "from-cert-manager"], ids=["generated", "own-secret"])
+def test_notes_curl_trusts_the_secrets_ca_and_asks_for_the_services_name(tmp_path, secret) -> None:
+    notes = rendered_notes(tmp_path, f"extender: {{statusTls: {{secretName: '{secret}'}}}}\n")
+    lines = [ln.strip() for ln in status_section(notes).splitlines()]
     (save,) = [ln for ln in lines if " get secret " in ln]
     assert save == (
-        "kubectl -n rlsched-system get secret rl-scheduler-status-tls -o jsonpath='{.data.ca\\.crt}' "
-        "| base64 -d > status-ca.crt"
+        f"kubectl -n rlsched-system get secret {secret or 'rl-scheduler-status-tls'} "
+        "-o jsonpath='{.data.ca\\.crt}' | base64 -d > status-ca.crt"
     )
-    (curl,) = [shlex.split(ln) for ln in lines if ln.startswith("curl ")]
-    assert curl[:4] == ["curl", "-s", "--cacert", "status-ca.crt"] and curl[-1] == "https://localhost:8889/status"
-    off = status_section(rendered_notes(tmp_path / "off", "extender: {statusTls: {enabled: false}}\n"))
+    curl = notes_curl(notes)
+    assert curl[:4] == ["curl", "-s", "--cacert", "status-ca.crt"] and curl[-1] == NOTES_CURL_URL
+    # the name the certificate carries (every Secret's: values.yaml asks for it), sent to the port-forward
+    assert curl[curl.index("--resolve") + 1] == "rl-scheduler.rlsched-system.svc:8889:127.0.0.1"
+
+
+@needs_helm
+def test_notes_curl_without_tls_is_plain_http_to_the_port_forward(tmp_path) -> None:
+    off = status_section(rendered_notes(tmp_path, "extender: {statusTls: {enabled: false}}\n"))
     assert "get secret" not in off and "http://localhost:8889/status" in off and "--cacert" not in off
+    assert "--resolve" not in off
+
+
+@needs_helm
+@pytest.mark.skipif(shutil.which("curl") is None or shutil.which("openssl") is None, reason="curl or openssl missing")
+async def test_notes_curl_verifies_a_certificate_that_names_only_the_service(tmp_path) -> None:
+    """A Secret of one's own whose certificate names ``<svc>.<ns>.svc`` and not localhost (what a
+    cert-manager Certificate for the Service holds), served on 127.0.0.1 as a port-forward would:
+    NOTES' curl, run as printed (its token part left out: auth none here), gets /status."""
+    from test_extender_status_tls import reviewed, settings
+
+    from rlsched.extender.settings import StatusTlsSettings
+
+    pki = service_only_pki(tmp_path / "pki", "rl-scheduler.rlsched-system.svc")
+    curl = [a for a in notes_curl(rendered_notes(tmp_path)) if not a.startswith(("-H", "Authorization"))]
+    async with reviewed(settings(StatusTlsSettings(str(pki / "tls.crt"), str(pki / "tls.key")), "none")) as run:
+        port = str(run.status[1])
+        argv = [a.replace(":8889", f":{port}") for a in curl]
+        shutil.copy(pki / "ca.crt", tmp_path / "status-ca.crt")
+        done = await asyncio.create_subprocess_exec(*argv, cwd=tmp_path, stdout=asyncio.subprocess.PIPE)
+        out, _ = await asyncio.wait_for(done.communicate(), 30)
+        assert done.returncode == 0 and b'"statusTls"' in out, (argv, out[:300])
+        localhost = [a.replace(NOTES_CURL_URL, f"https://localhost:{port}/status") for a in curl if a != "--resolve"]
+        localhost = [a for a in localhost if not a.endswith(":127.0.0.1")]
+        done = await asyncio.create_subprocess_exec(*localhost, cwd=tmp_path, stdout=asyncio.subprocess.PIPE)
+        await asyncio.wait_for(done.communicate(), 30)
+        assert done.returncode == 60, localhost  # curl: the certificate does not name localhost
+
+
+def service_only_pki(folder: Path, name: str) -> Path:
+    """A CA and a certificate it signs for ``name`` alone (openssl), in ``folder``."""
+    folder.mkdir(parents=True)
+    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    (folder / "tls.ext").write_text(
+        f"subjectAltName=DNS:{name}\nextendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature\n"
+        "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid,issuer\n"
+    )
+    for argv in (
+        ["req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=own-ca"]
+        + ["-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign"],
+        ["req", *key, "-keyout", "tls.key", "-out", "tls.csr", "-subj", f"/CN={name}"],
+        ["x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2"]
+        + ["-extfile", "tls.ext", "-out", "tls.crt"],
+    ):
+        subprocess.run(["openssl", *argv], cwd=folder, check=True, capture_output=True, timeout=60)
+    return folder
+
+
+@needs_helm
+def test_the_status_port_of_the_service_says_https(tmp_path) -> None:
+    def status_port(values: dict | None) -> dict:
+        (port,) = [p for p in find(render(tmp_path, values), "Service")["spec"]["ports"] if p["name"] == "http-status"]
+        return port
+
+    assert status_port(None)["appProtocol"] == "https"  # the name stays: the alert rule selects it
+    assert "appProtocol" not in status_port({"extender": {"statusTls": {"enabled": False}}})
 
 
 def values_before_status_tls(tmp_path: Path) -> Path:
@@ -256,7 +331,7 @@ def test_values_from_before_status_tls_render_as_the_defaults_do(tmp_path) -> No
     docs = lambda text: [d for d in yaml.safe_load_all(text) if d]  # noqa: E731
     assert comparable(docs(old.stdout)) == comparable(docs(new.stdout))
     (tmp_path / "notes").mkdir()
-    assert "curl -s --cacert status-ca.crt" in status_section(rendered_notes(tmp_path / "notes", chart=chart))
+    assert notes_curl(rendered_notes(tmp_path / "notes", chart=chart))[-1] == NOTES_CURL_URL
 
 
 # -- manifests/ and the Secret they need ------------------------------------------------------------------

@@ -163,6 +163,22 @@ class ConnectionGuard:
         return middleware
 
 
+def _feed(protocol: asyncio.BaseProtocol, data: bytes) -> None:
+    """Hand ``data`` to ``protocol`` as if the transport had just read it (asyncio's and uvloop's TLS
+    protocols are buffered protocols; a plain one gets ``data_received``)."""
+    buffered: Any = protocol
+    if hasattr(buffered, "buffer_updated"):  # uvloop's TLS protocol does not subclass BufferedProtocol
+        view = memoryview(data)
+        while view:
+            buf = memoryview(buffered.get_buffer(len(view)))
+            n = min(len(buf), len(view))
+            buf[:n] = view[:n]
+            buffered.buffer_updated(n)
+            view = view[n:]
+    else:
+        buffered.data_received(data)
+
+
 class _GuardedProtocol(asyncio.Protocol):
     """One connection: aiohttp's protocol inside, with the header deadline and the cap around it."""
 
@@ -183,6 +199,14 @@ class _GuardedProtocol(asyncio.Protocol):
         self.early_eof = False
         """Decrypted bytes (and an end) that arrive between the handshake's end and aiohttp's protocol:
         asyncio's TLS protocol may pass them on before ``start_tls`` has returned."""
+        self.tls_installed = False
+        """``start_tls`` has put its TLS protocol on the connection: what reaches this protocol from now
+        on is decrypted."""
+        self.raw_early: list[bytes] = []
+        """Bytes of the handshake read before ``start_tls`` took the connection over: uvloop starts
+        reading right after ``connection_made`` returns, whatever it paused (its
+        ``_call_connection_made``), so a client's first TLS record can arrive here; it is handed to
+        the TLS protocol once that is in place."""
         self.lost = False
 
     # -- asyncio.Protocol ---------------------------------------------------------------------------
@@ -230,9 +254,20 @@ class _GuardedProtocol(asyncio.Protocol):
         try:
             if self.lost or raw.is_closing():
                 return
-            tls = await asyncio.get_running_loop().start_tls(
-                raw, self, ctx, server_side=True, ssl_handshake_timeout=g.header_timeout_s
+            loop = asyncio.get_running_loop()
+            starting = loop.create_task(
+                loop.start_tls(raw, self, ctx, server_side=True, ssl_handshake_timeout=g.header_timeout_s)
             )
+            # start_tls's first step (run before this task resumes: the ready queue is FIFO) pauses
+            # reading, puts its TLS protocol on the connection and schedules that protocol's
+            # connection_made and the resumption of reading; bytes read before it go after them, ahead
+            # of anything read later
+            await asyncio.sleep(0)
+            self.tls_installed = True
+            if self.raw_early:
+                hello, self.raw_early = b"".join(self.raw_early), []
+                loop.call_soon(self._hand_over, raw, hello)
+            tls = await starting
         except ConnectionAbortedError:  # the handshake's deadline (asyncio's and uvloop's TLS protocol alike)
             g.dropped("tls-handshake-timeout", peer, f"not done within {g.header_timeout_s:g} s", logging.INFO)
             return
@@ -256,6 +291,21 @@ class _GuardedProtocol(asyncio.Protocol):
         if self.early_eof:  # the TLS transport is closing itself (a close_notify ends the session)
             self.inner.eof_received()
 
+    def _hand_over(self, raw: asyncio.Transport, data: bytes) -> None:
+        """The handshake's first bytes, read before ``start_tls`` took over, to its TLS protocol."""
+        if raw.is_closing():
+            return
+        try:
+            _feed(raw.get_protocol(), data)
+        except Exception as exc:  # noqa: BLE001 - one connection's problem: close it, count it, no traceback
+            self.guard.dropped(
+                "tls-handshake-failed",
+                raw.get_extra_info("peername"),
+                f"{type(exc).__name__}: {exc}"[:200],
+                logging.INFO,
+            )
+            raw.close()
+
     def peer(self) -> Any:
         return self.transport.get_extra_info("peername") if self.transport is not None else None
 
@@ -278,7 +328,7 @@ class _GuardedProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.inner is None:
             if self.state == self.HANDSHAKE:
-                self.early.append(data)
+                (self.early if self.tls_installed else self.raw_early).append(data)
             return
         if self.state == self.IDLE:
             self._arm()

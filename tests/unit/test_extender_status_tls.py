@@ -340,6 +340,39 @@ def test_the_tls_listener_under_uvloop_caps_and_drops_handshakes_and_serves(tmp_
     uvloop.run(main())
 
 
+@needs_openssl
+@pytest.mark.parametrize("key_type", ["rsa", "ec"])
+def test_a_client_that_sends_its_hello_at_once_is_served_under_uvloop(tmp_path, key_type) -> None:
+    """uvloop starts reading as soon as connection_made returns, whatever it paused: a client hello
+    sent at once reached the guard before start_tls took the connection over, was taken for
+    decrypted data, and the handshake waited for it until the deadline (about 1 in 10 connections of
+    curl against the chart's RSA certificate). A client in another thread, as curl or Prometheus."""
+    uvloop = pytest.importorskip("uvloop")
+    import urllib.request
+
+    pki = tls_pki(tmp_path / "pki", key_type=key_type)
+    s = settings(StatusTlsSettings(str(pki["server_cert"]), str(pki["server_key"])))
+    s.server.header_timeout_s = 3.0
+    trusting = ssl.create_default_context(cafile=str(pki["ca"]))
+
+    def client(port: int) -> list[str]:
+        failures = []
+        for _ in range(60):  # a new connection each time
+            try:
+                with urllib.request.urlopen(f"https://localhost:{port}/healthz", timeout=2, context=trusting) as r:
+                    assert r.status == 200
+            except OSError as exc:
+                failures.append(repr(exc))
+        return failures
+
+    async def main() -> list[str]:
+        async with reviewed(s) as run:
+            return await asyncio.get_running_loop().run_in_executor(None, client, run.status[1])
+
+    failures = uvloop.run(main())
+    assert failures == []
+
+
 # -- rotation -----------------------------------------------------------------------------------------------
 
 

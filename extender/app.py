@@ -110,8 +110,11 @@ def _error_middleware(metrics: Metrics, verb_of: Callable[[str], str | None]) ->
             status = exc.status
             raise
         except Exception as exc:  # noqa: BLE001 - last line of defence: answer and keep serving
-            if isinstance(exc, ConnectionError) and _client_gone(request):
+            if isinstance(exc, (ConnectionError, RuntimeError)) and _client_gone(request):
                 # The client went away (mid-body, or before the answer): nothing to answer, nothing broken.
+                # aiohttp raises RuntimeError("Connection closed.") reading a body whose connection was
+                # lost before the handler started (a TLS client whose request came with the end of
+                # its handshake, then its close).
                 status = 499
                 log.info(
                     "%s %s: the client closed the connection before the answer",

@@ -256,7 +256,16 @@ class _GuardedProtocol(asyncio.Protocol):
                 return
             loop = asyncio.get_running_loop()
             starting = loop.create_task(
-                loop.start_tls(raw, self, ctx, server_side=True, ssl_handshake_timeout=g.header_timeout_s)
+                loop.start_tls(
+                    raw,
+                    self,
+                    ctx,
+                    server_side=True,
+                    ssl_handshake_timeout=g.header_timeout_s,
+                    # a closed TLS connection waits for the client's close_notify: not 30 s (the
+                    # default), which kept sockets past the cap for that long
+                    ssl_shutdown_timeout=g.header_timeout_s,
+                )
             )
             # start_tls's first step (run before this task resumes: the ready queue is FIFO) pauses
             # reading, puts its TLS protocol on the connection and schedules that protocol's
@@ -315,7 +324,12 @@ class _GuardedProtocol(asyncio.Protocol):
         if self.inner is not None:
             self.guard.connections.pop(id(self.inner), None)
         if self.transport is not None:
-            self.transport.close()
+            if self.ssl_context is not None and self.transport.get_write_buffer_size() == 0:
+                # nothing left to send: no close_notify exchange, the socket goes now rather than
+                # when the client answers one (a connection closed to make room at the cap)
+                self.transport.abort()
+            else:
+                self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True

@@ -170,6 +170,22 @@ class Service:
             gauge("rlsched_extender_cache_rebuilds", "ClusterState rebuilds since start", c.stats.rebuilds),
             gauge("rlsched_extender_decision_ring_last", "Cursor of the newest decision record", self.ring.last),
             *self._gpu_gauges(),
+            *self._status_tls_gauges(),
+        ]
+
+    def _status_tls_gauges(self) -> list[Metric]:
+        """When the status certificate expires, for an alert that fires while there is time to renew
+        (the chart's RLSchedulerStatusCertExpiring): a rotation that keeps failing to load, or a
+        cert-manager that stopped renewing, shows here weeks before clients refuse the port."""
+        tls = self.status_tls
+        if tls is None or tls.not_after is None:
+            return []
+        return [
+            gauge(
+                "rlsched_extender_status_tls_not_after_seconds",
+                "When the status listener's serving certificate expires (notAfter, Unix seconds)",
+                tls.not_after,
+            )
         ]
 
     def _gpu_gauges(self) -> list[Metric]:

@@ -379,3 +379,21 @@ def test_the_install_docs_make_the_secret_manifests_need(tmp_path) -> None:
     assert applies[0].endswith("manifests/00-namespace.yaml") and lines.index(applies[0]) < lines.index(
         next(ln for ln in lines if " create secret " in ln)
     )  # the namespace first: the Secret lives in it
+
+
+@needs_helm
+def test_the_expiry_alert_comes_with_the_https_status_port(tmp_path) -> None:
+    def alerts(values: dict) -> dict[str, dict]:
+        rule = find(render(tmp_path, values), "PrometheusRule")
+        return {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+
+    on = alerts(ALL_ON)["RLSchedulerStatusCertExpiring"]
+    assert "rlsched_extender_status_tls_not_after_seconds" in on["expr"]
+    assert on["expr"].rstrip().endswith("< 1209600")  # 14 days
+    custom = {**ALL_ON, "metrics": {**ALL_ON["metrics"], "prometheusRule": {"enabled": True, "certExpiryDays": 30}}}
+    assert alerts(custom)["RLSchedulerStatusCertExpiring"]["expr"].rstrip().endswith("< 2592000")
+    # values of a release from before the setting (helm upgrade --reuse-values): the default, not 0
+    older = {**ALL_ON, "metrics": {**ALL_ON["metrics"], "prometheusRule": {"enabled": True, "certExpiryDays": None}}}
+    assert alerts(older)["RLSchedulerStatusCertExpiring"]["expr"].rstrip().endswith("< 1209600")
+    plain = {**ALL_ON, "extender": {**ALL_ON.get("extender", {}), "statusTls": {"enabled": False}}}
+    assert "RLSchedulerStatusCertExpiring" not in alerts(plain)  # no certificate, no gauge to watch

@@ -627,6 +627,7 @@ def test_alert_rules_use_real_metrics_and_pass_promtool(tmp_path) -> None:
         "RLSchedulerFallbackRateHigh",
         "RLSchedulerModelDegraded",
         "RLSchedulerBindsFailing",
+        "RLSchedulerStatusCertExpiring",
     } <= alerts
     used = used_metric_names(json.dumps(rule["spec"]))
     assert used <= exported_metric_names(), used - exported_metric_names()

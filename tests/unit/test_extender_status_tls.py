@@ -402,6 +402,48 @@ async def test_a_rotated_pair_serves_new_connections(tmp_path, monkeypatch) -> N
         assert 'rlsched_extender_status_tls_reloads_total{result="ok"} 1.0' in run.service.metrics.render().decode()
 
 
+def openssl_not_after(cert: Path) -> float:
+    """notAfter as openssl prints it (an independent reading of the date the extender exports)."""
+    done = subprocess.run(
+        ["openssl", "x509", "-noout", "-enddate", "-in", str(cert)], capture_output=True, text=True, check=True
+    )
+    return float(ssl.cert_time_to_seconds(done.stdout.strip().removeprefix("notAfter=")))
+
+
+def self_signed(folder: Path, days: int) -> dict[str, Path]:
+    """A self-signed EC pair for localhost valid ``days`` days: another notAfter than tls_pki's."""
+    folder.mkdir(parents=True, exist_ok=True)
+    cert, key = folder / "tls.crt", folder / "tls.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+         "-keyout", str(key), "-out", str(cert), "-days", str(days), "-subj", "/CN=localhost"],
+        capture_output=True, check=True, timeout=60,
+    )  # fmt: skip
+    return {"server_cert": cert, "server_key": key}
+
+
+@needs_openssl
+async def test_the_certificate_expiry_is_exported_and_follows_a_rotation(tmp_path) -> None:
+    first = tls_pki(tmp_path / "first")  # valid 2 days
+    tls = kubelet_volume(tmp_path / "volume", first, "v1")
+    name = "rlsched_extender_status_tls_not_after_seconds"
+    async with reviewed(settings(tls)) as run:
+        exported = lambda: run.service.metrics.registry.get_sample_value(name)  # noqa: E731
+        assert exported() == openssl_not_after(first["server_cert"])
+        assert 0 < exported() - time.time() <= 2 * 86400
+        later = self_signed(tmp_path / "later", days=40)
+        kubelet_volume(tmp_path / "volume", later, "v2")
+        assert run.service.status_tls.check() is True
+        assert exported() == openssl_not_after(later["server_cert"])
+        assert 39 * 86400 < exported() - time.time() <= 40 * 86400
+
+
+async def test_no_expiry_gauge_without_status_tls() -> None:
+    async with reviewed(settings(StatusTlsSettings())) as run:
+        assert run.service.status_tls is None
+        assert "rlsched_extender_status_tls_not_after_seconds" not in run.service.metrics.render().decode()
+
+
 @needs_openssl
 async def test_a_pair_that_does_not_load_keeps_the_old_one_counted_and_logged_once(tmp_path, caplog) -> None:
     first, second = tls_pki(tmp_path / "first"), tls_pki(tmp_path / "second", "second")

@@ -300,7 +300,8 @@ def settings_of_init_model(args: Args) -> Args:
     """``args`` with the start model's network sizes, decision rule, feature settings and special actions:
     PPO starts from that model, not from its weights under this run's defaults (an ES-tuned rank weight, a
     QoS model's columns, a model that delays). A flag that says otherwise is overruled, with a note; the
-    delay and reject actions stay offered when the model was trained with them (a flag may add one).
+    delay and reject actions stay offered when the model was trained with them (a flag may add one), and
+    so do the QoS columns (``--qos-features`` may add them to a model without them).
     :func:`rlsched.policy.ppo.trainer.train` applies it, so the API and ``rlsched train`` start alike."""
     from ..export import read_model, trained_with_qos
 
@@ -313,7 +314,9 @@ def settings_of_init_model(args: Args) -> Args:
         "prior_scale": float(net["priorScale"]),
         "rank_scale": float(decision["rankScale"]),
         "fgd_cpu_weight": float(feats["fgdCpuWeight"]),
-        "qos_features": trained_with_qos(manifest),
+        # a model without the QoS columns may gain them (they start at zero weight, so it starts as it
+        # scored: docs/dynamic.md's QoS stages); one trained with them keeps them
+        "qos_features": trained_with_qos(manifest) or args.qos_features,
         **special_actions(args, manifest),
     }
     if decision.get("mode") in ("greedy", "sample"):

@@ -326,6 +326,20 @@ def test_ppo_refuses_inputs_it_cannot_learn_from_with_a_message(tmp_path: Path, 
         assert said in capsys.readouterr().err
 
 
+def test_ppo_from_a_model_may_add_the_qos_columns_but_never_drops_them(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/dynamic.md trains the QoS model from ppo-openb-dynamic.npz with --qos-features: a model without
+    the columns gains them (zero weights: it starts as it scored); a model with them keeps them."""
+    from rlsched.policy.cli_train import settings_of_init_model
+
+    models = DEFAULT_MODEL.parent
+    living, qos = str(models / "ppo-openb-dynamic.npz"), str(models / "ppo-openb-dynamic-qos.npz")
+    assert settings_of_init_model(Args(init_model=living, qos_features=True)).qos_features is True
+    assert "qos_features" not in capsys.readouterr().err
+    assert settings_of_init_model(Args(init_model=living)).qos_features is False
+    assert settings_of_init_model(Args(init_model=qos, qos_features=False)).qos_features is True
+    assert "qos_features=True" in capsys.readouterr().err  # overruled, with a note
+
+
 def test_ppo_from_a_model_takes_its_network_decision_and_feature_settings(tmp_path: Path) -> None:
     from rlsched.policy.cli_train import settings_of_init_model
 

@@ -425,6 +425,8 @@ def self_signed(folder: Path, days: int) -> dict[str, Path]:
 @needs_openssl
 async def test_the_certificate_expiry_is_exported_and_follows_a_rotation(tmp_path) -> None:
     first = tls_pki(tmp_path / "first")  # valid 2 days
+    if status_tls_module.not_after(str(first["server_cert"])) is None:
+        pytest.skip("this Python cannot decode a certificate file (ssl._ssl._test_decode_cert): no gauge")
     tls = kubelet_volume(tmp_path / "volume", first, "v1")
     name = "rlsched_extender_status_tls_not_after_seconds"
     async with reviewed(settings(tls)) as run:
